@@ -1,0 +1,177 @@
+/* inode_table: see inode_table.h. */
+#include "fuse/inode_table.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#define BUCKETS 4096
+
+struct entry {
+	struct entry *next;
+	uint64_t ino;
+	struct kvc_layout layout;
+	uint64_t size;           /* what this daemon knows */
+	uint64_t committed_size; /* what kvc-meta has */
+	uint32_t open_count;
+};
+
+struct kvc_inode_table {
+	pthread_mutex_t lock;
+	struct entry *buckets[BUCKETS];
+};
+
+static struct entry **slot(struct kvc_inode_table *t, uint64_t ino)
+{
+	struct entry **p = &t->buckets[(ino * 0x9e3779b97f4a7c15ull) >> 52];
+	while (*p && (*p)->ino != ino)
+		p = &(*p)->next;
+	return p;
+}
+
+static void drop_if_unused(struct entry **p)
+{
+	struct entry *e = *p;
+	if (e && e->open_count == 0 && e->size <= e->committed_size) {
+		*p = e->next;
+		free(e);
+	}
+}
+
+int kvc_inode_table_create(struct kvc_inode_table **out)
+{
+	struct kvc_inode_table *t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	pthread_mutex_init(&t->lock, NULL);
+	*out = t;
+	return 0;
+}
+
+void kvc_inode_table_destroy(struct kvc_inode_table *t)
+{
+	if (!t)
+		return;
+	for (int i = 0; i < BUCKETS; i++) {
+		while (t->buckets[i]) {
+			struct entry *e = t->buckets[i];
+			t->buckets[i] = e->next;
+			free(e);
+		}
+	}
+	pthread_mutex_destroy(&t->lock);
+	free(t);
+}
+
+int kvc_inode_table_open(struct kvc_inode_table *t, const struct kvc_attr *attr)
+{
+	int rc = 0;
+	pthread_mutex_lock(&t->lock);
+	struct entry **p = slot(t, attr->ino);
+	if (!*p) {
+		struct entry *e = calloc(1, sizeof(*e));
+		if (!e) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		e->ino = attr->ino;
+		e->size = e->committed_size = attr->size;
+		*p = e;
+	} else if ((*p)->size <= (*p)->committed_size) {
+		/* Clean: take kvc-meta's word (another client may have grown it). */
+		(*p)->size = (*p)->committed_size = attr->size;
+	}
+	(*p)->layout = attr->layout;
+	(*p)->open_count++;
+out:
+	pthread_mutex_unlock(&t->lock);
+	return rc;
+}
+
+void kvc_inode_table_release(struct kvc_inode_table *t, uint64_t ino)
+{
+	pthread_mutex_lock(&t->lock);
+	struct entry **p = slot(t, ino);
+	if (*p && (*p)->open_count > 0)
+		(*p)->open_count--;
+	drop_if_unused(p);
+	pthread_mutex_unlock(&t->lock);
+}
+
+int kvc_inode_table_get(struct kvc_inode_table *t, uint64_t ino, struct kvc_layout *layout,
+                        uint64_t *size)
+{
+	int rc = -ENOENT;
+	pthread_mutex_lock(&t->lock);
+	struct entry *e = *slot(t, ino);
+	if (e) {
+		*layout = e->layout;
+		*size = e->size;
+		rc = 0;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return rc;
+}
+
+void kvc_inode_table_wrote(struct kvc_inode_table *t, uint64_t ino, uint64_t end)
+{
+	pthread_mutex_lock(&t->lock);
+	struct entry *e = *slot(t, ino);
+	if (e && end > e->size)
+		e->size = end;
+	pthread_mutex_unlock(&t->lock);
+}
+
+void kvc_inode_table_set_size(struct kvc_inode_table *t, uint64_t ino, uint64_t size)
+{
+	pthread_mutex_lock(&t->lock);
+	struct entry **p = slot(t, ino);
+	if (*p) {
+		(*p)->size = (*p)->committed_size = size;
+		drop_if_unused(p);
+	}
+	pthread_mutex_unlock(&t->lock);
+}
+
+void kvc_inode_table_patch_attr(struct kvc_inode_table *t, struct kvc_attr *attr)
+{
+	pthread_mutex_lock(&t->lock);
+	struct entry *e = *slot(t, attr->ino);
+	if (e && e->size > attr->size)
+		attr->size = e->size;
+	pthread_mutex_unlock(&t->lock);
+}
+
+int kvc_inode_table_take_dirty(struct kvc_inode_table *t, uint64_t ino, uint64_t *size)
+{
+	int dirty = 0;
+	pthread_mutex_lock(&t->lock);
+	struct entry *e = *slot(t, ino);
+	if (e && e->size > e->committed_size) {
+		*size = e->size;
+		dirty = 1;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return dirty;
+}
+
+void kvc_inode_table_committed(struct kvc_inode_table *t, uint64_t ino, uint64_t size)
+{
+	pthread_mutex_lock(&t->lock);
+	struct entry **p = slot(t, ino);
+	if (*p && size > (*p)->committed_size)
+		(*p)->committed_size = size;
+	drop_if_unused(p);
+	pthread_mutex_unlock(&t->lock);
+}
+
+int kvc_inode_table_list_dirty(struct kvc_inode_table *t, uint64_t *inos, int max)
+{
+	int count = 0;
+	pthread_mutex_lock(&t->lock);
+	for (int i = 0; i < BUCKETS && count < max; i++)
+		for (struct entry *e = t->buckets[i]; e && count < max; e = e->next)
+			if (e->size > e->committed_size)
+				inos[count++] = e->ino;
+	pthread_mutex_unlock(&t->lock);
+	return count;
+}

@@ -1,0 +1,52 @@
+/*
+ * inode_table: kvc-fuse's in-memory state for files that are open: their
+ * layout (so I/O needs no metadata round trip) and their size as this
+ * daemon knows it. A write that ends past the size kvc-meta has recorded
+ * raises `size` and marks it dirty; the dirty size is sent to kvc-meta at
+ * flush, fsync and release, and by a background pass every second, so
+ * other clients see it soon and exactly after close.
+ *
+ * An entry lives while the file has open handles or a dirty size.
+ * Thread-safe: one mutex guards the table and every entry's fields.
+ */
+#ifndef KVC_FUSE_INODE_TABLE_H
+#define KVC_FUSE_INODE_TABLE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "wire.h"
+
+struct kvc_inode_table;
+
+int kvc_inode_table_create(struct kvc_inode_table **out);
+void kvc_inode_table_destroy(struct kvc_inode_table *table);
+
+/* Record an open of a file with the attributes kvc-meta returned. */
+int kvc_inode_table_open(struct kvc_inode_table *table, const struct kvc_attr *attr);
+/* Record a release; the entry goes when unused and clean. */
+void kvc_inode_table_release(struct kvc_inode_table *table, uint64_t ino);
+
+/* Layout and known size of an open file. Returns 0 or -ENOENT. */
+int kvc_inode_table_get(struct kvc_inode_table *table, uint64_t ino,
+                        struct kvc_layout *layout, uint64_t *size);
+
+/* A write ended at `end`: raise the size, mark dirty when it grew. */
+void kvc_inode_table_wrote(struct kvc_inode_table *table, uint64_t ino, uint64_t end);
+
+/* The size was set (truncate): take it as committed. */
+void kvc_inode_table_set_size(struct kvc_inode_table *table, uint64_t ino, uint64_t size);
+
+/* Raise attr->size to the local size when this daemon knows more. */
+void kvc_inode_table_patch_attr(struct kvc_inode_table *table, struct kvc_attr *attr);
+
+/* Take the dirty size of ino (1 and *size), or 0 when clean. The caller
+ * commits it and calls kvc_inode_table_committed (or _dirty_again). */
+int kvc_inode_table_take_dirty(struct kvc_inode_table *table, uint64_t ino, uint64_t *size);
+void kvc_inode_table_committed(struct kvc_inode_table *table, uint64_t ino, uint64_t size);
+
+/* Up to max dirty inodes (for the background pass). */
+int kvc_inode_table_list_dirty(struct kvc_inode_table *table, uint64_t *inos, int max);
+
+#endif

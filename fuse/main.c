@@ -1,0 +1,128 @@
+/*
+ * kvc-fuse: mounts a kvcfs cluster (default at the [fuse] mountpoint of the
+ * cluster file) with libfuse's multithreaded low-level loop, allow_other
+ * and default_permissions (the kernel checks permissions for every user).
+ *
+ *   kvc-fuse --config FILE [--mountpoint DIR] [--foreground] [--verbose]
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fuse/operations.h"
+#include "log.h"
+
+static void usage(FILE *out)
+{
+	fprintf(out, "usage: kvc-fuse --config FILE [--mountpoint DIR] [--verbose]\n"
+	             "Mounts the cluster described by FILE (runs in the foreground).\n");
+}
+
+static void *size_flusher(void *arg)
+{
+	for (;;) {
+		sleep(1);
+		kvc_fuse_flush_sizes(arg);
+	}
+	return NULL;
+}
+
+static int mount_and_serve(struct kvc_fuse *fs, const char *mountpoint, bool debug)
+{
+	char *argv[] = {"kvc-fuse", "-o",
+	                "allow_other,default_permissions,fsname=kvcfs,subtype=kvc,max_read=1048576",
+	                debug ? "-d" : NULL, NULL};
+	struct fuse_args args = FUSE_ARGS_INIT(debug ? 4 : 3, argv);
+	int rc = 1;
+	struct fuse_session *se =
+		fuse_session_new(&args, &kvc_fuse_operations, sizeof(kvc_fuse_operations), fs);
+	if (!se)
+		return 1;
+	if (fuse_set_signal_handlers(se) != 0)
+		goto destroy;
+	if (fuse_session_mount(se, mountpoint) != 0) {
+		fprintf(stderr, "kvc-fuse: cannot mount at %s\n", mountpoint);
+		goto remove_handlers;
+	}
+	struct fuse_loop_config *loop = fuse_loop_cfg_create();
+	fuse_loop_cfg_set_max_threads(loop, 64);
+	fuse_loop_cfg_set_idle_threads(loop, 16);
+	kvc_log_info("mounted at %s", mountpoint);
+	rc = fuse_session_loop_mt(se, loop) ? 1 : 0;
+	fuse_loop_cfg_destroy(loop);
+	kvc_fuse_flush_sizes(fs);
+	fuse_session_unmount(se);
+remove_handlers:
+	fuse_remove_signal_handlers(se);
+destroy:
+	fuse_session_destroy(se);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	static struct option options[] = {{"config", required_argument, 0, 'c'},
+	                                  {"mountpoint", required_argument, 0, 'm'},
+	                                  {"foreground", no_argument, 0, 'f'},
+	                                  {"debug", no_argument, 0, 'd'},
+	                                  {"verbose", no_argument, 0, 'v'},
+	                                  {"help", no_argument, 0, 'h'},
+	                                  {0, 0, 0, 0}};
+	const char *config_path = NULL, *mountpoint = NULL;
+	enum kvc_log_level level = KVC_LOG_INFO;
+	bool debug = false;
+	int opt;
+	while ((opt = getopt_long(argc, argv, "c:m:fdvh", options, NULL)) != -1) {
+		switch (opt) {
+		case 'c': config_path = optarg; break;
+		case 'm': mountpoint = optarg; break;
+		case 'f': break; /* always in the foreground; kept for habit */
+		case 'd': debug = true; break;
+		case 'v': level = KVC_LOG_DEBUG; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (!config_path) {
+		usage(stderr);
+		return 2;
+	}
+	kvc_log_setup("kvc-fuse", level);
+	static struct kvc_fuse fs;
+	char err[512];
+	if (kvc_config_load(config_path, &fs.config, err, sizeof(err)) < 0) {
+		fprintf(stderr, "kvc-fuse: bad config: %s\n", err);
+		return 1;
+	}
+	if (!mountpoint)
+		mountpoint = fs.config.mountpoint;
+	fs.attr_timeout = 1.0;
+	int rc = kvc_meta_client_init(&fs.meta, &fs.config);
+	if (rc == 0)
+		rc = kvc_storage_client_init(&fs.storage, &fs.config);
+	if (rc == 0)
+		rc = kvc_inode_table_create(&fs.inodes);
+	if (rc < 0) {
+		fprintf(stderr, "kvc-fuse: cannot start: %s\n", strerror(-rc));
+		return 1;
+	}
+	/* Refuse to mount a cluster whose metadata service does not answer. */
+	struct kvc_attr root;
+	rc = kvc_meta_client_getattr(&fs.meta, 1, &root);
+	if (rc < 0) {
+		fprintf(stderr, "kvc-fuse: kvc-meta at %s does not answer: %s\n",
+		        fs.config.meta_address, strerror(-rc));
+		return 1;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	pthread_t flusher;
+	pthread_create(&flusher, NULL, size_flusher, &fs);
+	pthread_detach(flusher);
+	/* The state lives until exit: the size flusher thread still uses it. */
+	return mount_and_serve(&fs, mountpoint, debug);
+}

@@ -1,0 +1,36 @@
+/*
+ * operations: kvc-fuse's libfuse low-level operations. FUSE node ids are
+ * kvc-meta inode ids (the root is 1 = FUSE_ROOT_ID on both sides), so no
+ * id translation table exists and forget has nothing to release.
+ *
+ * Errors: every helper returns 0 or -errno; each operation converts to
+ * FUSE's positive errno in exactly one place (reply_error). Transport
+ * failures reach the caller as EIO.
+ */
+#ifndef KVC_FUSE_OPERATIONS_H
+#define KVC_FUSE_OPERATIONS_H
+
+#define FUSE_USE_VERSION 35
+#include <fuse_lowlevel.h>
+
+#include "config.h"
+#include "fuse/inode_table.h"
+#include "meta_client.h"
+#include "storage_client.h"
+
+/* The daemon's state, owned by main; every operation reaches it through
+ * fuse_req_userdata. */
+struct kvc_fuse {
+	struct kvc_config config;
+	struct kvc_meta_client meta;
+	struct kvc_storage_client storage;
+	struct kvc_inode_table *inodes;
+	double attr_timeout;
+};
+
+extern const struct fuse_lowlevel_ops kvc_fuse_operations;
+
+/* Send every dirty file size to kvc-meta (the background pass). */
+void kvc_fuse_flush_sizes(struct kvc_fuse *fs);
+
+#endif

@@ -1,0 +1,97 @@
+/* collector: see collector.h. */
+#include "meta/collector.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+
+#define BATCH 64
+
+struct kvc_meta_collector {
+	struct kvc_meta_store *store;
+	struct kvc_storage_client *storage;
+	int interval_ms;
+	pthread_mutex_t lock; /* protects woken */
+	pthread_cond_t cond;
+	bool woken;
+};
+
+/* One pass over the queue. Returns how many files were reclaimed. */
+static int collect(struct kvc_meta_collector *c)
+{
+	uint64_t inos[BATCH];
+	struct kvc_layout layouts[BATCH];
+	int reclaimed = 0;
+	int count = kvc_meta_store_gc_list(c->store, inos, layouts, BATCH);
+	for (int i = 0; i < count; i++) {
+		int rc = kvc_storage_client_remove(c->storage, inos[i], &layouts[i]);
+		if (rc < 0) {
+			kvc_log_warn("collector: inode %" PRIu64 ": %s; will retry", inos[i],
+			             strerror(-rc));
+			continue;
+		}
+		if (kvc_meta_store_gc_done(c->store, inos[i]) == 0)
+			reclaimed++;
+	}
+	/* A full batch that all went through: more may be waiting. */
+	return count == BATCH && reclaimed == count ? -EAGAIN : reclaimed;
+}
+
+static void *collector_main(void *arg)
+{
+	struct kvc_meta_collector *c = arg;
+	for (;;) {
+		while (collect(c) == -EAGAIN)
+			;
+		struct timespec deadline;
+		clock_gettime(CLOCK_REALTIME, &deadline);
+		deadline.tv_sec += c->interval_ms / 1000;
+		deadline.tv_nsec += (long)(c->interval_ms % 1000) * 1000000;
+		if (deadline.tv_nsec >= 1000000000) {
+			deadline.tv_sec++;
+			deadline.tv_nsec -= 1000000000;
+		}
+		pthread_mutex_lock(&c->lock);
+		while (!c->woken)
+			if (pthread_cond_timedwait(&c->cond, &c->lock, &deadline) == ETIMEDOUT)
+				break;
+		c->woken = false;
+		pthread_mutex_unlock(&c->lock);
+	}
+	return NULL;
+}
+
+int kvc_meta_collector_start(struct kvc_meta_store *store,
+                             struct kvc_storage_client *storage, int interval_ms,
+                             struct kvc_meta_collector **out)
+{
+	struct kvc_meta_collector *c = calloc(1, sizeof(*c));
+	pthread_t thread;
+	if (!c)
+		return -ENOMEM;
+	*c = (struct kvc_meta_collector){.store = store, .storage = storage,
+	                                 .interval_ms = interval_ms};
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->cond, NULL);
+	int rc = pthread_create(&thread, NULL, collector_main, c);
+	if (rc) {
+		free(c);
+		return -rc;
+	}
+	pthread_detach(thread);
+	*out = c;
+	return 0;
+}
+
+void kvc_meta_collector_wake(struct kvc_meta_collector *c)
+{
+	pthread_mutex_lock(&c->lock);
+	c->woken = true;
+	pthread_cond_signal(&c->cond);
+	pthread_mutex_unlock(&c->lock);
+}

@@ -1,0 +1,127 @@
+/*
+ * kvc-meta: the metadata service. Owns the namespace in LMDB (directory
+ * [meta] data of the cluster file), serves it over the binary protocol,
+ * reclaims removed files' chunks and syncs LMDB every sync_interval_ms.
+ *
+ *   kvc-meta --config FILE [--verbose]
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "log.h"
+#include "meta/collector.h"
+#include "meta/service.h"
+#include "net.h"
+
+static void usage(FILE *out)
+{
+	fprintf(out, "usage: kvc-meta --config FILE [--verbose]\n"
+	             "Serves the namespace of the cluster described by FILE.\n");
+}
+
+struct syncer {
+	struct kvc_meta_store *store;
+	int interval_ms;
+};
+
+static void *sync_main(void *arg)
+{
+	struct syncer *s = arg;
+	for (;;) {
+		usleep((useconds_t)s->interval_ms * 1000);
+		int rc = kvc_meta_store_sync(s->store);
+		if (rc < 0)
+			kvc_log_error("sync: %s", strerror(-rc));
+	}
+	return NULL;
+}
+
+static void stop_service(void *arg)
+{
+	kvc_meta_store_sync(arg);
+}
+
+int main(int argc, char **argv)
+{
+	static struct option options[] = {{"config", required_argument, 0, 'c'},
+	                                  {"verbose", no_argument, 0, 'v'},
+	                                  {"help", no_argument, 0, 'h'},
+	                                  {0, 0, 0, 0}};
+	const char *config_path = NULL;
+	enum kvc_log_level level = KVC_LOG_INFO;
+	int opt;
+	while ((opt = getopt_long(argc, argv, "c:vh", options, NULL)) != -1) {
+		switch (opt) {
+		case 'c': config_path = optarg; break;
+		case 'v': level = KVC_LOG_DEBUG; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (!config_path) {
+		usage(stderr);
+		return 2;
+	}
+	kvc_log_setup("kvc-meta", level);
+
+	static struct kvc_config config;
+	char err[512];
+	if (kvc_config_load(config_path, &config, err, sizeof(err)) < 0) {
+		fprintf(stderr, "kvc-meta: bad config: %s\n", err);
+		return 1;
+	}
+	if (config.meta_data[0] == '\0') {
+		fprintf(stderr, "kvc-meta: bad config: %s: [meta] data is missing\n", config_path);
+		return 1;
+	}
+	struct kvc_layout defaults = {.chunk_size = config.chunk_size, .stripe = config.stripe,
+	                              .target_count = config.target_count};
+	static struct kvc_meta_service svc;
+	static struct kvc_storage_client storage;
+	int rc = kvc_meta_store_open(config.meta_data, &defaults, &svc.store);
+	if (rc < 0) {
+		fprintf(stderr, "kvc-meta: cannot open %s: %s\n", config.meta_data,
+		        rc == -EINVAL ? "not a kvcfs meta store of this format" : strerror(-rc));
+		return 1;
+	}
+	rc = kvc_storage_client_init(&storage, &config);
+	if (rc < 0) {
+		fprintf(stderr, "kvc-meta: storage client: %s\n", strerror(-rc));
+		return 1;
+	}
+	svc.storage = &storage;
+	int listen_fd = kvc_net_listen(config.meta_address);
+	if (listen_fd < 0) {
+		fprintf(stderr, "kvc-meta: cannot listen on %s: %s\n", config.meta_address,
+		        strerror(-listen_fd));
+		return 1;
+	}
+	if (kvc_server_handle_signals(stop_service, svc.store) < 0)
+		return 1;
+	rc = kvc_meta_collector_start(svc.store, &storage, 1000, &svc.collector);
+	static struct syncer syncer;
+	syncer = (struct syncer){svc.store, config.sync_interval_ms};
+	pthread_t sync_thread;
+	if (rc == 0 && config.sync_interval_ms > 0)
+		rc = -pthread_create(&sync_thread, NULL, sync_main, &syncer);
+	if (rc < 0) {
+		fprintf(stderr, "kvc-meta: cannot start threads: %s\n", strerror(-rc));
+		return 1;
+	}
+	kvc_log_info("serving the namespace from %s on %s", config.meta_data,
+	             config.meta_address);
+	static struct kvc_server server;
+	server = (struct kvc_server){.listen_fd = listen_fd, .token = config.token,
+	                             .max_connections = 4096,
+	                             .handle = kvc_meta_service_handle, .service = &svc,
+	                             .name = "kvc-meta"};
+	rc = kvc_server_run(&server);
+	kvc_log_error("accept failed: %s", strerror(-rc));
+	return 1;
+}

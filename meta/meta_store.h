@@ -1,0 +1,109 @@
+/*
+ * meta_store: the kvcfs namespace in LMDB: directories, files, their
+ * attributes and layouts, and the queue of removed files whose chunks the
+ * collector must reclaim. Every mutation is one LMDB write transaction,
+ * committed before the function returns, so a reply never runs ahead of
+ * the database; operations that touch several records (rename, unlink)
+ * are atomic.
+ *
+ * On disk (LMDB environment in the meta data directory, named databases;
+ * integers in keys big-endian for ordering, values little-endian):
+ *
+ *   inodes   key ino (u64 BE)
+ *            value struct kvc_inode_record (below, 96 bytes)
+ *   dirents  key parent ino (u64 BE) + name bytes (1..255, no NUL)
+ *            value child ino (u64 LE), child mode (u32 LE), 0 (u32)
+ *   gc       key ino (u64 BE)
+ *            value struct kvc_layout (16 bytes): a removed file whose
+ *            chunks are still on the storage servers
+ *   state    "format"      u32 KVC_META_FORMAT
+ *            "next_ino"    u64: the next inode id to give out
+ *            "next_target" u32: round-robin start for the next file
+ *
+ * Inode 1 is the root directory. Directory nlink is 2 + subdirectories;
+ * files have nlink 1 (no hard links yet). A directory's layout is the
+ * layout its new files inherit (first_target aside).
+ *
+ * Durability: the environment runs with MDB_NOSYNC, so a process crash
+ * (kill -9) loses no committed transaction; kvc_meta_store_sync, called
+ * periodically by kvc-meta, bounds what a power loss can take.
+ *
+ * Thread-safe: LMDB serializes write transactions; reads run in parallel.
+ */
+#ifndef KVC_META_STORE_H
+#define KVC_META_STORE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "wire.h"
+
+#define KVC_META_FORMAT 1
+#define KVC_META_ROOT 1
+
+struct kvc_meta_store;
+
+struct kvc_inode_record {
+	uint32_t magic; /* KVC_INODE_MAGIC */
+	uint32_t reserved;
+	uint64_t parent; /* directories: their parent, for cycle checks */
+	struct kvc_attr attr;
+};
+_Static_assert(sizeof(struct kvc_inode_record) == 88, "");
+#define KVC_INODE_MAGIC 0x444f4e49u /* "INOD" */
+
+/* Called by readdir for each entry; return non-zero to stop early. */
+typedef int (*kvc_meta_dirent_fn)(void *arg, const char *name, uint32_t name_len,
+                                  const struct kvc_attr *attr);
+
+/* Open (creating with a root directory when new) the store in dir.
+ * default_layout: chunk_size and stripe for the root; target_count: the
+ * cluster's target table size now. Returns 0, -EINVAL (another format),
+ * or -errno. */
+int kvc_meta_store_open(const char *dir, const struct kvc_layout *default_layout,
+                        struct kvc_meta_store **out);
+void kvc_meta_store_close(struct kvc_meta_store *store);
+int kvc_meta_store_sync(struct kvc_meta_store *store);
+
+/* Each returns 0 or -errno: -ENOENT (no such entry or inode), -ENOTDIR
+ * (parent is not a directory), -EEXIST, -EISDIR, -ENOTEMPTY, -EINVAL
+ * (bad name, rename into own subtree), -ENAMETOOLONG, -ENOSPC (database
+ * full), -EIO (corrupt record). */
+int kvc_meta_store_lookup(struct kvc_meta_store *store, uint64_t parent,
+                          const char *name, uint32_t name_len, struct kvc_attr *attr);
+int kvc_meta_store_getattr(struct kvc_meta_store *store, uint64_t ino,
+                           struct kvc_attr *attr);
+/* Create a regular file (mode's type bits are forced to S_IFREG). Without
+ * `exclusive`, an existing regular file is returned as is. */
+int kvc_meta_store_create(struct kvc_meta_store *store, uint64_t parent,
+                          const char *name, uint32_t name_len, uint32_t mode,
+                          uint32_t uid, uint32_t gid, bool exclusive,
+                          struct kvc_attr *attr);
+int kvc_meta_store_mkdir(struct kvc_meta_store *store, uint64_t parent,
+                         const char *name, uint32_t name_len, uint32_t mode,
+                         uint32_t uid, uint32_t gid, struct kvc_attr *attr);
+int kvc_meta_store_unlink(struct kvc_meta_store *store, uint64_t parent,
+                          const char *name, uint32_t name_len);
+int kvc_meta_store_rmdir(struct kvc_meta_store *store, uint64_t parent,
+                         const char *name, uint32_t name_len);
+int kvc_meta_store_rename(struct kvc_meta_store *store, uint64_t parent,
+                          const char *name, uint32_t name_len, uint64_t new_parent,
+                          const char *new_name, uint32_t new_name_len, uint32_t flags);
+/* List entries of directory ino after the name `after` (after_len 0: from
+ * the start), at most max. Returns the count; *more tells if more remain. */
+int kvc_meta_store_readdir(struct kvc_meta_store *store, uint64_t ino,
+                           const char *after, uint32_t after_len, uint32_t max,
+                           kvc_meta_dirent_fn fn, void *arg, bool *more);
+int kvc_meta_store_setattr(struct kvc_meta_store *store,
+                           const struct kvc_msg_setattr *request, struct kvc_attr *attr);
+/* size = max(size, new_size), mtime = now when it grew. */
+int kvc_meta_store_extend(struct kvc_meta_store *store, uint64_t ino, uint64_t size,
+                          struct kvc_attr *attr);
+int kvc_meta_store_count_inodes(struct kvc_meta_store *store, uint64_t *inodes);
+
+/* The collector's queue: up to max removed files (ino, layout). */
+int kvc_meta_store_gc_list(struct kvc_meta_store *store, uint64_t *inos,
+                           struct kvc_layout *layouts, int max);
+int kvc_meta_store_gc_done(struct kvc_meta_store *store, uint64_t ino);
+
+#endif

@@ -1,0 +1,24 @@
+/*
+ * meta service: the request handlers of kvc-meta. Decodes and checks each
+ * namespace RPC (names, lengths, masks) and runs it on the meta store.
+ * A size-reducing setattr first drops the cut-off bytes on the storage
+ * servers, so growing the file again later shows zeros, not old data.
+ */
+#ifndef KVC_META_SERVICE_H
+#define KVC_META_SERVICE_H
+
+#include "meta/collector.h"
+#include "meta/meta_store.h"
+#include "server.h"
+#include "storage_client.h"
+
+struct kvc_meta_service {
+	struct kvc_meta_store *store;
+	struct kvc_storage_client *storage;
+	struct kvc_meta_collector *collector;
+};
+
+int kvc_meta_service_handle(void *service, struct kvc_server_conn *conn,
+                            const struct kvc_wire_header *header);
+
+#endif

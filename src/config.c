@@ -1,0 +1,274 @@
+/* config: see config.h. */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "layout.h"
+
+enum section { SECTION_GLOBAL, SECTION_META, SECTION_STORAGE, SECTION_FUSE };
+
+struct parser {
+	struct kvc_config *config;
+	const char *origin;
+	int line;
+	enum section section;
+	char *err;
+	size_t err_size;
+};
+
+__attribute__((format(printf, 2, 3)))
+static int fail(struct parser *p, const char *fmt, ...)
+{
+	va_list ap;
+	int n = p->line > 0 ? snprintf(p->err, p->err_size, "%s:%d: ", p->origin, p->line)
+	                    : snprintf(p->err, p->err_size, "%s: ", p->origin);
+	va_start(ap, fmt);
+	if (n >= 0 && (size_t)n < p->err_size)
+		vsnprintf(p->err + n, p->err_size - (size_t)n, fmt, ap);
+	va_end(ap);
+	return -EINVAL;
+}
+
+static char *trim(char *s)
+{
+	while (isspace((unsigned char)*s))
+		s++;
+	char *end = s + strlen(s);
+	while (end > s && isspace((unsigned char)end[-1]))
+		*--end = '\0';
+	return s;
+}
+
+static int copy_string(struct parser *p, char *dst, size_t cap, const char *key,
+                       const char *value)
+{
+	if (strlen(value) >= cap)
+		return fail(p, "%s is too long (at most %zu bytes)", key, cap - 1);
+	strcpy(dst, value);
+	return 0;
+}
+
+static int parse_int(struct parser *p, const char *key, const char *value,
+                     long min, long max, long *out)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(value, &end, 0);
+	if (errno || end == value || *end != '\0' || v < min || v > max)
+		return fail(p, "%s must be an integer in [%ld, %ld], not '%s'", key, min,
+		            max, value);
+	*out = v;
+	return 0;
+}
+
+static int section_header(struct parser *p, char *text)
+{
+	struct kvc_config *c = p->config;
+	char *close = strchr(text, ']');
+	if (!close || close[1] != '\0')
+		return fail(p, "section header must end with ']'");
+	*close = '\0';
+	char *name = trim(text + 1);
+	if (strcmp(name, "meta") == 0) {
+		p->section = SECTION_META;
+	} else if (strcmp(name, "fuse") == 0) {
+		p->section = SECTION_FUSE;
+	} else if (strncmp(name, "storage", 7) == 0 && isspace((unsigned char)name[7])) {
+		char *server = trim(name + 7);
+		if (c->server_count == KVC_CONFIG_MAX_SERVERS)
+			return fail(p, "too many storage servers (at most %d)", KVC_CONFIG_MAX_SERVERS);
+		if (*server == '\0' || kvc_config_server_find(c, server))
+			return fail(p, "storage server name '%s' is empty or used twice", server);
+		struct kvc_config_server *s = &c->servers[c->server_count++];
+		p->section = SECTION_STORAGE;
+		s->first_target = c->target_count;
+		return copy_string(p, s->name, sizeof(s->name), "storage server name", server);
+	} else {
+		return fail(p, "unknown section [%s] (expected meta, storage NAME or fuse)", name);
+	}
+	return 0;
+}
+
+static int global_key(struct parser *p, const char *key, const char *value)
+{
+	struct kvc_config *c = p->config;
+	long v;
+	int rc;
+	if (strcmp(key, "token") == 0)
+		return copy_string(p, c->token, sizeof(c->token), key, value);
+	if (strcmp(key, "chunk_size") == 0) {
+		rc = parse_int(p, key, value, KVC_LAYOUT_MIN_CHUNK, KVC_LAYOUT_MAX_CHUNK, &v);
+		if (rc == 0 && (v & (v - 1)))
+			return fail(p, "chunk_size must be a power of two, not %ld", v);
+		c->chunk_size = (uint32_t)v;
+		return rc;
+	}
+	if (strcmp(key, "stripe") == 0) {
+		rc = parse_int(p, key, value, 1, KVC_WIRE_MAX_TARGETS, &v);
+		c->stripe = (uint32_t)v;
+		return rc;
+	}
+	if (strcmp(key, "connect_timeout_ms") == 0) {
+		rc = parse_int(p, key, value, 1, 600000, &v);
+		c->connect_timeout_ms = (int)v;
+		return rc;
+	}
+	if (strcmp(key, "io_timeout_ms") == 0) {
+		rc = parse_int(p, key, value, 1, 600000, &v);
+		c->io_timeout_ms = (int)v;
+		return rc;
+	}
+	return fail(p, "unknown key '%s'", key);
+}
+
+static int section_key(struct parser *p, const char *key, const char *value)
+{
+	struct kvc_config *c = p->config;
+	long v;
+	int rc;
+	switch (p->section) {
+	case SECTION_GLOBAL:
+		return global_key(p, key, value);
+	case SECTION_META:
+		if (strcmp(key, "address") == 0)
+			return copy_string(p, c->meta_address, sizeof(c->meta_address), key, value);
+		if (strcmp(key, "data") == 0)
+			return copy_string(p, c->meta_data, sizeof(c->meta_data), key, value);
+		if (strcmp(key, "sync_interval_ms") == 0) {
+			rc = parse_int(p, key, value, 0, 3600000, &v);
+			c->sync_interval_ms = (int)v;
+			return rc;
+		}
+		break;
+	case SECTION_STORAGE: {
+		struct kvc_config_server *s = &c->servers[c->server_count - 1];
+		if (strcmp(key, "address") == 0)
+			return copy_string(p, s->address, sizeof(s->address), key, value);
+		if (strcmp(key, "target") == 0) {
+			if (c->target_count == KVC_WIRE_MAX_TARGETS)
+				return fail(p, "too many targets (at most %d)", KVC_WIRE_MAX_TARGETS);
+			struct kvc_config_target *t = &c->targets[c->target_count++];
+			t->server = c->server_count - 1;
+			s->target_count++;
+			return copy_string(p, t->path, sizeof(t->path), key, value);
+		}
+		break;
+	}
+	case SECTION_FUSE:
+		if (strcmp(key, "mountpoint") == 0)
+			return copy_string(p, c->mountpoint, sizeof(c->mountpoint), key, value);
+		break;
+	}
+	return fail(p, "unknown key '%s' in this section", key);
+}
+
+static int check_whole(struct parser *p)
+{
+	struct kvc_config *c = p->config;
+	p->line = 0;
+	if (c->meta_address[0] == '\0')
+		return fail(p, "[meta] address is missing");
+	if (c->server_count == 0)
+		return fail(p, "no [storage NAME] section: a cluster needs at least one");
+	for (uint32_t i = 0; i < c->server_count; i++) {
+		if (c->servers[i].address[0] == '\0')
+			return fail(p, "[storage %s] address is missing", c->servers[i].name);
+		if (c->servers[i].target_count == 0)
+			return fail(p, "[storage %s] has no target", c->servers[i].name);
+	}
+	if (c->stripe > c->target_count)
+		return fail(p, "stripe %u is larger than the %u targets of the cluster",
+		            c->stripe, c->target_count);
+	return 0;
+}
+
+int kvc_config_parse(const char *text, const char *origin,
+                     struct kvc_config *config, char *err, size_t err_size)
+{
+	struct parser p = {config, origin, 0, SECTION_GLOBAL, err, err_size};
+	char line[PATH_MAX + 256];
+	int rc = 0;
+
+	memset(config, 0, sizeof(*config));
+	config->chunk_size = KVC_LAYOUT_DEFAULT_CHUNK;
+	config->stripe = 0; /* 0: all targets, set below */
+	config->connect_timeout_ms = 2000;
+	config->io_timeout_ms = 5000;
+	config->sync_interval_ms = 1000;
+	strcpy(config->mountpoint, "/mnt/kvc");
+
+	const char *cursor = text;
+	while (*cursor && rc == 0) {
+		const char *nl = strchr(cursor, '\n');
+		size_t len = nl ? (size_t)(nl - cursor) : strlen(cursor);
+		p.line++;
+		if (len >= sizeof(line))
+			return fail(&p, "line is too long");
+		memcpy(line, cursor, len);
+		line[len] = '\0';
+		cursor += len + (nl ? 1 : 0);
+
+		char *hash = strchr(line, '#');
+		if (hash)
+			*hash = '\0';
+		char *s = trim(line);
+		if (*s == '\0')
+			continue;
+		if (*s == '[') {
+			rc = section_header(&p, s);
+			continue;
+		}
+		char *eq = strchr(s, '=');
+		if (!eq)
+			return fail(&p, "expected 'key = value' or '[section]'");
+		*eq = '\0';
+		rc = section_key(&p, trim(s), trim(eq + 1));
+	}
+	if (rc < 0)
+		return rc;
+	rc = check_whole(&p);
+	if (rc == 0 && config->stripe == 0)
+		config->stripe = config->target_count;
+	return rc;
+}
+
+int kvc_config_load(const char *path, struct kvc_config *config, char *err,
+                    size_t err_size)
+{
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		int rc = -errno;
+		snprintf(err, err_size, "%s: cannot read: %s", path, strerror(errno));
+		return rc;
+	}
+	char *text = NULL;
+	size_t size = 0;
+	FILE *mem = open_memstream(&text, &size);
+	char buf[4096];
+	size_t got;
+	while (mem && (got = fread(buf, 1, sizeof(buf), f)) > 0)
+		fwrite(buf, 1, got, mem);
+	fclose(f);
+	if (!mem) {
+		snprintf(err, err_size, "%s: out of memory", path);
+		return -ENOMEM;
+	}
+	fclose(mem);
+	int rc = kvc_config_parse(text, path, config, err, err_size);
+	free(text);
+	return rc;
+}
+
+const struct kvc_config_server *kvc_config_server_find(const struct kvc_config *config,
+                                                       const char *name)
+{
+	for (uint32_t i = 0; i < config->server_count; i++)
+		if (strcmp(config->servers[i].name, name) == 0)
+			return &config->servers[i];
+	return NULL;
+}

@@ -1,0 +1,76 @@
+/*
+ * config: the cluster file every daemon and tool reads. An INI-like text:
+ *
+ *   token = s3cret              # optional shared cluster token
+ *   chunk_size = 1048576        # default layout for new files
+ *   stripe = 3
+ *   connect_timeout_ms = 2000   # client side bounds: nothing hangs
+ *   io_timeout_ms = 5000
+ *   [meta]
+ *   address = 127.0.0.1:9000
+ *   data = /var/lib/kvc/meta    # LMDB directory
+ *   sync_interval_ms = 1000     # background fsync of LMDB
+ *   [storage s1]                # one section per storage server
+ *   address = 127.0.0.1:9101
+ *   target = /var/lib/kvc/s1/t0 # one or more; ids follow file order
+ *   [fuse]
+ *   mountpoint = /mnt/kvc
+ *
+ * Target ids are the order in which targets appear in the file; the table
+ * may only grow (existing files keep their layout). kvc_config_load checks
+ * everything and says what is wrong, with the line, in the error buffer.
+ */
+#ifndef KVC_CONFIG_H
+#define KVC_CONFIG_H
+
+#include <limits.h>
+#include <stdint.h>
+
+#include "net.h"
+#include "wire.h"
+
+#define KVC_CONFIG_MAX_SERVERS 32
+#define KVC_CONFIG_NAME_MAX 64
+
+struct kvc_config_server {
+	char name[KVC_CONFIG_NAME_MAX];
+	char address[KVC_NET_ADDRESS_MAX];
+	uint32_t first_target;
+	uint32_t target_count;
+};
+
+struct kvc_config_target {
+	char path[PATH_MAX];
+	uint32_t server; /* index into servers */
+};
+
+struct kvc_config {
+	char token[KVC_WIRE_MAX_TOKEN + 1];
+	uint32_t chunk_size;
+	uint32_t stripe;
+	int connect_timeout_ms;
+	int io_timeout_ms;
+	char meta_address[KVC_NET_ADDRESS_MAX];
+	char meta_data[PATH_MAX];
+	int sync_interval_ms;
+	char mountpoint[PATH_MAX];
+	uint32_t server_count;
+	struct kvc_config_server servers[KVC_CONFIG_MAX_SERVERS];
+	uint32_t target_count;
+	struct kvc_config_target targets[KVC_WIRE_MAX_TARGETS];
+};
+
+/* Parse and check a cluster file. Returns 0, or -ENOENT/-EACCES when it
+ * cannot be read, -EINVAL with a message ("path:line: what") in err. */
+int kvc_config_load(const char *path, struct kvc_config *config, char *err,
+                    size_t err_size);
+
+/* Parse from a string (tests); `origin` names it in messages. */
+int kvc_config_parse(const char *text, const char *origin,
+                     struct kvc_config *config, char *err, size_t err_size);
+
+/* The storage server named `name`, or NULL. */
+const struct kvc_config_server *kvc_config_server_find(const struct kvc_config *config,
+                                                       const char *name);
+
+#endif

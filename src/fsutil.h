@@ -1,0 +1,11 @@
+/*
+ * fsutil: small filesystem helpers shared by the daemons. Stateless.
+ */
+#ifndef KVC_FSUTIL_H
+#define KVC_FSUTIL_H
+
+/* mkdir -p: create path and its missing parents with mode. Returns 0
+ * (also when it exists as a directory), -ENOTDIR, -ENAMETOOLONG, -errno. */
+int kvc_fsutil_mkdirs(const char *path, unsigned mode);
+
+#endif

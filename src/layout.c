@@ -1,0 +1,65 @@
+/* layout: see layout.h. */
+#include "layout.h"
+
+#include <errno.h>
+
+int kvc_layout_check(const struct kvc_layout *layout)
+{
+	uint32_t cs = layout->chunk_size;
+	if (cs < KVC_LAYOUT_MIN_CHUNK || cs > KVC_LAYOUT_MAX_CHUNK || (cs & (cs - 1)))
+		return -EINVAL;
+	if (layout->target_count == 0 || layout->target_count > KVC_WIRE_MAX_TARGETS)
+		return -EINVAL;
+	if (layout->stripe == 0 || layout->stripe > layout->target_count)
+		return -EINVAL;
+	if (layout->first_target >= layout->target_count)
+		return -EINVAL;
+	return 0;
+}
+
+uint32_t kvc_layout_target(const struct kvc_layout *layout, uint64_t chunk)
+{
+	uint64_t slot = layout->first_target + chunk % layout->stripe;
+	return (uint32_t)(slot % layout->target_count);
+}
+
+int kvc_layout_split(const struct kvc_layout *layout, uint64_t offset,
+                     uint64_t length, struct kvc_layout_piece *pieces,
+                     int max_pieces)
+{
+	uint64_t cs = layout->chunk_size;
+	int count = 0;
+
+	if (offset > KVC_LAYOUT_MAX_FILE_SIZE ||
+	    length > KVC_LAYOUT_MAX_FILE_SIZE - offset)
+		return -EFBIG;
+	uint64_t done = 0;
+	while (done < length) {
+		uint64_t pos = offset + done;
+		uint64_t chunk = pos / cs;
+		uint64_t in_chunk = pos % cs;
+		uint64_t step = cs - in_chunk;
+		if (step > length - done)
+			step = length - done;
+		if (count == max_pieces)
+			return -E2BIG;
+		pieces[count++] = (struct kvc_layout_piece){
+			.chunk = (uint32_t)chunk,
+			.target = kvc_layout_target(layout, chunk),
+			.chunk_offset = (uint32_t)in_chunk,
+			.length = (uint32_t)step,
+			.buffer_offset = done,
+		};
+		done += step;
+	}
+	return count;
+}
+
+int kvc_layout_targets(const struct kvc_layout *layout, uint32_t *targets,
+                       int max_targets)
+{
+	int count = 0;
+	for (uint32_t i = 0; i < layout->stripe && count < max_targets; i++)
+		targets[count++] = kvc_layout_target(layout, i);
+	return count;
+}

@@ -1,0 +1,212 @@
+/* meta_client: see meta_client.h. */
+#include "meta_client.h"
+
+#include <errno.h>
+#include <string.h>
+
+int kvc_meta_client_init(struct kvc_meta_client *client, const struct kvc_config *config)
+{
+	return kvc_rpc_pool_init(&client->pool, config->meta_address, config->token,
+	                         config->connect_timeout_ms, config->io_timeout_ms);
+}
+
+void kvc_meta_client_destroy(struct kvc_meta_client *client)
+{
+	kvc_rpc_pool_destroy(&client->pool);
+}
+
+/* A call whose reply is one kvc_attr (or nothing when attr is NULL). */
+static int call_attr(struct kvc_meta_client *client, uint16_t type, const void *body,
+                     uint32_t body_len, struct kvc_attr *attr)
+{
+	struct kvc_attr reply;
+	uint32_t len = 0;
+	int rc = kvc_rpc_call(&client->pool, type, body, body_len, &reply, sizeof(reply), &len);
+	if (rc < 0)
+		return kvc_rpc_is_transport_error(rc) ? -EIO : rc;
+	if (attr) {
+		if (len != sizeof(reply))
+			return -EIO;
+		*attr = reply;
+	}
+	return 0;
+}
+
+/* Bodies of (fixed struct, name...) messages. */
+struct named_body {
+	uint8_t bytes[64 + 2 * (KVC_WIRE_MAX_NAME + 1)];
+	uint32_t len;
+};
+
+static int append(struct named_body *b, const void *data, size_t len)
+{
+	if (b->len + len > sizeof(b->bytes))
+		return -ENAMETOOLONG;
+	memcpy(b->bytes + b->len, data, len);
+	b->len += (uint32_t)len;
+	return 0;
+}
+
+static int name_len(const char *name, uint32_t *len)
+{
+	size_t n = strlen(name);
+	if (n > KVC_WIRE_MAX_NAME)
+		return -ENAMETOOLONG;
+	*len = (uint32_t)n;
+	return 0;
+}
+
+static int call_name(struct kvc_meta_client *client, uint16_t type, uint64_t parent,
+                     const char *name, struct kvc_attr *attr)
+{
+	struct named_body b = {.len = 0};
+	struct kvc_msg_name m = {.parent = parent};
+	int rc = name_len(name, &m.name_len);
+	if (rc == 0)
+		rc = append(&b, &m, sizeof(m));
+	if (rc == 0)
+		rc = append(&b, name, m.name_len);
+	return rc < 0 ? rc : call_attr(client, type, b.bytes, b.len, attr);
+}
+
+int kvc_meta_client_lookup(struct kvc_meta_client *client, uint64_t parent,
+                           const char *name, struct kvc_attr *attr)
+{
+	return call_name(client, KVC_MSG_LOOKUP, parent, name, attr);
+}
+
+int kvc_meta_client_getattr(struct kvc_meta_client *client, uint64_t ino,
+                            struct kvc_attr *attr)
+{
+	struct kvc_msg_ino m = {ino};
+	return call_attr(client, KVC_MSG_GETATTR, &m, sizeof(m), attr);
+}
+
+static int call_create(struct kvc_meta_client *client, uint16_t type, uint64_t parent,
+                       const char *name, uint32_t mode, uint32_t uid, uint32_t gid,
+                       uint32_t flags, struct kvc_attr *attr)
+{
+	struct named_body b = {.len = 0};
+	struct kvc_msg_create m = {.parent = parent, .mode = mode, .uid = uid, .gid = gid,
+	                           .flags = flags};
+	int rc = name_len(name, &m.name_len);
+	if (rc == 0)
+		rc = append(&b, &m, sizeof(m));
+	if (rc == 0)
+		rc = append(&b, name, m.name_len);
+	return rc < 0 ? rc : call_attr(client, type, b.bytes, b.len, attr);
+}
+
+int kvc_meta_client_create(struct kvc_meta_client *client, uint64_t parent,
+                           const char *name, uint32_t mode, uint32_t uid, uint32_t gid,
+                           bool exclusive, struct kvc_attr *attr)
+{
+	return call_create(client, KVC_MSG_CREATE, parent, name, mode, uid, gid,
+	                   exclusive ? KVC_CREATE_EXCL : 0, attr);
+}
+
+int kvc_meta_client_mkdir(struct kvc_meta_client *client, uint64_t parent,
+                          const char *name, uint32_t mode, uint32_t uid, uint32_t gid,
+                          struct kvc_attr *attr)
+{
+	return call_create(client, KVC_MSG_MKDIR, parent, name, mode, uid, gid, 0, attr);
+}
+
+int kvc_meta_client_unlink(struct kvc_meta_client *client, uint64_t parent,
+                           const char *name)
+{
+	return call_name(client, KVC_MSG_UNLINK, parent, name, NULL);
+}
+
+int kvc_meta_client_rmdir(struct kvc_meta_client *client, uint64_t parent,
+                          const char *name)
+{
+	return call_name(client, KVC_MSG_RMDIR, parent, name, NULL);
+}
+
+int kvc_meta_client_rename(struct kvc_meta_client *client, uint64_t parent,
+                           const char *name, uint64_t new_parent, const char *new_name,
+                           uint32_t flags)
+{
+	struct named_body b = {.len = 0};
+	struct kvc_msg_rename m = {.parent = parent, .new_parent = new_parent, .flags = flags};
+	int rc = name_len(name, &m.name_len);
+	if (rc == 0)
+		rc = name_len(new_name, &m.new_name_len);
+	if (rc == 0)
+		rc = append(&b, &m, sizeof(m));
+	if (rc == 0)
+		rc = append(&b, name, m.name_len);
+	if (rc == 0)
+		rc = append(&b, new_name, m.new_name_len);
+	return rc < 0 ? rc : call_attr(client, KVC_MSG_RENAME, b.bytes, b.len, NULL);
+}
+
+int kvc_meta_client_readdir(struct kvc_meta_client *client, uint64_t ino,
+                            const char *after, uint32_t max, struct kvc_meta_dirents *out)
+{
+	struct named_body b = {.len = 0};
+	struct kvc_msg_readdir m = {.ino = ino, .max_entries = max};
+	int rc = name_len(after, &m.after_len);
+	if (rc == 0)
+		rc = append(&b, &m, sizeof(m));
+	if (rc == 0)
+		rc = append(&b, after, m.after_len);
+	if (rc < 0)
+		return rc;
+	rc = kvc_rpc_call(&client->pool, KVC_MSG_READDIR, b.bytes, b.len, out->body,
+	                  sizeof(out->body), &out->body_len);
+	if (rc < 0)
+		return kvc_rpc_is_transport_error(rc) ? -EIO : rc;
+	struct kvc_msg_readdir_reply head;
+	if (out->body_len < sizeof(head))
+		return -EIO;
+	memcpy(&head, out->body, sizeof(head));
+	out->count = head.count;
+	out->more = head.more != 0;
+	out->cursor = sizeof(head);
+	return 0;
+}
+
+int kvc_meta_client_dirent_next(struct kvc_meta_dirents *page, const char **name,
+                                uint32_t *name_len_out, struct kvc_attr *attr)
+{
+	if (page->cursor >= page->body_len)
+		return 0;
+	const struct kvc_msg_dirent *d = kvc_wire_body_take(page->body, page->body_len,
+	                                                    &page->cursor, sizeof(*d));
+	if (!d || d->name_len == 0 || d->name_len > KVC_WIRE_MAX_NAME)
+		return -EBADMSG;
+	uint32_t padded = (d->name_len + 7u) & ~7u;
+	const char *n = kvc_wire_body_take(page->body, page->body_len, &page->cursor, padded);
+	if (!n)
+		return -EBADMSG;
+	*name = n;
+	*name_len_out = d->name_len;
+	*attr = d->attr;
+	return 1;
+}
+
+int kvc_meta_client_setattr(struct kvc_meta_client *client,
+                            const struct kvc_msg_setattr *request, struct kvc_attr *attr)
+{
+	return call_attr(client, KVC_MSG_SETATTR, request, sizeof(*request), attr);
+}
+
+int kvc_meta_client_extend(struct kvc_meta_client *client, uint64_t ino, uint64_t size,
+                           struct kvc_attr *attr)
+{
+	struct kvc_msg_extend m = {ino, size};
+	return call_attr(client, KVC_MSG_EXTEND_SIZE, &m, sizeof(m), attr);
+}
+
+int kvc_meta_client_statfs(struct kvc_meta_client *client,
+                           struct kvc_msg_statfs_reply *reply)
+{
+	uint32_t len = 0;
+	int rc = kvc_rpc_call(&client->pool, KVC_MSG_STATFS, NULL, 0, reply, sizeof(*reply),
+	                      &len);
+	if (rc < 0)
+		return kvc_rpc_is_transport_error(rc) ? -EIO : rc;
+	return len == sizeof(*reply) ? 0 : -EIO;
+}

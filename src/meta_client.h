@@ -1,0 +1,64 @@
+/*
+ * meta_client: typed calls to kvc-meta's namespace RPCs over a connection
+ * pool. Each returns the server's answer (0 or -errno such as -ENOENT,
+ * -EEXIST, -ENOTEMPTY) or -EIO when kvc-meta cannot be reached within the
+ * cluster's timeouts. Thread-safe.
+ */
+#ifndef KVC_META_CLIENT_H
+#define KVC_META_CLIENT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "rpc.h"
+
+struct kvc_meta_client {
+	struct kvc_rpc_pool pool;
+};
+
+/* A page of directory entries as kvc-meta sent it; walk it with
+ * kvc_meta_client_dirent_next. */
+struct kvc_meta_dirents {
+	uint32_t count;
+	bool more;
+	uint32_t body_len;
+	uint32_t cursor;
+	uint8_t body[KVC_WIRE_MAX_BODY];
+};
+
+int kvc_meta_client_init(struct kvc_meta_client *client, const struct kvc_config *config);
+void kvc_meta_client_destroy(struct kvc_meta_client *client);
+
+int kvc_meta_client_lookup(struct kvc_meta_client *client, uint64_t parent,
+                           const char *name, struct kvc_attr *attr);
+int kvc_meta_client_getattr(struct kvc_meta_client *client, uint64_t ino,
+                            struct kvc_attr *attr);
+int kvc_meta_client_create(struct kvc_meta_client *client, uint64_t parent,
+                           const char *name, uint32_t mode, uint32_t uid, uint32_t gid,
+                           bool exclusive, struct kvc_attr *attr);
+int kvc_meta_client_mkdir(struct kvc_meta_client *client, uint64_t parent,
+                          const char *name, uint32_t mode, uint32_t uid, uint32_t gid,
+                          struct kvc_attr *attr);
+int kvc_meta_client_unlink(struct kvc_meta_client *client, uint64_t parent,
+                           const char *name);
+int kvc_meta_client_rmdir(struct kvc_meta_client *client, uint64_t parent,
+                          const char *name);
+int kvc_meta_client_rename(struct kvc_meta_client *client, uint64_t parent,
+                           const char *name, uint64_t new_parent, const char *new_name,
+                           uint32_t flags);
+/* Fetch up to max entries of ino after name `after` ("" for the start). */
+int kvc_meta_client_readdir(struct kvc_meta_client *client, uint64_t ino,
+                            const char *after, uint32_t max, struct kvc_meta_dirents *out);
+/* The next entry of a page: 1 and (name, name_len, attr), 0 at the end,
+ * -EBADMSG for a malformed page. */
+int kvc_meta_client_dirent_next(struct kvc_meta_dirents *page, const char **name,
+                                uint32_t *name_len, struct kvc_attr *attr);
+int kvc_meta_client_setattr(struct kvc_meta_client *client,
+                            const struct kvc_msg_setattr *request, struct kvc_attr *attr);
+int kvc_meta_client_extend(struct kvc_meta_client *client, uint64_t ino, uint64_t size,
+                           struct kvc_attr *attr);
+int kvc_meta_client_statfs(struct kvc_meta_client *client,
+                           struct kvc_msg_statfs_reply *reply);
+
+#endif

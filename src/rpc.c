@@ -1,0 +1,148 @@
+/* rpc: see rpc.h. */
+#include "rpc.h"
+
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+int kvc_rpc_pool_init(struct kvc_rpc_pool *pool, const char *address,
+                      const char *token, int connect_timeout_ms, int io_timeout_ms)
+{
+	memset(pool, 0, sizeof(*pool));
+	if (strlen(address) >= sizeof(pool->address) || strlen(token) >= sizeof(pool->token))
+		return -EINVAL;
+	strcpy(pool->address, address);
+	strcpy(pool->token, token);
+	pool->connect_timeout_ms = connect_timeout_ms;
+	pool->io_timeout_ms = io_timeout_ms;
+	atomic_init(&pool->next_request_id, 1);
+	return -pthread_mutex_init(&pool->lock, NULL);
+}
+
+void kvc_rpc_pool_destroy(struct kvc_rpc_pool *pool)
+{
+	kvc_rpc_pool_drain(pool);
+	pthread_mutex_destroy(&pool->lock);
+}
+
+void kvc_rpc_pool_drain(struct kvc_rpc_pool *pool)
+{
+	pthread_mutex_lock(&pool->lock);
+	for (int i = 0; i < pool->idle_count; i++)
+		close(pool->idle[i]);
+	pool->idle_count = 0;
+	pthread_mutex_unlock(&pool->lock);
+}
+
+uint64_t kvc_rpc_next_id(struct kvc_rpc_pool *pool)
+{
+	return atomic_fetch_add(&pool->next_request_id, 1);
+}
+
+static int greet(struct kvc_rpc_pool *pool, int fd)
+{
+	struct {
+		struct kvc_msg_hello hello;
+		char token[KVC_WIRE_MAX_TOKEN];
+	} body;
+	uint32_t token_len = (uint32_t)strlen(pool->token);
+	body.hello = (struct kvc_msg_hello){KVC_WIRE_VERSION, token_len};
+	memcpy(body.token, pool->token, token_len);
+
+	struct kvc_wire_header h;
+	kvc_wire_header_init(&h, KVC_MSG_HELLO, kvc_rpc_next_id(pool), 0,
+	                     (uint32_t)sizeof(body.hello) + token_len, 0);
+	int rc = kvc_wire_send(fd, &h, &body, NULL, 0);
+	if (rc == 0)
+		rc = kvc_wire_recv(fd, &h, NULL, 0);
+	return rc < 0 ? rc : h.status;
+}
+
+int kvc_rpc_pool_get(struct kvc_rpc_pool *pool, bool *reused)
+{
+	pthread_mutex_lock(&pool->lock);
+	int fd = pool->idle_count > 0 ? pool->idle[--pool->idle_count] : -1;
+	pthread_mutex_unlock(&pool->lock);
+	*reused = fd >= 0;
+	if (fd >= 0)
+		return fd;
+
+	fd = kvc_net_connect(pool->address, pool->connect_timeout_ms, pool->io_timeout_ms);
+	if (fd < 0)
+		return fd;
+	int rc = greet(pool, fd);
+	if (rc < 0) {
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
+void kvc_rpc_pool_put(struct kvc_rpc_pool *pool, int fd, bool healthy)
+{
+	if (healthy) {
+		pthread_mutex_lock(&pool->lock);
+		if (pool->idle_count < KVC_RPC_MAX_IDLE) {
+			pool->idle[pool->idle_count++] = fd;
+			fd = -1;
+		}
+		pthread_mutex_unlock(&pool->lock);
+	}
+	if (fd >= 0)
+		close(fd);
+}
+
+bool kvc_rpc_is_transport_error(int rc)
+{
+	switch (rc) {
+	case -ECONNREFUSED: case -ECONNRESET: case -ECONNABORTED: case -EPIPE:
+	case -ETIMEDOUT: case -EHOSTUNREACH: case -ENETUNREACH: case -EPROTO:
+	case -EMSGSIZE: case -ENOTCONN: case -EBADMSG:
+		return true;
+	default:
+		return false;
+	}
+}
+
+static int exchange(struct kvc_rpc_pool *pool, int fd, uint16_t type,
+                    const void *body, uint32_t body_len, void *reply,
+                    uint32_t reply_cap, uint32_t *reply_len, int *status)
+{
+	struct kvc_wire_header h;
+	uint64_t id = kvc_rpc_next_id(pool);
+	kvc_wire_header_init(&h, type, id, 0, body_len, 0);
+	int rc = kvc_wire_send(fd, &h, body, NULL, 0);
+	if (rc == 0)
+		rc = kvc_wire_recv(fd, &h, reply, reply_cap);
+	if (rc == 0 && (h.request_id != id || h.type != type || h.data_len != 0))
+		rc = -EBADMSG;
+	if (rc == 0) {
+		*status = h.status;
+		if (reply_len)
+			*reply_len = h.body_len;
+	}
+	return rc;
+}
+
+int kvc_rpc_call(struct kvc_rpc_pool *pool, uint16_t type, const void *body,
+                 uint32_t body_len, void *reply, uint32_t reply_cap,
+                 uint32_t *reply_len)
+{
+	for (int attempt = 0;; attempt++) {
+		bool reused;
+		int status = 0;
+		int fd = kvc_rpc_pool_get(pool, &reused);
+		if (fd < 0)
+			return fd;
+		int rc = exchange(pool, fd, type, body, body_len, reply, reply_cap,
+		                  reply_len, &status);
+		kvc_rpc_pool_put(pool, fd, rc == 0);
+		if (rc == 0)
+			return status;
+		/* A reused connection may have died with a restarted server; then
+		 * every idle one did too: drop them all and retry once. */
+		if (!(reused && attempt == 0 && (rc == -ECONNRESET || rc == -EPIPE)))
+			return rc;
+		kvc_rpc_pool_drain(pool);
+	}
+}

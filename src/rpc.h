@@ -1,0 +1,67 @@
+/*
+ * rpc: client connections to one kvcfs server (kvc-meta or a kvc-storage).
+ * A pool keeps idle, already greeted connections to one address; a caller
+ * takes one for a request and gives it back when the exchange completed
+ * cleanly, or drops it after any transport error, so a connection is never
+ * reused in an unknown state. Thread-safe; many requests to one server run
+ * in parallel on separate connections.
+ *
+ * Every connect and every send/receive is bounded by the pool's timeouts,
+ * so a dead or stopped server turns into -ECONNREFUSED / -ETIMEDOUT, never
+ * a hang.
+ */
+#ifndef KVC_RPC_H
+#define KVC_RPC_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "net.h"
+#include "wire.h"
+
+#define KVC_RPC_MAX_IDLE 64
+
+struct kvc_rpc_pool {
+	char address[KVC_NET_ADDRESS_MAX];
+	char token[KVC_WIRE_MAX_TOKEN + 1];
+	int connect_timeout_ms;
+	int io_timeout_ms;
+	pthread_mutex_t lock; /* protects idle and idle_count */
+	int idle[KVC_RPC_MAX_IDLE];
+	int idle_count;
+	atomic_uint_fast64_t next_request_id;
+};
+
+int kvc_rpc_pool_init(struct kvc_rpc_pool *pool, const char *address,
+                      const char *token, int connect_timeout_ms, int io_timeout_ms);
+void kvc_rpc_pool_destroy(struct kvc_rpc_pool *pool);
+
+/* A greeted connection: an idle one, or a new one (connect + HELLO).
+ * *reused says which. Returns the fd, or -ECONNREFUSED, -ETIMEDOUT,
+ * -EACCES (token refused), -EPROTO (version refused), -errno. */
+int kvc_rpc_pool_get(struct kvc_rpc_pool *pool, bool *reused);
+
+/* Give a connection back (healthy) or close it (after any error). */
+void kvc_rpc_pool_put(struct kvc_rpc_pool *pool, int fd, bool healthy);
+
+/* Close every idle connection (after the server was seen restarting). */
+void kvc_rpc_pool_drain(struct kvc_rpc_pool *pool);
+
+/* A request id for a new frame. */
+uint64_t kvc_rpc_next_id(struct kvc_rpc_pool *pool);
+
+/* One exchange without data sections: send (type, body), receive the reply
+ * body into reply (capacity reply_cap), *reply_len its length. A stale
+ * idle connection (the server restarted) is retried once on a new one.
+ * Returns the server's status (0 or -errno) or a transport -errno. */
+int kvc_rpc_call(struct kvc_rpc_pool *pool, uint16_t type, const void *body,
+                 uint32_t body_len, void *reply, uint32_t reply_cap,
+                 uint32_t *reply_len);
+
+/* True for errors that mean "the server could not be reached or the
+ * connection broke", as opposed to an answer from the server. */
+bool kvc_rpc_is_transport_error(int rc);
+
+#endif

@@ -1,0 +1,188 @@
+/* server: see server.h. */
+#include "server.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "net.h"
+
+#define INITIAL_BODY (64u << 10)
+
+struct conn_start {
+	struct kvc_server *server;
+	int fd;
+};
+
+int kvc_server_reply(struct kvc_server_conn *conn,
+                     const struct kvc_wire_header *request, int32_t status,
+                     const void *body, uint32_t body_len)
+{
+	struct kvc_wire_header h;
+	kvc_wire_header_init(&h, request->type, request->request_id, status,
+	                     status == 0 ? body_len : 0, 0);
+	return kvc_wire_send(conn->fd, &h, body, NULL, 0);
+}
+
+/* Grow the body buffer to hold the announced body (bounded by the wire
+ * limit, already checked by kvc_wire_header_check). */
+static int ensure_body(struct kvc_server_conn *conn, uint32_t need)
+{
+	if (need <= conn->body_capacity)
+		return 0;
+	void *grown = realloc(conn->body, need);
+	if (!grown)
+		return -ENOMEM;
+	conn->body = grown;
+	conn->body_capacity = need;
+	return 0;
+}
+
+static int recv_frame(struct kvc_server_conn *conn, struct kvc_wire_header *h)
+{
+	int rc = kvc_wire_recv_exact(conn->fd, h, sizeof(*h));
+	if (rc < 0)
+		return rc;
+	rc = kvc_wire_header_check(h);
+	if (rc < 0)
+		return rc;
+	rc = ensure_body(conn, h->body_len);
+	if (rc == 0 && h->body_len)
+		rc = kvc_wire_recv_exact(conn->fd, conn->body, h->body_len);
+	return rc;
+}
+
+/* HELLO: version and token must match. Returns 0 when accepted. */
+static int handshake(struct kvc_server *server, struct kvc_server_conn *conn)
+{
+	struct kvc_wire_header h;
+	int rc = recv_frame(conn, &h);
+	if (rc < 0)
+		return rc;
+	uint32_t off = 0;
+	const struct kvc_msg_hello *hello =
+		kvc_wire_body_take(conn->body, h.body_len, &off, sizeof(*hello));
+	if (h.type != KVC_MSG_HELLO || !hello || h.data_len)
+		return -EPROTO;
+	const char *token = kvc_wire_body_take(conn->body, h.body_len, &off, hello->token_len);
+	int status = 0;
+	if (!token || hello->token_len > KVC_WIRE_MAX_TOKEN)
+		status = -EPROTO;
+	else if (hello->version != KVC_WIRE_VERSION)
+		status = -EPROTO;
+	else if (strlen(server->token) != hello->token_len ||
+	         memcmp(server->token, token, hello->token_len) != 0)
+		status = -EACCES;
+	kvc_server_reply(conn, &h, status, NULL, 0);
+	return status;
+}
+
+static void *conn_main(void *arg)
+{
+	struct conn_start start = *(struct conn_start *)arg;
+	struct kvc_server *server = start.server;
+	struct kvc_server_conn conn = {.fd = start.fd};
+	free(arg);
+
+	int rc = handshake(server, &conn);
+	if (rc == -EACCES)
+		kvc_log_warn("%s: connection refused: wrong cluster token", server->name);
+	while (rc == 0) {
+		struct kvc_wire_header h;
+		rc = recv_frame(&conn, &h);
+		if (rc < 0)
+			break;
+		rc = server->handle(server->service, &conn, &h);
+	}
+	if (rc != -ECONNRESET && rc != 0)
+		kvc_log_info("%s: closing connection: %s", server->name, strerror(-rc));
+	if (server->cleanup)
+		server->cleanup(server->service, &conn);
+	free(conn.body);
+	close(conn.fd);
+	atomic_fetch_sub(&server->connections, 1);
+	return NULL;
+}
+
+int kvc_server_run(struct kvc_server *server)
+{
+	for (;;) {
+		int fd = accept4(server->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE ||
+			    errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+				if (errno != EINTR && errno != ECONNABORTED)
+					usleep(10000); /* out of resources: back off */
+				continue;
+			}
+			return -errno;
+		}
+		if (atomic_fetch_add(&server->connections, 1) >= server->max_connections) {
+			atomic_fetch_sub(&server->connections, 1);
+			kvc_log_warn("%s: too many connections, refusing one", server->name);
+			close(fd);
+			continue;
+		}
+		kvc_net_setup_accepted(fd);
+		struct conn_start *start = malloc(sizeof(*start));
+		pthread_t thread;
+		pthread_attr_t attr;
+		pthread_attr_init(&attr);
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		pthread_attr_setstacksize(&attr, 256 << 10);
+		if (!start) {
+			close(fd);
+			atomic_fetch_sub(&server->connections, 1);
+		} else {
+			*start = (struct conn_start){server, fd};
+			if (pthread_create(&thread, &attr, conn_main, start) != 0) {
+				free(start);
+				close(fd);
+				atomic_fetch_sub(&server->connections, 1);
+			}
+		}
+		pthread_attr_destroy(&attr);
+	}
+}
+
+struct signal_waiter {
+	sigset_t set;
+	void (*on_stop)(void *);
+	void *arg;
+};
+
+static void *signal_main(void *arg)
+{
+	struct signal_waiter *w = arg;
+	int sig = 0;
+	sigwait(&w->set, &sig);
+	kvc_log_info("signal %d: stopping", sig);
+	if (w->on_stop)
+		w->on_stop(w->arg);
+	exit(0);
+}
+
+int kvc_server_handle_signals(void (*on_stop)(void *), void *arg)
+{
+	/* Owned by the process for its whole life: the waiter thread reads it. */
+	static struct signal_waiter waiter;
+	pthread_t thread;
+	sigemptyset(&waiter.set);
+	sigaddset(&waiter.set, SIGINT);
+	sigaddset(&waiter.set, SIGTERM);
+	sigaddset(&waiter.set, SIGHUP);
+	waiter.on_stop = on_stop;
+	waiter.arg = arg;
+	int rc = pthread_sigmask(SIG_BLOCK, &waiter.set, NULL);
+	if (rc == 0)
+		rc = pthread_create(&thread, NULL, signal_main, &waiter);
+	if (rc == 0)
+		pthread_detach(thread);
+	signal(SIGPIPE, SIG_IGN);
+	return -rc;
+}

@@ -1,0 +1,58 @@
+/*
+ * server: the accept loop and connection threads shared by kvc-meta and
+ * kvc-storage. One thread per connection (a connection is a long-lived
+ * client such as kvc-fuse's pooled socket, so this is a handful of threads
+ * per client); at most max_connections at once, more are closed at accept.
+ *
+ * Each connection must start with HELLO: a wrong version is answered
+ * -EPROTO, a wrong token -EACCES, and the connection is closed. After that,
+ * every frame goes to the service's handler. A handler replies itself (it
+ * owns the data section) and returns 0, or returns -errno for a protocol
+ * error, after which the server closes that connection and nothing else.
+ */
+#ifndef KVC_SERVER_H
+#define KVC_SERVER_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "wire.h"
+
+struct kvc_server_conn {
+	int fd;
+	void *body;        /* received body; capacity body_capacity */
+	size_t body_capacity;
+	void *service_state; /* per-connection state owned by the service */
+};
+
+typedef int (*kvc_server_handler)(void *service, struct kvc_server_conn *conn,
+                                  const struct kvc_wire_header *header);
+typedef void (*kvc_server_conn_cleanup)(void *service, struct kvc_server_conn *conn);
+
+struct kvc_server {
+	int listen_fd;
+	const char *token; /* "" when none is required */
+	int max_connections;
+	kvc_server_handler handle;
+	kvc_server_conn_cleanup cleanup; /* may be NULL */
+	void *service;
+	atomic_int connections;
+	const char *name; /* for logs */
+};
+
+/* Accept connections forever (until listen_fd is shut down), each served
+ * on its own detached thread. Returns -errno when accept fails for good. */
+int kvc_server_run(struct kvc_server *server);
+
+/* Reply with a status and a body, no data. Returns 0 or -errno. */
+int kvc_server_reply(struct kvc_server_conn *conn,
+                     const struct kvc_wire_header *request, int32_t status,
+                     const void *body, uint32_t body_len);
+
+/* Block SIGINT/SIGTERM/SIGHUP in the calling thread (call before creating
+ * threads) and start a thread that calls on_stop(arg) then exits the
+ * process with status 0 when one arrives. Returns 0 or -errno. */
+int kvc_server_handle_signals(void (*on_stop)(void *), void *arg);
+
+#endif

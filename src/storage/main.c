@@ -1,0 +1,100 @@
+/*
+ * kvc-storage: a storage server. Serves the targets of one [storage NAME]
+ * section of the cluster file over the binary protocol.
+ *
+ *   kvc-storage --config FILE --name NAME [--verbose]
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "log.h"
+#include "net.h"
+#include "server.h"
+#include "storage/service.h"
+
+static void usage(FILE *out)
+{
+	fprintf(out, "usage: kvc-storage --config FILE --name NAME [--verbose]\n"
+	             "Serves the targets of section [storage NAME] of the cluster file.\n");
+}
+
+static void stop_service(void *arg)
+{
+	struct kvc_storage_service *svc = arg;
+	for (uint32_t i = 0; i < svc->target_count; i++)
+		kvc_chunk_store_sync(svc->stores[i]);
+}
+
+int main(int argc, char **argv)
+{
+	static struct option options[] = {{"config", required_argument, 0, 'c'},
+	                                  {"name", required_argument, 0, 'n'},
+	                                  {"verbose", no_argument, 0, 'v'},
+	                                  {"help", no_argument, 0, 'h'},
+	                                  {0, 0, 0, 0}};
+	const char *config_path = NULL, *name = NULL;
+	enum kvc_log_level level = KVC_LOG_INFO;
+	int opt;
+	while ((opt = getopt_long(argc, argv, "c:n:vh", options, NULL)) != -1) {
+		switch (opt) {
+		case 'c': config_path = optarg; break;
+		case 'n': name = optarg; break;
+		case 'v': level = KVC_LOG_DEBUG; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (!config_path || !name) {
+		usage(stderr);
+		return 2;
+	}
+	kvc_log_setup("kvc-storage", level);
+
+	static struct kvc_config config;
+	char err[512];
+	if (kvc_config_load(config_path, &config, err, sizeof(err)) < 0) {
+		fprintf(stderr, "kvc-storage: bad config: %s\n", err);
+		return 1;
+	}
+	const struct kvc_config_server *me = kvc_config_server_find(&config, name);
+	if (!me) {
+		fprintf(stderr, "kvc-storage: %s has no [storage %s] section\n", config_path, name);
+		return 1;
+	}
+	static struct kvc_storage_service svc;
+	svc.first_target = me->first_target;
+	svc.target_count = me->target_count;
+	for (uint32_t i = 0; i < me->target_count; i++) {
+		const char *path = config.targets[me->first_target + i].path;
+		int rc = kvc_chunk_store_open(path, &svc.stores[i]);
+		if (rc < 0) {
+			fprintf(stderr, "kvc-storage: cannot open target %s: %s\n", path,
+			        rc == -EINVAL ? "not a kvcfs target of this format" : strerror(-rc));
+			return 1;
+		}
+	}
+	int listen_fd = kvc_net_listen(me->address);
+	if (listen_fd < 0) {
+		fprintf(stderr, "kvc-storage: cannot listen on %s: %s\n", me->address,
+		        strerror(-listen_fd));
+		return 1;
+	}
+	if (kvc_server_handle_signals(stop_service, &svc) < 0)
+		return 1;
+	kvc_log_info("serving %u target(s) from %u on %s", me->target_count, me->first_target,
+	             me->address);
+	static struct kvc_server server;
+	server = (struct kvc_server){.listen_fd = listen_fd, .token = config.token,
+	                             .max_connections = 4096,
+	                             .handle = kvc_storage_service_handle,
+	                             .cleanup = kvc_storage_service_cleanup,
+	                             .service = &svc, .name = "kvc-storage"};
+	int rc = kvc_server_run(&server);
+	kvc_log_error("accept failed: %s", strerror(-rc));
+	return 1;
+}

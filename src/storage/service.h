@@ -1,0 +1,28 @@
+/*
+ * storage service: the request handlers of kvc-storage. Owns the chunk
+ * stores of the targets this server serves and answers chunk RPCs for
+ * them; every count, length and offset in a request is checked against the
+ * wire limits and the chunk size before it reaches a chunk store.
+ *
+ * Each connection owns an io_uring and a scratch buffer (service_state),
+ * so a multi-chunk read queues all its disk reads at once.
+ */
+#ifndef KVC_STORAGE_SERVICE_H
+#define KVC_STORAGE_SERVICE_H
+
+#include <stdint.h>
+
+#include "server.h"
+#include "storage/chunk_store.h"
+
+struct kvc_storage_service {
+	uint32_t first_target;
+	uint32_t target_count;
+	struct kvc_chunk_store *stores[KVC_WIRE_MAX_TARGETS];
+};
+
+int kvc_storage_service_handle(void *service, struct kvc_server_conn *conn,
+                               const struct kvc_wire_header *header);
+void kvc_storage_service_cleanup(void *service, struct kvc_server_conn *conn);
+
+#endif

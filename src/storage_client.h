@@ -1,0 +1,79 @@
+/*
+ * storage_client: reads and writes file byte ranges against the storage
+ * servers of a cluster. A range is cut into chunk pieces by the layout;
+ * reads send one request per server holding pieces (the server batches its
+ * disk reads) and receive every piece's bytes straight into the caller's
+ * buffer; writes send each piece on its own connection, so the pieces of a
+ * range are written in parallel. Holes read as zeros.
+ *
+ * Failures are bounded by the cluster's timeouts. A connection that breaks
+ * because its server restarted is retried once on a fresh one (chunk reads
+ * and writes are idempotent); anything else fails the call with -EIO (or
+ * -ENOSPC / -EINVAL when a server said so), never a partial success.
+ *
+ * Thread-safe: connections come from per-server pools.
+ */
+#ifndef KVC_STORAGE_CLIENT_H
+#define KVC_STORAGE_CLIENT_H
+
+#include <stdint.h>
+
+#include "config.h"
+#include "rpc.h"
+
+struct kvc_storage_client {
+	uint32_t server_count;
+	uint32_t target_count;
+	uint32_t target_server[KVC_WIRE_MAX_TARGETS];
+	char server_address[KVC_CONFIG_MAX_SERVERS][KVC_NET_ADDRESS_MAX];
+	struct kvc_rpc_pool pools[KVC_CONFIG_MAX_SERVERS];
+};
+
+struct kvc_storage_space {
+	uint64_t total_bytes;
+	uint64_t free_bytes;
+	uint64_t chunks;
+	uint32_t targets_up;
+	uint32_t targets_down;
+};
+
+int kvc_storage_client_init(struct kvc_storage_client *client,
+                            const struct kvc_config *config);
+void kvc_storage_client_destroy(struct kvc_storage_client *client);
+
+/* Read [offset, offset + length) of inode into buf; holes become zeros.
+ * Returns 0, -EIO (a server down, timed out or a crc mismatch), -EINVAL,
+ * -EFBIG (past the largest file), -ENOMEM. */
+int kvc_storage_client_read(struct kvc_storage_client *client, uint64_t inode,
+                            const struct kvc_layout *layout, uint64_t offset,
+                            uint64_t length, void *buf);
+
+/* Write [offset, offset + length) of inode from buf. Returns 0, -EIO,
+ * -ENOSPC, -EINVAL, -EFBIG. */
+int kvc_storage_client_write(struct kvc_storage_client *client, uint64_t inode,
+                             const struct kvc_layout *layout, uint64_t offset,
+                             uint64_t length, const void *buf);
+
+/* Remove every chunk of inode from the targets of its layout. */
+int kvc_storage_client_remove(struct kvc_storage_client *client, uint64_t inode,
+                              const struct kvc_layout *layout);
+
+/* Drop the bytes of inode at or beyond size on every target of its layout. */
+int kvc_storage_client_truncate(struct kvc_storage_client *client, uint64_t inode,
+                                const struct kvc_layout *layout, uint64_t size);
+
+/* Make acknowledged writes on the layout's targets durable. */
+int kvc_storage_client_sync(struct kvc_storage_client *client,
+                            const struct kvc_layout *layout);
+
+/* Capacity of all targets; a disk shared by several targets counts once.
+ * Servers that do not answer count as targets_down. */
+int kvc_storage_client_space(struct kvc_storage_client *client,
+                             struct kvc_storage_space *space);
+
+/* One server's SPACE answer (for status tools): the target records into
+ * out (capacity max). Returns the count or -errno. */
+int kvc_storage_client_server_space(struct kvc_storage_client *client, uint32_t server,
+                                    struct kvc_msg_target_space *out, int max);
+
+#endif

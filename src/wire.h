@@ -1,0 +1,335 @@
+/*
+ * wire: the one wire-protocol module of kvcfs. Every RPC between kvc-fuse,
+ * kvc-meta, kvc-storage and the tools is framed, sent, received and checked
+ * here; no other module encodes or decodes bytes from the network.
+ *
+ * Frame layout (all integers little-endian, asserted at compile time):
+ *
+ *   offset size field
+ *   0      4    magic        KVC_WIRE_MAGIC ("KVC1")
+ *   4      2    version      KVC_WIRE_VERSION
+ *   6      2    type         enum kvc_wire_type
+ *   8      8    request_id   echoed in the reply
+ *   16     4    status       0 or -errno (replies only)
+ *   20     4    body_len     <= KVC_WIRE_MAX_BODY: the fixed message struct
+ *                            and its variable part (names, piece arrays)
+ *   24     8    data_len     <= KVC_WIRE_MAX_DATA: bulk bytes after the body,
+ *                            so a receiver can read them straight into the
+ *                            destination buffer
+ *
+ * Bodies are the packed structs below (fuse_kernel.h style): sizes are fixed
+ * and asserted, variable parts follow the struct and their lengths are
+ * checked against body_len and the limits before use. A frame that fails a
+ * check is a protocol error: the receiver closes that connection only.
+ *
+ * Every connection starts with HELLO (version, token); the server answers
+ * -EPROTO for another version and -EACCES for a wrong cluster token, then
+ * closes. See docs/protocol.md for every message.
+ *
+ * Version changelog:
+ *   1  first version (namespace, chunk I/O, space, sync).
+ */
+#ifndef KVC_WIRE_H
+#define KVC_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "kvcfs wire structs are little-endian in memory");
+
+#define KVC_WIRE_MAGIC 0x3143564bu /* "KVC1" */
+#define KVC_WIRE_VERSION 1
+#define KVC_WIRE_MAX_BODY (1u << 20)
+#define KVC_WIRE_MAX_DATA (64u << 20)
+#define KVC_WIRE_MAX_NAME 255
+#define KVC_WIRE_MAX_TOKEN 128
+#define KVC_WIRE_MAX_PIECES 1024
+#define KVC_WIRE_MAX_DIRENTS 1024
+#define KVC_WIRE_MAX_TARGETS 64
+
+enum kvc_wire_type {
+	KVC_MSG_HELLO = 1,
+	/* namespace (kvc-meta) */
+	KVC_MSG_LOOKUP = 16,
+	KVC_MSG_GETATTR = 17,
+	KVC_MSG_CREATE = 18,
+	KVC_MSG_MKDIR = 19,
+	KVC_MSG_UNLINK = 20,
+	KVC_MSG_RMDIR = 21,
+	KVC_MSG_RENAME = 22,
+	KVC_MSG_READDIR = 23,
+	KVC_MSG_SETATTR = 24,
+	KVC_MSG_EXTEND_SIZE = 25,
+	KVC_MSG_STATFS = 26,
+	/* chunks (kvc-storage) */
+	KVC_MSG_CHUNK_WRITE = 64,
+	KVC_MSG_CHUNK_READ = 65,
+	KVC_MSG_CHUNK_REMOVE = 66,
+	KVC_MSG_CHUNK_TRUNCATE = 67,
+	KVC_MSG_CHUNK_LAST = 68,
+	KVC_MSG_SPACE = 69,
+	KVC_MSG_SYNC = 70,
+};
+
+struct kvc_wire_header {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t type;
+	uint64_t request_id;
+	int32_t status;
+	uint32_t body_len;
+	uint64_t data_len;
+};
+_Static_assert(sizeof(struct kvc_wire_header) == 32, "header is 32 bytes");
+
+/* HELLO: followed by token_len bytes of token. */
+struct kvc_msg_hello {
+	uint32_t version;
+	uint32_t token_len;
+};
+_Static_assert(sizeof(struct kvc_msg_hello) == 8, "");
+
+/* A file's placement: chunk i lives on target
+ * (first_target + i % stripe) % target_count. */
+struct kvc_layout {
+	uint32_t chunk_size;
+	uint32_t stripe;
+	uint32_t first_target;
+	uint32_t target_count;
+};
+_Static_assert(sizeof(struct kvc_layout) == 16, "");
+
+struct kvc_attr {
+	uint64_t ino;
+	uint64_t size;
+	int64_t atime_ns;
+	int64_t mtime_ns;
+	int64_t ctime_ns;
+	uint32_t mode;
+	uint32_t uid;
+	uint32_t gid;
+	uint32_t nlink;
+	struct kvc_layout layout;
+};
+_Static_assert(sizeof(struct kvc_attr) == 72, "");
+
+/* LOOKUP, UNLINK, RMDIR: (parent, name). Reply to LOOKUP: kvc_attr. */
+struct kvc_msg_name {
+	uint64_t parent;
+	uint32_t name_len;
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct kvc_msg_name) == 16, "");
+
+/* GETATTR: ino. Reply: kvc_attr. */
+struct kvc_msg_ino {
+	uint64_t ino;
+};
+
+/* CREATE, MKDIR: followed by the name. Reply: kvc_attr. */
+struct kvc_msg_create {
+	uint64_t parent;
+	uint32_t name_len;
+	uint32_t mode;
+	uint32_t uid;
+	uint32_t gid;
+	uint32_t flags; /* KVC_CREATE_EXCL */
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct kvc_msg_create) == 32, "");
+#define KVC_CREATE_EXCL 1u
+
+/* RENAME: followed by name then new_name. */
+struct kvc_msg_rename {
+	uint64_t parent;
+	uint64_t new_parent;
+	uint32_t name_len;
+	uint32_t new_name_len;
+	uint32_t flags; /* KVC_RENAME_NOREPLACE */
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct kvc_msg_rename) == 32, "");
+#define KVC_RENAME_NOREPLACE 1u
+
+/* READDIR: entries after the name `after` (empty: from the start).
+ * Reply: kvc_msg_readdir_reply, then count records of
+ * (kvc_attr, uint32 name_len, name bytes, padded to 8). */
+struct kvc_msg_readdir {
+	uint64_t ino;
+	uint32_t max_entries;
+	uint32_t after_len;
+};
+struct kvc_msg_readdir_reply {
+	uint32_t count;
+	uint32_t more; /* 1 when entries remain after the last one */
+};
+struct kvc_msg_dirent {
+	struct kvc_attr attr;
+	uint32_t name_len;
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct kvc_msg_dirent) == 80, "");
+
+/* SETATTR: fields chosen by mask. Reply: kvc_attr. */
+struct kvc_msg_setattr {
+	uint64_t ino;
+	uint32_t mask;
+	uint32_t mode;
+	uint32_t uid;
+	uint32_t gid;
+	uint64_t size;
+	int64_t atime_ns;
+	int64_t mtime_ns;
+};
+_Static_assert(sizeof(struct kvc_msg_setattr) == 48, "");
+#define KVC_SETATTR_MODE 1u
+#define KVC_SETATTR_UID 2u
+#define KVC_SETATTR_GID 4u
+#define KVC_SETATTR_SIZE 8u
+#define KVC_SETATTR_ATIME 16u
+#define KVC_SETATTR_MTIME 32u
+#define KVC_SETATTR_ALL 63u
+
+/* EXTEND_SIZE: size = max(size, given); mtime updated. Reply: kvc_attr. */
+struct kvc_msg_extend {
+	uint64_t ino;
+	uint64_t size;
+};
+
+/* STATFS reply (namespace part; space comes from the storage servers). */
+struct kvc_msg_statfs_reply {
+	uint64_t inodes;
+	uint64_t max_inodes;
+};
+
+/* CHUNK_WRITE: data_len bytes follow; offset + data_len <= chunk_size. */
+struct kvc_msg_chunk_write {
+	uint64_t inode;
+	uint32_t target;
+	uint32_t chunk;
+	uint32_t chunk_size;
+	uint32_t offset;
+};
+_Static_assert(sizeof(struct kvc_msg_chunk_write) == 24, "");
+/* reply: */
+struct kvc_msg_chunk_write_reply {
+	uint64_t version;
+	uint32_t length; /* chunk length after the write */
+	uint32_t reserved;
+};
+
+/* CHUNK_READ: kvc_msg_chunk_read then count pieces. The reply body is
+ * count kvc_msg_piece_result; the data is the concatenation of each
+ * piece's `length` bytes in order. Bytes past `length` up to the asked
+ * length are a hole: the reader fills them with zeros. */
+struct kvc_msg_chunk_read {
+	uint32_t count;
+	uint32_t reserved;
+};
+struct kvc_msg_piece {
+	uint64_t inode;
+	uint32_t target;
+	uint32_t chunk;
+	uint32_t offset;
+	uint32_t length;
+};
+_Static_assert(sizeof(struct kvc_msg_piece) == 24, "");
+struct kvc_msg_piece_result {
+	int32_t status; /* 0 or -errno (-EIO: crc mismatch) */
+	uint32_t length; /* bytes present in the data section */
+};
+
+/* CHUNK_REMOVE: all chunks of inode on target. Reply: removed count. */
+struct kvc_msg_chunk_remove {
+	uint64_t inode;
+	uint32_t target;
+	uint32_t reserved;
+};
+struct kvc_msg_count_reply {
+	uint64_t count;
+};
+
+/* CHUNK_TRUNCATE: drop bytes at or beyond size of inode on target. */
+struct kvc_msg_chunk_truncate {
+	uint64_t inode;
+	uint64_t size;
+	uint32_t target;
+	uint32_t chunk_size;
+};
+
+/* CHUNK_LAST: highest chunk of inode on target. */
+struct kvc_msg_chunk_last {
+	uint64_t inode;
+	uint32_t target;
+	uint32_t reserved;
+};
+struct kvc_msg_chunk_last_reply {
+	uint32_t found;
+	uint32_t chunk;
+	uint32_t length;
+	uint32_t reserved;
+};
+
+/* SPACE reply: count records, one per target the server serves. */
+struct kvc_msg_space_reply {
+	uint32_t count;
+	uint32_t reserved;
+};
+struct kvc_msg_target_space {
+	uint32_t target;
+	uint32_t reserved;
+	uint64_t fsid; /* filesystem id, to count shared disks once */
+	uint64_t total_bytes;
+	uint64_t free_bytes;
+	uint64_t chunks;
+};
+_Static_assert(sizeof(struct kvc_msg_target_space) == 40, "");
+
+/* The frame being built or received. body points into a caller's buffer. */
+struct kvc_wire_frame {
+	struct kvc_wire_header header;
+	void *body;
+};
+
+/* Fill a header for a request or reply. */
+void kvc_wire_header_init(struct kvc_wire_header *h, uint16_t type,
+                          uint64_t request_id, int32_t status,
+                          uint32_t body_len, uint64_t data_len);
+
+/* Check a received header against magic, version and limits.
+ * Returns 0 or -EPROTO (bad magic/version), -EMSGSIZE (over a limit). */
+int kvc_wire_header_check(const struct kvc_wire_header *h);
+
+/* Send header, body and data iovecs in one sendmsg loop.
+ * Returns 0, -ETIMEDOUT, -EPIPE or another -errno from send. */
+int kvc_wire_send(int fd, const struct kvc_wire_header *h, const void *body,
+                  const struct iovec *data, int data_count);
+
+/* Receive and check a header, then the body into body_buf (capacity
+ * body_cap). The data section is left on the socket for the caller.
+ * Returns 0, -ECONNRESET (peer closed), -ETIMEDOUT, -EPROTO, -EMSGSIZE. */
+int kvc_wire_recv(int fd, struct kvc_wire_header *h, void *body_buf,
+                  size_t body_cap);
+
+/* Receive exactly len bytes (data sections). 0 or -errno as above. */
+int kvc_wire_recv_exact(int fd, void *buf, size_t len);
+
+/* Read and drop len bytes, for a data section the receiver refuses. */
+int kvc_wire_discard(int fd, uint64_t len);
+
+/* Borrow `len` bytes at *offset of a received body, advancing *offset.
+ * Returns NULL when the body is too short: the message is malformed. */
+const void *kvc_wire_body_take(const void *body, uint32_t body_len,
+                               uint32_t *offset, uint32_t len);
+
+/* Validate a name from the wire: 1..255 bytes, no '/', no NUL, not "." or
+ * "..". Returns 0 or -EINVAL / -ENAMETOOLONG. */
+int kvc_wire_name_check(const char *name, uint32_t len);
+
+/* A short name for a message type, for logs. */
+const char *kvc_wire_type_name(uint16_t type);
+
+#endif
