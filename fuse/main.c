@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -32,6 +33,35 @@ static void *size_flusher(void *arg)
 	return NULL;
 }
 
+/* Raise the kernel's readahead for the new mount: FUSE starts at 128 KiB,
+ * which leaves sequential reads waiting on one request at a time. The
+ * device number comes from mountinfo, so the mount itself is not touched
+ * (its daemon is not serving yet). Best effort: logs and goes on. */
+static void set_readahead(const char *mountpoint, int readahead_kb)
+{
+	char real[PATH_MAX], line[8192], device[32] = "";
+	FILE *f = fopen("/proc/self/mountinfo", "r");
+	if (readahead_kb <= 0 || !realpath(mountpoint, real) || !f) {
+		if (f)
+			fclose(f);
+		return;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		char dev[32], point[PATH_MAX];
+		if (sscanf(line, "%*s %*s %31s %*s %4095s", dev, point) == 2 &&
+		    strcmp(point, real) == 0)
+			strcpy(device, dev); /* the last match is the newest mount */
+	}
+	fclose(f);
+	char path[128];
+	snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", device);
+	FILE *bdi = device[0] ? fopen(path, "w") : NULL;
+	if (!bdi || fprintf(bdi, "%d\n", readahead_kb) < 0)
+		kvc_log_warn("cannot set readahead through %s", path);
+	if (bdi)
+		fclose(bdi);
+}
+
 static int mount_and_serve(struct kvc_fuse *fs, const char *mountpoint, bool debug)
 {
 	char *argv[] = {"kvc-fuse", "-o",
@@ -49,6 +79,7 @@ static int mount_and_serve(struct kvc_fuse *fs, const char *mountpoint, bool deb
 		fprintf(stderr, "kvc-fuse: cannot mount at %s\n", mountpoint);
 		goto remove_handlers;
 	}
+	set_readahead(mountpoint, fs->config.readahead_kb);
 	struct fuse_loop_config *loop = fuse_loop_cfg_create();
 	fuse_loop_cfg_set_max_threads(loop, 64);
 	fuse_loop_cfg_set_idle_threads(loop, 16);

@@ -548,11 +548,17 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
-	(void)userdata;
+	struct kvc_fuse *fs = userdata;
 	conn->max_write = 1u << 20;
 	conn->max_read = 1u << 20;
-	conn->max_readahead = 1u << 20;
+	/* The kernel keeps min(this, the mount's read_ahead_kb): main raised
+	 * the latter before the loop started. */
+	if (fs->config.readahead_kb > 0)
+		conn->max_readahead = (unsigned)fs->config.readahead_kb * 1024u;
 	conn->want |= FUSE_CAP_ASYNC_READ;
+	/* Room for many readahead and direct I/O requests in flight. */
+	conn->max_background = 64;
+	conn->congestion_threshold = 48;
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 	if (conn->capable & FUSE_CAP_READDIRPLUS)

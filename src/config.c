@@ -162,6 +162,11 @@ static int section_key(struct parser *p, const char *key, const char *value)
 	case SECTION_FUSE:
 		if (strcmp(key, "mountpoint") == 0)
 			return copy_string(p, c->mountpoint, sizeof(c->mountpoint), key, value);
+		if (strcmp(key, "readahead_kb") == 0) {
+			rc = parse_int(p, key, value, 0, 1 << 20, &v);
+			c->readahead_kb = (int)v;
+			return rc;
+		}
 		break;
 	}
 	return fail(p, "unknown key '%s' in this section", key);
@@ -201,6 +206,7 @@ int kvc_config_parse(const char *text, const char *origin,
 	config->io_timeout_ms = 5000;
 	config->sync_interval_ms = 1000;
 	strcpy(config->mountpoint, "/mnt/kvc");
+	config->readahead_kb = 16384;
 
 	const char *cursor = text;
 	while (*cursor && rc == 0) {

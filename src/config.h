@@ -15,6 +15,7 @@
  *   target = /var/lib/kvc/s1/t0 # one or more; ids follow file order
  *   [fuse]
  *   mountpoint = /mnt/kvc
+ *   readahead_kb = 16384        # kernel readahead of the mount
  *
  * Target ids are the order in which targets appear in the file; the table
  * may only grow (existing files keep their layout). kvc_config_load checks
@@ -54,6 +55,7 @@ struct kvc_config {
 	char meta_data[PATH_MAX];
 	int sync_interval_ms;
 	char mountpoint[PATH_MAX];
+	int readahead_kb;
 	uint32_t server_count;
 	struct kvc_config_server servers[KVC_CONFIG_MAX_SERVERS];
 	uint32_t target_count;

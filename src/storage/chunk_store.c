@@ -663,9 +663,10 @@ int kvc_chunk_store_last(struct kvc_chunk_store *store, uint64_t inode, uint32_t
 		rc = mdb_cursor_get(cursor, &k, &v, MDB_LAST);
 	if (rc == 0 && k.mv_size == 12 && key_inode(k.mv_data) == inode &&
 	    v.mv_size >= RECORD_HEADER) {
-		const struct record *rec = v.mv_data;
+		/* LMDB aligns values to 2 bytes only: copy, never cast. */
+		memcpy(length, (const uint8_t *)v.mv_data + offsetof(struct record, length),
+		       sizeof(*length));
 		*chunk = key_chunk(k.mv_data);
-		*length = rec->length;
 		found = 1;
 	}
 	mdb_cursor_close(cursor);

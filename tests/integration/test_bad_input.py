@@ -1,0 +1,146 @@
+"""Bad input to the servers: random bytes, truncated frames, lies about
+lengths, wrong tokens; bad config files. Each server answers with an error
+or closes that one connection, and keeps serving everyone else."""
+import os
+import random
+import socket
+import struct
+import subprocess
+
+import pytest
+
+import kvcwire
+from conftest import BUILD, Cluster
+
+
+def send_raw(address, payload, greet=True):
+    host, port = address.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=5)
+    try:
+        if greet:
+            sock.sendall(kvcwire.frame(kvcwire.HELLO, kvcwire.hello_body()))
+            kvcwire.recv_frame(sock)
+        # The server may close on us mid-send: that is a correct answer.
+        try:
+            sock.sendall(payload)
+            sock.shutdown(socket.SHUT_WR)
+            while sock.recv(65536):
+                pass
+        except OSError:
+            pass
+    finally:
+        sock.close()
+
+
+def all_addresses(cluster):
+    return [cluster.meta_address] + cluster.storage_addresses
+
+
+def test_random_and_truncated_frames_leave_servers_serving(cluster, workdir):
+    rng = random.Random(1234)
+    (workdir / "probe").write_bytes(b"still here")
+    for address in all_addresses(cluster):
+        for i in range(60):
+            kind = i % 6
+            if kind == 0:
+                payload = rng.randbytes(rng.randrange(1, 200))
+            elif kind == 1:  # a valid header promising a body that never comes
+                payload = kvcwire.frame(kvcwire.LOOKUP, body_len=5000)[:32] + b"abc"
+            elif kind == 2:  # wrong magic
+                payload = kvcwire.frame(kvcwire.GETATTR, struct.pack("<Q", 1), magic=0x1234)
+            elif kind == 3:  # oversized lengths
+                payload = kvcwire.frame(kvcwire.CHUNK_WRITE, body_len=1 << 30, data_len=1 << 40)
+            elif kind == 4:  # bodies too short for their message
+                payload = b"".join(kvcwire.frame(t, b"\x01\x02") for t in (16, 17, 18, 64, 65, 66))
+            else:  # a chunk read asking for absurd pieces
+                body = struct.pack("<II", 1000000, 0) + rng.randbytes(48)
+                payload = kvcwire.frame(kvcwire.CHUNK_READ, body)
+            send_raw(address, payload, greet=(i % 2 == 0))
+        assert kvcwire.ping(address), f"{address} stopped serving"
+    assert (workdir / "probe").read_bytes() == b"still here"
+
+
+def test_bad_requests_get_clear_errors(cluster):
+    sock, status = kvcwire.connect(cluster.storage_addresses[0])
+    assert status == 0
+    # write past the chunk end: -EINVAL, connection stays usable
+    body = struct.pack("<QIIII", 99, 0, 0, 1 << 20, (1 << 20) - 2)
+    sock.sendall(kvcwire.frame(kvcwire.CHUNK_WRITE, body, b"12345"))
+    _, status, _, _ = kvcwire.recv_frame(sock)
+    assert status == -22
+    # a target this server does not have: -ENXIO
+    body = struct.pack("<QIIII", 99, 2, 0, 1 << 20, 0)
+    sock.sendall(kvcwire.frame(kvcwire.CHUNK_WRITE, body, b"12345"))
+    _, status, _, _ = kvcwire.recv_frame(sock)
+    assert status == -6
+    sock.sendall(kvcwire.frame(kvcwire.SPACE))
+    _, status, _, _ = kvcwire.recv_frame(sock)
+    assert status == 0
+    sock.close()
+    meta, status = kvcwire.connect(cluster.meta_address)
+    # lookup with a name containing '/': -EINVAL
+    body = struct.pack("<QII", 1, 3, 0) + b"a/b"
+    meta.sendall(kvcwire.frame(kvcwire.LOOKUP, body))
+    _, status, _, _ = kvcwire.recv_frame(meta)
+    assert status == -22
+    # name length beyond the body: -EINVAL
+    body = struct.pack("<QII", 1, 200, 0) + b"ab"
+    meta.sendall(kvcwire.frame(kvcwire.LOOKUP, body))
+    _, status, _, _ = kvcwire.recv_frame(meta)
+    assert status == -22
+    meta.close()
+
+
+def test_version_mismatch_is_refused(cluster):
+    host, port = cluster.meta_address.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=5)
+    body = struct.pack("<II", 99, 0)
+    sock.sendall(kvcwire.frame(kvcwire.HELLO, body))
+    _, status, _, _ = kvcwire.recv_frame(sock)
+    assert status == -71  # EPROTO
+    sock.close()
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("[meta]\naddress = 127.0.0.1:1\nbogus = 2\n", "unknown key 'bogus'"),
+    ("chunk_size = 12345\n", "chunk_size must be"),
+    ("[meta]\naddress = 127.0.0.1:1\n", "no [storage NAME] section"),
+])
+def test_bad_config_is_refused_by_every_daemon(tmp_path, text, needle):
+    conf = tmp_path / "bad.conf"
+    conf.write_text(text)
+    for cmd in (["kvc-meta", "--config", str(conf)],
+                ["kvc-storage", "--config", str(conf), "--name", "s1"],
+                ["kvc-fuse", "--config", str(conf)],
+                ["kvc-admin", "--config", str(conf), "status"]):
+        out = subprocess.run([str(BUILD / cmd[0]), *cmd[1:]], capture_output=True, text=True,
+                             timeout=30)
+        assert out.returncode != 0, cmd
+        assert needle in out.stderr, (cmd, out.stderr)
+
+
+def test_missing_config_file(tmp_path):
+    out = subprocess.run([str(BUILD / "kvc-meta"), "--config", str(tmp_path / "none")],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1 and "cannot read" in out.stderr
+
+
+def test_cluster_token_is_enforced(tmp_path):
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    c = Cluster(tmp_path / "tok", mount, 19500, token="s3cret")
+    c.stop()
+    try:
+        c.start()
+        (mount / "f").write_bytes(b"with token")
+        assert (mount / "f").read_bytes() == b"with token"
+        for address in [c.meta_address] + c.storage_addresses:
+            sock, status = kvcwire.connect(address, b"wrong")
+            sock.close()
+            assert status == -13  # EACCES
+            sock, status = kvcwire.connect(address, b"")
+            sock.close()
+            assert status == -13
+            assert kvcwire.ping(address, b"s3cret")
+    finally:
+        c.stop()

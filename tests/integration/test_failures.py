@@ -1,0 +1,119 @@
+"""Daemons killed and restarted: closed files stay intact; a storage server
+that is down turns reads into EIO within a bounded time, never a hang, and
+reads work again once it is back."""
+import errno
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import CHUNK, wait_until
+
+# Generous bound for "does not hang": the cluster's io timeout is 2 s and a
+# request may wait on connect and I/O; hitting this means a hang.
+HANG = 60
+
+
+def write_files(directory, count=6, size=3 * CHUNK + 17):
+    digests = {}
+    for i in range(count):
+        data = os.urandom(size + i)
+        (directory / f"f{i}").write_bytes(data)
+        digests[f"f{i}"] = hashlib.sha256(data).hexdigest()
+    return digests
+
+
+def check_files(directory, digests):
+    for name, digest in digests.items():
+        out = subprocess.run(["sha256sum", str(directory / name)], capture_output=True,
+                             text=True, timeout=HANG)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split()[0] == digest, name
+
+
+@pytest.mark.parametrize("daemon", ["fuse", "meta", "s2"])
+def test_kill9_restart_keeps_closed_files(cluster, workdir, daemon):
+    digests = write_files(workdir)
+    cluster.restart(daemon, "KILL")
+    check_files(workdir, digests)
+    # And the cluster keeps working for new files.
+    more = write_files(workdir, count=2)
+    check_files(workdir, more)
+
+
+def read_file(path):
+    """cat the file in a child; returns (returncode, stderr, seconds)."""
+    start = time.monotonic()
+    out = subprocess.run(["cat", str(path)], capture_output=True, timeout=HANG)
+    return out.returncode, out.stderr.decode(), time.monotonic() - start
+
+
+def test_storage_down_reads_fail_with_eio_then_recover(cluster, workdir):
+    path = workdir / "striped"
+    data = os.urandom(6 * CHUNK)
+    path.write_bytes(data)
+    subprocess.run(["kill", "-TERM", str(cluster.pid("s3"))], check=True)
+    try:
+        assert wait_until(lambda: subprocess.run(
+            ["kill", "-0", str(cluster.pid("s3"))], capture_output=True).returncode != 0)
+        rc, err, _ = read_file(path)
+        assert rc != 0 and "Input/output error" in err
+        with pytest.raises(OSError) as e:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.pread(fd, CHUNK, 0) + os.pread(fd, CHUNK, CHUNK) + os.pread(fd, CHUNK, 2 * CHUNK)
+            finally:
+                os.close(fd)
+        assert e.value.errno == errno.EIO
+        # A write that lands on the missing server fails too, cleanly.
+        with pytest.raises(OSError) as e:
+            with open(workdir / "new", "wb") as f:
+                f.write(os.urandom(4 * CHUNK))
+        assert e.value.errno == errno.EIO
+    finally:
+        cluster.restart("s3", "KILL")
+    assert path.read_bytes() == data
+
+
+def test_frozen_storage_server_times_out_with_eio(cluster, workdir):
+    path = workdir / "frozen"
+    data = os.urandom(3 * CHUNK)
+    path.write_bytes(data)
+    pid = cluster.pid("s1")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        rc, err, seconds = read_file(path)
+        assert rc != 0 and "Input/output error" in err
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert path.read_bytes() == data
+
+
+def test_meta_down_gives_eio_not_a_hang(cluster, workdir):
+    (workdir / "f").write_bytes(b"x")
+    subprocess.run(["kill", "-KILL", str(cluster.pid("meta"))], check=True)
+    try:
+        out = subprocess.run(["touch", str(workdir / "new")], capture_output=True, text=True,
+                             timeout=HANG)
+        assert out.returncode != 0
+        assert "Input/output error" in out.stderr
+    finally:
+        cluster.restart("meta", "KILL")
+    assert (workdir / "f").read_bytes() == b"x"
+    (workdir / "after").write_bytes(b"ok")
+    assert (workdir / "after").read_bytes() == b"ok"
+
+
+def test_removed_files_give_their_chunks_back(cluster, workdir):
+    def chunks():
+        status = json.loads(cluster.admin("--json", "status").stdout)
+        return sum(t["chunks"] for s in status["storage"] for t in s["targets"])
+    before = chunks()
+    (workdir / "big").write_bytes(os.urandom(12 * CHUNK))
+    assert chunks() >= before + 12
+    os.unlink(workdir / "big")
+    assert wait_until(lambda: chunks() <= before, timeout=30)

@@ -1,0 +1,120 @@
+"""The namespace through standard tools: mkdir -p, ls -R, stat, du, df, mv,
+rm -r, errors, permissions for other users."""
+import errno
+import os
+import pwd
+import subprocess
+
+import pytest
+
+
+def run(*args, **kw):
+    return subprocess.run(list(args), capture_output=True, text=True, **kw)
+
+
+def test_mkdir_ls_stat_du_mv_rm(workdir):
+    tree = workdir / "a" / "b" / "c"
+    assert run("mkdir", "-p", str(tree)).returncode == 0
+    (tree / "f1").write_bytes(b"1" * 5000)
+    (workdir / "a" / "f2").write_bytes(b"2" * 70000)
+    listing = run("ls", "-R", str(workdir / "a")).stdout
+    for name in ("b", "c", "f1", "f2"):
+        assert name in listing
+    st = run("stat", "-c", "%s %F %h", str(workdir / "a" / "f2")).stdout.split(None, 1)
+    assert st[0] == "70000" and "regular" in st[1]
+    assert run("stat", "-c", "%h", str(workdir / "a")).stdout.strip() == "3"
+    du = int(run("du", "-sk", str(workdir / "a")).stdout.split()[0])
+    assert du >= 70
+    df = run("df", "-k", str(workdir)).stdout.splitlines()[1].split()
+    assert int(df[1]) > 0, "df shows the targets' capacity"
+    assert run("mv", str(workdir / "a" / "b"), str(workdir / "moved")).returncode == 0
+    assert (workdir / "moved" / "c" / "f1").read_bytes() == b"1" * 5000
+    assert not (workdir / "a" / "b").exists()
+    assert run("rm", "-r", str(workdir / "a"), str(workdir / "moved")).returncode == 0
+    assert os.listdir(workdir) == []
+
+
+def test_rename_replaces_a_file(workdir):
+    (workdir / "x").write_bytes(b"new")
+    (workdir / "y").write_bytes(b"old")
+    os.rename(workdir / "x", workdir / "y")
+    assert (workdir / "y").read_bytes() == b"new"
+    assert sorted(os.listdir(workdir)) == ["y"]
+
+
+def test_errors_map_to_errno(workdir):
+    with pytest.raises(FileNotFoundError):
+        open(workdir / "missing", "rb")
+    (workdir / "d").mkdir()
+    (workdir / "d" / "f").write_bytes(b"")
+    with pytest.raises(FileExistsError):
+        (workdir / "d").mkdir()
+    with pytest.raises(OSError) as e:
+        os.rmdir(workdir / "d")
+    assert e.value.errno == errno.ENOTEMPTY
+    with pytest.raises(FileExistsError):
+        os.open(workdir / "d" / "f", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    with pytest.raises(NotADirectoryError):
+        os.listdir(workdir / "d" / "f")
+    with pytest.raises(IsADirectoryError):
+        os.unlink(workdir / "d")
+    with pytest.raises(OSError) as e:
+        os.rename(workdir / "d", workdir / "d" / "inside")
+    assert e.value.errno == errno.EINVAL
+    with pytest.raises(OSError) as e:
+        os.open(workdir / ("n" * 256), os.O_CREAT | os.O_WRONLY)
+    assert e.value.errno == errno.ENAMETOOLONG
+
+
+def test_large_directory_lists_every_entry(workdir):
+    names = {f"key-{i:05d}" for i in range(1500)}
+    for n in names:
+        (workdir / n).write_bytes(b"")
+    assert set(os.listdir(workdir)) == names
+    assert int(run("sh", "-c", f"ls {workdir} | wc -l").stdout) == 1500
+
+
+def test_chmod_chown_utimens(workdir):
+    path = workdir / "perm"
+    path.write_bytes(b"data")
+    os.chmod(path, 0o600)
+    os.chown(path, 1234, 5678)
+    os.utime(path, (1000000, 2000000))
+    st = os.stat(path)
+    assert (st.st_mode & 0o7777, st.st_uid, st.st_gid) == (0o600, 1234, 5678)
+    assert int(st.st_mtime) == 2000000 and int(st.st_atime) == 1000000
+
+
+def test_other_users_see_the_mount_and_permissions_apply(workdir):
+    nobody = pwd.getpwnam("nobody")
+    os.chmod(workdir, 0o755)
+    (workdir / "private").write_bytes(b"secret")
+    os.chmod(workdir / "private", 0o600)
+    (workdir / "public").write_bytes(b"hello")
+    os.chmod(workdir / "public", 0o644)
+
+    def as_nobody(*cmd):
+        return subprocess.run(["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}",
+                               "--clear-groups", *cmd], capture_output=True, text=True)
+
+    assert as_nobody("cat", str(workdir / "public")).stdout == "hello"
+    denied = as_nobody("cat", str(workdir / "private"))
+    assert denied.returncode != 0 and "Permission denied" in denied.stderr
+    denied = as_nobody("touch", str(workdir / "new-by-nobody"))
+    assert denied.returncode != 0 and "Permission denied" in denied.stderr
+    open_dir = workdir / "shared"
+    open_dir.mkdir()
+    os.chmod(open_dir, 0o777)
+    assert as_nobody("touch", str(open_dir / "mine")).returncode == 0
+    assert os.stat(open_dir / "mine").st_uid == nobody.pw_uid
+
+
+def test_admin_status_and_stat(cluster, workdir):
+    (workdir / "f").write_bytes(b"z" * 3000)
+    out = cluster.admin("status")
+    assert out.stdout.count(" up ") >= 4
+    rel = str(workdir.relative_to(cluster.mount) / "f")
+    st = cluster.admin("--json", "stat", rel).stdout
+    assert '"size":3000' in st and '"stripe":3' in st
+    missing = cluster.admin("stat", "no/such/file", check=False)
+    assert missing.returncode == 1 and "No such file" in missing.stderr
