@@ -43,7 +43,8 @@ static int read_range(uint64_t inode, uint32_t chunk, uint32_t off, uint32_t len
 	struct kvc_chunk_read r = {.inode = inode, .chunk = chunk, .offset = off, .length = len};
 	kvc_chunk_store_read_batch(&store, &ring, &r, 1, scratch);
 	if (r.status == 0) {
-		memcpy(out, r.data, r.present);
+		if (r.present) /* a hole has no data pointer */
+			memcpy(out, r.data, r.present);
 		memset(out + r.present, 0, len - r.present);
 	}
 	return r.status;
