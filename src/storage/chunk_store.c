@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -23,6 +24,8 @@
 #define LOCK_SLOTS 1024
 #define MAP_SIZE (8ull << 30)
 #define MAX_BLOCKS (KVC_LAYOUT_MAX_CHUNK / KVC_CHUNK_BLOCK)
+/* Pieces up to this size are read into a buffer, larger ones mapped. */
+#define SMALL_READ (64u << 10)
 
 struct kvc_chunk_store {
 	char path[PATH_MAX];
@@ -368,120 +371,145 @@ int kvc_chunk_store_write(struct kvc_chunk_store *store, struct io_uring *ring,
 	return rc;
 }
 
-size_t kvc_chunk_store_read_scratch(uint32_t length)
+/* Give the piece a home for its aligned blocks: a read buffer for small
+ * pieces (a copy costs less than a mapping there), otherwise a read-only
+ * mapping of the file. The file must hold the blocks: a mapping past its
+ * end would fault (SIGBUS) on access. */
+static int map_blocks(struct kvc_chunk_read *r)
 {
-	return (size_t)length + 2 * KVC_CHUNK_BLOCK;
+	struct stat st;
+	r->fd = open_chunk(r->store, r->inode, r->chunk, O_RDONLY);
+	if (r->fd < 0)
+		return r->fd == -ENOENT ? -EIO : r->fd; /* indexed but no data */
+	if (fstat(r->fd, &st) < 0)
+		return -errno;
+	if ((uint64_t)st.st_size < r->aligned_start + r->aligned_length) {
+		kvc_log_error("chunk file of inode %" PRIu64 " chunk %u in %s is short",
+		              r->inode, r->chunk, r->store->path);
+		return -EIO;
+	}
+	r->map_length = r->aligned_length;
+	if (r->aligned_length <= SMALL_READ) {
+		r->map = malloc(r->aligned_length);
+		r->mapped = false;
+		return r->map ? 0 : -ENOMEM;
+	}
+	r->map = mmap(NULL, r->map_length, PROT_READ, MAP_SHARED, r->fd, (off_t)r->aligned_start);
+	if (r->map == MAP_FAILED) {
+		r->map = NULL;
+		return -errno;
+	}
+	r->mapped = true;
+	return 0;
 }
 
-/* Look the piece up and queue its disk read. Leaves the piece locked
- * (shared) when it queued a read; status set when it finished early. */
-static void read_begin(struct kvc_chunk_read *r, struct io_uring *ring, uint8_t *scratch)
+/* Look the piece up, map its blocks and queue a readahead of them on the
+ * ring. Leaves the piece locked (shared) and mapped when it has bytes. */
+static int read_begin(struct kvc_chunk_read *r, struct io_uring *ring)
 {
+	int queued = 0;
 	struct kvc_chunk_store *store = r->store;
 	struct record *rec = malloc(sizeof(*rec));
 	MDB_txn *txn = NULL;
 	r->fd = -1;
+	r->map = NULL;
 	r->present = 0;
 	r->data = NULL;
 	r->block_crcs = NULL;
 	r->status = 0;
-	r->result = 0;
-	if (!store) {
-		r->status = -ENXIO;
+	r->locked = false;
+	if (!store || !rec) {
+		r->status = !store ? -ENXIO : -ENOMEM;
 		free(rec);
-		return;
-	}
-	if (!rec) {
-		r->status = -ENOMEM;
-		return;
+		return 0;
 	}
 	r->lock_slot = lock_slot(r->inode, r->chunk);
 	pthread_rwlock_rdlock(&store->locks[r->lock_slot]);
+	r->locked = true;
 	int rc = mdb_txn_begin(store->env, NULL, MDB_RDONLY, &txn);
 	int found = rc ? mdb_to_errno(rc) : record_get(txn, store->dbi, r->inode, r->chunk, rec);
 	if (txn)
 		mdb_txn_abort(txn);
 	if (found <= 0 || r->offset >= rec->length || r->length == 0) {
 		r->status = found < 0 ? found : 0; /* absent or past the end: a hole */
-		goto unlock;
+		goto out;
 	}
 	uint32_t end = r->offset + r->length < rec->length ? r->offset + r->length : rec->length;
 	r->first_block = r->offset / KVC_CHUNK_BLOCK;
 	uint32_t last_block = (end - 1) / KVC_CHUNK_BLOCK;
 	uint32_t aligned_end = (last_block + 1) * KVC_CHUNK_BLOCK;
-	r->chunk_length = rec->length;
 	r->aligned_start = (uint64_t)r->first_block * KVC_CHUNK_BLOCK;
 	r->aligned_length = (aligned_end < rec->length ? aligned_end : rec->length) -
 	                    (uint32_t)r->aligned_start;
 	r->present = end - r->offset;
-	r->scratch = scratch;
-	r->fd = open_chunk(store, r->inode, r->chunk, O_RDONLY);
-	if (r->fd < 0) {
-		r->status = r->fd == -ENOENT ? -EIO : r->fd; /* indexed but no data */
-		goto unlock;
-	}
+	r->status = map_blocks(r);
+	if (r->status < 0)
+		goto out;
 	r->block_crcs = malloc((last_block - r->first_block + 1) * 4u);
-	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
-	if (!r->block_crcs || !sqe) {
+	if (!r->block_crcs) {
 		r->status = -ENOMEM;
-		goto unlock;
+		goto out;
 	}
 	memcpy(r->block_crcs, &rec->block_crc[r->first_block],
 	       (last_block - r->first_block + 1) * 4u);
-	io_uring_prep_read(sqe, r->fd, scratch, r->aligned_length, r->aligned_start);
-	io_uring_sqe_set_data(sqe, r);
-	free(rec);
-	return;
-unlock:
-	pthread_rwlock_unlock(&store->locks[r->lock_slot]);
+	/* Every piece of the batch starts its disk work at once: small ones
+	 * read into their buffer, mapped ones (maybe cold) read ahead. */
+	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+	if (!sqe) {
+		r->status = -EBUSY;
+		goto out;
+	}
+	if (r->mapped) {
+		io_uring_prep_madvise(sqe, r->map, r->aligned_length, MADV_WILLNEED);
+		io_uring_sqe_set_data(sqe, NULL);
+	} else {
+		io_uring_prep_read(sqe, r->fd, r->map, r->aligned_length, r->aligned_start);
+		io_uring_sqe_set_data(sqe, r);
+		r->io_result = -EINPROGRESS;
+	}
+	queued = 1;
+out:
 	free(rec);
 	if (r->status < 0)
 		r->present = 0;
+	return queued;
 }
 
-static void read_finish(struct kvc_chunk_read *r, struct io_uring *ring)
+/* Check every block of the piece against its crc, straight from the
+ * mapping (page cache): no copy. */
+static void read_verify(struct kvc_chunk_read *r)
 {
-	int rc = r->result;
-	if (rc >= 0 && (uint32_t)rc < r->aligned_length) {
-		/* Short read: finish the rest synchronously (zeros past EOF). */
-		rc = ring_io(ring, r->fd, false, r->scratch + rc, r->aligned_length - (uint32_t)rc,
-		             r->aligned_start + (uint32_t)rc);
-	}
-	for (uint32_t pos = 0; rc >= 0 && pos < r->aligned_length; pos += KVC_CHUNK_BLOCK) {
+	for (uint32_t pos = 0; pos < r->aligned_length; pos += KVC_CHUNK_BLOCK) {
 		uint32_t len = r->aligned_length - pos < KVC_CHUNK_BLOCK ? r->aligned_length - pos
 		                                                         : KVC_CHUNK_BLOCK;
-		if (kvc_crc32c(0, r->scratch + pos, len) != r->block_crcs[pos / KVC_CHUNK_BLOCK]) {
+		if (kvc_crc32c(0, (const uint8_t *)r->map + pos, len) !=
+		    r->block_crcs[pos / KVC_CHUNK_BLOCK]) {
 			kvc_log_error("crc mismatch: inode %" PRIu64 " chunk %u block %u of %s",
 			              r->inode, r->chunk, r->first_block + pos / KVC_CHUNK_BLOCK,
 			              r->store->path);
-			rc = -EIO;
+			r->status = -EIO;
+			r->present = 0;
+			return;
 		}
 	}
-	r->status = rc < 0 ? rc : 0;
-	if (rc < 0)
-		r->present = 0;
-	else
-		r->data = r->scratch + (r->offset - r->aligned_start);
-	pthread_rwlock_unlock(&r->store->locks[r->lock_slot]);
+	r->data = (const uint8_t *)r->map + (r->offset - r->aligned_start);
 }
 
 void kvc_chunk_store_read_batch(struct kvc_chunk_store **stores, struct io_uring *ring,
-                                struct kvc_chunk_read *reads, int count, uint8_t *scratch)
+                                struct kvc_chunk_read *reads, int count)
 {
 	int queued = 0;
 	for (int i = 0; i < count; i++) {
 		reads[i].store = stores[i];
-		read_begin(&reads[i], ring, scratch);
-		if (reads[i].fd >= 0 && reads[i].status == 0) {
-			scratch += kvc_chunk_store_read_scratch(reads[i].length);
-			queued++;
-			/* A full submission queue: push what we have. */
-			if (io_uring_sq_space_left(ring) == 0)
-				io_uring_submit(ring);
-		}
+		queued += read_begin(&reads[i], ring);
+		if (io_uring_sq_space_left(ring) == 0)
+			io_uring_submit(ring);
 	}
 	if (queued)
 		io_uring_submit(ring);
+	/* Reap every completion so the ring is empty for the next user. Reads
+	 * report their byte count; readahead results do not matter (the
+	 * mapping faults in whatever is still missing). */
 	for (int done = 0; done < queued; done++) {
 		struct io_uring_cqe *cqe;
 		int rc;
@@ -489,22 +517,44 @@ void kvc_chunk_store_read_batch(struct kvc_chunk_store **stores, struct io_uring
 			rc = io_uring_wait_cqe(ring, &cqe);
 		while (rc == -EINTR);
 		if (rc < 0) {
-			/* The ring is broken and queued reads still point at our
-			 * buffers: nothing safe is left to do. */
 			kvc_log_error("io_uring wait failed: %s", strerror(-rc));
-			abort();
+			abort(); /* a broken ring: nothing safe is left to do */
 		}
 		struct kvc_chunk_read *r = io_uring_cqe_get_data(cqe);
-		r->result = cqe->res;
+		if (r)
+			r->io_result = cqe->res;
 		io_uring_cqe_seen(ring, cqe);
-		read_finish(r, ring);
 	}
 	for (int i = 0; i < count; i++) {
-		if (reads[i].fd >= 0)
-			close(reads[i].fd);
-		free(reads[i].block_crcs);
-		reads[i].block_crcs = NULL;
-		reads[i].fd = -1;
+		struct kvc_chunk_read *r = &reads[i];
+		if (!r->map || r->status < 0)
+			continue;
+		if (!r->mapped && r->io_result != (int)r->aligned_length) {
+			r->status = r->io_result < 0 ? r->io_result : -EIO;
+			r->present = 0;
+			continue;
+		}
+		read_verify(r);
+	}
+}
+
+void kvc_chunk_store_read_release(struct kvc_chunk_read *reads, int count)
+{
+	for (int i = 0; i < count; i++) {
+		struct kvc_chunk_read *r = &reads[i];
+		if (r->map && r->mapped)
+			munmap(r->map, r->map_length);
+		else
+			free(r->map);
+		if (r->fd >= 0)
+			close(r->fd);
+		free(r->block_crcs);
+		if (r->locked)
+			pthread_rwlock_unlock(&r->store->locks[r->lock_slot]);
+		r->map = NULL;
+		r->fd = -1;
+		r->block_crcs = NULL;
+		r->locked = false;
 	}
 }
 

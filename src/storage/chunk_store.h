@@ -31,15 +31,23 @@
  * LMDB runs with MDB_NOSYNC (a process crash loses nothing: committed pages
  * are in the kernel's cache); kvc_chunk_store_sync makes everything durable.
  *
+ * Reads queue the disk work of every piece of a batch on io_uring at once:
+ * pieces of up to 64 KiB are read into a buffer; larger ones are mapped
+ * from the chunk file and read ahead, their crcs checked straight from the
+ * page cache and the caller sends from the mapping: no copy inside the
+ * server. Writes and crc recomputation go through io_uring.
+ *
  * Concurrency: thread-safe. Each chunk has a reader/writer lock (striped):
- * writes and truncates hold it exclusively, a read holds it shared from
- * index lookup to crc check so it never sees a half-applied write. Disk I/O
- * goes through the caller's io_uring (one per server thread).
+ * writes and truncates hold it exclusively; a read holds it shared from
+ * index lookup until the caller releases the read (after sending), so the
+ * bytes sent are the bytes that were checked. Each server thread passes its
+ * own io_uring.
  */
 #ifndef KVC_CHUNK_STORE_H
 #define KVC_CHUNK_STORE_H
 
 #include <liburing.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #define KVC_CHUNK_BLOCK (16u << 10)
@@ -63,14 +71,16 @@ struct kvc_chunk_read {
 	/* private */
 	struct kvc_chunk_store *store;
 	int fd;
+	void *map; /* the aligned blocks: a mapping or a read buffer */
+	size_t map_length;
+	bool mapped;
+	int io_result;
 	uint64_t aligned_start;
 	uint32_t aligned_length;
-	uint32_t chunk_length;
 	uint32_t first_block;
 	uint32_t *block_crcs;
-	uint8_t *scratch;
-	int result;
 	unsigned lock_slot;
+	bool locked;
 };
 
 struct kvc_chunk_space {
@@ -96,18 +106,18 @@ int kvc_chunk_store_write(struct kvc_chunk_store *store, struct io_uring *ring,
                           uint32_t offset, const void *data, uint32_t length,
                           uint64_t *version, uint32_t *chunk_length);
 
-/* Scratch bytes a read of `length` bytes may need. */
-size_t kvc_chunk_store_read_scratch(uint32_t length);
-
-/* Batched read: begin every piece (index lookup, queue the disk read into
- * ring, scratch space from the caller, sized by read_scratch), submit once,
- * then finish every piece (wait, verify crcs). Pieces that fail get their
- * own status; the batch goes on. `stores[i]` serves reads[i]; a NULL store
- * (a target this server does not have) fails that piece with -ENXIO. */
+/* Batched read: look every piece up and map it, queue the readahead of
+ * all of them on ring at once, then verify every piece's crcs. Pieces that
+ * fail get their own status; the batch goes on. `stores[i]` serves
+ * reads[i]; a NULL store (a target this server does not have) fails that
+ * piece with -ENXIO. The data pointers stay valid, and the chunks locked
+ * against writers, until kvc_chunk_store_read_release. */
 void kvc_chunk_store_read_batch(struct kvc_chunk_store **stores,
                                 struct io_uring *ring,
-                                struct kvc_chunk_read *reads, int count,
-                                uint8_t *scratch);
+                                struct kvc_chunk_read *reads, int count);
+
+/* Unmap, close and unlock every piece of a batch (always call it). */
+void kvc_chunk_store_read_release(struct kvc_chunk_read *reads, int count);
 
 /* Remove every chunk of inode. Returns the count removed or -errno. */
 int64_t kvc_chunk_store_remove(struct kvc_chunk_store *store, uint64_t inode);

@@ -12,7 +12,7 @@
 
 struct conn_state {
 	struct io_uring ring;
-	uint8_t *buffer; /* write data or read scratch */
+	uint8_t *buffer; /* write data */
 	size_t buffer_size;
 	struct kvc_chunk_read reads[KVC_WIRE_MAX_PIECES];
 	struct kvc_chunk_store *read_stores[KVC_WIRE_MAX_PIECES];
@@ -103,25 +103,22 @@ static int handle_write(struct kvc_storage_service *svc, struct kvc_server_conn 
 	return kvc_server_reply(conn, h, status, &reply, sizeof(reply));
 }
 
-/* Check a read request's pieces; returns the scratch bytes it needs or
- * -errno for the whole request. */
-static int64_t check_pieces(struct kvc_storage_service *svc, struct conn_state *state,
-                            const struct kvc_msg_piece *pieces, uint32_t count)
+/* Check a read request's pieces; returns 0 or -errno for the whole
+ * request. */
+static int check_pieces(struct kvc_storage_service *svc, struct conn_state *state,
+                        const struct kvc_msg_piece *pieces, uint32_t count)
 {
-	uint64_t total = 0, scratch = 0;
+	uint64_t total = 0;
 	for (uint32_t i = 0; i < count; i++) {
 		const struct kvc_msg_piece *p = &pieces[i];
 		if (p->length > KVC_LAYOUT_MAX_CHUNK || p->offset > KVC_LAYOUT_MAX_CHUNK - p->length)
 			return -EINVAL;
 		total += p->length;
-		scratch += kvc_chunk_store_read_scratch(p->length);
 		state->read_stores[i] = store_of(svc, p->target);
 		state->reads[i] = (struct kvc_chunk_read){
 			.inode = p->inode, .chunk = p->chunk, .offset = p->offset, .length = p->length};
 	}
-	if (total > KVC_WIRE_MAX_DATA)
-		return -EMSGSIZE;
-	return (int64_t)scratch;
+	return total > KVC_WIRE_MAX_DATA ? -EMSGSIZE : 0;
 }
 
 static int handle_read(struct kvc_storage_service *svc, struct kvc_server_conn *conn,
@@ -136,12 +133,10 @@ static int handle_read(struct kvc_storage_service *svc, struct kvc_server_conn *
 		conn->body, h->body_len, &off, m->count * (uint32_t)sizeof(*pieces));
 	if (!pieces)
 		return kvc_server_reply(conn, h, -EINVAL, NULL, 0);
-	int64_t scratch = check_pieces(svc, state, pieces, m->count);
-	int rc = scratch < 0 ? (int)scratch : ensure_buffer(state, (size_t)scratch);
+	int rc = check_pieces(svc, state, pieces, m->count);
 	if (rc < 0)
 		return kvc_server_reply(conn, h, rc, NULL, 0);
-	kvc_chunk_store_read_batch(state->read_stores, &state->ring, state->reads,
-	                           (int)m->count, state->buffer);
+	kvc_chunk_store_read_batch(state->read_stores, &state->ring, state->reads, (int)m->count);
 	uint64_t data_len = 0;
 	for (uint32_t i = 0; i < m->count; i++) {
 		struct kvc_chunk_read *r = &state->reads[i];
@@ -153,7 +148,9 @@ static int handle_read(struct kvc_storage_service *svc, struct kvc_server_conn *
 	struct kvc_wire_header reply;
 	kvc_wire_header_init(&reply, h->type, h->request_id, 0,
 	                     m->count * (uint32_t)sizeof(state->results[0]), data_len);
-	return kvc_wire_send(conn->fd, &reply, state->results, state->data, (int)m->count);
+	rc = kvc_wire_send(conn->fd, &reply, state->results, state->data, (int)m->count);
+	kvc_chunk_store_read_release(state->reads, (int)m->count);
+	return rc;
 }
 
 static int handle_small(struct kvc_storage_service *svc, struct kvc_server_conn *conn,

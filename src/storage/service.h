@@ -4,8 +4,8 @@
  * them; every count, length and offset in a request is checked against the
  * wire limits and the chunk size before it reaches a chunk store.
  *
- * Each connection owns an io_uring and a scratch buffer (service_state),
- * so a multi-chunk read queues all its disk reads at once.
+ * Each connection owns an io_uring and a write buffer (service_state), so
+ * a multi-chunk read queues the readahead of all its pieces at once.
  */
 #ifndef KVC_STORAGE_SERVICE_H
 #define KVC_STORAGE_SERVICE_H
