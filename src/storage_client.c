@@ -7,10 +7,13 @@
 
 #include "layout.h"
 
-/* Largest range one request round handles; bigger calls loop. */
-#define SLICE (16u << 20)
-#define MAX_SLICE_PIECES (SLICE / KVC_LAYOUT_MIN_CHUNK + 1)
-/* Pieces written in parallel in one wave. */
+/* A read request to one server carries at most this much data and this
+ * many pieces; up to READ_WAVE requests (each on its own connection) are in
+ * flight at once. */
+#define REQUEST_BYTES (4u << 20)
+#define MAX_REQUEST_PIECES 256
+#define READ_WAVE 32
+/* Pieces written in parallel in one wave, each on its own connection. */
 #define WRITE_WAVE 32
 
 int kvc_storage_client_init(struct kvc_storage_client *client,
@@ -53,142 +56,244 @@ static bool retryable(int rc, bool reused)
 	return reused && (rc == -ECONNRESET || rc == -EPIPE);
 }
 
-struct read_request {
-	int fd;
-	bool reused;
-	uint64_t id;
-	uint32_t count;
-	int rc;
-	struct kvc_msg_chunk_read head;
-	struct kvc_msg_piece pieces[MAX_SLICE_PIECES];
-	uint32_t piece_index[MAX_SLICE_PIECES]; /* into the slice's pieces */
+/* Record the first failure of an io. */
+static void io_fail(struct kvc_storage_io *io, int rc)
+{
+	if (io->result == 0)
+		io->result = rc;
+}
+
+static int io_check(struct kvc_storage_client *client, const struct kvc_storage_io *io)
+{
+	if (kvc_layout_check(&io->layout) < 0 || io->layout.target_count > client->target_count)
+		return -EINVAL;
+	if (io->offset > KVC_LAYOUT_MAX_FILE_SIZE ||
+	    io->length > KVC_LAYOUT_MAX_FILE_SIZE - io->offset)
+		return -EFBIG;
+	return 0;
+}
+
+/* Walk every chunk piece of every valid io, in order, calling fn. */
+typedef int (*piece_fn)(void *arg, struct kvc_storage_io *io, uint32_t io_index,
+                        const struct kvc_layout_piece *piece);
+
+static int for_each_piece(struct kvc_storage_client *client, struct kvc_storage_io *ios,
+                          int count, piece_fn fn, void *arg)
+{
+	struct kvc_layout_piece pieces[64];
+	for (int i = 0; i < count; i++) {
+		struct kvc_storage_io *io = &ios[i];
+		io->result = io_check(client, io);
+		if (io->result < 0)
+			continue;
+		uint64_t done = 0;
+		while (done < io->length) {
+			/* At most 63 whole chunks per step keeps within 64 pieces. */
+			uint64_t step = io->length - done;
+			uint64_t cap = 63ull * io->layout.chunk_size;
+			if (step > cap)
+				step = cap;
+			int n = kvc_layout_split(&io->layout, io->offset + done, step, pieces, 64);
+			for (int k = 0; k < n; k++) {
+				pieces[k].buffer_offset += done;
+				int rc = fn(arg, io, (uint32_t)i, &pieces[k]);
+				if (rc < 0)
+					return rc;
+			}
+			done += step;
+		}
+	}
+	return 0;
+}
+
+struct read_dest {
+	uint8_t *dst;
+	uint32_t io;
 };
 
-static int read_send(struct kvc_storage_client *client, uint32_t server,
-                     struct read_request *req, uint64_t inode)
+struct read_request {
+	uint32_t server;
+	int fd;
+	bool reused;
+	int rc;
+	uint64_t id;
+	uint64_t bytes;
+	struct kvc_msg_chunk_read head;
+	struct kvc_msg_piece pieces[MAX_REQUEST_PIECES];
+	struct read_dest dest[MAX_REQUEST_PIECES];
+};
+
+struct read_plan {
+	struct kvc_storage_client *client;
+	struct kvc_storage_io *ios;
+	struct read_request **open;   /* per server: the request being filled */
+	struct read_request *wave[READ_WAVE];
+	int wave_count;
+};
+
+static int read_send(struct kvc_storage_client *client, struct read_request *req)
 {
-	struct kvc_rpc_pool *pool = &client->pools[server];
-	(void)inode;
+	struct kvc_rpc_pool *pool = &client->pools[req->server];
 	req->fd = kvc_rpc_pool_get(pool, &req->reused);
 	if (req->fd < 0)
 		return req->fd;
-	req->head = (struct kvc_msg_chunk_read){.count = req->count};
 	req->id = kvc_rpc_next_id(pool);
 	/* head and pieces are adjacent in the struct: one body. */
 	_Static_assert(offsetof(struct read_request, pieces) ==
 	                       offsetof(struct read_request, head) + sizeof(req->head), "");
 	struct kvc_wire_header h;
 	kvc_wire_header_init(&h, KVC_MSG_CHUNK_READ, req->id, 0,
-	                     (uint32_t)(sizeof(req->head) + req->count * sizeof(req->pieces[0])),
+	                     (uint32_t)(sizeof(req->head) + req->head.count * sizeof(req->pieces[0])),
 	                     0);
 	return kvc_wire_send(req->fd, &h, &req->head, NULL, 0);
 }
 
-static int read_receive(struct read_request *req, const struct kvc_layout_piece *pieces,
-                        uint8_t *buf)
+/* Receive a reply into each piece's destination. Returns 1 when the frame
+ * was consumed (the connection is reusable), or a transport -errno. */
+static int read_receive(struct read_request *req, struct kvc_storage_io *ios)
 {
-	struct kvc_msg_piece_result results[MAX_SLICE_PIECES];
+	struct kvc_msg_piece_result results[MAX_REQUEST_PIECES];
 	struct kvc_wire_header h;
+	uint32_t count = req->head.count;
 	int rc = kvc_wire_recv(req->fd, &h, results, sizeof(results));
 	if (rc < 0)
 		return rc;
 	if (h.request_id != req->id || h.type != KVC_MSG_CHUNK_READ)
 		return -EBADMSG;
-	if (h.status < 0)
-		return h.status == -EINVAL || h.status == -EMSGSIZE ? h.status : -EIO;
-	if (h.body_len != req->count * sizeof(results[0]))
+	if (h.status < 0) {
+		for (uint32_t i = 0; i < count; i++)
+			io_fail(&ios[req->dest[i].io], -EIO);
+		return h.data_len ? -EBADMSG : 1;
+	}
+	if (h.body_len != count * sizeof(results[0]))
 		return -EBADMSG;
 	uint64_t expected = 0;
-	for (uint32_t i = 0; i < req->count; i++) {
+	for (uint32_t i = 0; i < count; i++) {
 		if (results[i].length > req->pieces[i].length)
 			return -EBADMSG;
 		expected += results[i].length;
 	}
 	if (expected != h.data_len)
 		return -EBADMSG;
-	int status = 0;
-	for (uint32_t i = 0; i < req->count; i++) {
-		const struct kvc_layout_piece *p = &pieces[req->piece_index[i]];
-		uint8_t *dst = buf + p->buffer_offset;
+	for (uint32_t i = 0; i < count; i++) {
+		struct kvc_storage_io *io = &ios[req->dest[i].io];
+		uint8_t *dst = req->dest[i].dst;
 		if (results[i].length) {
 			rc = kvc_wire_recv_exact(req->fd, dst, results[i].length);
 			if (rc < 0)
 				return rc;
 		}
-		memset(dst + results[i].length, 0, p->length - results[i].length);
+		memset(dst + results[i].length, 0, req->pieces[i].length - results[i].length);
 		if (results[i].status < 0)
-			status = -EIO;
+			io_fail(io, -EIO);
+		else if (io->forbid_holes && results[i].length < req->pieces[i].length)
+			io_fail(io, -ENODATA);
 	}
-	return status == 0 ? 1 : status; /* 1: frame fully consumed, data ok */
+	return 1;
 }
 
-static int read_slice(struct kvc_storage_client *client, uint64_t inode,
-                      const struct kvc_layout *layout, uint64_t offset, uint32_t length,
-                      uint8_t *buf, struct read_request *reqs)
+/* Send every request of the wave, then receive every answer. */
+static void read_wave(struct read_plan *plan)
 {
-	struct kvc_layout_piece pieces[MAX_SLICE_PIECES];
-	int count = kvc_layout_split(layout, offset, length, pieces, MAX_SLICE_PIECES);
-	if (count < 0)
-		return count;
-	uint32_t servers = client->server_count;
-	for (uint32_t s = 0; s < servers; s++)
-		reqs[s].count = 0, reqs[s].fd = -1, reqs[s].rc = 0;
-	for (int i = 0; i < count; i++) {
-		if (pieces[i].target >= client->target_count)
-			return -EIO;
-		struct read_request *r = &reqs[client->target_server[pieces[i].target]];
-		r->pieces[r->count] = (struct kvc_msg_piece){
-			.inode = inode, .target = pieces[i].target, .chunk = pieces[i].chunk,
-			.offset = pieces[i].chunk_offset, .length = pieces[i].length};
-		r->piece_index[r->count++] = (uint32_t)i;
-	}
-	for (uint32_t s = 0; s < servers; s++)
-		if (reqs[s].count)
-			reqs[s].rc = read_send(client, s, &reqs[s], inode);
-	int result = 0;
-	for (uint32_t s = 0; s < servers; s++) {
-		struct read_request *r = &reqs[s];
-		if (!r->count)
-			continue;
+	struct kvc_storage_client *client = plan->client;
+	for (int i = 0; i < plan->wave_count; i++)
+		plan->wave[i]->rc = read_send(client, plan->wave[i]);
+	for (int i = 0; i < plan->wave_count; i++) {
+		struct read_request *r = plan->wave[i];
+		struct kvc_rpc_pool *pool = &client->pools[r->server];
 		if (r->rc == 0)
-			r->rc = read_receive(r, pieces, buf);
+			r->rc = read_receive(r, plan->ios);
 		if (r->fd >= 0)
-			kvc_rpc_pool_put(&client->pools[s], r->fd, r->rc == 1 || r->rc == -EIO);
+			kvc_rpc_pool_put(pool, r->fd, r->rc == 1);
 		if (r->rc < 0 && retryable(r->rc, r->reused)) {
 			/* The server restarted under an idle connection: once more. */
-			kvc_rpc_pool_drain(&client->pools[s]);
-			r->rc = read_send(client, s, r, inode);
+			kvc_rpc_pool_drain(pool);
+			r->rc = read_send(client, r);
 			if (r->rc == 0)
-				r->rc = read_receive(r, pieces, buf);
+				r->rc = read_receive(r, plan->ios);
 			if (r->fd >= 0)
-				kvc_rpc_pool_put(&client->pools[s], r->fd, r->rc == 1);
+				kvc_rpc_pool_put(pool, r->fd, r->rc == 1);
 		}
-		if (r->rc < 0 && result == 0)
-			result = client_error(r->rc);
+		if (r->rc < 0)
+			for (uint32_t k = 0; k < r->head.count; k++)
+				io_fail(&plan->ios[r->dest[k].io], client_error(r->rc));
+		free(r);
 	}
-	return result;
+	plan->wave_count = 0;
+}
+
+/* Close the open request of a server: it joins the wave. */
+static void read_close(struct read_plan *plan, uint32_t server)
+{
+	struct read_request *r = plan->open[server];
+	if (!r)
+		return;
+	plan->open[server] = NULL;
+	plan->wave[plan->wave_count++] = r;
+	if (plan->wave_count == READ_WAVE)
+		read_wave(plan);
+}
+
+static int read_add_piece(void *arg, struct kvc_storage_io *io, uint32_t io_index,
+                          const struct kvc_layout_piece *p)
+{
+	struct read_plan *plan = arg;
+	uint32_t server = plan->client->target_server[p->target];
+	struct read_request *r = plan->open[server];
+	if (r && (r->head.count == MAX_REQUEST_PIECES || r->bytes + p->length > REQUEST_BYTES)) {
+		read_close(plan, server);
+		r = NULL;
+	}
+	if (!r) {
+		r = malloc(sizeof(*r));
+		if (!r)
+			return -ENOMEM;
+		r->server = server;
+		r->fd = -1;
+		r->bytes = 0;
+		r->head = (struct kvc_msg_chunk_read){0};
+		plan->open[server] = r;
+	}
+	uint32_t k = r->head.count++;
+	r->pieces[k] = (struct kvc_msg_piece){.inode = io->inode, .target = p->target,
+	                                      .chunk = p->chunk, .offset = p->chunk_offset,
+	                                      .length = p->length};
+	r->dest[k] = (struct read_dest){(uint8_t *)io->buf + p->buffer_offset, io_index};
+	r->bytes += p->length;
+	return 0;
+}
+
+int kvc_storage_client_read_batch(struct kvc_storage_client *client,
+                                  struct kvc_storage_io *ios, int count)
+{
+	struct read_plan plan = {.client = client, .ios = ios};
+	plan.open = calloc(client->server_count ? client->server_count : 1, sizeof(*plan.open));
+	if (!plan.open)
+		return -ENOMEM;
+	int rc = for_each_piece(client, ios, count, read_add_piece, &plan);
+	for (uint32_t s = 0; s < client->server_count; s++) {
+		if (rc < 0) {
+			free(plan.open[s]);
+			plan.open[s] = NULL;
+		} else {
+			read_close(&plan, s);
+		}
+	}
+	if (plan.wave_count)
+		read_wave(&plan);
+	free(plan.open);
+	for (int i = 0; i < count && rc == 0; i++)
+		rc = ios[i].result;
+	return rc;
 }
 
 int kvc_storage_client_read(struct kvc_storage_client *client, uint64_t inode,
                             const struct kvc_layout *layout, uint64_t offset,
                             uint64_t length, void *buf)
 {
-	if (kvc_layout_check(layout) < 0 || layout->target_count > client->target_count)
-		return -EINVAL;
-	if (offset > KVC_LAYOUT_MAX_FILE_SIZE || length > KVC_LAYOUT_MAX_FILE_SIZE - offset)
-		return -EFBIG;
-	struct read_request *reqs = malloc(client->server_count * sizeof(*reqs));
-	if (!reqs)
-		return -ENOMEM;
-	int rc = 0;
-	for (uint64_t done = 0; done < length && rc == 0;) {
-		uint32_t step = length - done < SLICE ? (uint32_t)(length - done) : SLICE;
-		rc = read_slice(client, inode, layout, offset + done, step, (uint8_t *)buf + done,
-		                reqs);
-		done += step;
-	}
-	free(reqs);
-	return rc;
+	struct kvc_storage_io io = {.inode = inode, .layout = *layout, .offset = offset,
+	                            .length = length, .buf = buf};
+	return kvc_storage_client_read_batch(client, &io, 1);
 }
 
 struct write_piece {
@@ -196,10 +301,18 @@ struct write_piece {
 	bool reused;
 	uint32_t server;
 	uint32_t length;
+	uint32_t io;
 	uint64_t id;
 	int rc;
 	struct kvc_msg_chunk_write msg;
 	const void *data;
+};
+
+struct write_plan {
+	struct kvc_storage_client *client;
+	struct kvc_storage_io *ios;
+	struct write_piece wave[WRITE_WAVE];
+	int wave_count;
 };
 
 static int write_send(struct kvc_storage_client *client, struct write_piece *w)
@@ -228,66 +341,70 @@ static int write_receive(struct write_piece *w)
 }
 
 /* Send a wave of pieces, then collect every answer. */
-static int write_wave(struct kvc_storage_client *client, struct write_piece *wave, int count)
+static void write_wave(struct write_plan *plan)
 {
-	int result = 0;
-	for (int i = 0; i < count; i++)
-		wave[i].rc = write_send(client, &wave[i]);
-	for (int i = 0; i < count; i++) {
-		struct write_piece *w = &wave[i];
+	struct kvc_storage_client *client = plan->client;
+	for (int i = 0; i < plan->wave_count; i++)
+		plan->wave[i].rc = write_send(client, &plan->wave[i]);
+	for (int i = 0; i < plan->wave_count; i++) {
+		struct write_piece *w = &plan->wave[i];
+		struct kvc_rpc_pool *pool = &client->pools[w->server];
 		if (w->rc == 0)
 			w->rc = write_receive(w);
 		if (w->fd >= 0)
-			kvc_rpc_pool_put(&client->pools[w->server], w->fd,
+			kvc_rpc_pool_put(pool, w->fd,
 			                 w->rc == 1 || (w->rc < 0 && !kvc_rpc_is_transport_error(w->rc)));
 		if (w->rc < 0 && retryable(w->rc, w->reused)) {
-			kvc_rpc_pool_drain(&client->pools[w->server]);
+			kvc_rpc_pool_drain(pool);
 			w->rc = write_send(client, w);
 			if (w->rc == 0)
 				w->rc = write_receive(w);
 			if (w->fd >= 0)
-				kvc_rpc_pool_put(&client->pools[w->server], w->fd, w->rc == 1);
+				kvc_rpc_pool_put(pool, w->fd, w->rc == 1);
 		}
-		if (w->rc < 0 && result == 0)
-			result = client_error(w->rc);
+		if (w->rc < 0)
+			io_fail(&plan->ios[w->io], client_error(w->rc));
 	}
-	return result;
+	plan->wave_count = 0;
+}
+
+static int write_add_piece(void *arg, struct kvc_storage_io *io, uint32_t io_index,
+                           const struct kvc_layout_piece *p)
+{
+	struct write_plan *plan = arg;
+	plan->wave[plan->wave_count++] = (struct write_piece){
+		.fd = -1, .server = plan->client->target_server[p->target], .length = p->length,
+		.io = io_index, .data = (const uint8_t *)io->buf + p->buffer_offset,
+		.msg = {.inode = io->inode, .target = p->target, .chunk = p->chunk,
+		        .chunk_size = io->layout.chunk_size, .offset = p->chunk_offset}};
+	if (plan->wave_count == WRITE_WAVE)
+		write_wave(plan);
+	return 0;
+}
+
+int kvc_storage_client_write_batch(struct kvc_storage_client *client,
+                                   struct kvc_storage_io *ios, int count)
+{
+	struct write_plan *plan = malloc(sizeof(*plan));
+	if (!plan)
+		return -ENOMEM;
+	*plan = (struct write_plan){.client = client, .ios = ios};
+	int rc = for_each_piece(client, ios, count, write_add_piece, plan);
+	if (plan->wave_count)
+		write_wave(plan);
+	free(plan);
+	for (int i = 0; i < count && rc == 0; i++)
+		rc = ios[i].result;
+	return rc;
 }
 
 int kvc_storage_client_write(struct kvc_storage_client *client, uint64_t inode,
                              const struct kvc_layout *layout, uint64_t offset,
                              uint64_t length, const void *buf)
 {
-	struct kvc_layout_piece pieces[WRITE_WAVE];
-	struct write_piece wave[WRITE_WAVE];
-	if (kvc_layout_check(layout) < 0 || layout->target_count > client->target_count)
-		return -EINVAL;
-	if (offset > KVC_LAYOUT_MAX_FILE_SIZE || length > KVC_LAYOUT_MAX_FILE_SIZE - offset)
-		return -EFBIG;
-	int rc = 0;
-	uint64_t wave_bytes = (uint64_t)WRITE_WAVE * layout->chunk_size;
-	for (uint64_t done = 0; done < length && rc == 0;) {
-		/* Whole chunks from here fit: at most WRITE_WAVE + 1 pieces, so
-		 * stop one chunk short to stay within WRITE_WAVE. */
-		uint64_t step = length - done;
-		if (step > wave_bytes - layout->chunk_size)
-			step = wave_bytes - layout->chunk_size;
-		int count = kvc_layout_split(layout, offset + done, step, pieces, WRITE_WAVE);
-		if (count < 0)
-			return count;
-		for (int i = 0; i < count; i++) {
-			wave[i] = (struct write_piece){
-				.fd = -1, .server = client->target_server[pieces[i].target],
-				.length = pieces[i].length,
-				.data = (const uint8_t *)buf + done + pieces[i].buffer_offset,
-				.msg = {.inode = inode, .target = pieces[i].target,
-				        .chunk = pieces[i].chunk, .chunk_size = layout->chunk_size,
-				        .offset = pieces[i].chunk_offset}};
-		}
-		rc = write_wave(client, wave, count);
-		done += step;
-	}
-	return rc;
+	struct kvc_storage_io io = {.inode = inode, .layout = *layout, .offset = offset,
+	                            .length = length, .buf = (void *)buf};
+	return kvc_storage_client_write_batch(client, &io, 1);
 }
 
 /* Send one small request to the server of every target in the layout. */

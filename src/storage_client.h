@@ -16,6 +16,7 @@
 #ifndef KVC_STORAGE_CLIENT_H
 #define KVC_STORAGE_CLIENT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "config.h"
@@ -29,6 +30,17 @@ struct kvc_storage_client {
 	struct kvc_rpc_pool pools[KVC_CONFIG_MAX_SERVERS];
 };
 
+/* One I/O of a batch: a byte range of a file and the caller's buffer. */
+struct kvc_storage_io {
+	uint64_t inode;
+	struct kvc_layout layout;
+	uint64_t offset;
+	uint64_t length;
+	void *buf;
+	bool forbid_holes; /* reads: a hole fails the io with -ENODATA */
+	int result;        /* out: 0 or -errno (the io's first failure) */
+};
+
 struct kvc_storage_space {
 	uint64_t total_bytes;
 	uint64_t free_bytes;
@@ -40,6 +52,14 @@ struct kvc_storage_space {
 int kvc_storage_client_init(struct kvc_storage_client *client,
                             const struct kvc_config *config);
 void kvc_storage_client_destroy(struct kvc_storage_client *client);
+
+/* Run many reads (or writes) at once: the pieces of all ios are grouped by
+ * server and sent together; each io gets its own result, so one bad io
+ * does not fail the others. Returns 0 or the first io's error. */
+int kvc_storage_client_read_batch(struct kvc_storage_client *client,
+                                  struct kvc_storage_io *ios, int count);
+int kvc_storage_client_write_batch(struct kvc_storage_client *client,
+                                   struct kvc_storage_io *ios, int count);
 
 /* Read [offset, offset + length) of inode into buf; holes become zeros.
  * Returns 0, -EIO (a server down, timed out or a crc mismatch), -EINVAL,
