@@ -13,9 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "fuse/operations.h"
+#include "fuse/usrbio_service.h"
 #include "log.h"
 
 static void usage(FILE *out)
@@ -33,33 +35,53 @@ static void *size_flusher(void *arg)
 	return NULL;
 }
 
-/* Raise the kernel's readahead for the new mount: FUSE starts at 128 KiB,
- * which leaves sequential reads waiting on one request at a time. The
- * device number comes from mountinfo, so the mount itself is not touched
- * (its daemon is not serving yet). Best effort: logs and goes on. */
-static void set_readahead(const char *mountpoint, int readahead_kb)
+/* The device ("major:minor") of the newest mount at mountpoint, from
+ * mountinfo, so the mount itself is not touched (its daemon is not serving
+ * yet). Returns 0 or -ENOENT. */
+static int mount_device(const char *mountpoint, char *device, size_t size)
 {
-	char real[PATH_MAX], line[8192], device[32] = "";
-	FILE *f = fopen("/proc/self/mountinfo", "r");
-	if (readahead_kb <= 0 || !realpath(mountpoint, real) || !f) {
-		if (f)
-			fclose(f);
-		return;
-	}
+	char real[PATH_MAX], line[8192];
+	int rc = -ENOENT;
+	FILE *f = realpath(mountpoint, real) ? fopen("/proc/self/mountinfo", "re") : NULL;
+	if (!f)
+		return rc;
 	while (fgets(line, sizeof(line), f)) {
 		char dev[32], point[PATH_MAX];
 		if (sscanf(line, "%*s %*s %31s %*s %4095s", dev, point) == 2 &&
-		    strcmp(point, real) == 0)
+		    strcmp(point, real) == 0 && strlen(dev) < size) {
 			strcpy(device, dev); /* the last match is the newest mount */
+			rc = 0;
+		}
 	}
 	fclose(f);
+	return rc;
+}
+
+/* Raise the kernel's readahead for the new mount: FUSE starts at 128 KiB,
+ * which leaves sequential reads waiting on one request at a time.
+ * Best effort: logs and goes on. */
+static void set_readahead(const char *device, int readahead_kb)
+{
 	char path[128];
+	if (readahead_kb <= 0)
+		return;
 	snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", device);
-	FILE *bdi = device[0] ? fopen(path, "w") : NULL;
+	FILE *bdi = fopen(path, "w");
 	if (!bdi || fprintf(bdi, "%d\n", readahead_kb) < 0)
 		kvc_log_warn("cannot set readahead through %s", path);
 	if (bdi)
 		fclose(bdi);
+}
+
+/* Start the USRBIO control socket and ring workers for the mount. */
+static int start_usrbio(struct kvc_fuse *fs, const char *mountpoint, const char *device)
+{
+	static struct kvc_usrbio usrbio; /* lives as long as the process */
+	unsigned major, minor;
+	if (sscanf(device, "%u:%u", &major, &minor) != 2)
+		return -EINVAL;
+	usrbio.mount_dev = makedev(major, minor);
+	return kvc_usrbio_start(&usrbio, fs, mountpoint);
 }
 
 static int mount_and_serve(struct kvc_fuse *fs, const char *mountpoint, bool debug)
@@ -75,11 +97,23 @@ static int mount_and_serve(struct kvc_fuse *fs, const char *mountpoint, bool deb
 		return 1;
 	if (fuse_set_signal_handlers(se) != 0)
 		goto destroy;
+	fs->session = se;
 	if (fuse_session_mount(se, mountpoint) != 0) {
 		fprintf(stderr, "kvc-fuse: cannot mount at %s\n", mountpoint);
 		goto remove_handlers;
 	}
-	set_readahead(mountpoint, fs->config.readahead_kb);
+	char device[32];
+	if (mount_device(mountpoint, device, sizeof(device)) < 0) {
+		fprintf(stderr, "kvc-fuse: %s is not in mountinfo after mounting\n", mountpoint);
+		goto unmount;
+	}
+	set_readahead(device, fs->config.readahead_kb);
+	int usrbio_rc = start_usrbio(fs, mountpoint, device);
+	if (usrbio_rc < 0) {
+		fprintf(stderr, "kvc-fuse: cannot serve USRBIO for %s: %s\n", mountpoint,
+		        strerror(-usrbio_rc));
+		goto unmount;
+	}
 	struct fuse_loop_config *loop = fuse_loop_cfg_create();
 	fuse_loop_cfg_set_max_threads(loop, 64);
 	fuse_loop_cfg_set_idle_threads(loop, 16);
@@ -87,6 +121,7 @@ static int mount_and_serve(struct kvc_fuse *fs, const char *mountpoint, bool deb
 	rc = fuse_session_loop_mt(se, loop) ? 1 : 0;
 	fuse_loop_cfg_destroy(loop);
 	kvc_fuse_flush_sizes(fs);
+unmount:
 	fuse_session_unmount(se);
 remove_handlers:
 	fuse_remove_signal_handlers(se);

@@ -26,6 +26,7 @@ struct kvc_fuse {
 	struct kvc_storage_client storage;
 	struct kvc_inode_table *inodes;
 	double attr_timeout;
+	struct fuse_session *session; /* set once mounted; for invalidations */
 };
 
 extern const struct fuse_lowlevel_ops kvc_fuse_operations;

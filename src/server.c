@@ -43,12 +43,18 @@ static int ensure_body(struct kvc_server_conn *conn, uint32_t need)
 	return 0;
 }
 
+static void close_passed_fds(struct kvc_server_conn *conn)
+{
+	for (int i = 0; i < conn->passed_fd_count; i++)
+		if (conn->passed_fds[i] >= 0)
+			close(conn->passed_fds[i]);
+	conn->passed_fd_count = 0;
+}
+
 static int recv_frame(struct kvc_server_conn *conn, struct kvc_wire_header *h)
 {
-	int rc = kvc_wire_recv_exact(conn->fd, h, sizeof(*h));
-	if (rc < 0)
-		return rc;
-	rc = kvc_wire_header_check(h);
+	close_passed_fds(conn);
+	int rc = kvc_wire_recv_header_fds(conn->fd, h, conn->passed_fds, &conn->passed_fd_count);
 	if (rc < 0)
 		return rc;
 	rc = ensure_body(conn, h->body_len);
@@ -101,6 +107,7 @@ static void *conn_main(void *arg)
 	}
 	if (rc != -ECONNRESET && rc != 0)
 		kvc_log_info("%s: closing connection: %s", server->name, strerror(-rc));
+	close_passed_fds(&conn);
 	if (server->cleanup)
 		server->cleanup(server->service, &conn);
 	free(conn.body);

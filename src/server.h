@@ -24,6 +24,10 @@ struct kvc_server_conn {
 	void *body;        /* received body; capacity body_capacity */
 	size_t body_capacity;
 	void *service_state; /* per-connection state owned by the service */
+	/* fds passed with the current frame (Unix sockets): a handler that
+	 * keeps one sets its slot to -1; the server closes the rest. */
+	int passed_fds[KVC_WIRE_MAX_FDS];
+	int passed_fd_count;
 };
 
 typedef int (*kvc_server_handler)(void *service, struct kvc_server_conn *conn,

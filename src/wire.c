@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 void kvc_wire_header_init(struct kvc_wire_header *h, uint16_t type,
                           uint64_t request_id, int32_t status,
@@ -71,6 +72,98 @@ int kvc_wire_send(int fd, const struct kvc_wire_header *h, const void *body,
 		}
 	}
 	return 0;
+}
+
+int kvc_wire_send_fds(int fd, const struct kvc_wire_header *h, const void *body,
+                      const int *fds, int fd_count)
+{
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int) * KVC_WIRE_MAX_FDS)];
+	} control;
+	struct iovec vec[2] = {{(void *)h, sizeof(*h)}, {(void *)body, h->body_len}};
+	struct msghdr msg = {.msg_iov = vec, .msg_iovlen = h->body_len ? 2 : 1};
+	if (fd_count < 0 || fd_count > KVC_WIRE_MAX_FDS)
+		return -EINVAL;
+	if (fd_count > 0) {
+		memset(&control, 0, sizeof(control));
+		msg.msg_control = control.buf;
+		msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)fd_count);
+		struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
+		cmsg->cmsg_level = SOL_SOCKET;
+		cmsg->cmsg_type = SCM_RIGHTS;
+		cmsg->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)fd_count);
+		memcpy(CMSG_DATA(cmsg), fds, sizeof(int) * (size_t)fd_count);
+	}
+	/* Local control frames are small: one sendmsg carries them whole, and
+	 * the fds travel with its first byte. */
+	ssize_t sent;
+	do
+		sent = sendmsg(fd, &msg, MSG_NOSIGNAL);
+	while (sent < 0 && errno == EINTR);
+	if (sent < 0)
+		return io_error();
+	size_t total = sizeof(*h) + h->body_len;
+	if ((size_t)sent < sizeof(*h))
+		return -EMSGSIZE; /* never for a local socket of sane size */
+	if ((size_t)sent < total) {
+		const char *rest = (const char *)body + ((size_t)sent - sizeof(*h));
+		size_t left = total - (size_t)sent;
+		while (left) {
+			ssize_t n = send(fd, rest, left, MSG_NOSIGNAL);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0)
+				return io_error();
+			rest += n;
+			left -= (size_t)n;
+		}
+	}
+	return 0;
+}
+
+int kvc_wire_recv_header_fds(int fd, struct kvc_wire_header *h, int *fds, int *fd_count)
+{
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int) * KVC_WIRE_MAX_FDS)];
+	} control;
+	struct iovec vec = {h, sizeof(*h)};
+	struct msghdr msg = {.msg_iov = &vec, .msg_iovlen = 1, .msg_control = control.buf,
+	                     .msg_controllen = sizeof(control.buf)};
+	*fd_count = 0;
+	ssize_t got;
+	do
+		got = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+	while (got < 0 && errno == EINTR);
+	if (got == 0)
+		return -ECONNRESET;
+	if (got < 0)
+		return io_error();
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		int n = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+		for (int i = 0; i < n; i++) {
+			int passed;
+			memcpy(&passed, CMSG_DATA(c) + (size_t)i * sizeof(int), sizeof(int));
+			if (*fd_count < KVC_WIRE_MAX_FDS)
+				fds[(*fd_count)++] = passed;
+			else
+				close(passed); /* more than a frame may carry: refuse them */
+		}
+	}
+	int rc = 0;
+	if ((size_t)got < sizeof(*h))
+		rc = kvc_wire_recv_exact(fd, (char *)h + got, sizeof(*h) - (size_t)got);
+	if (rc == 0)
+		rc = kvc_wire_header_check(h);
+	if (rc < 0) {
+		for (int i = 0; i < *fd_count; i++)
+			close(fds[i]);
+		*fd_count = 0;
+	}
+	return rc;
 }
 
 int kvc_wire_recv_exact(int fd, void *buf, size_t len)
@@ -166,6 +259,12 @@ const char *kvc_wire_type_name(uint16_t type)
 	case KVC_MSG_CHUNK_LAST: return "chunk_last";
 	case KVC_MSG_SPACE: return "space";
 	case KVC_MSG_SYNC: return "sync";
+	case KVC_MSG_IOV_REGISTER: return "iov_register";
+	case KVC_MSG_IOV_DEREGISTER: return "iov_deregister";
+	case KVC_MSG_FD_REGISTER: return "fd_register";
+	case KVC_MSG_FD_DEREGISTER: return "fd_deregister";
+	case KVC_MSG_RING_REGISTER: return "ring_register";
+	case KVC_MSG_RING_DEREGISTER: return "ring_deregister";
 	default: return "unknown";
 	}
 }

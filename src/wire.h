@@ -26,8 +26,12 @@
  * -EPROTO for another version and -EACCES for a wrong cluster token, then
  * closes. See docs/protocol.md for every message.
  *
+ * USRBIO control messages (types 96..) travel on kvc-fuse's local Unix
+ * socket with the same framing; the file descriptors they register ride
+ * along as SCM_RIGHTS ancillary data of the frame (see docs/usrbio.md).
+ *
  * Version changelog:
- *   1  first version (namespace, chunk I/O, space, sync).
+ *   1  first version (namespace, chunk I/O, space, sync, USRBIO control).
  */
 #ifndef KVC_WIRE_H
 #define KVC_WIRE_H
@@ -72,7 +76,17 @@ enum kvc_wire_type {
 	KVC_MSG_CHUNK_LAST = 68,
 	KVC_MSG_SPACE = 69,
 	KVC_MSG_SYNC = 70,
+	/* USRBIO control (kvc-fuse's local socket) */
+	KVC_MSG_IOV_REGISTER = 96,
+	KVC_MSG_IOV_DEREGISTER = 97,
+	KVC_MSG_FD_REGISTER = 98,
+	KVC_MSG_FD_DEREGISTER = 99,
+	KVC_MSG_RING_REGISTER = 100,
+	KVC_MSG_RING_DEREGISTER = 101,
 };
+
+/* Most file descriptors one frame may carry. */
+#define KVC_WIRE_MAX_FDS 4
 
 struct kvc_wire_header {
 	uint32_t magic;
@@ -288,6 +302,47 @@ struct kvc_msg_target_space {
 };
 _Static_assert(sizeof(struct kvc_msg_target_space) == 40, "");
 
+/* IOV_REGISTER: one fd (the shared memory), mapped from file_offset. */
+struct kvc_msg_iov_register {
+	uint64_t size;
+	uint64_t block_size;
+	uint64_t file_offset;
+	int32_t numa;
+	uint32_t reserved;
+	uint8_t id[16];
+};
+_Static_assert(sizeof(struct kvc_msg_iov_register) == 48, "");
+/* reply of IOV_REGISTER and RING_REGISTER; body of both DEREGISTERs */
+struct kvc_msg_handle {
+	uint32_t handle;
+	uint32_t reserved;
+};
+
+/* FD_REGISTER: one fd (a dup of the client's open file); client_fd is the
+ * number the client's ring entries will use. FD_DEREGISTER: no fd. */
+struct kvc_msg_fd_register {
+	int32_t client_fd;
+	uint32_t flags;
+};
+struct kvc_msg_fd_register_reply {
+	uint64_t ino;
+	uint32_t access; /* O_RDONLY, O_WRONLY or O_RDWR */
+	uint32_t reserved;
+};
+
+/* RING_REGISTER: two fds: the ring's shared memory and its doorbell
+ * eventfd. The layout of the shared memory is src/ring.h's. */
+struct kvc_msg_ring_register {
+	uint32_t entries;
+	uint32_t for_read;
+	int32_t io_depth;
+	int32_t timeout_ms;
+	int32_t priority;
+	uint32_t reserved;
+	uint64_t flags;
+};
+_Static_assert(sizeof(struct kvc_msg_ring_register) == 32, "");
+
 /* The frame being built or received. body points into a caller's buffer. */
 struct kvc_wire_frame {
 	struct kvc_wire_header header;
@@ -313,6 +368,15 @@ int kvc_wire_send(int fd, const struct kvc_wire_header *h, const void *body,
  * Returns 0, -ECONNRESET (peer closed), -ETIMEDOUT, -EPROTO, -EMSGSIZE. */
 int kvc_wire_recv(int fd, struct kvc_wire_header *h, void *body_buf,
                   size_t body_cap);
+
+/* As kvc_wire_send, with fds passed as SCM_RIGHTS (Unix sockets only). */
+int kvc_wire_send_fds(int fd, const struct kvc_wire_header *h, const void *body,
+                      const int *fds, int fd_count);
+
+/* Receive a header like the first step of kvc_wire_recv, collecting up to
+ * KVC_WIRE_MAX_FDS passed fds into fds (*fd_count set; the caller owns
+ * them). Returns 0 or -errno as kvc_wire_recv. */
+int kvc_wire_recv_header_fds(int fd, struct kvc_wire_header *h, int *fds, int *fd_count);
 
 /* Receive exactly len bytes (data sections). 0 or -errno as above. */
 int kvc_wire_recv_exact(int fd, void *buf, size_t len);

@@ -1,0 +1,127 @@
+/*
+ * kvc/usrbio.h: kvcfs's user-space bulk I/O (USRBIO). Inference engines
+ * move KV pages through shared memory without the kernel's FUSE path:
+ *
+ *   iov   a shared-memory buffer registered with a mount; kvc-fuse maps the
+ *         same memory and receives/sends file bytes straight into/from it.
+ *   ring  submission and completion queues in shared memory, for reads or
+ *         for writes; kvc-fuse's ring workers run the I/O.
+ *   fd    a file of the mount, registered so ring entries may name it.
+ *
+ * A process registers through kvc-fuse's local control socket; everything
+ * it registered is dropped when it exits or is killed (docs/usrbio.md).
+ * Registrations are per process: an iov, ring or fd registered by one
+ * process cannot be used by another, and kvc-fuse refuses shared memory
+ * owned by another uid.
+ *
+ * All functions return 0 (or a count / slot) on success and -errno on
+ * failure. Not thread-safe per ring (like 3FS): one thread prepares and
+ * submits on a ring at a time; different rings are independent.
+ */
+#ifndef KVC_USRBIO_H
+#define KVC_USRBIO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* libkvc is built with hidden visibility; these are its exports. */
+#pragma GCC visibility push(default)
+
+#define KVC_RING_FORBID_READ_HOLES 2u
+#define KVC_RING_ALLOW_READ_UNCOMMITTED 1u
+
+struct kvc_iov;
+struct kvc_ring;
+
+struct kvc_completion {
+	int32_t index;        /* the slot kvc_ring_prep returned */
+	int64_t result;       /* bytes transferred, or -errno */
+	const void *userdata; /* as given to kvc_ring_prep */
+};
+
+/* Create a new shared-memory iov of size bytes on the mount (any path in
+ * it) and register it. id_out (may be NULL) receives its 16-byte id, by
+ * which another process of the same uid may open it. Errors: -EINVAL,
+ * -ENOENT (not a kvcfs mount), -ECONNREFUSED (kvc-fuse not serving),
+ * -ENOMEM, -EACCES. */
+int kvc_iov_create(struct kvc_iov **out, const char *mount, size_t size,
+                   size_t block_size, int numa, uint8_t id_out[16]);
+
+/* Open and register an existing iov by id (created by kvc_iov_create).
+ * Errors as create, and -ENOENT (no such iov), -EACCES (another uid's). */
+int kvc_iov_open(struct kvc_iov **out, const uint8_t id[16], const char *mount,
+                 size_t size, size_t block_size, int numa);
+
+/* Register memory the caller already maps from a shared file (POSIX shm,
+ * /dev/shm, memfd, a tmpfs file): base..base+size must lie in one shared
+ * file mapping. -EINVAL for private or anonymous memory. */
+int kvc_iov_wrap(struct kvc_iov **out, void *base, const uint8_t id[16],
+                 const char *mount, size_t size, size_t block_size, int numa);
+
+void *kvc_iov_base(const struct kvc_iov *iov);
+size_t kvc_iov_size(const struct kvc_iov *iov);
+void kvc_iov_id(const struct kvc_iov *iov, uint8_t id[16]);
+
+/* Remove the iov's name (kvc_iov_open by id no longer finds it). */
+int kvc_iov_unlink(struct kvc_iov *iov);
+
+/* Deregister and unmap (memory from kvc_iov_wrap stays the caller's).
+ * Waits for the ring I/O that still uses it. Safe on NULL. */
+void kvc_iov_destroy(struct kvc_iov *iov);
+
+/* Create and register a ring of `entries` slots (1..4096, rounded up to a
+ * power of two) for reads or writes. io_depth: > 0 run exactly that many
+ * per batch (waiting up to timeout_ms for them, 0 = no limit), 0 run all
+ * pending entries at once, < 0 at most -io_depth per batch. flags:
+ * KVC_RING_FORBID_READ_HOLES (reading a hole fails with -ENODATA). */
+int kvc_ring_create(struct kvc_ring **out, const char *mount, int entries, bool for_read,
+                    int io_depth, int priority, int timeout_ms, int numa, uint64_t flags);
+void kvc_ring_destroy(struct kvc_ring *ring);
+int kvc_ring_entries(const struct kvc_ring *ring);
+
+/* Queue one I/O: `length` bytes at `file_offset` of registered fd into
+ * (read) or from (write) iov memory at ptr. Returns the slot index, or
+ * -EINVAL (direction differs from the ring's, zero or oversized length),
+ * -EFAULT (ptr..ptr+length outside the iov), -EBADF (fd not registered),
+ * -EACCES (fd not open for that direction), -EAGAIN (ring full: wait for
+ * completions first). Takes effect at kvc_ring_submit. */
+int kvc_ring_prep(struct kvc_ring *ring, const struct kvc_iov *iov, bool read, void *ptr,
+                  int fd, uint64_t file_offset, uint64_t length, const void *userdata);
+
+/* Hand every prepared entry to kvc-fuse. Returns the count submitted. */
+int kvc_ring_submit(struct kvc_ring *ring);
+
+/* Collect up to max completions, waiting until at least min_results are
+ * there or abs_timeout (CLOCK_REALTIME; NULL = no limit) passes. Returns
+ * the count (possibly fewer than min_results at the timeout) or -errno. */
+int kvc_ring_wait(struct kvc_ring *ring, struct kvc_completion *out, int max,
+                  int min_results, const struct timespec *abs_timeout);
+
+/* Register fd (open on a kvcfs mount) for ring I/O; deregister it. */
+int kvc_fd_register(int fd, uint64_t flags);
+int kvc_fd_deregister(int fd);
+
+/* 1 when fd is a file or directory of a kvcfs mount, else 0. */
+int kvc_is_kvcfs(int fd);
+
+/* Copy the kvcfs mount point that contains path into out. Returns its
+ * length, -ENOENT (not inside a kvcfs mount), -ENAMETOOLONG. */
+int kvc_extract_mount_point(char *out, size_t size, const char *path);
+
+/* Make the file's size (as extended by ring writes) and data durable and
+ * visible to every client now. */
+int kvc_fd_sync(int fd);
+
+#pragma GCC visibility pop
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,217 @@
+/* hf3fs_compat: 3FS's USRBIO names on the native API; see hf3fs_usrbio.h. */
+#include "hf3fs_usrbio.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kvc/usrbio.h"
+#include "ring.h"
+
+bool hf3fs_is_hf3fs(int fd)
+{
+	return kvc_is_kvcfs(fd) == 1;
+}
+
+int hf3fs_extract_mount_point(char *out, int size, const char *path)
+{
+	if (size <= 0)
+		return -1;
+	int rc = kvc_extract_mount_point(out, (size_t)size, path);
+	return rc < 0 ? -1 : rc + 1;
+}
+
+static int copy_mount(char dst[256], const char *mount)
+{
+	if (strlen(mount) >= 256)
+		return -ENAMETOOLONG;
+	strcpy(dst, mount);
+	return 0;
+}
+
+static void fill_iov(struct hf3fs_iov *iov, struct kvc_iov *native, const char *mount,
+                     size_t block_size, int numa)
+{
+	iov->base = kvc_iov_base(native);
+	iov->iovh = native;
+	kvc_iov_id(native, (uint8_t *)iov->id);
+	copy_mount(iov->mount_point, mount);
+	iov->size = kvc_iov_size(native);
+	iov->block_size = block_size;
+	iov->numa = numa;
+}
+
+int hf3fs_iovcreate(struct hf3fs_iov *iov, const char *mount, size_t size, size_t block_size,
+                    int numa)
+{
+	struct kvc_iov *native;
+	int rc = strlen(mount) < 256 ? kvc_iov_create(&native, mount, size, block_size, numa, NULL)
+	                             : -ENAMETOOLONG;
+	if (rc == 0)
+		fill_iov(iov, native, mount, block_size, numa);
+	return rc;
+}
+
+int hf3fs_iovopen(struct hf3fs_iov *iov, const uint8_t id[16], const char *mount, size_t size,
+                  size_t block_size, int numa)
+{
+	struct kvc_iov *native;
+	int rc = strlen(mount) < 256 ? kvc_iov_open(&native, id, mount, size, block_size, numa)
+	                             : -ENAMETOOLONG;
+	if (rc == 0)
+		fill_iov(iov, native, mount, block_size, numa);
+	return rc;
+}
+
+int hf3fs_iovwrap(struct hf3fs_iov *iov, void *buf, const uint8_t id[16], const char *mount,
+                  size_t size, size_t block_size, int numa)
+{
+	struct kvc_iov *native;
+	int rc = strlen(mount) < 256
+	                 ? kvc_iov_wrap(&native, buf, id, mount, size, block_size, numa)
+	                 : -ENAMETOOLONG;
+	if (rc == 0)
+		fill_iov(iov, native, mount, block_size, numa);
+	return rc;
+}
+
+void hf3fs_iovunlink(struct hf3fs_iov *iov)
+{
+	if (iov && iov->iovh)
+		kvc_iov_unlink(iov->iovh);
+}
+
+void hf3fs_iovdestroy(struct hf3fs_iov *iov)
+{
+	if (!iov)
+		return;
+	kvc_iov_destroy(iov->iovh);
+	iov->iovh = NULL;
+	iov->base = NULL;
+}
+
+size_t hf3fs_ior_size(int entries)
+{
+	uint32_t e = 1;
+	while (e < (uint32_t)(entries > 0 ? entries : 1))
+		e <<= 1;
+	return kvc_ring_bytes(e);
+}
+
+int hf3fs_iorcreate4(struct hf3fs_ior *ior, const char *mount, int entries, bool for_read,
+                     int io_depth, int timeout, int numa, uint64_t flags)
+{
+	struct kvc_ring *ring;
+	memset(ior, 0, sizeof(*ior));
+	int rc = copy_mount(ior->mount_point, mount);
+	if (rc == 0)
+		rc = kvc_ring_create(&ring, mount, entries, for_read, io_depth, 0, timeout, numa, flags);
+	if (rc < 0)
+		return rc;
+	ior->iorh = ring;
+	ior->for_read = for_read;
+	ior->io_depth = io_depth;
+	ior->timeout = timeout;
+	ior->flags = flags;
+	copy_mount(ior->iov.mount_point, mount);
+	ior->iov.numa = numa;
+	return 0;
+}
+
+int hf3fs_iorcreate3(struct hf3fs_ior *ior, const char *mount, int entries, bool for_read,
+                     int io_depth, int priority, int timeout, int numa)
+{
+	int rc = hf3fs_iorcreate4(ior, mount, entries, for_read, io_depth, timeout, numa, 0);
+	if (rc == 0)
+		ior->priority = priority;
+	return rc;
+}
+
+int hf3fs_iorcreate2(struct hf3fs_ior *ior, const char *mount, int entries, bool for_read,
+                     int io_depth, int priority, int numa)
+{
+	return hf3fs_iorcreate3(ior, mount, entries, for_read, io_depth, priority, 0, numa);
+}
+
+int hf3fs_iorcreate(struct hf3fs_ior *ior, const char *mount, int entries, bool for_read,
+                    int io_depth, int numa)
+{
+	return hf3fs_iorcreate3(ior, mount, entries, for_read, io_depth, 0, 0, numa);
+}
+
+void hf3fs_iordestroy(struct hf3fs_ior *ior)
+{
+	if (!ior)
+		return;
+	kvc_ring_destroy(ior->iorh);
+	ior->iorh = NULL;
+}
+
+int hf3fs_reg_fd(int fd, uint64_t flags)
+{
+	int rc = kvc_fd_register(fd, flags);
+	return rc < 0 ? -rc : 0;
+}
+
+void hf3fs_dereg_fd(int fd)
+{
+	kvc_fd_deregister(fd);
+}
+
+int hf3fs_io_entries(const struct hf3fs_ior *ior)
+{
+	return kvc_ring_entries(ior->iorh);
+}
+
+int hf3fs_prep_io(const struct hf3fs_ior *ior, const struct hf3fs_iov *iov, bool read, void *ptr,
+                  int fd, size_t off, uint64_t len, const void *userdata)
+{
+	if (!ior || !ior->iorh || !iov || !iov->iovh)
+		return -EINVAL;
+	return kvc_ring_prep(ior->iorh, iov->iovh, read, ptr, fd, off, len, userdata);
+}
+
+int hf3fs_submit_ios(const struct hf3fs_ior *ior)
+{
+	int rc = kvc_ring_submit(ior->iorh);
+	return rc < 0 ? rc : 0;
+}
+
+int hf3fs_wait_for_ios(const struct hf3fs_ior *ior, struct hf3fs_cqe *cqes, int cqec,
+                       int min_results, const struct timespec *abs_timeout)
+{
+	struct kvc_completion done[256];
+	int total = 0;
+	if (cqec < 0)
+		return -EINVAL;
+	/* In steps of 256 completions; only the first step waits. */
+	do {
+		int want = cqec - total < 256 ? cqec - total : 256;
+		int need = min_results - total > 0 ? min_results - total : 0;
+		if (need > want)
+			need = want;
+		int got = kvc_ring_wait(ior->iorh, done, want, need, abs_timeout);
+		if (got < 0)
+			return total ? total : got;
+		for (int i = 0; i < got; i++)
+			cqes[total + i] = (struct hf3fs_cqe){.index = done[i].index,
+			                                     .result = done[i].result,
+			                                     .userdata = done[i].userdata};
+		total += got;
+		if (got < want)
+			break;
+	} while (total < cqec);
+	return total;
+}
+
+int hf3fs_hardlink(const char *target, const char *link_name)
+{
+	return link(target, link_name) < 0 ? -errno : 0;
+}
+
+int hf3fs_punchhole(int fd, int n, const size_t *start, const size_t *end, size_t flags)
+{
+	(void)fd, (void)n, (void)start, (void)end, (void)flags;
+	return -EOPNOTSUPP;
+}

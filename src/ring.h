@@ -1,0 +1,108 @@
+/*
+ * ring: the shared-memory layout of a USRBIO ring, shared by libkvc (the
+ * client side, src/usrbio.c) and kvc-fuse (the server side,
+ * fuse/ring_service.c). Nothing else reads or writes it.
+ *
+ * The client creates the memory (a memfd), registers it with kvc-fuse over
+ * the control socket together with an eventfd (the doorbell), and both map
+ * it. Layout (little-endian, offsets in bytes):
+ *
+ *   0     u32 magic          KVC_RING_MAGIC ("KVCR")
+ *   4     u32 layout         KVC_RING_LAYOUT: changes with this layout
+ *   8     u32 entries        power of two, <= KVC_RING_MAX_ENTRIES
+ *   12    u32 reserved
+ *   64    u32 sq_tail        client: entries submitted (free-running)
+ *   128   u32 sq_head        kvc-fuse: entries taken
+ *   192   u32 cq_tail        kvc-fuse: completions posted (futex word)
+ *   256   u32 cq_head        client: completions consumed
+ *   512   struct kvc_ring_sqe sqes[entries]
+ *   512 + 48 * entries       struct kvc_ring_cqe cqes[entries]
+ *
+ * Each index lives on its own cache line and has one writer. Indices are
+ * free-running u32; slot = index & (entries - 1).
+ *
+ * Protocol and ordering:
+ * - The client fills sqes[tail & mask] and then store-releases sq_tail;
+ *   it rings the doorbell (eventfd write). kvc-fuse load-acquires sq_tail,
+ *   copies each entry out before checking it (the client may scribble on
+ *   the ring at any time), and store-releases sq_head.
+ * - kvc-fuse fills cqes[cq_tail & mask], store-releases cq_tail and wakes
+ *   futex waiters on cq_tail. The client load-acquires cq_tail, reads the
+ *   completions and store-releases cq_head.
+ * - The client never has more than `entries` entries outstanding (prepared
+ *   and not yet reaped), so the completion queue cannot overflow; kvc-fuse
+ *   still takes no more entries than the completion queue has room for, so
+ *   a client that breaks this rule only stalls its own ring.
+ */
+#ifndef KVC_RING_H
+#define KVC_RING_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVC_RING_MAGIC 0x5243564bu /* "KVCR" */
+#define KVC_RING_LAYOUT 1
+#define KVC_RING_MAX_ENTRIES 4096
+#define KVC_RING_HEADER 512u
+
+enum kvc_ring_op { KVC_RING_READ = 1, KVC_RING_WRITE = 2 };
+
+struct kvc_ring_sqe {
+	uint64_t iov_offset;  /* into the registered iov */
+	uint64_t file_offset;
+	uint64_t length;
+	uint64_t userdata;    /* echoed in the completion */
+	int32_t fd;           /* the client's registered fd number */
+	uint32_t iov_handle;  /* from IOV_REGISTER */
+	uint32_t op;          /* enum kvc_ring_op */
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct kvc_ring_sqe) == 48, "");
+
+struct kvc_ring_cqe {
+	int64_t result;       /* bytes transferred or -errno */
+	uint64_t userdata;
+	uint32_t index;       /* the slot prep returned */
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct kvc_ring_cqe) == 24, "");
+
+struct kvc_ring_shared {
+	uint32_t magic;
+	uint32_t layout;
+	uint32_t entries;
+	uint32_t reserved;
+	uint8_t pad0[48];
+	_Atomic uint32_t sq_tail;
+	uint8_t pad1[60];
+	_Atomic uint32_t sq_head;
+	uint8_t pad2[60];
+	_Atomic uint32_t cq_tail;
+	uint8_t pad3[60];
+	_Atomic uint32_t cq_head;
+	uint8_t pad4[60];
+};
+_Static_assert(offsetof(struct kvc_ring_shared, sq_tail) == 64, "");
+_Static_assert(offsetof(struct kvc_ring_shared, cq_head) == 256, "");
+_Static_assert(sizeof(struct kvc_ring_shared) <= KVC_RING_HEADER, "");
+
+static inline size_t kvc_ring_bytes(uint32_t entries)
+{
+	size_t bytes = KVC_RING_HEADER + (size_t)entries *
+	               (sizeof(struct kvc_ring_sqe) + sizeof(struct kvc_ring_cqe));
+	return (bytes + 4095) & ~(size_t)4095;
+}
+
+static inline struct kvc_ring_sqe *kvc_ring_sqes(struct kvc_ring_shared *r)
+{
+	return (struct kvc_ring_sqe *)((char *)r + KVC_RING_HEADER);
+}
+
+static inline struct kvc_ring_cqe *kvc_ring_cqes(struct kvc_ring_shared *r, uint32_t entries)
+{
+	return (struct kvc_ring_cqe *)((char *)r + KVC_RING_HEADER +
+	                               (size_t)entries * sizeof(struct kvc_ring_sqe));
+}
+
+#endif
