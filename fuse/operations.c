@@ -14,6 +14,7 @@
 
 #define XATTR_LAYOUT "user.kvc.layout"
 #define XATTR_INODE "user.kvc.inode"
+#define XATTR_USRBIO "user.kvc.usrbio"
 #define READDIR_PAGE 512
 
 static struct kvc_fuse *fs_of(fuse_req_t req)
@@ -486,10 +487,15 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	fuse_reply_statfs(req, &st);
 }
 
-static int format_xattr(const struct kvc_attr *attr, const char *name, char *out, size_t cap)
+static int format_xattr(struct kvc_fuse *fs, const struct kvc_attr *attr, const char *name,
+                        char *out, size_t cap)
 {
 	if (strcmp(name, XATTR_INODE) == 0)
 		return snprintf(out, cap, "%" PRIu64, attr->ino);
+	if (strcmp(name, XATTR_USRBIO) == 0 && attr->ino == FUSE_ROOT_ID)
+		return snprintf(out, cap, "clients=%d iovs=%d rings=%d files=%d",
+		                atomic_load(&fs->usrbio_clients), atomic_load(&fs->usrbio_iovs),
+		                atomic_load(&fs->usrbio_rings), atomic_load(&fs->usrbio_files));
 	if (strcmp(name, XATTR_LAYOUT) != 0)
 		return -ENODATA;
 	uint32_t targets[KVC_WIRE_MAX_TARGETS];
@@ -507,7 +513,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	char value[1024];
 	int rc = kvc_meta_client_getattr(&fs_of(req)->meta, ino, &attr);
 	if (rc == 0)
-		rc = format_xattr(&attr, name, value, sizeof(value));
+		rc = format_xattr(fs_of(req), &attr, name, value, sizeof(value));
 	if (rc < 0)
 		reply_error(req, rc);
 	else if (size == 0)
@@ -535,14 +541,16 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 {
 	(void)ino, (void)value, (void)size, (void)flags;
 	/* The layout xattrs are read-only; no other xattrs are stored. */
-	bool ours = strcmp(name, XATTR_LAYOUT) == 0 || strcmp(name, XATTR_INODE) == 0;
+	bool ours = strcmp(name, XATTR_LAYOUT) == 0 || strcmp(name, XATTR_INODE) == 0 ||
+	            strcmp(name, XATTR_USRBIO) == 0;
 	reply_error(req, ours ? -EPERM : -ENOTSUP);
 }
 
 static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
 	(void)ino;
-	bool ours = strcmp(name, XATTR_LAYOUT) == 0 || strcmp(name, XATTR_INODE) == 0;
+	bool ours = strcmp(name, XATTR_LAYOUT) == 0 || strcmp(name, XATTR_INODE) == 0 ||
+	            strcmp(name, XATTR_USRBIO) == 0;
 	reply_error(req, ours ? -EPERM : -ENODATA);
 }
 

@@ -12,6 +12,7 @@
 
 #define FUSE_USE_VERSION 35
 #include <fuse_lowlevel.h>
+#include <stdatomic.h>
 
 #include "config.h"
 #include "fuse/inode_table.h"
@@ -27,6 +28,8 @@ struct kvc_fuse {
 	struct kvc_inode_table *inodes;
 	double attr_timeout;
 	struct fuse_session *session; /* set once mounted; for invalidations */
+	/* USRBIO registrations now, shown by the root's user.kvc.usrbio */
+	atomic_int usrbio_clients, usrbio_iovs, usrbio_rings, usrbio_files;
 };
 
 extern const struct fuse_lowlevel_ops kvc_fuse_operations;

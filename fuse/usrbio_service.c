@@ -19,7 +19,7 @@
 #define RING_WORKERS 8
 #define MAX_IOV_SIZE (1ull << 40)
 
-static struct kvc_usrbio_client *client_of(struct kvc_server_conn *conn)
+static struct kvc_usrbio_client *client_of(void *conn_service, struct kvc_server_conn *conn)
 {
 	if (conn->service_state)
 		return conn->service_state;
@@ -34,6 +34,8 @@ static struct kvc_usrbio_client *client_of(struct kvc_server_conn *conn)
 	}
 	c->uid = cred.uid;
 	c->pid = cred.pid;
+	c->fs = ((struct kvc_usrbio *)conn_service)->fs;
+	atomic_fetch_add(&c->fs->usrbio_clients, 1);
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->idle, NULL);
 	conn->service_state = c;
@@ -92,6 +94,7 @@ static int iov_register(struct kvc_usrbio_client *c, struct kvc_server_conn *con
 			pthread_mutex_lock(&c->lock);
 			c->iovs[slot] = (struct kvc_usrbio_iov){(char *)map + skew, m->size};
 			pthread_mutex_unlock(&c->lock);
+			atomic_fetch_add(&c->fs->usrbio_iovs, 1);
 			reply->handle = (uint32_t)slot;
 		}
 	}
@@ -107,6 +110,12 @@ static void unmap_iov(struct kvc_usrbio_iov *iov)
 	iov->base = NULL;
 }
 
+static void unmap_client_iov(struct kvc_usrbio_client *c, struct kvc_usrbio_iov *iov)
+{
+	unmap_iov(iov);
+	atomic_fetch_sub(&c->fs->usrbio_iovs, 1);
+}
+
 static int iov_deregister(struct kvc_usrbio_client *c, uint32_t handle)
 {
 	if (handle >= KVC_USRBIO_MAX_IOVS)
@@ -115,7 +124,7 @@ static int iov_deregister(struct kvc_usrbio_client *c, uint32_t handle)
 	int rc = c->iovs[handle].base ? 0 : -EINVAL;
 	if (rc == 0) {
 		wait_idle(c);
-		unmap_iov(&c->iovs[handle]);
+		unmap_client_iov(c, &c->iovs[handle]);
 	}
 	pthread_mutex_unlock(&c->lock);
 	return rc;
@@ -158,8 +167,10 @@ static int fd_register(struct kvc_usrbio *u, struct kvc_usrbio_client *c,
 			c->files = grown, c->file_capacity = cap;
 	}
 	if (rc == 0) {
-		if (i == c->file_count)
+		if (i == c->file_count) {
 			c->file_count++;
+			atomic_fetch_add(&c->fs->usrbio_files, 1);
+		}
 		c->files[i] = file;
 		*reply = (struct kvc_msg_fd_register_reply){.ino = file.ino, .access = (uint32_t)file.access};
 	}
@@ -178,6 +189,7 @@ static int fd_deregister(struct kvc_usrbio_client *c, int client_fd)
 			wait_idle(c);
 			closing = c->files[i].fd;
 			c->files[i] = c->files[--c->file_count];
+			atomic_fetch_sub(&c->fs->usrbio_files, 1);
 			rc = 0;
 			break;
 		}
@@ -212,6 +224,7 @@ static int ring_register(struct kvc_usrbio *u, struct kvc_usrbio_client *c,
 		return rc;
 	}
 	reply->handle = (uint32_t)slot;
+	atomic_fetch_add(&c->fs->usrbio_rings, 1);
 	return 0;
 }
 
@@ -226,6 +239,7 @@ static int ring_deregister(struct kvc_usrbio *u, struct kvc_usrbio_client *c, ui
 	if (!ring)
 		return -EINVAL;
 	kvc_ring_service_remove(u->rings, ring);
+	atomic_fetch_sub(&c->fs->usrbio_rings, 1);
 	return 0;
 }
 
@@ -235,7 +249,7 @@ static int ring_deregister(struct kvc_usrbio *u, struct kvc_usrbio_client *c, ui
 static int handle(void *service, struct kvc_server_conn *conn, const struct kvc_wire_header *h)
 {
 	struct kvc_usrbio *u = service;
-	struct kvc_usrbio_client *c = client_of(conn);
+	struct kvc_usrbio_client *c = client_of(service, conn);
 	union {
 		struct kvc_msg_handle handle;
 		struct kvc_msg_fd_register_reply fd;
@@ -299,10 +313,12 @@ static void cleanup(void *service, struct kvc_server_conn *conn)
 	wait_idle(c);
 	for (int i = 0; i < KVC_USRBIO_MAX_IOVS; i++)
 		if (c->iovs[i].base)
-			unmap_iov(&c->iovs[i]);
+			unmap_client_iov(c, &c->iovs[i]);
 	pthread_mutex_unlock(&c->lock);
 	for (size_t i = 0; i < c->file_count; i++)
 		close(c->files[i].fd);
+	atomic_fetch_sub(&c->fs->usrbio_files, (int)c->file_count);
+	atomic_fetch_sub(&c->fs->usrbio_clients, 1);
 	free(c->files);
 	pthread_mutex_destroy(&c->lock);
 	pthread_cond_destroy(&c->idle);

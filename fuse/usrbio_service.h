@@ -45,6 +45,7 @@ struct kvc_usrbio_file {
 };
 
 struct kvc_usrbio_client {
+	struct kvc_fuse *fs;
 	pthread_mutex_t lock;
 	pthread_cond_t idle;   /* signalled when inflight drops to 0 */
 	uid_t uid;

@@ -77,11 +77,35 @@ struct kvc_ring {
 	struct control *control;
 };
 
+/* realpath of path, or of its nearest existing ancestor plus the rest:
+ * a file about to be created still names its mount. */
+static int resolve(const char *path, char *real)
+{
+	char copy[PATH_MAX];
+	if (strlen(path) >= sizeof(copy))
+		return -ENAMETOOLONG;
+	strcpy(copy, path);
+	for (;;) {
+		if (realpath(copy, real)) {
+			size_t done = strlen(copy);
+			if (strlen(real) + strlen(path + done) >= PATH_MAX)
+				return -ENAMETOOLONG;
+			strcat(real, path + done);
+			return 0;
+		}
+		char *slash = strrchr(copy, '/');
+		if (errno != ENOENT || !slash || slash == copy)
+			return -errno;
+		*slash = '\0';
+	}
+}
+
 int kvc_extract_mount_point(char *out, size_t size, const char *path)
 {
 	char real[PATH_MAX], line[8192], best[PATH_MAX] = "";
-	if (!realpath(path, real))
-		return -errno;
+	int rc = resolve(path, real);
+	if (rc < 0)
+		return rc;
 	FILE *f = fopen("/proc/self/mountinfo", "re");
 	if (!f)
 		return -errno;
