@@ -1,0 +1,263 @@
+"""USRBIO against a live cluster: rings in C (native and 3FS APIs) and in
+Python (the hf3fs_fuse.io compatibility module, as the vLLM and SGLang
+connectors use it), data checked against the FUSE mount both ways, bad
+input, another uid, a client killed with I/O in flight."""
+import errno
+import hashlib
+import os
+import pwd
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from multiprocessing import shared_memory
+
+import pytest
+
+from conftest import BUILD, ROOT, wait_until
+
+sys.path.insert(0, str(ROOT / "tools" / "python"))
+os.environ.setdefault("KVC_LIB", str(BUILD / "libkvc.so"))
+
+import kvcfs  # noqa: E402
+from hf3fs_fuse import io as h3io  # noqa: E402
+
+TOOLS = BUILD / "tests" / "usrbio"
+
+
+def run(*args, timeout=300, **kw):
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+def registrations(cluster):
+    out = run("getfattr", "-n", "user.kvc.usrbio", "--only-values", cluster.mount).stdout
+    return dict(kv.split("=") for kv in out.split())
+
+
+def test_ring_writes_read_back_through_fuse(workdir, local_tmp):
+    ref = local_tmp / "ref"
+    out = run(TOOLS / "ring_roundtrip", "write", workdir / "ringfile", ref, 50_000_017, 11, 4)
+    assert out.returncode == 0, out.stderr
+    assert os.stat(workdir / "ringfile").st_size == 50_000_017
+    assert run("cmp", ref, workdir / "ringfile").returncode == 0
+    out = run(TOOLS / "ring_roundtrip", "read", workdir / "ringfile", ref, 5, 3)
+    assert out.returncode == 0, out.stderr
+
+
+def test_fuse_writes_read_back_through_rings(workdir, local_tmp):
+    ref = local_tmp / "ref"
+    ref.write_bytes(os.urandom(21 * (1 << 20) + 12345))
+    assert run("cp", ref, workdir / "copied").returncode == 0
+    out = run(TOOLS / "ring_roundtrip", "read", workdir / "copied", ref, 9, 5)
+    assert out.returncode == 0, out.stderr
+
+
+def test_several_processes_with_several_rings(workdir, local_tmp):
+    procs = [subprocess.Popen([str(TOOLS / "ring_roundtrip"), "write", str(workdir / f"p{i}"),
+                               str(local_tmp / f"r{i}"), str(9_000_000 + i * 777), str(i), "3"],
+                              stderr=subprocess.PIPE, text=True) for i in range(4)]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    for i in range(4):
+        assert run("cmp", local_tmp / f"r{i}", workdir / f"p{i}").returncode == 0
+
+
+def test_bad_input_is_refused_entry_by_entry(cluster, workdir):
+    out = run(TOOLS / "ring_bad_input", workdir)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "0 failed" in out.stdout
+    # The daemon keeps serving rings afterwards.
+    out = run(TOOLS / "hf3fs_compat", workdir / "after-bad.pool")
+    assert out.returncode == 0, out.stdout
+
+
+def test_hf3fs_c_api_program(workdir):
+    out = run(TOOLS / "hf3fs_compat", workdir / "compat.pool")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "not ok" not in out.stdout
+
+
+def test_another_uid_cannot_use_our_iov(cluster, workdir):
+    iov = kvcfs.Iov.create(str(cluster.mount), 1 << 20)
+    try:
+        nobody = pwd.getpwnam("nobody")
+        out = subprocess.run(["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}",
+                              "--clear-groups", str(TOOLS / "ring_bad_input"), "--other-uid-iov",
+                              iov.id.hex(), str(cluster.mount)],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stdout + out.stderr
+    finally:
+        iov.unlink()
+        iov.close()
+
+
+def test_killed_client_leaves_no_registration(cluster, workdir, local_tmp):
+    # This test process may hold a control connection of its own.
+    before = registrations(cluster)
+    p = subprocess.Popen([str(TOOLS / "ring_roundtrip"), "write", str(workdir / "killed"),
+                          str(local_tmp / "ref"), str(400 << 20), "3", "4"])
+    assert wait_until(lambda: registrations(cluster)["rings"] != before["rings"], timeout=60)
+    time.sleep(0.3)  # I/O in flight
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    assert wait_until(lambda: registrations(cluster) == before)
+    out = run(TOOLS / "ring_roundtrip", "write", workdir / "after", local_tmp / "ref2",
+              3_000_000, 4, 2)
+    assert out.returncode == 0, out.stderr
+
+
+def test_ring_write_extends_size_without_fsync(cluster, workdir):
+    path = workdir / "grow"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    shm = shared_memory.SharedMemory(create=True, size=1 << 20)
+    try:
+        mount = h3io.extract_mount_point(str(path))
+        ring = h3io.make_ioring(mount, 4, for_read=False)  # before any fd is registered
+        h3io.register_fd(fd)
+        iov = h3io.make_iovec(shm, mount)
+        ring.prepare(iov[0:1 << 20], False, fd, 7 << 20)
+        ring.submit()
+        assert ring.wait(min_results=1)[0].result == 1 << 20
+        # Another process sees the new size within a few seconds, no fsync.
+        assert wait_until(lambda: run("stat", "-c", "%s", path).stdout.strip()
+                          == str(8 << 20), timeout=10)
+        h3io.force_fsync(fd)
+        assert os.stat(path).st_size == 8 << 20
+        # A read-only fd on a write ring fails at prepare with EACCES.
+        ro = os.open(path, os.O_RDONLY)
+        h3io.register_fd(ro)
+        with pytest.raises(OSError) as e:
+            ring.prepare(iov[0:4096], False, ro, 0)
+        assert e.value.errno == errno.EACCES
+        h3io.deregister_fd(ro)
+        os.close(ro)
+        ring.close()
+        iov.close()
+        h3io.deregister_fd(fd)
+    finally:
+        os.close(fd)
+        shm.close()
+        shm.unlink()
+
+
+PAGE = 2 << 20
+POOL = 4 << 30
+
+
+class ConnectorClient:
+    """One hf3fs client object as vLLM/SGLang make them: its own shared
+    memory for reads and writes and its own rings of 8 entries."""
+
+    def __init__(self, mount, fd, entries=8):
+        self.fd = fd
+        self.shm_r = shared_memory.SharedMemory(create=True, size=PAGE * entries)
+        self.shm_w = shared_memory.SharedMemory(create=True, size=PAGE * entries)
+        self.iov_r = h3io.make_iovec(self.shm_r, mount)
+        self.iov_w = h3io.make_iovec(self.shm_w, mount)
+        self.ior_r = h3io.make_ioring(mount, entries, for_read=True, timeout=1)
+        self.ior_w = h3io.make_ioring(mount, entries, for_read=False, timeout=1)
+
+    def batch_write(self, pages, blobs):
+        for i, (page, blob) in enumerate(zip(pages, blobs)):
+            self.shm_w.buf[i * PAGE:(i + 1) * PAGE] = blob
+            self.ior_w.prepare(self.iov_w[i * PAGE:(i + 1) * PAGE], False, self.fd, page * PAGE)
+        self.ior_w.submit()
+        return [r.result for r in self.ior_w.wait(min_results=len(pages))]
+
+    def batch_read(self, pages):
+        for i, page in enumerate(pages):
+            self.ior_r.prepare(self.iov_r[i * PAGE:(i + 1) * PAGE], True, self.fd, page * PAGE,
+                               userdata=i)
+        self.ior_r.submit()
+        done = self.ior_r.wait(min_results=len(pages))
+        assert all(r.result == PAGE for r in done), [r.result for r in done]
+        return [hashlib.sha256(self.shm_r.buf[i * PAGE:(i + 1) * PAGE]).hexdigest()
+                for i in range(len(pages))]
+
+    def close(self):
+        for x in (self.ior_r, self.ior_w, self.iov_r, self.iov_w):
+            x.close()
+        for shm in (self.shm_r, self.shm_w):
+            shm.close()
+            shm.unlink()
+
+
+def test_connector_pattern_two_ranks(workdir):
+    ranks, clients_per_rank, total_pages = 2, 16, 500
+    rng = random.Random(42)
+    mount = h3io.extract_mount_point(str(workdir))
+    fds, clients = [], []
+    try:
+        for rank in range(ranks):
+            fd = os.open(workdir / f"rank-{rank}", os.O_RDWR | os.O_CREAT)
+            os.ftruncate(fd, POOL)
+            h3io.register_fd(fd)
+            fds.append(fd)
+            clients.append([ConnectorClient(mount, fd) for _ in range(clients_per_rank)])
+        num_pages = POOL // PAGE
+        chosen = [(rank, page) for rank in range(ranks)
+                  for page in rng.sample(range(num_pages), total_pages // ranks)]
+        blob_seed = {key: rng.randbytes(16) for key in chosen}
+
+        def blob(key):
+            return hashlib.shake_256(blob_seed[key]).digest(PAGE)
+
+        work = [chosen[i::ranks * clients_per_rank] for i in range(ranks * clients_per_rank)]
+        errors = []
+
+        def client_thread(idx, read):
+            rank, c = idx // clients_per_rank, idx % clients_per_rank
+            client = clients[rank][c]
+            try:
+                mine = [key for key in work[idx] if key[0] == rank] or []
+                for b in range(0, len(mine), 8):
+                    batch = mine[b:b + 8]
+                    pages = [p for _, p in batch]
+                    if read:
+                        digests = client.batch_read(pages)
+                        for key, digest in zip(batch, digests):
+                            if digest != hashlib.sha256(blob(key)).hexdigest():
+                                errors.append(f"page {key} differs")
+                    else:
+                        results = client.batch_write(pages, [blob(k) for k in batch])
+                        if any(r != PAGE for r in results):
+                            errors.append(f"write results {results}")
+            except Exception as e:  # collected and asserted below
+                errors.append(repr(e))
+
+        # Each rank's pages go to that rank's clients only.
+        work = [[] for _ in range(ranks * clients_per_rank)]
+        for n, key in enumerate(chosen):
+            work[key[0] * clients_per_rank + n % clients_per_rank].append(key)
+        for read in (False, True):
+            threads = [threading.Thread(target=client_thread, args=(i, read))
+                       for i in range(ranks * clients_per_rank)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert not errors, errors[:5]
+        assert sum(len(w) for w in work) == total_pages
+        for rank in range(ranks):
+            assert os.stat(workdir / f"rank-{rank}").st_size == POOL
+    finally:
+        for per_rank in clients:
+            for client in per_rank:
+                client.close()
+        for fd in fds:
+            h3io.deregister_fd(fd)
+            os.close(fd)
+
+
+def test_read_file_helper(workdir):
+    data = os.urandom(5 * (1 << 20) + 3)
+    (workdir / "whole").write_bytes(data)
+    assert h3io.read_file(str(workdir / "whole"), block_size=1 << 20) == data
+    chunks = []
+    h3io.read_file(str(workdir / "whole"), block_size=3 << 20, cb=lambda v: chunks.append(bytes(v)))
+    assert b"".join(chunks) == data
+    assert h3io.extract_mount_point("/proc") is None

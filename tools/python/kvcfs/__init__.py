@@ -1,0 +1,240 @@
+"""kvcfs: Python bindings of libkvc's USRBIO API (include/kvc/usrbio.h).
+
+Pure Python over ctypes; no dependency but libkvc.so, found through
+$KVC_LIB, then the build tree next to this package, then the system's
+library path. Errors raise OSError with the errno libkvc returned.
+
+    import kvcfs
+    ring = kvcfs.Ring("/mnt/kvc", entries=8, for_read=True)
+    iov = kvcfs.Iov.wrap(shared_memory, "/mnt/kvc")
+    kvcfs.register_fd(fd)
+    ring.prepare(iov, True, fd, offset, length, iov_offset=0, userdata=obj)
+    ring.submit(); done = ring.wait(min_results=1)
+"""
+import ctypes
+import errno as _errno
+import os
+import pathlib
+import time
+
+__all__ = ["Iov", "Ring", "Completion", "register_fd", "deregister_fd", "fsync",
+           "extract_mount_point", "is_kvcfs", "library", "FORBID_READ_HOLES",
+           "ALLOW_READ_UNCOMMITTED"]
+
+ALLOW_READ_UNCOMMITTED = 1
+FORBID_READ_HOLES = 2
+
+
+def _find_library():
+    candidates = []
+    if os.environ.get("KVC_LIB"):
+        candidates.append(os.environ["KVC_LIB"])
+    here = pathlib.Path(__file__).resolve().parent
+    candidates += [str(here.parents[2] / "build" / "libkvc.so"), "libkvc.so", "libkvc.so.0.1.0"]
+    last = None
+    for candidate in candidates:
+        try:
+            return ctypes.CDLL(candidate, use_errno=True)
+        except OSError as e:
+            last = e
+    raise OSError(f"libkvc.so not found (set KVC_LIB): {last}")
+
+
+library = _find_library()
+
+
+class _Completion(ctypes.Structure):
+    _fields_ = [("index", ctypes.c_int32), ("result", ctypes.c_int64),
+                ("userdata", ctypes.c_void_p)]
+
+
+def _sig(name, restype, *argtypes):
+    fn = getattr(library, name)
+    fn.restype = restype
+    fn.argtypes = list(argtypes)
+    return fn
+
+
+_vp, _sz, _int, _u64, _cp = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_uint64, ctypes.c_char_p
+_iov_create = _sig("kvc_iov_create", _int, ctypes.POINTER(_vp), _cp, _sz, _sz, _int, _vp)
+_iov_open = _sig("kvc_iov_open", _int, ctypes.POINTER(_vp), _cp, _cp, _sz, _sz, _int)
+_iov_wrap = _sig("kvc_iov_wrap", _int, ctypes.POINTER(_vp), _vp, _cp, _cp, _sz, _sz, _int)
+_iov_base = _sig("kvc_iov_base", _vp, _vp)
+_iov_id = _sig("kvc_iov_id", None, _vp, _cp)
+_iov_unlink = _sig("kvc_iov_unlink", _int, _vp)
+_iov_destroy = _sig("kvc_iov_destroy", None, _vp)
+_ring_create = _sig("kvc_ring_create", _int, ctypes.POINTER(_vp), _cp, _int, ctypes.c_bool,
+                    _int, _int, _int, _int, _u64)
+_ring_destroy = _sig("kvc_ring_destroy", None, _vp)
+_ring_entries = _sig("kvc_ring_entries", _int, _vp)
+_ring_prep = _sig("kvc_ring_prep", _int, _vp, _vp, ctypes.c_bool, _vp, _int, _u64, _u64, _vp)
+_ring_submit = _sig("kvc_ring_submit", _int, _vp)
+_ring_wait = _sig("kvc_ring_wait", _int, _vp, ctypes.POINTER(_Completion), _int, _int, _vp)
+_fd_register = _sig("kvc_fd_register", _int, _int, _u64)
+_fd_deregister = _sig("kvc_fd_deregister", _int, _int)
+_fd_sync = _sig("kvc_fd_sync", _int, _int)
+_is_kvcfs = _sig("kvc_is_kvcfs", _int, _int)
+_extract = _sig("kvc_extract_mount_point", _int, _cp, _sz, _cp)
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+def _check(rc, what):
+    if rc < 0:
+        raise OSError(-rc, f"{what}: {os.strerror(-rc)}")
+    return rc
+
+
+def _b(text):
+    return os.fsencode(text)
+
+
+class Iov:
+    """A shared-memory buffer registered with a kvcfs mount."""
+
+    def __init__(self, handle, size, keep=None):
+        self._handle = handle
+        self.size = size
+        self.base = _iov_base(handle)
+        self._keep = keep  # the caller's buffer object, kept alive with us
+
+    @classmethod
+    def create(cls, mount, size, block_size=0, numa=-1):
+        h = _vp()
+        _check(_iov_create(ctypes.byref(h), _b(mount), size, block_size, numa, None), "iov create")
+        return cls(h, size)
+
+    @classmethod
+    def open(cls, iov_id, mount, size, block_size=0, numa=-1):
+        h = _vp()
+        _check(_iov_open(ctypes.byref(h), bytes(iov_id), _b(mount), size, block_size, numa),
+               "iov open")
+        return cls(h, size)
+
+    @classmethod
+    def wrap(cls, buffer, mount, size=None, block_size=0, numa=-1, iov_id=None):
+        """Register memory the caller maps from a shared file, such as a
+        multiprocessing.shared_memory.SharedMemory's buf."""
+        view = memoryview(buffer)
+        size = view.nbytes if size is None else size
+        base = ctypes.addressof(ctypes.c_char.from_buffer(view))
+        h = _vp()
+        _check(_iov_wrap(ctypes.byref(h), base, bytes(iov_id) if iov_id else None, _b(mount),
+                         size, block_size, numa), "iov wrap")
+        return cls(h, size, keep=view)
+
+    @property
+    def id(self):
+        out = ctypes.create_string_buffer(16)
+        _iov_id(self._handle, out)
+        return out.raw
+
+    def memoryview(self):
+        return memoryview((ctypes.c_char * self.size).from_address(self.base)).cast("B")
+
+    def unlink(self):
+        _check(_iov_unlink(self._handle), "iov unlink")
+
+    def close(self):
+        if self._handle:
+            _iov_destroy(self._handle)
+            self._handle = None
+            self._keep = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Completion:
+    __slots__ = ("index", "result", "userdata")
+
+    def __init__(self, index, result, userdata):
+        self.index, self.result, self.userdata = index, result, userdata
+
+    def __repr__(self):
+        return f"Completion(index={self.index}, result={self.result})"
+
+
+class Ring:
+    """A USRBIO ring for reads or for writes (not thread-safe, like 3FS)."""
+
+    def __init__(self, mount, entries, for_read=True, io_depth=0, priority=0, timeout=0,
+                 numa=-1, flags=0):
+        h = _vp()
+        _check(_ring_create(ctypes.byref(h), _b(mount), entries, for_read, io_depth,
+                            priority or 0, int(timeout or 0), numa, flags), "ring create")
+        self._handle = h
+        self.for_read = for_read
+        self.entries = _ring_entries(h)
+        self._userdata = {}
+        self._next_token = 1
+        self._completions = (_Completion * self.entries)()
+
+    def prepare(self, iov, read, fd, offset, length, iov_offset=0, userdata=None):
+        token = self._next_token
+        self._next_token += 1
+        ptr = iov.base + iov_offset
+        rc = _ring_prep(self._handle, iov._handle, read, ptr, fd, offset, length, token)
+        _check(rc, "ring prepare")
+        self._userdata[token] = userdata
+        return rc
+
+    def submit(self):
+        return _check(_ring_submit(self._handle), "ring submit")
+
+    def wait(self, max_results=0, min_results=0, timeout=None):
+        """Completions (up to max_results; 0 = the ring's size), waiting for
+        min_results or until timeout seconds pass (None = no limit)."""
+        max_results = max_results or self.entries
+        deadline = None
+        if timeout is not None:
+            t = time.time() + timeout
+            deadline = ctypes.byref(_Timespec(int(t), int((t % 1) * 1e9)))
+        n = _check(_ring_wait(self._handle, self._completions, min(max_results, self.entries),
+                              min_results, deadline), "ring wait")
+        out = []
+        for c in self._completions[:n]:
+            userdata = self._userdata.pop(c.userdata or 0, None)
+            out.append(Completion(c.index, c.result, userdata))
+        return out
+
+    def close(self):
+        if self._handle:
+            _ring_destroy(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def register_fd(fd, flags=0):
+    _check(_fd_register(fd, flags), "register fd")
+
+
+def deregister_fd(fd):
+    _check(_fd_deregister(fd), "deregister fd")
+
+
+def fsync(fd):
+    _check(_fd_sync(fd), "fsync")
+
+
+def is_kvcfs(fd):
+    return _is_kvcfs(fd) == 1
+
+
+def extract_mount_point(path):
+    out = ctypes.create_string_buffer(4096)
+    rc = _extract(out, len(out), _b(path))
+    if rc == -_errno.ENOENT:
+        return None
+    _check(rc, "extract mount point")
+    return os.fsdecode(out.value)
