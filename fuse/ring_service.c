@@ -1,4 +1,14 @@
-/* ring_service: see ring_service.h; ring layout and ordering: src/ring.h. */
+/* ring_service: see ring_service.h; ring layout and ordering: src/ring.h.
+ *
+ * Wake-ups: every ring's doorbell eventfd is in one epoll set with
+ * EPOLLONESHOT, and the worker threads wait in epoll themselves, so a
+ * doorbell wakes exactly one worker directly. The worker drains the
+ * eventfd, runs batches until the ring has none ready, then re-arms it: a
+ * doorbell rung after the drain makes the re-armed fd fire again, so no
+ * submission is missed. The epoll data is (slot, generation) in the ring
+ * table, never a pointer: an event that arrives for a ring removed
+ * meanwhile finds another generation and is dropped.
+ */
 #include "fuse/ring_service.h"
 
 #include <errno.h>
@@ -21,6 +31,7 @@
 
 #define MAX_BATCH 256
 #define MAX_IO_LENGTH (64ull << 20)
+#define MAX_RINGS 65536
 
 struct kvc_ring_server_ring {
 	struct kvc_usrbio_client *client;
@@ -33,23 +44,24 @@ struct kvc_ring_server_ring {
 	int timeout_ms;
 	uint64_t flags;
 	int doorbell;
+	uint32_t slot;
+	uint32_t generation;
 	atomic_int refs;
-	atomic_bool scheduled;
 	atomic_bool dead;
 	/* io_depth > 0: when fewer entries than io_depth started waiting */
 	_Atomic int64_t partial_since_ns;
-	struct kvc_ring_server_ring *next; /* work queue link */
-	struct kvc_ring_server_ring *all_prev, *all_next; /* every live ring */
 };
 
 struct kvc_ring_service {
 	struct kvc_fuse *fs;
 	int epoll_fd;
-	pthread_mutex_t lock; /* the work queue */
-	pthread_cond_t work;
-	struct kvc_ring_server_ring *head, *tail;
-	pthread_mutex_t all_lock; /* the list of every live ring */
-	struct kvc_ring_server_ring *all;
+	pthread_mutex_t table_lock; /* table, generations, high */
+	struct kvc_ring_server_ring *table[MAX_RINGS];
+	uint32_t generations[MAX_RINGS];
+	uint32_t high; /* slots in use are below this */
+	pthread_mutex_t timer_lock;
+	pthread_cond_t timer_wake;
+	int partial; /* rings waiting on an io_depth timeout */
 };
 
 static int64_t now_ns(void)
@@ -68,21 +80,35 @@ static void ring_put(struct kvc_ring_server_ring *ring)
 	free(ring);
 }
 
-/* Queue a ring for a worker unless it is queued or running already. */
-static void schedule(struct kvc_ring_service *svc, struct kvc_ring_server_ring *ring)
+static uint64_t event_key(const struct kvc_ring_server_ring *ring)
 {
-	if (atomic_load(&ring->dead) || atomic_exchange(&ring->scheduled, true))
+	return (uint64_t)ring->generation << 32 | ring->slot;
+}
+
+/* The live ring an event names, with a reference; NULL when stale. */
+static struct kvc_ring_server_ring *ring_from_event(struct kvc_ring_service *svc, uint64_t key)
+{
+	uint32_t slot = (uint32_t)key, generation = (uint32_t)(key >> 32);
+	struct kvc_ring_server_ring *ring = NULL;
+	pthread_mutex_lock(&svc->table_lock);
+	if (slot < MAX_RINGS && svc->table[slot] && svc->generations[slot] == generation) {
+		ring = svc->table[slot];
+		atomic_fetch_add(&ring->refs, 1);
+	}
+	pthread_mutex_unlock(&svc->table_lock);
+	return ring;
+}
+
+static void set_partial(struct kvc_ring_service *svc, struct kvc_ring_server_ring *ring,
+                        int64_t since)
+{
+	int64_t before = atomic_exchange(&ring->partial_since_ns, since);
+	if ((before != 0) == (since != 0))
 		return;
-	atomic_fetch_add(&ring->refs, 1);
-	pthread_mutex_lock(&svc->lock);
-	ring->next = NULL;
-	if (svc->tail)
-		svc->tail->next = ring;
-	else
-		svc->head = ring;
-	svc->tail = ring;
-	pthread_cond_signal(&svc->work);
-	pthread_mutex_unlock(&svc->lock);
+	pthread_mutex_lock(&svc->timer_lock);
+	svc->partial += since ? 1 : -1;
+	pthread_cond_signal(&svc->timer_wake);
+	pthread_mutex_unlock(&svc->timer_lock);
 }
 
 /* How many entries to take now (0: none yet), by the io_depth rules and
@@ -107,7 +133,7 @@ static uint32_t batch_size(struct kvc_ring_service *svc, struct kvc_ring_server_
 			return 0;
 		int64_t now = now_ns(), since = atomic_load(&ring->partial_since_ns);
 		if (since == 0)
-			atomic_store(&ring->partial_since_ns, since = now);
+			set_partial(svc, ring, since = now);
 		if (ring->timeout_ms == 0 || now - since < (int64_t)ring->timeout_ms * 1000000)
 			return 0; /* wait for io_depth entries, or the timeout */
 	} else if (ring->io_depth > 0) {
@@ -115,8 +141,7 @@ static uint32_t batch_size(struct kvc_ring_service *svc, struct kvc_ring_server_
 	} else if (ring->io_depth < 0 && n > (uint32_t)-ring->io_depth) {
 		n = (uint32_t)-ring->io_depth;
 	}
-	(void)svc;
-	atomic_store(&ring->partial_since_ns, 0);
+	set_partial(svc, ring, 0);
 	return n < MAX_BATCH ? n : MAX_BATCH;
 }
 
@@ -175,6 +200,36 @@ static void post(struct kvc_ring_server_ring *ring, uint32_t slot, const struct 
 	atomic_store_explicit(&sh->cq_tail, tail + 1, memory_order_release);
 }
 
+/* Run the checked entries of a batch and record each one's result. */
+static void execute(struct kvc_ring_service *svc, struct kvc_ring_server_ring *ring,
+                    struct batch *b, uint32_t n)
+{
+	int count = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		int rc = prepare_entry(svc->fs, ring, &b->sqe[i], &b->io[count], &b->ino[count]);
+		b->result[i] = rc;
+		b->runnable[i] = rc == 0 && b->io[count].length > 0 ? count++ : -1;
+	}
+	if (count > 0 && ring->for_read)
+		kvc_storage_client_read_batch(&svc->fs->storage, b->io, count);
+	else if (count > 0)
+		kvc_storage_client_write_batch(&svc->fs->storage, b->io, count);
+	for (uint32_t i = 0; i < n; i++) {
+		int k = b->runnable[i];
+		if (k < 0) /* refused (negative) or a read at/after the end (0) */
+			continue;
+		struct kvc_storage_io *io = &b->io[k];
+		b->result[i] = io->result < 0 ? io->result : (int64_t)io->length;
+		if (!ring->for_read && io->result == 0) {
+			kvc_inode_table_wrote(svc->fs->inodes, b->ino[k], io->offset + io->length);
+			/* The kernel's cached pages and size of this file are stale
+			 * now: FUSE reads and stat must see what the ring wrote. */
+			fuse_lowlevel_notify_inval_inode(svc->fs->session, b->ino[k],
+			                                 (off_t)io->offset, (off_t)io->length);
+		}
+	}
+}
+
 /* Take, check, run and complete one batch. Returns the entries taken. */
 static uint32_t run_batch(struct kvc_ring_service *svc, struct kvc_ring_server_ring *ring,
                           struct batch *b)
@@ -194,32 +249,7 @@ static uint32_t run_batch(struct kvc_ring_service *svc, struct kvc_ring_server_r
 	pthread_mutex_lock(&client->lock);
 	client->inflight++; /* the iov memory stays mapped until we are done */
 	pthread_mutex_unlock(&client->lock);
-	int count = 0;
-	for (uint32_t i = 0; i < n; i++) {
-		int rc = prepare_entry(svc->fs, ring, &b->sqe[i], &b->io[count], &b->ino[count]);
-		b->result[i] = rc;
-		b->runnable[i] = rc == 0 && b->io[count].length > 0 ? count++ : -1;
-	}
-	if (count > 0) {
-		if (ring->for_read)
-			kvc_storage_client_read_batch(&svc->fs->storage, b->io, count);
-		else
-			kvc_storage_client_write_batch(&svc->fs->storage, b->io, count);
-	}
-	for (uint32_t i = 0; i < n; i++) {
-		int k = b->runnable[i];
-		if (k < 0) /* refused (negative) or a read at/after the end (0) */
-			continue;
-		struct kvc_storage_io *io = &b->io[k];
-		b->result[i] = io->result < 0 ? io->result : (int64_t)io->length;
-		if (!ring->for_read && io->result == 0) {
-			kvc_inode_table_wrote(svc->fs->inodes, b->ino[k], io->offset + io->length);
-			/* The kernel's cached pages and size of this file are stale
-			 * now: FUSE reads and stat must see what the ring wrote. */
-			fuse_lowlevel_notify_inval_inode(svc->fs->session, b->ino[k],
-			                                 (off_t)io->offset, (off_t)io->length);
-		}
-	}
+	execute(svc, ring, b, n);
 	pthread_mutex_lock(&client->lock);
 	if (--client->inflight == 0)
 		pthread_cond_broadcast(&client->idle);
@@ -237,66 +267,55 @@ static void *worker_main(void *arg)
 	if (!b)
 		return NULL;
 	for (;;) {
-		pthread_mutex_lock(&svc->lock);
-		while (!svc->head)
-			pthread_cond_wait(&svc->work, &svc->lock);
-		struct kvc_ring_server_ring *ring = svc->head;
-		svc->head = ring->next;
-		if (!svc->head)
-			svc->tail = NULL;
-		pthread_mutex_unlock(&svc->lock);
-
+		struct epoll_event ev;
+		if (epoll_wait(svc->epoll_fd, &ev, 1, -1) != 1)
+			continue;
+		struct kvc_ring_server_ring *ring = ring_from_event(svc, ev.data.u64);
+		if (!ring)
+			continue; /* removed meanwhile */
+		uint64_t count;
+		if (read(ring->doorbell, &count, sizeof(count)) < 0 && errno != EAGAIN)
+			kvc_log_warn("usrbio: doorbell read: %s", strerror(errno));
 		while (!atomic_load(&ring->dead) && run_batch(svc, ring, b) > 0)
 			;
-		atomic_store(&ring->scheduled, false);
-		/* An entry submitted while we were finishing: its doorbell saw
-		 * the ring still scheduled, so look again ourselves. */
-		struct kvc_ring_shared *sh = ring->shared;
-		if (atomic_load_explicit(&sh->sq_tail, memory_order_acquire) !=
-		    atomic_load_explicit(&sh->sq_head, memory_order_relaxed) &&
-		    atomic_load(&ring->partial_since_ns) == 0)
-			schedule(svc, ring);
+		if (!atomic_load(&ring->dead)) {
+			struct epoll_event again = {.events = EPOLLIN | EPOLLONESHOT,
+			                            .data.u64 = event_key(ring)};
+			epoll_ctl(svc->epoll_fd, EPOLL_CTL_MOD, ring->doorbell, &again);
+		}
 		ring_put(ring);
 	}
 	return NULL;
 }
 
-/* Queue the rings whose io_depth wait has passed its timeout. Returns
- * true while some ring is still waiting (the dispatcher then ticks). */
-static bool schedule_expired(struct kvc_ring_service *svc)
+/* Ring the doorbell of every ring whose io_depth wait passed its timeout. */
+static void poke_expired(struct kvc_ring_service *svc)
 {
-	bool waiting = false;
 	int64_t now = now_ns();
-	pthread_mutex_lock(&svc->all_lock);
-	for (struct kvc_ring_server_ring *r = svc->all; r; r = r->all_next) {
-		int64_t since = atomic_load(&r->partial_since_ns);
-		if (!since)
-			continue;
-		waiting = true;
-		if (r->timeout_ms > 0 && now - since >= (int64_t)r->timeout_ms * 1000000)
-			schedule(svc, r);
+	pthread_mutex_lock(&svc->table_lock);
+	for (uint32_t i = 0; i < svc->high; i++) {
+		struct kvc_ring_server_ring *r = svc->table[i];
+		int64_t since = r ? atomic_load(&r->partial_since_ns) : 0;
+		if (since && r->timeout_ms > 0 && now - since >= (int64_t)r->timeout_ms * 1000000) {
+			uint64_t one = 1;
+			if (write(r->doorbell, &one, sizeof(one)) < 0 && errno != EAGAIN)
+				kvc_log_warn("usrbio: doorbell write: %s", strerror(errno));
+		}
 	}
-	pthread_mutex_unlock(&svc->all_lock);
-	return waiting;
+	pthread_mutex_unlock(&svc->table_lock);
 }
 
-static void *dispatcher_main(void *arg)
+/* Sleeps unless some ring waits on an io_depth timeout; then ticks. */
+static void *timer_main(void *arg)
 {
 	struct kvc_ring_service *svc = arg;
-	struct epoll_event events[64];
-	bool waiting = false;
 	for (;;) {
-		/* Sleep until a doorbell rings; tick every 5 ms only while a ring
-		 * waits for its io_depth timeout. */
-		int n = epoll_wait(svc->epoll_fd, events, 64, waiting ? 5 : -1);
-		for (int i = 0; i < n; i++) {
-			struct kvc_ring_server_ring *ring = events[i].data.ptr;
-			uint64_t count;
-			if (read(ring->doorbell, &count, sizeof(count)) < 0 && errno != EAGAIN)
-				continue;
-			schedule(svc, ring);
-		}
-		waiting = schedule_expired(svc);
+		pthread_mutex_lock(&svc->timer_lock);
+		while (svc->partial == 0)
+			pthread_cond_wait(&svc->timer_wake, &svc->timer_lock);
+		pthread_mutex_unlock(&svc->timer_lock);
+		usleep(2000);
+		poke_expired(svc);
 	}
 	return NULL;
 }
@@ -313,10 +332,10 @@ int kvc_ring_service_start(struct kvc_fuse *fs, int workers, struct kvc_ring_ser
 		free(svc);
 		return -errno;
 	}
-	pthread_mutex_init(&svc->lock, NULL);
-	pthread_mutex_init(&svc->all_lock, NULL);
-	pthread_cond_init(&svc->work, NULL);
-	int rc = pthread_create(&thread, NULL, dispatcher_main, svc);
+	pthread_mutex_init(&svc->table_lock, NULL);
+	pthread_mutex_init(&svc->timer_lock, NULL);
+	pthread_cond_init(&svc->timer_wake, NULL);
+	int rc = pthread_create(&thread, NULL, timer_main, svc);
 	for (int i = 0; rc == 0 && i < workers; i++) {
 		pthread_detach(thread);
 		rc = pthread_create(&thread, NULL, worker_main, svc);
@@ -351,6 +370,26 @@ static int map_ring(struct kvc_ring_server_ring *ring, int memory_fd)
 	return 0;
 }
 
+/* Give the ring a slot of the table; -EMFILE when all are taken. */
+static int table_insert(struct kvc_ring_service *svc, struct kvc_ring_server_ring *ring)
+{
+	int rc = -EMFILE;
+	pthread_mutex_lock(&svc->table_lock);
+	for (uint32_t i = 0; i < MAX_RINGS; i++) {
+		if (!svc->table[i]) {
+			svc->table[i] = ring;
+			ring->slot = i;
+			ring->generation = ++svc->generations[i];
+			if (i >= svc->high)
+				svc->high = i + 1;
+			rc = 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&svc->table_lock);
+	return rc;
+}
+
 int kvc_ring_service_add(struct kvc_ring_service *svc, struct kvc_usrbio_client *client,
                          const struct kvc_msg_ring_register *p, int memory_fd,
                          int doorbell_fd, struct kvc_ring_server_ring **out)
@@ -366,11 +405,17 @@ int kvc_ring_service_add(struct kvc_ring_service *svc, struct kvc_usrbio_client 
 	                                      .for_read = p->for_read != 0,
 	                                      .io_depth = p->io_depth, .timeout_ms = p->timeout_ms,
 	                                      .flags = p->flags, .doorbell = doorbell_fd};
-	atomic_init(&ring->refs, 1);
+	atomic_init(&ring->refs, 1); /* the table's */
 	int rc = map_ring(ring, memory_fd);
-	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = ring};
-	if (rc == 0 && epoll_ctl(svc->epoll_fd, EPOLL_CTL_ADD, doorbell_fd, &ev) < 0)
+	if (rc == 0)
+		rc = table_insert(svc, ring);
+	struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT, .data.u64 = event_key(ring)};
+	if (rc == 0 && epoll_ctl(svc->epoll_fd, EPOLL_CTL_ADD, doorbell_fd, &ev) < 0) {
 		rc = -errno;
+		pthread_mutex_lock(&svc->table_lock);
+		svc->table[ring->slot] = NULL;
+		pthread_mutex_unlock(&svc->table_lock);
+	}
 	if (rc < 0) {
 		if (ring->shared)
 			munmap(ring->shared, ring->bytes);
@@ -378,12 +423,6 @@ int kvc_ring_service_add(struct kvc_ring_service *svc, struct kvc_usrbio_client 
 		return rc;
 	}
 	close(memory_fd);
-	pthread_mutex_lock(&svc->all_lock);
-	ring->all_next = svc->all;
-	if (svc->all)
-		svc->all->all_prev = ring;
-	svc->all = ring;
-	pthread_mutex_unlock(&svc->all_lock);
 	*out = ring;
 	return 0;
 }
@@ -391,14 +430,10 @@ int kvc_ring_service_add(struct kvc_ring_service *svc, struct kvc_usrbio_client 
 void kvc_ring_service_remove(struct kvc_ring_service *svc, struct kvc_ring_server_ring *ring)
 {
 	atomic_store(&ring->dead, true);
+	pthread_mutex_lock(&svc->table_lock);
+	svc->table[ring->slot] = NULL;
+	pthread_mutex_unlock(&svc->table_lock);
 	epoll_ctl(svc->epoll_fd, EPOLL_CTL_DEL, ring->doorbell, NULL);
-	pthread_mutex_lock(&svc->all_lock);
-	if (ring->all_prev)
-		ring->all_prev->all_next = ring->all_next;
-	else
-		svc->all = ring->all_next;
-	if (ring->all_next)
-		ring->all_next->all_prev = ring->all_prev;
-	pthread_mutex_unlock(&svc->all_lock);
+	set_partial(svc, ring, 0);
 	ring_put(ring);
 }

@@ -1,16 +1,19 @@
 /*
- * ring_service: runs the USRBIO rings of every client. One dispatcher
- * thread sleeps in epoll on every ring's doorbell eventfd (no polling when
- * idle) and queues rings that have work; a pool of worker threads takes a
- * batch of entries from a ring (io_depth rules), copies and checks each
- * entry, runs the whole batch through the storage client (pieces of all
- * entries grouped per server, bytes received straight into the client's
- * iov and sent straight from it), then posts the completions and wakes the
- * client's futex. Different rings run on different workers in parallel.
+ * ring_service: runs the USRBIO rings of every client. A pool of worker
+ * threads sleeps in epoll on every ring's doorbell eventfd (no polling
+ * when idle); a doorbell wakes one worker, which takes a batch of entries
+ * from the ring (io_depth rules), copies and checks each entry, runs the
+ * whole batch through the storage client (pieces of all entries grouped
+ * per server, bytes received straight into the client's iov and sent
+ * straight from it), then posts the completions and wakes the client's
+ * futex. Different rings run on different workers in parallel. A timer
+ * thread, asleep unless a ring waits on an io_depth timeout, rings the
+ * doorbell of rings whose timeout passed.
  *
- * A ring is reference counted: the owner's table, and the dispatcher or a
- * worker while it is queued or running. Deregistering marks it dead and
- * drops the table's reference; the last reference unmaps it.
+ * A ring is reference counted: the service's ring table, and a worker
+ * while it runs it. Removing clears its table slot (late events for it
+ * are then ignored) and drops the table's reference; the last reference
+ * unmaps it.
  */
 #ifndef KVC_FUSE_RING_SERVICE_H
 #define KVC_FUSE_RING_SERVICE_H

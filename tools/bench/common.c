@@ -1,0 +1,173 @@
+/* bench common: see common.h. */
+#include "common.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "net.h"
+
+double bench_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+void bench_die(const char *what)
+{
+	fprintf(stderr, "kvc-bench: %s: %s\n", what, strerror(errno));
+	exit(1);
+}
+
+struct bench_result *bench_add(struct bench_table *t, const char *fmt, ...)
+{
+	if (t->count == BENCH_MAX_RESULTS) {
+		fprintf(stderr, "kvc-bench: too many results\n");
+		exit(1);
+	}
+	struct bench_result *r = &t->rows[t->count++];
+	memset(r, 0, sizeof(*r));
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(r->name, sizeof(r->name), fmt, ap);
+	va_end(ap);
+	return r;
+}
+
+void bench_report(const struct bench_table *t, const char *json_path)
+{
+	printf("%-44s %9s %10s %9s %9s %10s\n", "benchmark", "GB/s", "IOPS", "p50 us", "p99 us",
+	       t->ratio_label ? t->ratio_label : "ratio");
+	for (int i = 0; i < t->count; i++) {
+		const struct bench_result *r = &t->rows[i];
+		printf("%-44s ", r->name);
+		r->gbps ? printf("%9.2f ", r->gbps) : printf("%9s ", "-");
+		r->iops ? printf("%10.0f %9.1f %9.1f ", r->iops, r->p50_us, r->p99_us)
+		        : printf("%10s %9s %9s ", "-", "-", "-");
+		r->ratio ? printf("%9.2fx\n", r->ratio) : printf("%10s\n", "-");
+	}
+	if (!json_path)
+		return;
+	FILE *f = fopen(json_path, "w");
+	if (!f)
+		bench_die(json_path);
+	fprintf(f, "{\"ratio\":\"%s\",\"results\":[", t->ratio_label ? t->ratio_label : "");
+	for (int i = 0; i < t->count; i++) {
+		const struct bench_result *r = &t->rows[i];
+		fprintf(f, "%s{\"name\":\"%s\",\"gbps\":%.4f,\"iops\":%.1f,\"p50_us\":%.2f,"
+		           "\"p99_us\":%.2f,\"ratio\":%.4f}",
+		        i ? "," : "", r->name, r->gbps, r->iops, r->p50_us, r->p99_us, r->ratio);
+	}
+	fprintf(f, "]}\n");
+	fclose(f);
+	printf("JSON written to %s\n", json_path);
+}
+
+struct receiver {
+	int fd;
+	double until;
+	uint64_t bytes;
+};
+
+static void *receive_main(void *arg)
+{
+	struct receiver *r = arg;
+	char *buf = malloc(MIB);
+	while (bench_now() < r->until) {
+		ssize_t n = recv(r->fd, buf, MIB, 0);
+		if (n <= 0)
+			break;
+		r->bytes += (uint64_t)n;
+	}
+	free(buf);
+	return NULL;
+}
+
+double bench_tcp_ceiling(int connections, double seconds)
+{
+	int listen_fd = kvc_net_listen("127.0.0.1:0");
+	if (listen_fd < 0)
+		bench_die("listen");
+	char address[64];
+	snprintf(address, sizeof(address), "127.0.0.1:%d", kvc_net_local_port(listen_fd));
+	pid_t child = fork();
+	if (child == 0) {
+		/* The sender: one forked process per connection. */
+		for (int i = 0; i < connections; i++) {
+			int fd = accept(listen_fd, NULL, NULL);
+			if (fork() == 0) {
+				char *buf = malloc(MIB);
+				memset(buf, 7, MIB);
+				for (;;)
+					if (send(fd, buf, MIB, MSG_NOSIGNAL) <= 0)
+						_exit(0);
+			}
+			close(fd);
+		}
+		for (int i = 0; i < connections; i++)
+			wait(NULL);
+		_exit(0);
+	}
+	close(listen_fd);
+	struct receiver r[64];
+	pthread_t threads[64];
+	if (connections > 64)
+		connections = 64;
+	for (int i = 0; i < connections; i++) {
+		r[i].fd = kvc_net_connect(address, 2000, 10000);
+		if (r[i].fd < 0)
+			bench_die("connect");
+	}
+	double start = bench_now();
+	uint64_t total = 0;
+	for (int i = 0; i < connections; i++) {
+		r[i].until = start + seconds;
+		r[i].bytes = 0;
+		pthread_create(&threads[i], NULL, receive_main, &r[i]);
+	}
+	for (int i = 0; i < connections; i++) {
+		pthread_join(threads[i], NULL);
+		total += r[i].bytes;
+	}
+	double elapsed = bench_now() - start;
+	for (int i = 0; i < connections; i++)
+		close(r[i].fd);
+	waitpid(child, NULL, 0);
+	return (double)total / elapsed / 1e9;
+}
+
+static int compare(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+void bench_percentiles(double *lat, size_t count, struct bench_result *r)
+{
+	if (count == 0)
+		return;
+	qsort(lat, count, sizeof(*lat), compare);
+	r->p50_us = lat[count / 2];
+	r->p99_us = lat[count * 99 / 100];
+}
+
+uint64_t bench_parse_size(const char *s)
+{
+	char *end;
+	double v = strtod(s, &end);
+	switch (*end) {
+	case 'G': case 'g': v *= 1 << 30; break;
+	case 'M': case 'm': v *= 1 << 20; break;
+	case 'K': case 'k': v *= 1 << 10; break;
+	}
+	return (uint64_t)v;
+}

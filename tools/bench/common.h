@@ -1,0 +1,48 @@
+/*
+ * bench common: what every kvc-bench benchmark shares: the result table
+ * and its JSON, clocks, latency percentiles, and the baseline (the raw
+ * loopback TCP ceiling: forked senders writing from memory). Results are
+ * owned by the caller's array.
+ */
+#ifndef KVC_BENCH_COMMON_H
+#define KVC_BENCH_COMMON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define MIB ((uint64_t)1 << 20)
+#define BENCH_MAX_RESULTS 128
+
+struct bench_result {
+	char name[64];
+	double gbps;   /* GB/s (10^9 bytes), 0 when not a throughput figure */
+	double iops;
+	double p50_us;
+	double p99_us;
+	double ratio;  /* to the baseline named in the table, 0 when none */
+};
+
+struct bench_table {
+	struct bench_result rows[BENCH_MAX_RESULTS];
+	int count;
+	const char *ratio_label;
+};
+
+double bench_now(void);
+void bench_die(const char *what);
+struct bench_result *bench_add(struct bench_table *t, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Print the table, and write it as JSON when json_path is set. */
+void bench_report(const struct bench_table *t, const char *json_path);
+
+/* GB/s of `connections` loopback TCP streams together, each from a
+ * forked sender writing a 1 MiB buffer from memory. */
+double bench_tcp_ceiling(int connections, double seconds);
+
+/* Sort latencies (microseconds) and fill p50/p99 of r. */
+void bench_percentiles(double *lat, size_t count, struct bench_result *r);
+
+uint64_t bench_parse_size(const char *s);
+
+#endif
