@@ -11,6 +11,8 @@
  *   4     u32 layout         KVC_RING_LAYOUT: changes with this layout
  *   8     u32 entries        power of two, <= KVC_RING_MAX_ENTRIES
  *   12    u32 reserved
+ *   16    u32 need_wakeup    kvc-fuse: 1 unless a worker is watching
+ *                            sq_tail right now (then 0)
  *   64    u32 sq_tail        client: entries submitted (free-running)
  *   128   u32 sq_head        kvc-fuse: entries taken
  *   192   u32 cq_tail        kvc-fuse: completions posted (futex word)
@@ -23,7 +25,11 @@
  *
  * Protocol and ordering:
  * - The client fills sqes[tail & mask] and then store-releases sq_tail;
- *   it rings the doorbell (eventfd write). kvc-fuse load-acquires sq_tail,
+ *   then (after a full fence) it reads need_wakeup and rings the doorbell
+ *   (eventfd write) only when it is set. A worker about to stop watching
+ *   sets need_wakeup, fences, and reads sq_tail once more: one of the two
+ *   sides always sees the other (as in io_uring's SQPOLL), so no
+ *   submission waits unseen. kvc-fuse load-acquires sq_tail,
  *   copies each entry out before checking it (the client may scribble on
  *   the ring at any time), and store-releases sq_head.
  * - kvc-fuse fills cqes[cq_tail & mask], store-releases cq_tail and wakes
@@ -73,7 +79,8 @@ struct kvc_ring_shared {
 	uint32_t layout;
 	uint32_t entries;
 	uint32_t reserved;
-	uint8_t pad0[48];
+	_Atomic uint32_t need_wakeup;
+	uint8_t pad0[44];
 	_Atomic uint32_t sq_tail;
 	uint8_t pad1[60];
 	_Atomic uint32_t sq_head;

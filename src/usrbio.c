@@ -513,6 +513,7 @@ int kvc_ring_create(struct kvc_ring **out, const char *mount, int entries, bool 
 		ring->shared->magic = KVC_RING_MAGIC;
 		ring->shared->layout = KVC_RING_LAYOUT;
 		ring->shared->entries = ring->entries;
+		atomic_store(&ring->shared->need_wakeup, 1);
 		ring->doorbell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 		if (ring->doorbell < 0)
 			rc = -errno;
@@ -592,8 +593,13 @@ int kvc_ring_submit(struct kvc_ring *ring)
 	uint32_t count = ring->local_tail - published;
 	if (count == 0)
 		return 0;
-	/* Release: the entries written above are visible before the tail. */
+	/* Release: the entries written above are visible before the tail.
+	 * The full fence orders the tail before the need_wakeup read (see
+	 * src/ring.h): a worker watching the ring needs no doorbell. */
 	atomic_store_explicit(&ring->shared->sq_tail, ring->local_tail, memory_order_release);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (!atomic_load_explicit(&ring->shared->need_wakeup, memory_order_relaxed))
+		return (int)count;
 	uint64_t one = 1;
 	if (write(ring->doorbell, &one, sizeof(one)) < 0 && errno != EAGAIN)
 		return -errno;
