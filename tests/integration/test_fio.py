@@ -1,0 +1,52 @@
+"""fio through kvcfs rings (tools/fio: an external ioengine), checked by
+fio's own verify=crc32c, and against data fio wrote through FUSE."""
+import json
+import subprocess
+
+import pytest
+
+from conftest import BUILD, ROOT
+
+ENGINE = BUILD / "fio_kvc.so"
+
+
+@pytest.fixture(scope="module")
+def engine():
+    out = subprocess.run([str(ROOT / "tools" / "fio" / "build.sh"), str(BUILD)],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert ENGINE.exists()
+    return ENGINE
+
+
+def fio(*args):
+    out = subprocess.run(["fio", "--output-format=json", *args], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    job = json.loads(out.stdout[out.stdout.index("{"):])["jobs"][0]
+    assert job["error"] == 0, job
+    return job
+
+
+def test_sequential_write_then_verify(engine, workdir):
+    job = fio("--name=seq", f"--ioengine=external:{engine}", f"--filename={workdir}/seq",
+              "--size=64M", "--bs=1M", "--rw=write", "--iodepth=16", "--verify=crc32c",
+              "--do_verify=1")
+    assert job["write"]["io_bytes"] == 64 << 20
+    assert job["read"]["io_bytes"] == 64 << 20  # the verify pass read it all back
+
+
+def test_random_mixed_sizes_verify(engine, workdir):
+    job = fio("--name=rand", f"--ioengine=external:{engine}", f"--filename={workdir}/rand",
+              "--size=32M", "--bsrange=4k-256k", "--rw=randwrite", "--iodepth=32",
+              "--verify=crc32c", "--do_verify=1", "--randrepeat=1", "--norandommap=0")
+    assert job["write"]["io_bytes"] == 32 << 20
+
+
+def test_rings_verify_what_fuse_wrote(engine, workdir):
+    fio("--name=viafuse", "--ioengine=psync", f"--filename={workdir}/mixed", "--size=16M",
+        "--bs=128k", "--rw=write", "--verify=crc32c", "--do_verify=0")
+    job = fio("--name=viafuse", f"--ioengine=external:{engine}", f"--filename={workdir}/mixed",
+              "--size=16M", "--bs=128k", "--rw=write", "--verify=crc32c", "--verify_only",
+              "--iodepth=8")
+    assert job["read"]["io_bytes"] == 16 << 20
