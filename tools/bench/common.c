@@ -72,43 +72,61 @@ void bench_report(const struct bench_table *t, const char *json_path)
 	printf("JSON written to %s\n", json_path);
 }
 
+#define COLD_SEND (512 * MIB)
+#define COLD_RECEIVE (256 * MIB)
+
 struct receiver {
 	int fd;
 	double until;
 	uint64_t bytes;
+	char *buf;      /* receive area */
+	uint64_t area;  /* its size: 1 MiB (hot) or COLD_RECEIVE */
 };
 
 static void *receive_main(void *arg)
 {
 	struct receiver *r = arg;
-	char *buf = malloc(MIB);
+	uint64_t pos = 0;
 	while (bench_now() < r->until) {
-		ssize_t n = recv(r->fd, buf, MIB, 0);
+		ssize_t n = recv(r->fd, r->buf + pos, MIB, 0);
 		if (n <= 0)
 			break;
 		r->bytes += (uint64_t)n;
+		pos = (pos + MIB) % r->area;
 	}
-	free(buf);
 	return NULL;
 }
 
-double bench_tcp_ceiling(int connections, double seconds)
+static char *touched(uint64_t size, int value)
+{
+	char *buf = malloc(size);
+	if (!buf)
+		bench_die("malloc");
+	memset(buf, value, size);
+	return buf;
+}
+
+double bench_tcp_ceiling(int connections, double seconds, bool cold)
 {
 	int listen_fd = kvc_net_listen("127.0.0.1:0");
 	if (listen_fd < 0)
 		bench_die("listen");
 	char address[64];
 	snprintf(address, sizeof(address), "127.0.0.1:%d", kvc_net_local_port(listen_fd));
+	/* Hot: one 1 MiB buffer each way, always in cache. Cold: senders walk
+	 * a 512 MiB buffer and receivers a 256 MiB one, like page-cache data
+	 * and an iov much larger than the caches. */
+	uint64_t send_area = cold ? COLD_SEND : MIB;
+	char *send_buf = touched(send_area, 7);
 	pid_t child = fork();
 	if (child == 0) {
 		/* The sender: one forked process per connection. */
 		for (int i = 0; i < connections; i++) {
 			int fd = accept(listen_fd, NULL, NULL);
 			if (fork() == 0) {
-				char *buf = malloc(MIB);
-				memset(buf, 7, MIB);
-				for (;;)
-					if (send(fd, buf, MIB, MSG_NOSIGNAL) <= 0)
+				for (uint64_t pos = (uint64_t)i * 64 * MIB % send_area;;
+				     pos = (pos + MIB) % send_area)
+					if (send(fd, send_buf + pos, MIB, MSG_NOSIGNAL) <= 0)
 						_exit(0);
 			}
 			close(fd);
@@ -118,10 +136,13 @@ double bench_tcp_ceiling(int connections, double seconds)
 		_exit(0);
 	}
 	close(listen_fd);
+	free(send_buf);
 	struct receiver r[64];
 	pthread_t threads[64];
 	if (connections > 64)
 		connections = 64;
+	uint64_t receive_area = cold ? COLD_RECEIVE : MIB;
+	char *receive_buf = touched(receive_area * (cold ? 1 : (uint64_t)connections), 0);
 	for (int i = 0; i < connections; i++) {
 		r[i].fd = kvc_net_connect(address, 2000, 10000);
 		if (r[i].fd < 0)
@@ -132,6 +153,8 @@ double bench_tcp_ceiling(int connections, double seconds)
 	for (int i = 0; i < connections; i++) {
 		r[i].until = start + seconds;
 		r[i].bytes = 0;
+		r[i].area = receive_area;
+		r[i].buf = receive_buf + (cold ? 0 : (uint64_t)i * MIB);
 		pthread_create(&threads[i], NULL, receive_main, &r[i]);
 	}
 	for (int i = 0; i < connections; i++) {
@@ -142,6 +165,7 @@ double bench_tcp_ceiling(int connections, double seconds)
 	for (int i = 0; i < connections; i++)
 		close(r[i].fd);
 	waitpid(child, NULL, 0);
+	free(receive_buf);
 	return (double)total / elapsed / 1e9;
 }
 

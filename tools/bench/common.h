@@ -37,8 +37,10 @@ struct bench_result *bench_add(struct bench_table *t, const char *fmt, ...)
 void bench_report(const struct bench_table *t, const char *json_path);
 
 /* GB/s of `connections` loopback TCP streams together, each from a
- * forked sender writing a 1 MiB buffer from memory. */
-double bench_tcp_ceiling(int connections, double seconds);
+ * forked sender writing from memory: a 1 MiB buffer that stays in cache
+ * (hot), or walking 512 MiB into a 256 MiB receive area (cold: the way
+ * page-cache data reaches a large iov). */
+double bench_tcp_ceiling(int connections, double seconds, bool cold);
 
 /* Sort latencies (microseconds) and fill p50/p99 of r. */
 void bench_percentiles(double *lat, size_t count, struct bench_result *r);

@@ -123,7 +123,7 @@ int bench_fs_main(int argc, char **argv)
 	snprintf(path, sizeof(path), "%s/.kvc-bench-%d", mount, (int)getpid());
 	static struct bench_table t = {.ratio_label = "vs TCP"};
 	fprintf(stderr, "measuring the TCP baseline...\n");
-	double tcp = bench_tcp_ceiling(1, 2.0);
+	double tcp = bench_tcp_ceiling(1, 2.0, false);
 	bench_add(&t, "raw loopback TCP (1 connection)")->gbps = tcp;
 	fprintf(stderr, "sequential writes and reads of %" PRIu64 " MiB...\n", size / MIB);
 	bench_add(&t, "fuse seq write 1M (buffered+fsync)")->gbps =
