@@ -261,3 +261,46 @@ def test_read_file_helper(workdir):
     h3io.read_file(str(workdir / "whole"), block_size=3 << 20, cb=lambda v: chunks.append(bytes(v)))
     assert b"".join(chunks) == data
     assert h3io.extract_mount_point("/proc") is None
+
+
+def test_io_depth_rules(cluster, workdir):
+    mount = str(cluster.mount)
+    fd = os.open(workdir / "depth", os.O_RDWR | os.O_CREAT)
+    os.ftruncate(fd, 1 << 20)
+    kvcfs.register_fd(fd)
+    iov = kvcfs.Iov.create(mount, 1 << 20)
+    try:
+        # io_depth 4, no timeout: two entries wait for two more.
+        ring = kvcfs.Ring(mount, 8, for_read=True, io_depth=4, timeout=0)
+        for i in range(2):
+            ring.prepare(iov, True, fd, i * 4096, 4096, iov_offset=i * 4096)
+        ring.submit()
+        assert ring.wait(min_results=1, timeout=0.3) == []
+        for i in range(2, 4):
+            ring.prepare(iov, True, fd, i * 4096, 4096, iov_offset=i * 4096)
+        ring.submit()
+        done = ring.wait(min_results=4, timeout=30)
+        assert len(done) == 4 and all(c.result == 4096 for c in done)
+        ring.close()
+        # io_depth 4 with a 50 ms timeout: two entries run once it passes.
+        ring = kvcfs.Ring(mount, 8, for_read=True, io_depth=4, timeout=50)
+        for i in range(2):
+            ring.prepare(iov, True, fd, i * 4096, 4096, iov_offset=i * 4096)
+        ring.submit()
+        done = ring.wait(min_results=2, timeout=30)
+        assert len(done) == 2 and all(c.result == 4096 for c in done)
+        ring.close()
+        # io_depth -2: at most two per batch, everything completes.
+        ring = kvcfs.Ring(mount, 8, for_read=True, io_depth=-2)
+        for i in range(7):
+            ring.prepare(iov, True, fd, i * 4096, 4096, iov_offset=i * 4096, userdata=i)
+        ring.submit()
+        got = []
+        while len(got) < 7:
+            got += ring.wait(min_results=1, timeout=30)
+        assert sorted(c.userdata for c in got) == list(range(7))
+        ring.close()
+    finally:
+        iov.close()
+        kvcfs.deregister_fd(fd)
+        os.close(fd)

@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "wire.h"
@@ -13,6 +15,13 @@ static int pair[2];
 static void open_pair(void)
 {
 	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
+}
+
+static bool same_file(int a, int b)
+{
+	struct stat sa, sb;
+	return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_ino == sb.st_ino &&
+	       sa.st_dev == sb.st_dev;
 }
 
 static void close_pair(void)
@@ -137,4 +146,36 @@ Test(wire, discard_drains_data)
 	char c;
 	cr_assert_eq(read(pair[1], &c, 1), 1);
 	cr_assert_eq(c, 'Z');
+}
+
+Test(wire, file_descriptors_travel_with_a_frame)
+{
+	int fds[2] = {open("/dev/null", O_RDONLY), open("/proc/self/status", O_RDONLY)};
+	struct kvc_msg_handle body = {7, 0};
+	struct kvc_wire_header h, got;
+	kvc_wire_header_init(&h, KVC_MSG_RING_REGISTER, 3, 0, sizeof(body), 0);
+	cr_assert_eq(kvc_wire_send_fds(pair[0], &h, &body, fds, 2), 0);
+	int received[KVC_WIRE_MAX_FDS], count = -1;
+	cr_assert_eq(kvc_wire_recv_header_fds(pair[1], &got, received, &count), 0);
+	cr_assert_eq(count, 2);
+	cr_assert_eq(got.type, KVC_MSG_RING_REGISTER);
+	cr_assert(same_file(received[0], fds[0]));
+	cr_assert(same_file(received[1], fds[1]));
+	struct kvc_msg_handle back;
+	cr_assert_eq(kvc_wire_recv_exact(pair[1], &back, sizeof(back)), 0);
+	cr_assert_eq(back.handle, 7);
+	for (int i = 0; i < 2; i++) {
+		close(received[i]);
+		close(fds[i]);
+	}
+}
+
+Test(wire, too_many_fds_are_refused)
+{
+	int fds[KVC_WIRE_MAX_FDS + 1];
+	struct kvc_wire_header h;
+	kvc_wire_header_init(&h, KVC_MSG_FD_REGISTER, 1, 0, 0, 0);
+	for (int i = 0; i <= KVC_WIRE_MAX_FDS; i++)
+		fds[i] = 0;
+	cr_assert_eq(kvc_wire_send_fds(pair[0], &h, NULL, fds, KVC_WIRE_MAX_FDS + 1), -EINVAL);
 }

@@ -1,0 +1,87 @@
+/* Unit tests of kvc-fuse's inode table: open files' sizes, dirty sizes and
+ * their commit, and when entries go away. */
+#include <criterion/criterion.h>
+#include <errno.h>
+
+#include "fuse/inode_table.h"
+
+static struct kvc_inode_table *table;
+static struct kvc_attr file = {.ino = 42, .size = 1000,
+                               .layout = {.chunk_size = 1 << 20, .stripe = 2,
+                                          .target_count = 3}};
+
+static void setup(void)
+{
+	cr_assert_eq(kvc_inode_table_create(&table), 0);
+}
+
+static void teardown(void)
+{
+	kvc_inode_table_destroy(table);
+}
+
+TestSuite(inode_table, .init = setup, .fini = teardown);
+
+Test(inode_table, open_files_are_known)
+{
+	struct kvc_layout layout;
+	uint64_t size;
+	cr_assert_eq(kvc_inode_table_get(table, 42, &layout, &size), -ENOENT);
+	cr_assert_eq(kvc_inode_table_open(table, &file), 0);
+	cr_assert_eq(kvc_inode_table_get(table, 42, &layout, &size), 0);
+	cr_assert_eq(size, 1000);
+	cr_assert_eq(layout.stripe, 2);
+	kvc_inode_table_release(table, 42);
+	cr_assert_eq(kvc_inode_table_get(table, 42, &layout, &size), -ENOENT, "clean and closed");
+}
+
+Test(inode_table, writes_raise_a_dirty_size_until_committed)
+{
+	uint64_t size, inos[4];
+	struct kvc_layout layout;
+	kvc_inode_table_open(table, &file);
+	kvc_inode_table_wrote(table, 42, 500);
+	cr_assert_eq(kvc_inode_table_take_dirty(table, 42, &size), 0, "inside the file: clean");
+	kvc_inode_table_wrote(table, 42, 5000);
+	cr_assert_eq(kvc_inode_table_take_dirty(table, 42, &size), 1);
+	cr_assert_eq(size, 5000);
+	cr_assert_eq(kvc_inode_table_list_dirty(table, inos, 4), 1);
+	struct kvc_attr attr = file;
+	kvc_inode_table_patch_attr(table, &attr);
+	cr_assert_eq(attr.size, 5000, "getattr sees the local size");
+	/* closed while dirty: kept until the size is committed */
+	kvc_inode_table_release(table, 42);
+	cr_assert_eq(kvc_inode_table_get(table, 42, &layout, &size), 0);
+	kvc_inode_table_committed(table, 42, 5000);
+	cr_assert_eq(kvc_inode_table_list_dirty(table, inos, 4), 0);
+	cr_assert_eq(kvc_inode_table_get(table, 42, &layout, &size), -ENOENT);
+}
+
+Test(inode_table, truncate_sets_a_clean_size)
+{
+	uint64_t size;
+	struct kvc_layout layout;
+	kvc_inode_table_open(table, &file);
+	kvc_inode_table_wrote(table, 42, 9000);
+	kvc_inode_table_set_size(table, 42, 10);
+	cr_assert_eq(kvc_inode_table_take_dirty(table, 42, &size), 0);
+	cr_assert_eq(kvc_inode_table_get(table, 42, &layout, &size), 0);
+	cr_assert_eq(size, 10);
+}
+
+Test(inode_table, reopen_takes_the_servers_size_when_clean)
+{
+	uint64_t size;
+	struct kvc_layout layout;
+	struct kvc_attr grown = file;
+	kvc_inode_table_open(table, &file);
+	grown.size = 7777; /* another client grew it */
+	kvc_inode_table_open(table, &grown);
+	kvc_inode_table_get(table, 42, &layout, &size);
+	cr_assert_eq(size, 7777);
+	kvc_inode_table_wrote(table, 42, 8000);
+	grown.size = 100;
+	kvc_inode_table_open(table, &grown);
+	kvc_inode_table_get(table, 42, &layout, &size);
+	cr_assert_eq(size, 8000, "a dirty local size is not lost to a stale one");
+}
