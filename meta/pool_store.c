@@ -1,0 +1,1109 @@
+/* pool_store: see pool_store.h for the model, rules and tables. */
+#include "meta/pool_store.h"
+
+#include <errno.h>
+#include <lmdb.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fsutil.h"
+
+#define MAP_SIZE (32ull << 30)
+#define WORLD_MAGIC 0x444c5257u /* "WRLD" */
+#define KEY_MAGIC 0x5945594bu   /* "KEYY" */
+#define SLOT_NONE 0
+#define SLOT_ALLOCATED 1
+#define SLOT_CONFIRMED 2
+#define LRU_BASE (1ull << 62)   /* retired keys use seqs below: they go first */
+#define EVICT_SCAN 4096         /* LRU entries one allocation may look at */
+#define KEYBUF (KVC_POOL_MAX_NAMESPACE + 1 + KVC_POOL_MAX_KEY + 16)
+
+struct kvc_pool_store {
+	MDB_env *env;
+	MDB_dbi worlds, pools, free, pages, keys, lru;
+};
+
+struct pool_world {
+	uint32_t magic;
+	uint32_t world_size; /* 0: unknown */
+	uint32_t ranks;      /* initialized pools */
+	uint32_t reserved;
+	uint64_t next_lru;
+	uint64_t next_retired;
+	uint64_t evictions;
+	uint64_t hits;
+	uint64_t misses;
+};
+
+struct pool_info {
+	uint32_t num_pages;
+	uint32_t free_pages;
+};
+
+struct key_head {
+	uint32_t magic;
+	uint32_t world;
+	uint64_t lru_seq;       /* 0 while not complete */
+	uint64_t lease_until;   /* ms */
+	uint32_t confirmed;
+	uint32_t retired;
+};
+
+struct slot {
+	int32_t page;
+	uint32_t state;
+};
+
+struct key_record {
+	struct key_head head;
+	struct slot slots[KVC_POOL_MAX_WORLD];
+};
+
+static int lmdb_errno(int rc)
+{
+	if (rc == 0)
+		return 0;
+	if (rc == MDB_NOTFOUND)
+		return -ENOENT;
+	if (rc == MDB_MAP_FULL || rc == MDB_TXN_FULL)
+		return -ENOSPC;
+	if (rc > 0 && rc < 1000)
+		return -rc;
+	return -EIO;
+}
+
+static size_t record_size(uint32_t world)
+{
+	return sizeof(struct key_head) + world * sizeof(struct slot);
+}
+
+/* Database keys: ns NUL then big-endian integers or bytes. */
+static size_t key_ns(uint8_t *out, const char *ns)
+{
+	size_t n = strlen(ns);
+	memcpy(out, ns, n);
+	out[n] = 0;
+	return n + 1;
+}
+
+static void put_be32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (24 - 8 * i));
+}
+
+static void put_be64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (56 - 8 * i));
+}
+
+static uint32_t get_be32(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static MDB_val page_key(uint8_t *buf, const char *ns, uint32_t rank, uint32_t page)
+{
+	size_t n = key_ns(buf, ns);
+	put_be32(buf + n, rank);
+	put_be32(buf + n + 4, page);
+	return (MDB_val){n + 8, buf};
+}
+
+static MDB_val rank_key(uint8_t *buf, const char *ns, uint32_t rank)
+{
+	size_t n = key_ns(buf, ns);
+	put_be32(buf + n, rank);
+	return (MDB_val){n + 4, buf};
+}
+
+static MDB_val record_key(uint8_t *buf, const char *ns, const struct kvc_pool_key *k)
+{
+	size_t n = key_ns(buf, ns);
+	memcpy(buf + n, k->bytes, k->length);
+	return (MDB_val){n + k->length, buf};
+}
+
+static MDB_val lru_key(uint8_t *buf, const char *ns, uint64_t seq)
+{
+	size_t n = key_ns(buf, ns);
+	put_be64(buf + n, seq);
+	return (MDB_val){n + 8, buf};
+}
+
+static int check_ns(const char *ns)
+{
+	size_t n = ns ? strnlen(ns, KVC_POOL_MAX_NAMESPACE + 1) : 0;
+	return n == 0 || n > KVC_POOL_MAX_NAMESPACE ? -EINVAL : 0;
+}
+
+static int check_key(const struct kvc_pool_key *k)
+{
+	if (k->length == 0 || k->length > KVC_POOL_MAX_KEY || k->bytes[0] == 1)
+		return -EINVAL; /* byte 1 starts the names of retired keys */
+	return 0;
+}
+
+/* ---- the world record ---- */
+
+static int world_get(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
+                     struct pool_world *w)
+{
+	uint8_t buf[KEYBUF];
+	MDB_val k = {key_ns(buf, ns) - 1, buf}, v;
+	int rc = lmdb_errno(mdb_get(txn, s->worlds, &k, &v));
+	if (rc == -ENOENT) {
+		*w = (struct pool_world){.magic = WORLD_MAGIC, .next_lru = LRU_BASE, .next_retired = 1};
+		return -ENOENT;
+	}
+	if (rc < 0)
+		return rc;
+	if (v.mv_size != sizeof(*w))
+		return -EIO;
+	memcpy(w, v.mv_data, sizeof(*w));
+	return w->magic == WORLD_MAGIC ? 0 : -EIO;
+}
+
+static int world_put(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
+                     const struct pool_world *w)
+{
+	uint8_t buf[KEYBUF];
+	MDB_val k = {key_ns(buf, ns) - 1, buf}, v = {sizeof(*w), (void *)w};
+	return lmdb_errno(mdb_put(txn, s->worlds, &k, &v, 0));
+}
+
+/* The world size keys of this namespace use now (inferred when unknown). */
+static uint32_t world_size(const struct pool_world *w)
+{
+	return w->world_size ? w->world_size : (w->ranks ? w->ranks : 1);
+}
+
+static int pool_get(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint32_t rank,
+                    struct pool_info *p)
+{
+	uint8_t buf[KEYBUF];
+	MDB_val k = rank_key(buf, ns, rank), v;
+	int rc = lmdb_errno(mdb_get(txn, s->pools, &k, &v));
+	if (rc < 0)
+		return rc;
+	if (v.mv_size != sizeof(*p))
+		return -EIO;
+	memcpy(p, v.mv_data, sizeof(*p));
+	return 0;
+}
+
+static int pool_put(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint32_t rank,
+                    const struct pool_info *p)
+{
+	uint8_t buf[KEYBUF];
+	MDB_val k = rank_key(buf, ns, rank), v = {sizeof(*p), (void *)p};
+	return lmdb_errno(mdb_put(txn, s->pools, &k, &v, 0));
+}
+
+/* ---- key records ---- */
+
+static int record_get(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
+                      const struct kvc_pool_key *key, struct key_record *r)
+{
+	uint8_t buf[KEYBUF];
+	MDB_val k = record_key(buf, ns, key), v;
+	int rc = lmdb_errno(mdb_get(txn, s->keys, &k, &v));
+	if (rc < 0)
+		return rc;
+	if (v.mv_size < sizeof(r->head))
+		return -EIO;
+	memcpy(&r->head, v.mv_data, sizeof(r->head));
+	if (r->head.magic != KEY_MAGIC || r->head.world == 0 ||
+	    r->head.world > KVC_POOL_MAX_WORLD || v.mv_size != record_size(r->head.world))
+		return -EIO;
+	memcpy(r->slots, (const uint8_t *)v.mv_data + sizeof(r->head),
+	       r->head.world * sizeof(struct slot));
+	return 0;
+}
+
+static int record_put(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
+                      const struct kvc_pool_key *key, const struct key_record *r)
+{
+	uint8_t buf[KEYBUF];
+	MDB_val k = record_key(buf, ns, key), v = {record_size(r->head.world), (void *)r};
+	return lmdb_errno(mdb_put(txn, s->keys, &k, &v, 0));
+}
+
+static int record_del(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
+                      const struct kvc_pool_key *key)
+{
+	uint8_t buf[KEYBUF];
+	MDB_val k = record_key(buf, ns, key);
+	return lmdb_errno(mdb_del(txn, s->keys, &k, NULL));
+}
+
+static int lru_put(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint64_t seq,
+                   const struct kvc_pool_key *key)
+{
+	uint8_t buf[KEYBUF];
+	MDB_val k = lru_key(buf, ns, seq), v = {key->length, (void *)key->bytes};
+	return lmdb_errno(mdb_put(txn, s->lru, &k, &v, 0));
+}
+
+static int lru_del(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint64_t seq)
+{
+	uint8_t buf[KEYBUF];
+	MDB_val k = lru_key(buf, ns, seq);
+	int rc = lmdb_errno(mdb_del(txn, s->lru, &k, NULL));
+	return rc == -ENOENT ? 0 : rc;
+}
+
+/* ---- pages ---- */
+
+/* Give a page back to its rank's free list (and its pool's count). */
+static int page_free(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint32_t rank,
+                     uint32_t page)
+{
+	uint8_t buf[KEYBUF];
+	struct pool_info p;
+	MDB_val k = page_key(buf, ns, rank, page), one = {1, "\1"};
+	int rc = lmdb_errno(mdb_del(txn, s->pages, &k, NULL));
+	if (rc == 0)
+		rc = lmdb_errno(mdb_put(txn, s->free, &k, &one, 0));
+	if (rc == 0)
+		rc = pool_get(s, txn, ns, rank, &p);
+	if (rc == 0) {
+		p.free_pages++;
+		rc = pool_put(s, txn, ns, rank, &p);
+	}
+	return rc;
+}
+
+/* Take the lowest free page of a rank for key. -ENOSPC when none. */
+static int page_take(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint32_t rank,
+                     const struct kvc_pool_key *key, uint32_t *page)
+{
+	uint8_t buf[KEYBUF];
+	MDB_cursor *cur;
+	struct pool_info p;
+	MDB_val k = rank_key(buf, ns, rank), v;
+	size_t prefix = k.mv_size;
+	int rc = lmdb_errno(mdb_cursor_open(txn, s->free, &cur));
+	if (rc < 0)
+		return rc;
+	rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+	if (rc == 0 && (k.mv_size != prefix + 4 || memcmp(k.mv_data, buf, prefix) != 0))
+		rc = MDB_NOTFOUND;
+	if (rc == 0) {
+		*page = get_be32((const uint8_t *)k.mv_data + prefix);
+		rc = mdb_cursor_del(cur, 0);
+	}
+	mdb_cursor_close(cur);
+	if (rc == MDB_NOTFOUND)
+		return -ENOSPC;
+	rc = lmdb_errno(rc);
+	MDB_val pk = page_key(buf, ns, rank, *page), kv = {key->length, (void *)key->bytes};
+	if (rc == 0)
+		rc = lmdb_errno(mdb_put(txn, s->pages, &pk, &kv, 0));
+	if (rc == 0)
+		rc = pool_get(s, txn, ns, rank, &p);
+	if (rc == 0) {
+		p.free_pages--;
+		rc = pool_put(s, txn, ns, rank, &p);
+	}
+	return rc;
+}
+
+/* Free every page a record holds and drop it (and its LRU entry). */
+static int record_drop(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
+                       const struct kvc_pool_key *key, const struct key_record *r)
+{
+	int rc = 0;
+	for (uint32_t rank = 0; rank < r->head.world && rc == 0; rank++)
+		if (r->slots[rank].state != SLOT_NONE)
+			rc = page_free(s, txn, ns, rank, (uint32_t)r->slots[rank].page);
+	if (rc == 0 && r->head.lru_seq)
+		rc = lru_del(s, txn, ns, r->head.lru_seq);
+	if (rc == 0)
+		rc = record_del(s, txn, ns, key);
+	return rc;
+}
+
+/* Move a leased record out of sight under a reserved name ("\1" + seq);
+ * its pages stay held until eviction finds its lease over. */
+static int record_retire(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
+                         const struct kvc_pool_key *key, struct key_record *r,
+                         struct pool_world *w)
+{
+	uint8_t name[9], buf[KEYBUF];
+	name[0] = 1;
+	put_be64(name + 1, w->next_retired++);
+	struct kvc_pool_key retired = {(const char *)name, 9};
+	int rc = r->head.lru_seq ? lru_del(s, txn, ns, r->head.lru_seq) : 0;
+	if (rc == 0)
+		rc = record_del(s, txn, ns, key);
+	for (uint32_t rank = 0; rank < r->head.world && rc == 0; rank++) {
+		if (r->slots[rank].state == SLOT_NONE)
+			continue;
+		MDB_val pk = page_key(buf, ns, rank, (uint32_t)r->slots[rank].page),
+			kv = {retired.length, name};
+		rc = lmdb_errno(mdb_put(txn, s->pages, &pk, &kv, 0));
+	}
+	r->head.retired = 1;
+	r->head.lru_seq = w->next_retired - 1; /* below LRU_BASE: evicted first */
+	if (rc == 0)
+		rc = record_put(s, txn, ns, &retired, r);
+	if (rc == 0)
+		rc = lru_put(s, txn, ns, r->head.lru_seq, &retired);
+	return rc;
+}
+
+/* Evict LRU keys (retired first) not under lease until `rank` has a free
+ * page. Returns 0 when one was freed, -ENOSPC when nothing can go. */
+static int evict_for(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint32_t rank,
+                     uint64_t now_ms, struct pool_world *w)
+{
+	uint8_t buf[KEYBUF], name[KVC_POOL_MAX_KEY];
+	size_t prefix = key_ns(buf, ns);
+	MDB_val k = {prefix, buf}, v;
+	for (int scanned = 0; scanned < EVICT_SCAN; scanned++) {
+		MDB_cursor *cur;
+		int rc = lmdb_errno(mdb_cursor_open(txn, s->lru, &cur));
+		if (rc < 0)
+			return rc;
+		k = (MDB_val){prefix, buf};
+		rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+		/* Skip the leased ones at the head, up to the scan budget. */
+		struct key_record r;
+		struct kvc_pool_key key = {(const char *)name, 0};
+		int found = 0;
+		while (rc == 0 && k.mv_size == prefix + 8 && memcmp(k.mv_data, buf, prefix) == 0 &&
+		       scanned < EVICT_SCAN) {
+			key.length = (uint32_t)v.mv_size;
+			memcpy(name, v.mv_data, v.mv_size);
+			if (record_get(s, txn, ns, &key, &r) == 0 && r.head.lease_until <= now_ms) {
+				found = 1;
+				break;
+			}
+			scanned++;
+			rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+		}
+		mdb_cursor_close(cur);
+		if (!found)
+			return -ENOSPC;
+		bool frees_ours = rank < r.head.world && r.slots[rank].state != SLOT_NONE;
+		rc = record_drop(s, txn, ns, &key, &r);
+		if (rc < 0)
+			return rc;
+		w->evictions++;
+		if (frees_ours)
+			return 0;
+	}
+	return -ENOSPC;
+}
+
+/* ---- transactions ---- */
+
+static int begin(struct kvc_pool_store *s, bool write, MDB_txn **txn)
+{
+	return lmdb_errno(mdb_txn_begin(s->env, NULL, write ? 0 : MDB_RDONLY, txn));
+}
+
+static int finish(MDB_txn *txn, int rc)
+{
+	if (rc < 0) {
+		mdb_txn_abort(txn);
+		return rc;
+	}
+	int crc = lmdb_errno(mdb_txn_commit(txn));
+	return crc < 0 ? crc : rc;
+}
+
+int kvc_pool_store_open(const char *dir, struct kvc_pool_store **out)
+{
+	struct kvc_pool_store *s = calloc(1, sizeof(*s));
+	MDB_txn *txn;
+	if (!s)
+		return -ENOMEM;
+	int rc = kvc_fsutil_mkdirs(dir, 0700);
+	if (rc == 0)
+		rc = lmdb_errno(mdb_env_create(&s->env));
+	if (rc == 0)
+		rc = lmdb_errno(mdb_env_set_mapsize(s->env, MAP_SIZE));
+	if (rc == 0)
+		rc = lmdb_errno(mdb_env_set_maxdbs(s->env, 8));
+	if (rc == 0)
+		rc = lmdb_errno(mdb_env_set_maxreaders(s->env, 4096));
+	if (rc == 0)
+		rc = lmdb_errno(mdb_env_open(s->env, dir, MDB_NOSYNC | MDB_NOTLS, 0600));
+	if (rc == 0)
+		rc = begin(s, true, &txn);
+	if (rc < 0)
+		goto fail;
+	struct {
+		const char *name;
+		MDB_dbi *dbi;
+	} tables[] = {{"worlds", &s->worlds}, {"pools", &s->pools}, {"free", &s->free},
+	              {"pages", &s->pages},   {"keys", &s->keys},   {"lru", &s->lru}};
+	for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]) && rc == 0; i++)
+		rc = lmdb_errno(mdb_dbi_open(txn, tables[i].name, MDB_CREATE, tables[i].dbi));
+	rc = finish(txn, rc);
+	if (rc < 0)
+		goto fail;
+	*out = s;
+	return 0;
+fail:
+	kvc_pool_store_close(s);
+	return rc;
+}
+
+void kvc_pool_store_close(struct kvc_pool_store *s)
+{
+	if (!s)
+		return;
+	if (s->env) {
+		mdb_env_sync(s->env, 1);
+		mdb_env_close(s->env);
+	}
+	free(s);
+}
+
+int kvc_pool_store_sync(struct kvc_pool_store *s)
+{
+	return lmdb_errno(mdb_env_sync(s->env, 1));
+}
+
+static int init_txn(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint32_t rank,
+                    uint32_t num_pages, uint32_t world)
+{
+	struct pool_world w;
+	struct pool_info p;
+	uint8_t buf[KEYBUF];
+	int rc = world_get(s, txn, ns, &w);
+	if (rc < 0 && rc != -ENOENT)
+		return rc;
+	if (world && w.world_size && w.world_size != world)
+		return -EINVAL;
+	if (world)
+		w.world_size = world;
+	rc = pool_get(s, txn, ns, rank, &p);
+	uint32_t from = 0;
+	if (rc == 0) {
+		if (num_pages < p.num_pages)
+			return -EINVAL; /* shrinking would orphan pages: clear first */
+		from = p.num_pages;
+	} else if (rc == -ENOENT) {
+		p = (struct pool_info){0};
+		w.ranks++;
+	} else {
+		return rc;
+	}
+	for (uint32_t page = from; page < num_pages; page++) {
+		MDB_val k = page_key(buf, ns, rank, page), one = {1, "\1"};
+		int put = mdb_put(txn, s->free, &k, &one, MDB_APPEND);
+		if (put == MDB_KEYEXIST) /* not after the last key: a plain put */
+			put = mdb_put(txn, s->free, &k, &one, 0);
+		if (put)
+			return lmdb_errno(put);
+	}
+	p.free_pages += num_pages - from;
+	p.num_pages = num_pages;
+	rc = pool_put(s, txn, ns, rank, &p);
+	return rc == 0 ? world_put(s, txn, ns, &w) : rc;
+}
+
+int kvc_pool_init(struct kvc_pool_store *s, const char *ns, uint32_t rank, uint32_t num_pages,
+                  uint32_t world)
+{
+	MDB_txn *txn;
+	if (check_ns(ns) < 0 || num_pages == 0 || num_pages > KVC_POOL_MAX_PAGES ||
+	    world > KVC_POOL_MAX_WORLD || rank >= KVC_POOL_MAX_WORLD || (world && rank >= world))
+		return -EINVAL;
+	int rc = begin(s, true, &txn);
+	if (rc < 0)
+		return rc;
+	return finish(txn, init_txn(s, txn, ns, rank, num_pages, world));
+}
+
+int kvc_pool_set_world(struct kvc_pool_store *s, const char *ns, uint32_t world)
+{
+	MDB_txn *txn;
+	struct pool_world w;
+	if (check_ns(ns) < 0 || world == 0 || world > KVC_POOL_MAX_WORLD)
+		return -EINVAL;
+	int rc = begin(s, true, &txn);
+	if (rc < 0)
+		return rc;
+	rc = world_get(s, txn, ns, &w);
+	if (rc == 0 || rc == -ENOENT) {
+		w.world_size = world;
+		rc = world_put(s, txn, ns, &w);
+	}
+	return finish(txn, rc);
+}
+
+/* Allocate one key on rank inside the batch transaction. */
+static int allocate_one(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint32_t rank,
+                        const struct kvc_pool_key *key, uint64_t now_ms, struct pool_world *w,
+                        struct kvc_pool_allocation *out)
+{
+	struct key_record r;
+	uint32_t page;
+	*out = (struct kvc_pool_allocation){.page = -1};
+	int rc = record_get(s, txn, ns, key, &r);
+	if (rc == -ENOENT) {
+		r.head = (struct key_head){.magic = KEY_MAGIC, .world = world_size(w)};
+		memset(r.slots, 0, r.head.world * sizeof(struct slot));
+		for (uint32_t i = 0; i < r.head.world; i++)
+			r.slots[i].page = -1;
+	} else if (rc < 0) {
+		return rc;
+	}
+	if (rank >= r.head.world)
+		return -EINVAL; /* the rank is outside this key's world */
+	struct slot *slot = &r.slots[rank];
+	if (slot->state != SLOT_NONE) { /* confirmed: reuse; allocated: a racing writer */
+		*out = (struct kvc_pool_allocation){slot->page, slot->state == SLOT_CONFIRMED};
+		return 0;
+	}
+	rc = page_take(s, txn, ns, rank, key, &page);
+	if (rc == -ENOSPC && evict_for(s, txn, ns, rank, now_ms, w) == 0)
+		rc = page_take(s, txn, ns, rank, key, &page);
+	if (rc == -ENOSPC)
+		return 0; /* full: page -1 */
+	if (rc < 0)
+		return rc;
+	*slot = (struct slot){(int32_t)page, SLOT_ALLOCATED};
+	out->page = page;
+	return record_put(s, txn, ns, key, &r);
+}
+
+int kvc_pool_allocate(struct kvc_pool_store *s, const char *ns, uint32_t rank,
+                      const struct kvc_pool_key *keys, uint32_t count, uint64_t now_ms,
+                      struct kvc_pool_allocation *out)
+{
+	MDB_txn *txn;
+	struct pool_world w;
+	struct pool_info p;
+	if (check_ns(ns) < 0 || count > KVC_POOL_MAX_BATCH)
+		return -EINVAL;
+	for (uint32_t i = 0; i < count; i++)
+		if (check_key(&keys[i]) < 0)
+			return -EINVAL;
+	int rc = begin(s, true, &txn);
+	if (rc < 0)
+		return rc;
+	rc = pool_get(s, txn, ns, rank, &p);
+	if (rc == 0)
+		rc = world_get(s, txn, ns, &w);
+	for (uint32_t i = 0; i < count && rc == 0; i++)
+		rc = allocate_one(s, txn, ns, rank, &keys[i], now_ms, &w, &out[i]);
+	if (rc == 0)
+		rc = world_put(s, txn, ns, &w);
+	return finish(txn, rc);
+}
+
+static int confirm_one(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint32_t rank,
+                       const struct kvc_pool_key *key, int64_t page, struct pool_world *w)
+{
+	struct key_record r;
+	int rc = record_get(s, txn, ns, key, &r);
+	if (rc == -ENOENT)
+		return -ESTALE;
+	if (rc < 0)
+		return rc;
+	if (rank >= r.head.world || r.slots[rank].page != page ||
+	    r.slots[rank].state == SLOT_NONE)
+		return -ESTALE;
+	if (r.slots[rank].state == SLOT_CONFIRMED)
+		return 0; /* already: idempotent */
+	r.slots[rank].state = SLOT_CONFIRMED;
+	r.head.confirmed++;
+	if (r.head.confirmed == r.head.world) {
+		r.head.lru_seq = w->next_lru++;
+		rc = lru_put(s, txn, ns, r.head.lru_seq, key);
+	}
+	return rc == 0 ? record_put(s, txn, ns, key, &r) : rc;
+}
+
+/* Release a page of rank if an unconfirmed allocation holds it. */
+static int release_one(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint32_t rank,
+                       int64_t page)
+{
+	uint8_t buf[KEYBUF], name[KVC_POOL_MAX_KEY + 16];
+	struct key_record r;
+	if (page < 0 || page >= KVC_POOL_MAX_PAGES)
+		return 0;
+	MDB_val k = page_key(buf, ns, rank, (uint32_t)page), v;
+	int rc = lmdb_errno(mdb_get(txn, s->pages, &k, &v));
+	if (rc == -ENOENT)
+		return 0; /* free already */
+	if (rc < 0 || v.mv_size > sizeof(name))
+		return rc < 0 ? rc : -EIO;
+	memcpy(name, v.mv_data, v.mv_size);
+	struct kvc_pool_key key = {(const char *)name, (uint32_t)v.mv_size};
+	rc = record_get(s, txn, ns, &key, &r);
+	if (rc < 0)
+		return rc == -ENOENT ? 0 : rc;
+	if (rank >= r.head.world || r.slots[rank].page != page ||
+	    r.slots[rank].state != SLOT_ALLOCATED || r.head.retired)
+		return 0; /* confirmed (or someone else's): never freed here */
+	r.slots[rank] = (struct slot){-1, SLOT_NONE};
+	rc = page_free(s, txn, ns, rank, (uint32_t)page);
+	bool empty = true;
+	for (uint32_t i = 0; i < r.head.world; i++)
+		empty &= r.slots[i].state == SLOT_NONE;
+	if (rc == 0)
+		rc = empty ? record_del(s, txn, ns, &key) : record_put(s, txn, ns, &key, &r);
+	return rc;
+}
+
+int kvc_pool_confirm(struct kvc_pool_store *s, const char *ns, uint32_t rank,
+                     const struct kvc_pool_key *keys, const int64_t *pages, uint32_t count,
+                     const int64_t *release, uint32_t release_count, uint64_t now_ms,
+                     int *statuses)
+{
+	MDB_txn *txn;
+	struct pool_world w;
+	struct pool_info p;
+	(void)now_ms;
+	if (check_ns(ns) < 0 || count > KVC_POOL_MAX_BATCH || release_count > KVC_POOL_MAX_BATCH)
+		return -EINVAL;
+	for (uint32_t i = 0; i < count; i++)
+		if (check_key(&keys[i]) < 0)
+			return -EINVAL;
+	int rc = begin(s, true, &txn);
+	if (rc < 0)
+		return rc;
+	rc = pool_get(s, txn, ns, rank, &p);
+	if (rc == 0)
+		rc = world_get(s, txn, ns, &w);
+	for (uint32_t i = 0; i < count && rc == 0; i++) {
+		int one = confirm_one(s, txn, ns, rank, &keys[i], pages[i], &w);
+		if (statuses)
+			statuses[i] = one == -ESTALE ? -ESTALE : 0;
+		rc = one == -ESTALE ? 0 : one;
+	}
+	for (uint32_t i = 0; i < release_count && rc == 0; i++)
+		rc = release_one(s, txn, ns, rank, release[i]);
+	if (rc == 0)
+		rc = world_put(s, txn, ns, &w);
+	return finish(txn, rc);
+}
+
+static bool complete(const struct key_record *r)
+{
+	return !r->head.retired && r->head.confirmed == r->head.world;
+}
+
+int kvc_pool_exists(struct kvc_pool_store *s, const char *ns, const struct kvc_pool_key *keys,
+                    uint32_t count, bool *out)
+{
+	MDB_txn *txn;
+	struct key_record r;
+	if (check_ns(ns) < 0 || count > KVC_POOL_MAX_BATCH)
+		return -EINVAL;
+	int rc = begin(s, false, &txn);
+	if (rc < 0)
+		return rc;
+	for (uint32_t i = 0; i < count && rc == 0; i++) {
+		int got = check_key(&keys[i]) == 0 ? record_get(s, txn, ns, &keys[i], &r) : -ENOENT;
+		out[i] = got == 0 && complete(&r);
+		rc = got == -ENOENT || got == 0 ? 0 : got;
+	}
+	mdb_txn_abort(txn);
+	return rc;
+}
+
+int kvc_pool_locations(struct kvc_pool_store *s, const char *ns, uint32_t rank,
+                       const struct kvc_pool_key *keys, uint32_t count, uint64_t now_ms,
+                       uint32_t lease_ms, int64_t *pages)
+{
+	MDB_txn *txn;
+	struct pool_world w;
+	struct pool_info p;
+	struct key_record r;
+	if (check_ns(ns) < 0 || count > KVC_POOL_MAX_BATCH)
+		return -EINVAL;
+	int rc = begin(s, true, &txn);
+	if (rc < 0)
+		return rc;
+	rc = pool_get(s, txn, ns, rank, &p);
+	if (rc == 0)
+		rc = world_get(s, txn, ns, &w);
+	for (uint32_t i = 0; i < count && rc == 0; i++) {
+		pages[i] = -1;
+		int got = check_key(&keys[i]) == 0 ? record_get(s, txn, ns, &keys[i], &r) : -ENOENT;
+		if (got == -ENOENT || (got == 0 && (!complete(&r) || rank >= r.head.world))) {
+			w.misses++;
+			continue;
+		}
+		if (got < 0) {
+			rc = got;
+			break;
+		}
+		w.hits++;
+		pages[i] = r.slots[rank].page;
+		/* Touch: move to the young end of the LRU; lease it. */
+		rc = lru_del(s, txn, ns, r.head.lru_seq);
+		r.head.lru_seq = w.next_lru++;
+		if (lease_ms && now_ms + lease_ms > r.head.lease_until)
+			r.head.lease_until = now_ms + lease_ms;
+		if (rc == 0)
+			rc = lru_put(s, txn, ns, r.head.lru_seq, &keys[i]);
+		if (rc == 0)
+			rc = record_put(s, txn, ns, &keys[i], &r);
+	}
+	if (rc == 0)
+		rc = world_put(s, txn, ns, &w);
+	return finish(txn, rc);
+}
+
+int kvc_pool_release_leases(struct kvc_pool_store *s, const char *ns,
+                            const struct kvc_pool_key *keys, uint32_t count, uint64_t now_ms)
+{
+	MDB_txn *txn;
+	struct key_record r;
+	(void)now_ms;
+	if (check_ns(ns) < 0 || count > KVC_POOL_MAX_BATCH)
+		return -EINVAL;
+	int rc = begin(s, true, &txn);
+	if (rc < 0)
+		return rc;
+	for (uint32_t i = 0; i < count && rc == 0; i++) {
+		int got = check_key(&keys[i]) == 0 ? record_get(s, txn, ns, &keys[i], &r) : -ENOENT;
+		if (got == 0 && r.head.lease_until) {
+			r.head.lease_until = 0;
+			rc = record_put(s, txn, ns, &keys[i], &r);
+		} else if (got < 0 && got != -ENOENT) {
+			rc = got;
+		}
+	}
+	return finish(txn, rc);
+}
+
+/* Delete or retire one key inside a transaction; 1 when it existed. */
+static int delete_one(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
+                      const struct kvc_pool_key *key, uint64_t now_ms, struct pool_world *w)
+{
+	struct key_record r;
+	int rc = record_get(s, txn, ns, key, &r);
+	if (rc == -ENOENT)
+		return 0;
+	if (rc < 0)
+		return rc;
+	rc = r.head.lease_until > now_ms ? record_retire(s, txn, ns, key, &r, w)
+	                                 : record_drop(s, txn, ns, key, &r);
+	return rc < 0 ? rc : 1;
+}
+
+int kvc_pool_delete(struct kvc_pool_store *s, const char *ns, const struct kvc_pool_key *keys,
+                    uint32_t count, uint64_t now_ms)
+{
+	MDB_txn *txn;
+	struct pool_world w;
+	if (check_ns(ns) < 0 || count > KVC_POOL_MAX_BATCH)
+		return -EINVAL;
+	int rc = begin(s, true, &txn), deleted = 0;
+	if (rc < 0)
+		return rc;
+	rc = world_get(s, txn, ns, &w);
+	if (rc == -ENOENT)
+		rc = 0;
+	for (uint32_t i = 0; i < count && rc >= 0; i++) {
+		if (check_key(&keys[i]) < 0)
+			continue;
+		rc = delete_one(s, txn, ns, &keys[i], now_ms, &w);
+		deleted += rc > 0;
+	}
+	if (rc >= 0)
+		rc = world_put(s, txn, ns, &w);
+	rc = finish(txn, rc);
+	return rc < 0 ? rc : deleted;
+}
+
+int kvc_pool_clear(struct kvc_pool_store *s, const char *ns, uint64_t now_ms)
+{
+	MDB_txn *txn;
+	struct pool_world w;
+	uint8_t buf[KEYBUF], name[KVC_POOL_MAX_KEY + 16];
+	if (check_ns(ns) < 0)
+		return -EINVAL;
+	int rc = begin(s, true, &txn);
+	if (rc < 0)
+		return rc;
+	rc = world_get(s, txn, ns, &w);
+	if (rc == -ENOENT)
+		return finish(txn, 0);
+	size_t prefix = key_ns(buf, ns);
+	/* Take the first live key of the namespace until none is left. */
+	while (rc >= 0) {
+		MDB_cursor *cur;
+		MDB_val k = {prefix, buf}, v;
+		rc = lmdb_errno(mdb_cursor_open(txn, s->keys, &cur));
+		if (rc < 0)
+			break;
+		int got = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+		/* Retired keys ("\1...") stay until their lease ends. */
+		while (got == 0 && k.mv_size > prefix && memcmp(k.mv_data, buf, prefix) == 0 &&
+		       ((const uint8_t *)k.mv_data)[prefix] == 1)
+			got = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+		bool found = got == 0 && k.mv_size > prefix && memcmp(k.mv_data, buf, prefix) == 0;
+		if (found) {
+			memcpy(name, (const uint8_t *)k.mv_data + prefix, k.mv_size - prefix);
+		}
+		struct kvc_pool_key key = {(const char *)name, (uint32_t)(k.mv_size - prefix)};
+		mdb_cursor_close(cur);
+		if (!found)
+			break;
+		rc = delete_one(s, txn, ns, &key, now_ms, &w);
+	}
+	if (rc >= 0)
+		rc = world_put(s, txn, ns, &w);
+	return finish(txn, rc < 0 ? rc : 0);
+}
+
+int kvc_pool_stats(struct kvc_pool_store *s, const char *ns, uint32_t rank, uint64_t now_ms,
+                   struct kvc_pool_stats *out)
+{
+	MDB_txn *txn;
+	struct pool_world w;
+	struct pool_info p = {0};
+	uint8_t buf[KEYBUF];
+	if (check_ns(ns) < 0)
+		return -EINVAL;
+	int rc = begin(s, false, &txn);
+	if (rc < 0)
+		return rc;
+	memset(out, 0, sizeof(*out));
+	rc = world_get(s, txn, ns, &w);
+	if (rc == 0) {
+		int has = pool_get(s, txn, ns, rank, &p);
+		rc = has == -ENOENT ? 0 : has;
+	}
+	if (rc == 0) {
+		*out = (struct kvc_pool_stats){.world_size = w.world_size, .ranks = w.ranks,
+		                               .num_pages = p.num_pages, .free_pages = p.free_pages,
+		                               .evictions = w.evictions};
+		size_t prefix = key_ns(buf, ns);
+		MDB_cursor *cur;
+		MDB_val k = {prefix, buf}, v;
+		rc = lmdb_errno(mdb_cursor_open(txn, s->keys, &cur));
+		int got = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE) : MDB_NOTFOUND;
+		while (got == 0 && k.mv_size > prefix && memcmp(k.mv_data, buf, prefix) == 0) {
+			struct key_head h;
+			if (v.mv_size >= sizeof(h)) {
+				memcpy(&h, v.mv_data, sizeof(h));
+				out->keys++;
+				out->retired_keys += h.retired != 0;
+				out->complete_keys += !h.retired && h.confirmed == h.world;
+				out->leased_keys += h.lease_until > now_ms;
+			}
+			got = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+		}
+		if (rc == 0)
+			mdb_cursor_close(cur);
+	}
+	mdb_txn_abort(txn);
+	return rc;
+}
+
+int kvc_pool_list(struct kvc_pool_store *s,
+                  int (*fn)(void *arg, const char *ns, uint32_t rank, uint32_t num_pages,
+                            uint32_t free_pages),
+                  void *arg)
+{
+	MDB_txn *txn;
+	MDB_cursor *cur;
+	int rc = begin(s, false, &txn);
+	if (rc < 0)
+		return rc;
+	rc = lmdb_errno(mdb_cursor_open(txn, s->pools, &cur));
+	MDB_val k, v;
+	int got = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_FIRST) : MDB_NOTFOUND;
+	while (got == 0) {
+		struct pool_info p;
+		const uint8_t *key = k.mv_data;
+		size_t n = strnlen((const char *)key, k.mv_size);
+		if (v.mv_size == sizeof(p) && n + 5 == k.mv_size) {
+			char ns[KVC_POOL_MAX_NAMESPACE + 1];
+			memcpy(ns, key, n);
+			ns[n] = '\0';
+			memcpy(&p, v.mv_data, sizeof(p));
+			if (fn(arg, ns, get_be32(key + n + 1), p.num_pages, p.free_pages))
+				break;
+		}
+		got = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+	}
+	if (rc == 0)
+		mdb_cursor_close(cur);
+	mdb_txn_abort(txn);
+	return rc;
+}
+
+/* ---- fsck ---- */
+
+struct fsck {
+	struct kvc_pool_store *s;
+	MDB_txn *txn;
+	bool repair;
+	int64_t problems;
+	int rc;
+};
+
+/* Walk the entries of db under prefix; fn gets the suffix and value. */
+static int walk(struct kvc_pool_store *s, MDB_txn *txn, MDB_dbi db, const uint8_t *prefix,
+                size_t n, int (*fn)(void *, const uint8_t *, size_t, MDB_val *), void *arg)
+{
+	MDB_cursor *cur;
+	MDB_val k = {n, (void *)prefix}, v;
+	int rc = lmdb_errno(mdb_cursor_open(txn, db, &cur));
+	if (rc < 0)
+		return rc;
+	int got = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+	while (got == 0 && k.mv_size >= n && memcmp(k.mv_data, prefix, n) == 0) {
+		rc = fn(arg, (const uint8_t *)k.mv_data + n, k.mv_size - n, &v);
+		if (rc < 0)
+			break;
+		got = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+	}
+	mdb_cursor_close(cur);
+	(void)s;
+	return rc;
+}
+
+struct page_scan {
+	uint8_t *state; /* per page: bit 1 free, bit 2 used (validly held) */
+	uint32_t num_pages;
+	struct fsck *f;
+	const char *ns;
+	uint32_t rank;
+	int64_t problems;
+};
+
+static int scan_free(void *arg, const uint8_t *suffix, size_t n, MDB_val *v)
+{
+	struct page_scan *p = arg;
+	(void)v;
+	if (n != 4)
+		return 0;
+	uint32_t page = get_be32(suffix);
+	if (page >= p->num_pages)
+		p->problems++; /* beyond the pool */
+	else
+		p->state[page] |= 1;
+	return 0;
+}
+
+static int scan_used(void *arg, const uint8_t *suffix, size_t n, MDB_val *v)
+{
+	struct page_scan *p = arg;
+	struct key_record r;
+	if (n != 4)
+		return 0;
+	uint32_t page = get_be32(suffix);
+	struct kvc_pool_key key = {v->mv_data, (uint32_t)v->mv_size};
+	bool held = v->mv_size > 0 && v->mv_size <= KVC_POOL_MAX_KEY &&
+	            record_get(p->f->s, p->f->txn, p->ns, &key, &r) == 0 && p->rank < r.head.world &&
+	            r.slots[p->rank].page == (int32_t)page && r.slots[p->rank].state != SLOT_NONE;
+	if (page >= p->num_pages || !held) {
+		p->problems++;
+		return 0; /* repaired below: the page becomes free */
+	}
+	p->state[page] |= 2;
+	return 0;
+}
+
+/* Check one pool; with repair, rebuild its free list and count. */
+static int fsck_pool(void *arg, const char *ns, uint32_t rank, uint32_t num_pages,
+                     uint32_t free_pages)
+{
+	struct fsck *f = arg;
+	uint8_t prefix[KEYBUF], buf[KEYBUF];
+	struct page_scan p = {.num_pages = num_pages, .f = f, .ns = ns, .rank = rank};
+	p.state = calloc(num_pages ? num_pages : 1, 1);
+	if (!p.state) {
+		f->rc = -ENOMEM;
+		return 1;
+	}
+	MDB_val pk = rank_key(prefix, ns, rank);
+	int rc = walk(f->s, f->txn, f->s->free, prefix, pk.mv_size, scan_free, &p);
+	if (rc == 0)
+		rc = walk(f->s, f->txn, f->s->pages, prefix, pk.mv_size, scan_used, &p);
+	uint32_t free_count = 0;
+	for (uint32_t page = 0; page < num_pages && rc == 0; page++) {
+		uint8_t st = p.state[page];
+		if (st == 3 || st == 0)
+			p.problems++; /* both free and used, or neither */
+		bool should_be_free = !(st & 2);
+		free_count += should_be_free;
+		if (!f->repair)
+			continue;
+		MDB_val k = page_key(buf, ns, rank, page), one = {1, "\1"};
+		if (should_be_free && !(st & 1))
+			rc = lmdb_errno(mdb_put(f->txn, f->s->free, &k, &one, 0));
+		if (rc == 0 && should_be_free) {
+			int del = mdb_del(f->txn, f->s->pages, &k, NULL);
+			rc = del == MDB_NOTFOUND ? 0 : lmdb_errno(del);
+		}
+		if (rc == 0 && !should_be_free && (st & 1))
+			rc = lmdb_errno(mdb_del(f->txn, f->s->free, &k, NULL));
+	}
+	if (rc == 0 && free_count != free_pages) {
+		p.problems++;
+		if (f->repair) {
+			struct pool_info info = {num_pages, free_count};
+			rc = pool_put(f->s, f->txn, ns, rank, &info);
+		}
+	}
+	free(p.state);
+	f->problems += p.problems;
+	f->rc = rc;
+	return rc < 0;
+}
+
+int64_t kvc_pool_fsck(struct kvc_pool_store *s, bool repair)
+{
+	/* One write transaction: the check sees (and fixes) one state. */
+	struct fsck f = {.s = s, .repair = repair};
+	int rc = begin(s, true, &f.txn);
+	if (rc < 0)
+		return rc;
+	MDB_cursor *cur;
+	MDB_val k, v;
+	rc = lmdb_errno(mdb_cursor_open(f.txn, s->pools, &cur));
+	int got = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_FIRST) : MDB_NOTFOUND;
+	while (got == 0 && f.rc == 0) {
+		struct pool_info p;
+		const uint8_t *key = k.mv_data;
+		size_t n = strnlen((const char *)key, k.mv_size);
+		if (v.mv_size == sizeof(p) && n + 5 == k.mv_size) {
+			char ns[KVC_POOL_MAX_NAMESPACE + 1];
+			memcpy(ns, key, n);
+			ns[n] = '\0';
+			memcpy(&p, v.mv_data, sizeof(p));
+			uint32_t rank = get_be32(key + n + 1);
+			mdb_cursor_close(cur);
+			fsck_pool(&f, ns, rank, p.num_pages, p.free_pages);
+			/* The pool table may have changed: find our place again. */
+			rc = lmdb_errno(mdb_cursor_open(f.txn, s->pools, &cur));
+			if (rc < 0)
+				break;
+			uint8_t again[KEYBUF];
+			MDB_val ak = rank_key(again, ns, rank);
+			k = ak;
+			got = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+			if (got == 0)
+				got = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+			continue;
+		}
+		got = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+	}
+	if (rc == 0)
+		mdb_cursor_close(cur);
+	rc = rc < 0 ? rc : f.rc;
+	if (!repair && rc == 0) {
+		mdb_txn_abort(f.txn);
+		return f.problems;
+	}
+	rc = finish(f.txn, rc);
+	return rc < 0 ? rc : f.problems;
+}

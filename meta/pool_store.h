@@ -1,0 +1,143 @@
+/*
+ * pool_store: kvc-meta's page pools for inference KV caches. A pool is
+ * (namespace, rank) with num_pages pages of one big per-rank file; a key
+ * (a block hash) gets one page on each rank of the namespace's tensor-
+ * parallel world and is complete once every rank confirmed its write.
+ * Only complete keys exist for readers.
+ *
+ * Rules it keeps (each one is a unit test):
+ * - accounting: for every pool, free pages + used pages == num_pages,
+ *   after every operation and after any crash (one LMDB transaction per
+ *   batch, committed before the caller answers);
+ * - a page belongs to at most one key; a key reuses its page when asked
+ *   again (a confirmed key consumes nothing; a racing writer gets the
+ *   same unconfirmed page);
+ * - releasing after a failed write frees a page only while it is still
+ *   allocated, unconfirmed, to some key; confirmed pages never;
+ * - eviction (when a pool is full) takes least recently used complete
+ *   keys, never one under a read lease; a deleted or cleared key that is
+ *   leased is retired (invisible, pages kept) until its lease ends.
+ *
+ * On disk: an LMDB environment of its own (directory `pools` in the meta
+ * data directory), databases (keys are namespace, NUL, then big-endian
+ * integers or the key's bytes):
+ *   worlds  ns                 -> struct pool_world (world size, counters)
+ *   pools   ns,rank            -> struct pool_info (num_pages, free)
+ *   free    ns,rank,page       -> (1 byte) the page is free
+ *   pages   ns,rank,page       -> key bytes: who holds the page
+ *   keys    ns,key             -> key record: head + per-rank (page, state)
+ *   lru     ns,seq             -> key bytes: complete or retired keys by
+ *                                 last use (retired keys sort first)
+ *
+ * Thread-safe (LMDB serializes writers). Times are passed in (now_ms,
+ * CLOCK_REALTIME milliseconds) so leases survive restarts and tests can
+ * move time.
+ */
+#ifndef KVC_POOL_STORE_H
+#define KVC_POOL_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVC_POOL_MAX_NAMESPACE 64
+#define KVC_POOL_MAX_KEY 400
+#define KVC_POOL_MAX_WORLD 256
+#define KVC_POOL_MAX_PAGES (1u << 24)
+#define KVC_POOL_MAX_BATCH 4096
+
+struct kvc_pool_store;
+
+/* A key as bytes (not NUL-terminated). */
+struct kvc_pool_key {
+	const char *bytes;
+	uint32_t length;
+};
+
+struct kvc_pool_allocation {
+	int64_t page;  /* -1: the pool is full and nothing can be evicted */
+	bool already;  /* the key is confirmed on this rank: its page, no write needed */
+};
+
+struct kvc_pool_stats {
+	uint32_t world_size;     /* 0: not known (inferred from initialized ranks) */
+	uint32_t ranks;          /* initialized pools of the namespace */
+	uint64_t num_pages;      /* of this rank */
+	uint64_t free_pages;
+	uint64_t keys;           /* records of the namespace (any state) */
+	uint64_t complete_keys;
+	uint64_t leased_keys;
+	uint64_t retired_keys;
+	uint64_t evictions;
+};
+
+/* Open (creating) the store in dir. Returns 0, -EINVAL (another format),
+ * -errno. */
+int kvc_pool_store_open(const char *dir, struct kvc_pool_store **out);
+void kvc_pool_store_close(struct kvc_pool_store *store);
+int kvc_pool_store_sync(struct kvc_pool_store *store);
+
+/* Create the pool (ns, rank) with num_pages, or accept a repeat with the
+ * same count; a larger count grows it. world_size > 0 sets the namespace's
+ * world (-EINVAL when it differs from a world set before). Errors: -EINVAL
+ * (bad names, zero or too many pages, shrinking), -ENOSPC, -EIO. */
+int kvc_pool_init(struct kvc_pool_store *store, const char *ns, uint32_t rank,
+                  uint32_t num_pages, uint32_t world_size);
+
+/* Set (or change while no key exists) a namespace's world size. */
+int kvc_pool_set_world(struct kvc_pool_store *store, const char *ns, uint32_t world_size);
+
+/* Allocate a page per key on rank (see the rules above). -ENOENT when the
+ * pool does not exist; -EINVAL for a bad key (empty, too long, starting
+ * with byte 1). */
+int kvc_pool_allocate(struct kvc_pool_store *store, const char *ns, uint32_t rank,
+                      const struct kvc_pool_key *keys, uint32_t count, uint64_t now_ms,
+                      struct kvc_pool_allocation *out);
+
+/* Confirm (key, page) writes on rank; then release pages whose writes
+ * failed. statuses (may be NULL) gets 0, or -ESTALE when the key does not
+ * hold that page on that rank (nothing changes for it). */
+int kvc_pool_confirm(struct kvc_pool_store *store, const char *ns, uint32_t rank,
+                     const struct kvc_pool_key *keys, const int64_t *pages, uint32_t count,
+                     const int64_t *release, uint32_t release_count, uint64_t now_ms,
+                     int *statuses);
+
+/* Whether each key is complete. Counts hits and misses. */
+int kvc_pool_exists(struct kvc_pool_store *store, const char *ns,
+                    const struct kvc_pool_key *keys, uint32_t count, bool *out);
+
+/* The page of each complete key on rank (-1 otherwise); each found key is
+ * touched (LRU) and leased until now_ms + lease_ms (0: no lease). */
+int kvc_pool_locations(struct kvc_pool_store *store, const char *ns, uint32_t rank,
+                       const struct kvc_pool_key *keys, uint32_t count, uint64_t now_ms,
+                       uint32_t lease_ms, int64_t *pages);
+
+/* End the read leases of keys (the reader finished). */
+int kvc_pool_release_leases(struct kvc_pool_store *store, const char *ns,
+                            const struct kvc_pool_key *keys, uint32_t count, uint64_t now_ms);
+
+/* Delete keys (all ranks). Leased ones are retired until their lease ends.
+ * Returns how many keys existed. */
+int kvc_pool_delete(struct kvc_pool_store *store, const char *ns,
+                    const struct kvc_pool_key *keys, uint32_t count, uint64_t now_ms);
+
+/* Delete every key of the namespace (leased ones retired); pools stay. */
+int kvc_pool_clear(struct kvc_pool_store *store, const char *ns, uint64_t now_ms);
+
+int kvc_pool_stats(struct kvc_pool_store *store, const char *ns, uint32_t rank,
+                   uint64_t now_ms, struct kvc_pool_stats *out);
+
+/* Visit every pool: fn(arg, ns, rank, num_pages, free_pages); stop on
+ * non-zero. */
+int kvc_pool_list(struct kvc_pool_store *store,
+                  int (*fn)(void *arg, const char *ns, uint32_t rank, uint32_t num_pages,
+                            uint32_t free_pages),
+                  void *arg);
+
+/* Cross-check page accounting: free + used == num_pages per pool, every
+ * used page held by a key that names it, every key's page mapped back.
+ * Returns the number of problems found; with repair, fixes them (pages
+ * nobody holds become free, dangling records go). */
+int64_t kvc_pool_fsck(struct kvc_pool_store *store, bool repair);
+
+#endif

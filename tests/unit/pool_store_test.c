@@ -1,0 +1,285 @@
+/* Unit tests of the page pools: completeness across ranks, reuse, release
+ * rules, racing writers, LRU eviction, leases, delete/clear, accounting
+ * after every operation, reopen. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <lmdb.h>
+#include <string.h>
+
+#include "meta/pool_store.h"
+
+static char dir[64];
+static struct kvc_pool_store *store;
+
+static void setup(void)
+{
+	strcpy(dir, "/tmp/kvc-pool-test-XXXXXX");
+	cr_assert_not_null(mkdtemp(dir));
+	cr_assert_eq(kvc_pool_store_open(dir, &store), 0);
+}
+
+static void teardown(void)
+{
+	kvc_pool_store_close(store);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(pool_store, .init = setup, .fini = teardown);
+
+static struct kvc_pool_key K(const char *s)
+{
+	return (struct kvc_pool_key){s, (uint32_t)strlen(s)};
+}
+
+/* free + used == num_pages and every page held by exactly its key. */
+static void check_accounting(void)
+{
+	cr_assert_eq(kvc_pool_fsck(store, false), 0, "fsck found problems");
+}
+
+static int64_t alloc1(const char *ns, uint32_t rank, const char *key, uint64_t now, bool *already)
+{
+	struct kvc_pool_key k = K(key);
+	struct kvc_pool_allocation a;
+	cr_assert_eq(kvc_pool_allocate(store, ns, rank, &k, 1, now, &a), 0);
+	if (already)
+		*already = a.already;
+	check_accounting();
+	return a.page;
+}
+
+static void confirm1(const char *ns, uint32_t rank, const char *key, int64_t page)
+{
+	struct kvc_pool_key k = K(key);
+	int status = 99;
+	cr_assert_eq(kvc_pool_confirm(store, ns, rank, &k, &page, 1, NULL, 0, 0, &status), 0);
+	cr_assert_eq(status, 0, "confirm %s page %lld", key, (long long)page);
+	check_accounting();
+}
+
+static bool exists1(const char *ns, const char *key)
+{
+	struct kvc_pool_key k = K(key);
+	bool out = false;
+	cr_assert_eq(kvc_pool_exists(store, ns, &k, 1, &out), 0);
+	return out;
+}
+
+static uint64_t free_pages(const char *ns, uint32_t rank)
+{
+	struct kvc_pool_stats st;
+	cr_assert_eq(kvc_pool_stats(store, ns, rank, 0, &st), 0);
+	return st.free_pages;
+}
+
+Test(pool_store, completeness_needs_every_rank_of_the_world)
+{
+	for (uint32_t world = 1; world <= 8; world *= 2) {
+		char ns[16];
+		snprintf(ns, sizeof(ns), "w%u", world);
+		for (uint32_t r = 0; r < world; r++)
+			cr_assert_eq(kvc_pool_init(store, ns, r, 16, world), 0);
+		for (uint32_t r = 0; r < world; r++) {
+			cr_assert_not(exists1(ns, "blk"), "complete before rank %u", r);
+			int64_t page = alloc1(ns, r, "blk", 0, NULL);
+			cr_assert_geq(page, 0);
+			confirm1(ns, r, "blk", page);
+		}
+		cr_assert(exists1(ns, "blk"), "world %u", world);
+	}
+}
+
+Test(pool_store, complete_keys_reuse_their_page)
+{
+	bool already;
+	cr_assert_eq(kvc_pool_init(store, "kv", 0, 4, 1), 0);
+	int64_t page = alloc1("kv", 0, "a", 0, &already);
+	cr_assert_not(already);
+	confirm1("kv", 0, "a", page);
+	uint64_t before = free_pages("kv", 0);
+	cr_assert_eq(alloc1("kv", 0, "a", 0, &already), page);
+	cr_assert(already, "confirmed key says so");
+	cr_assert_eq(free_pages("kv", 0), before, "no page consumed");
+}
+
+Test(pool_store, failed_writes_release_only_unconfirmed_pages)
+{
+	cr_assert_eq(kvc_pool_init(store, "kv", 0, 4, 1), 0);
+	int64_t a = alloc1("kv", 0, "a", 0, NULL);
+	int64_t b = alloc1("kv", 0, "b", 0, NULL);
+	confirm1("kv", 0, "a", a);
+	struct kvc_pool_key none[1];
+	int64_t release[3] = {a, b, 3};
+	cr_assert_eq(kvc_pool_confirm(store, "kv", 0, none, NULL, 0, release, 3, 0, NULL), 0);
+	check_accounting();
+	cr_assert(exists1("kv", "a"), "a confirmed page is never released");
+	cr_assert_eq(free_pages("kv", 0), 3, "b's page came back, page 3 was free already");
+	/* confirming a released allocation is refused, not resurrected */
+	struct kvc_pool_key kb = K("b");
+	int status = 0;
+	cr_assert_eq(kvc_pool_confirm(store, "kv", 0, &kb, &b, 1, NULL, 0, 0, &status), 0);
+	cr_assert_eq(status, -ESTALE);
+	cr_assert_not(exists1("kv", "b"));
+}
+
+Test(pool_store, racing_writers_share_one_page)
+{
+	cr_assert_eq(kvc_pool_init(store, "kv", 0, 4, 1), 0);
+	int64_t first = alloc1("kv", 0, "same", 0, NULL);
+	int64_t second = alloc1("kv", 0, "same", 0, NULL);
+	cr_assert_eq(first, second, "one key, one page");
+	cr_assert_eq(free_pages("kv", 0), 3);
+	confirm1("kv", 0, "same", first);
+	confirm1("kv", 0, "same", second); /* idempotent */
+	/* the loser's failure release cannot free the winner's page */
+	struct kvc_pool_key none[1];
+	cr_assert_eq(kvc_pool_confirm(store, "kv", 0, none, NULL, 0, &first, 1, 0, NULL), 0);
+	cr_assert(exists1("kv", "same"));
+	check_accounting();
+}
+
+static void fill_at(const char *ns, int count, const char *prefix, uint64_t now)
+{
+	for (int i = 0; i < count; i++) {
+		char key[32];
+		snprintf(key, sizeof(key), "%s%d", prefix, i);
+		confirm1(ns, 0, key, alloc1(ns, 0, key, now, NULL));
+	}
+}
+
+static void fill(const char *ns, int count, const char *prefix)
+{
+	fill_at(ns, count, prefix, 0);
+}
+
+Test(pool_store, full_pool_evicts_least_recently_used)
+{
+	cr_assert_eq(kvc_pool_init(store, "kv", 0, 3, 1), 0);
+	fill("kv", 3, "k");
+	/* touch k0: k1 is now the oldest */
+	struct kvc_pool_key k0 = K("k0");
+	int64_t page;
+	cr_assert_eq(kvc_pool_locations(store, "kv", 0, &k0, 1, 1000, 0, &page), 0);
+	int64_t fresh = alloc1("kv", 0, "new", 1000, NULL);
+	cr_assert_geq(fresh, 0);
+	cr_assert_not(exists1("kv", "k1"), "the LRU key went");
+	cr_assert(exists1("kv", "k0") && exists1("kv", "k2"));
+	struct kvc_pool_stats st;
+	kvc_pool_stats(store, "kv", 0, 0, &st);
+	cr_assert_eq(st.evictions, 1);
+}
+
+Test(pool_store, leased_keys_are_never_evicted_until_the_lease_ends)
+{
+	cr_assert_eq(kvc_pool_init(store, "kv", 0, 2, 1), 0);
+	fill("kv", 2, "k");
+	struct kvc_pool_key keys[2] = {K("k0"), K("k1")};
+	int64_t pages[2];
+	cr_assert_eq(kvc_pool_locations(store, "kv", 0, keys, 2, 1000, 5000, pages), 0);
+	cr_assert_eq(alloc1("kv", 0, "x", 2000, NULL), -1, "both leased: nothing to evict");
+	cr_assert(exists1("kv", "k0") && exists1("kv", "k1"));
+	cr_assert_geq(alloc1("kv", 0, "x", 7000, NULL), 0, "leases over: evicts");
+	/* an explicit release ends a lease early */
+	fill_at("kv", 1, "y", 8000);
+	struct kvc_pool_key y = K("y0");
+	cr_assert_eq(kvc_pool_locations(store, "kv", 0, &y, 1, 8000, 60000, pages), 0);
+	cr_assert_eq(kvc_pool_release_leases(store, "kv", &y, 1, 8000), 0);
+	struct kvc_pool_stats st;
+	kvc_pool_stats(store, "kv", 0, 8000, &st);
+	cr_assert_eq(st.leased_keys, 0);
+}
+
+Test(pool_store, delete_and_clear_respect_leases)
+{
+	cr_assert_eq(kvc_pool_init(store, "kv", 0, 3, 1), 0);
+	fill("kv", 3, "k");
+	struct kvc_pool_key k0 = K("k0"), k1 = K("k1");
+	int64_t page;
+	cr_assert_eq(kvc_pool_locations(store, "kv", 0, &k0, 1, 1000, 5000, &page), 0);
+	cr_assert_eq(kvc_pool_delete(store, "kv", &k0, 1, 1000), 1);
+	cr_assert_eq(kvc_pool_delete(store, "kv", &k1, 1, 1000), 1);
+	check_accounting();
+	cr_assert_not(exists1("kv", "k0"), "deleted keys vanish at once");
+	cr_assert_eq(free_pages("kv", 0), 1, "k1's page is free; leased k0's is not yet");
+	cr_assert_eq(kvc_pool_clear(store, "kv", 1000), 0);
+	check_accounting();
+	cr_assert_eq(free_pages("kv", 0), 2);
+	/* the retired page comes back once its lease is over */
+	alloc1("kv", 0, "a", 7000, NULL);
+	alloc1("kv", 0, "b", 7000, NULL);
+	cr_assert_geq(alloc1("kv", 0, "c", 7000, NULL), 0, "retired page reused after the lease");
+	cr_assert_eq(free_pages("kv", 0), 0);
+}
+
+Test(pool_store, init_rules)
+{
+	cr_assert_eq(kvc_pool_init(store, "kv", 0, 8, 2), 0);
+	cr_assert_eq(kvc_pool_init(store, "kv", 0, 8, 2), 0, "repeat is fine");
+	cr_assert_eq(kvc_pool_init(store, "kv", 0, 4, 2), -EINVAL, "no shrinking");
+	cr_assert_eq(kvc_pool_init(store, "kv", 1, 8, 4), -EINVAL, "another world size");
+	cr_assert_eq(kvc_pool_init(store, "kv", 2, 8, 2), -EINVAL, "rank outside the world");
+	cr_assert_eq(kvc_pool_init(store, "kv", 0, 12, 2), 0, "growing adds pages");
+	cr_assert_eq(free_pages("kv", 0), 12);
+	cr_assert_eq(kvc_pool_init(store, "", 0, 8, 1), -EINVAL);
+	cr_assert_eq(kvc_pool_init(store, "kv", 0, 0, 1), -EINVAL);
+	struct kvc_pool_key k = K("x");
+	struct kvc_pool_allocation a;
+	cr_assert_eq(kvc_pool_allocate(store, "nope", 0, &k, 1, 0, &a), -ENOENT);
+	struct kvc_pool_key bad = {"\1hidden", 7};
+	cr_assert_eq(kvc_pool_allocate(store, "kv", 0, &bad, 1, 0, &a), -EINVAL);
+	check_accounting();
+}
+
+Test(pool_store, everything_survives_reopen)
+{
+	cr_assert_eq(kvc_pool_init(store, "kv", 0, 4, 2), 0);
+	cr_assert_eq(kvc_pool_init(store, "kv", 1, 4, 2), 0);
+	int64_t p0 = alloc1("kv", 0, "x", 0, NULL), p1 = alloc1("kv", 1, "x", 0, NULL);
+	confirm1("kv", 0, "x", p0);
+	confirm1("kv", 1, "x", p1);
+	alloc1("kv", 0, "half", 0, NULL);
+	kvc_pool_store_close(store);
+	cr_assert_eq(kvc_pool_store_open(dir, &store), 0);
+	check_accounting();
+	cr_assert(exists1("kv", "x"));
+	cr_assert_not(exists1("kv", "half"));
+	cr_assert_eq(free_pages("kv", 0), 2);
+	cr_assert_eq(free_pages("kv", 1), 3);
+}
+
+Test(pool_store, fsck_finds_and_repairs_a_lost_free_page)
+{
+	cr_assert_eq(kvc_pool_init(store, "kv", 0, 4, 1), 0);
+	fill("kv", 2, "k");
+	kvc_pool_store_close(store);
+	store = NULL;
+	/* Damage the database behind the store's back: lose a free page. */
+	MDB_env *env;
+	MDB_txn *txn;
+	MDB_dbi dbi;
+	MDB_cursor *cur;
+	MDB_val k, v;
+	cr_assert_eq(mdb_env_create(&env), 0);
+	mdb_env_set_maxdbs(env, 8);
+	mdb_env_set_mapsize(env, 32ull << 30);
+	cr_assert_eq(mdb_env_open(env, dir, 0, 0600), 0);
+	cr_assert_eq(mdb_txn_begin(env, NULL, 0, &txn), 0);
+	cr_assert_eq(mdb_dbi_open(txn, "free", 0, &dbi), 0);
+	cr_assert_eq(mdb_cursor_open(txn, dbi, &cur), 0);
+	cr_assert_eq(mdb_cursor_get(cur, &k, &v, MDB_FIRST), 0);
+	cr_assert_eq(mdb_cursor_del(cur, 0), 0);
+	mdb_cursor_close(cur);
+	cr_assert_eq(mdb_txn_commit(txn), 0);
+	mdb_env_close(env);
+
+	cr_assert_eq(kvc_pool_store_open(dir, &store), 0);
+	cr_assert_gt(kvc_pool_fsck(store, false), 0, "the lost page is found");
+	cr_assert_gt(kvc_pool_fsck(store, true), 0, "and repaired");
+	check_accounting();
+	cr_assert_eq(free_pages("kv", 0), 2);
+	cr_assert(exists1("kv", "k0") && exists1("kv", "k1"));
+}
