@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include "config.h"
 #include "log.h"
 #include "meta/collector.h"
+#include "meta/http.h"
 #include "meta/service.h"
 #include "net.h"
 
@@ -27,6 +29,7 @@ static void usage(FILE *out)
 
 struct syncer {
 	struct kvc_meta_store *store;
+	struct kvc_pool_store *pools;
 	int interval_ms;
 };
 
@@ -36,6 +39,8 @@ static void *sync_main(void *arg)
 	for (;;) {
 		usleep((useconds_t)s->interval_ms * 1000);
 		int rc = kvc_meta_store_sync(s->store);
+		if (rc == 0)
+			rc = kvc_pool_store_sync(s->pools);
 		if (rc < 0)
 			kvc_log_error("sync: %s", strerror(-rc));
 	}
@@ -44,7 +49,39 @@ static void *sync_main(void *arg)
 
 static void stop_service(void *arg)
 {
-	kvc_meta_store_sync(arg);
+	struct kvc_meta_service *svc = arg;
+	kvc_meta_store_sync(svc->store);
+	if (svc->pools)
+		kvc_pool_store_sync(svc->pools);
+}
+
+/* The page pools and their HTTP front (when [meta] http is set). */
+static int start_pools(const struct kvc_config *config, struct kvc_meta_service *svc)
+{
+	char dir[PATH_MAX + 8];
+	snprintf(dir, sizeof(dir), "%s/pools", config->meta_data);
+	int rc = kvc_pool_store_open(dir, &svc->pools);
+	if (rc < 0) {
+		fprintf(stderr, "kvc-meta: cannot open the page pools in %s: %s\n", dir,
+		        rc == -EINVAL ? "not a kvcfs pool store of this format" : strerror(-rc));
+		return rc;
+	}
+	if (config->http_address[0] == '\0')
+		return 0;
+	struct kvc_http_options http = {.address = config->http_address,
+	                                 .max_body = config->http_max_body,
+	                                 .lease_ms = config->lease_ms,
+	                                 .world_size = config->world_size,
+	                                 .vllm_namespace = config->vllm_namespace,
+	                                 .threads = config->http_threads};
+	static struct kvc_http_server *server;
+	rc = kvc_http_start(&http, svc->pools, &server);
+	if (rc < 0)
+		fprintf(stderr, "kvc-meta: cannot serve HTTP on %s: %s\n", config->http_address,
+		        strerror(-rc));
+	else
+		kvc_log_info("page pools over HTTP on %s", config->http_address);
+	return rc;
 }
 
 int main(int argc, char **argv)
@@ -102,11 +139,13 @@ int main(int argc, char **argv)
 		        strerror(-listen_fd));
 		return 1;
 	}
-	if (kvc_server_handle_signals(stop_service, svc.store) < 0)
+	if (start_pools(&config, &svc) < 0)
+		return 1;
+	if (kvc_server_handle_signals(stop_service, &svc) < 0)
 		return 1;
 	rc = kvc_meta_collector_start(svc.store, &storage, 1000, &svc.collector);
 	static struct syncer syncer;
-	syncer = (struct syncer){svc.store, config.sync_interval_ms};
+	syncer = (struct syncer){svc.store, svc.pools, config.sync_interval_ms};
 	pthread_t sync_thread;
 	if (rc == 0 && config.sync_interval_ms > 0)
 		rc = -pthread_create(&sync_thread, NULL, sync_main, &syncer);

@@ -9,11 +9,13 @@
 
 #include "meta/collector.h"
 #include "meta/meta_store.h"
+#include "meta/pool_store.h"
 #include "server.h"
 #include "storage_client.h"
 
 struct kvc_meta_service {
 	struct kvc_meta_store *store;
+	struct kvc_pool_store *pools;
 	struct kvc_storage_client *storage;
 	struct kvc_meta_collector *collector;
 };

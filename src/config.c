@@ -144,6 +144,34 @@ static int section_key(struct parser *p, const char *key, const char *value)
 			c->sync_interval_ms = (int)v;
 			return rc;
 		}
+		if (strcmp(key, "http") == 0)
+			return copy_string(p, c->http_address, sizeof(c->http_address), key,
+			                   strcmp(value, "off") == 0 ? "" : value);
+		if (strcmp(key, "http_max_body") == 0) {
+			rc = parse_int(p, key, value, 1024, 1 << 30, &v);
+			c->http_max_body = (uint32_t)v;
+			return rc;
+		}
+		if (strcmp(key, "http_threads") == 0) {
+			rc = parse_int(p, key, value, 1, 256, &v);
+			c->http_threads = (int)v;
+			return rc;
+		}
+		if (strcmp(key, "lease_ms") == 0) {
+			rc = parse_int(p, key, value, 0, 3600000, &v);
+			c->lease_ms = (uint32_t)v;
+			return rc;
+		}
+		if (strcmp(key, "world_size") == 0) {
+			rc = parse_int(p, key, value, 0, 256, &v);
+			c->world_size = (uint32_t)v;
+			return rc;
+		}
+		if (strcmp(key, "vllm_namespace") == 0) {
+			if (*value == '\0')
+				return fail(p, "vllm_namespace must not be empty");
+			return copy_string(p, c->vllm_namespace, sizeof(c->vllm_namespace), key, value);
+		}
 		break;
 	case SECTION_STORAGE: {
 		struct kvc_config_server *s = &c->servers[c->server_count - 1];
@@ -205,6 +233,11 @@ int kvc_config_parse(const char *text, const char *origin,
 	config->connect_timeout_ms = 2000;
 	config->io_timeout_ms = 5000;
 	config->sync_interval_ms = 1000;
+	strcpy(config->http_address, "127.0.0.1:18000");
+	config->http_max_body = 1 << 20;
+	config->http_threads = 4;
+	config->lease_ms = 5000;
+	strcpy(config->vllm_namespace, "vllm");
 	strcpy(config->mountpoint, "/mnt/kvc");
 	config->readahead_kb = 16384;
 

@@ -10,6 +10,12 @@
  *   address = 127.0.0.1:9000
  *   data = /var/lib/kvc/meta    # LMDB directory
  *   sync_interval_ms = 1000     # background fsync of LMDB
+ *   http = 127.0.0.1:18000      # page pools over HTTP ("off": none)
+ *   http_max_body = 1048576     # larger request bodies get 413
+ *   http_threads = 4
+ *   lease_ms = 5000             # read lease of a location lookup
+ *   world_size = 0              # TP world of every namespace (0: infer)
+ *   vllm_namespace = vllm       # the namespace vLLM's routes use
  *   [storage s1]                # one section per storage server
  *   address = 127.0.0.1:9101
  *   target = /var/lib/kvc/s1/t0 # one or more; ids follow file order
@@ -54,6 +60,12 @@ struct kvc_config {
 	char meta_address[KVC_NET_ADDRESS_MAX];
 	char meta_data[PATH_MAX];
 	int sync_interval_ms;
+	char http_address[KVC_NET_ADDRESS_MAX]; /* "" when off */
+	uint32_t http_max_body;
+	int http_threads;
+	uint32_t lease_ms;
+	uint32_t world_size;
+	char vllm_namespace[65];
 	char mountpoint[PATH_MAX];
 	int readahead_kb;
 	uint32_t server_count;

@@ -25,8 +25,11 @@ class Cluster:
         self.port_base = port_base
         self.conf = self.dir / "cluster.conf"
         self.meta_address = f"127.0.0.1:{port_base}"
+        self.http = f"http://127.0.0.1:{port_base + 8600}"
         self.storage_addresses = [f"127.0.0.1:{port_base + i}" for i in (1, 2, 3)]
         self.token = token
+        self.world_size = 2
+        self.lease_ms = 3000
         kvcwire.mark_meta(self.meta_address)
 
     def write_config(self):
@@ -38,7 +41,9 @@ class Cluster:
         self.conf.write_text(
             f"{token}chunk_size = {CHUNK}\nstripe = 3\nconnect_timeout_ms = 1000\n"
             f"io_timeout_ms = 2000\n\n[meta]\naddress = {self.meta_address}\n"
-            f"data = {self.dir}/meta\n{servers}\n[fuse]\nmountpoint = {self.mount}\n")
+            f"data = {self.dir}/meta\nhttp = {self.http[7:]}\nworld_size = {self.world_size}\n"
+            f"http_max_body = 65536\nlease_ms = {self.lease_ms}\n"
+            f"{servers}\n[fuse]\nmountpoint = {self.mount}\n")
 
     def cli(self, *args, check=True):
         return subprocess.run([str(LAUNCHER), *args, "--dir", str(self.dir),
