@@ -9,6 +9,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +25,32 @@
 static void usage(FILE *out)
 {
 	fprintf(out, "usage: kvc-meta --config FILE [--verbose]\n"
-	             "Serves the namespace of the cluster described by FILE.\n");
+	             "       kvc-meta --config FILE --fsck [--repair]\n"
+	             "Serves the namespace and page pools of the cluster described by FILE;\n"
+	             "--fsck checks the page pools' accounting of a stopped kvc-meta (and\n"
+	             "with --repair fixes it), then exits: 0 clean, 1 problems found.\n");
+}
+
+/* Offline: check (or repair) the page pools and report. */
+static int run_fsck(const struct kvc_config *config, bool repair)
+{
+	char dir[PATH_MAX + 8];
+	struct kvc_pool_store *pools;
+	snprintf(dir, sizeof(dir), "%s/pools", config->meta_data);
+	int rc = kvc_pool_store_open(dir, &pools);
+	if (rc < 0) {
+		fprintf(stderr, "kvc-meta: cannot open %s: %s\n", dir, strerror(-rc));
+		return 2;
+	}
+	int64_t problems = kvc_pool_fsck(pools, repair);
+	kvc_pool_store_close(pools);
+	if (problems < 0) {
+		fprintf(stderr, "kvc-meta: fsck failed: %s\n", strerror((int)-problems));
+		return 2;
+	}
+	printf("page pools: %lld problem(s)%s\n", (long long)problems,
+	       problems && repair ? ", repaired" : "");
+	return problems ? 1 : 0;
 }
 
 struct syncer {
@@ -87,15 +113,20 @@ static int start_pools(const struct kvc_config *config, struct kvc_meta_service 
 int main(int argc, char **argv)
 {
 	static struct option options[] = {{"config", required_argument, 0, 'c'},
+	                                  {"fsck", no_argument, 0, 'f'},
+	                                  {"repair", no_argument, 0, 'r'},
 	                                  {"verbose", no_argument, 0, 'v'},
 	                                  {"help", no_argument, 0, 'h'},
 	                                  {0, 0, 0, 0}};
 	const char *config_path = NULL;
 	enum kvc_log_level level = KVC_LOG_INFO;
+	bool fsck = false, repair = false;
 	int opt;
-	while ((opt = getopt_long(argc, argv, "c:vh", options, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "c:frvh", options, NULL)) != -1) {
 		switch (opt) {
 		case 'c': config_path = optarg; break;
+		case 'f': fsck = true; break;
+		case 'r': repair = true; break;
 		case 'v': level = KVC_LOG_DEBUG; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
@@ -117,6 +148,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvc-meta: bad config: %s: [meta] data is missing\n", config_path);
 		return 1;
 	}
+	if (fsck)
+		return run_fsck(&config, repair);
 	struct kvc_layout defaults = {.chunk_size = config.chunk_size, .stripe = config.stripe,
 	                              .target_count = config.target_count};
 	static struct kvc_meta_service svc;

@@ -1,0 +1,193 @@
+"""kvc-meta's page pools over HTTP: the exact call sequences of vLLM's and
+SGLang's hf3fs connectors (Python's standard library as the client), bad
+input, and kill -9 under a write load."""
+import json
+import subprocess
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import BUILD, wait_until
+
+
+def post(cluster, path, body=None, raw=None):
+    data = raw if raw is not None else json.dumps(body if body is not None else {}).encode()
+    req = urllib.request.Request(cluster.http + path, data=data, method="POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            text = resp.read()
+            return resp.status, json.loads(text) if text else None
+    except urllib.error.HTTPError as e:
+        text = e.read()
+        return e.code, json.loads(text) if text else None
+
+
+def get(cluster, path):
+    with urllib.request.urlopen(cluster.http + path, timeout=30) as resp:
+        return resp.status, resp.read().decode()
+
+
+def metric(cluster, name, **labels):
+    _, text = get(cluster, "/metrics")
+    want = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else "")
+    for line in text.splitlines():
+        if line.startswith(want + " "):
+            return float(line.split()[-1])
+    return None
+
+
+def test_vllm_connector_sequence(cluster):
+    """world_size = 2 in the cluster file: a key is complete after both ranks."""
+    assert post(cluster, "/clear")[0] == 204
+    assert post(cluster, "/rank/0/initialize", {"num_pages": 0, "role": "scheduler"})[0] == 200
+    for rank in (0, 1):
+        status, body = post(cluster, f"/rank/{rank}/initialize",
+                            {"num_pages": 64, "role": "worker"})
+        assert status == 200 and "message" in body
+    keys = [[f"blk{i}", f"blk{i - 1}" if i else ""] for i in range(8)]
+    pages = {}
+    for rank in (0, 1):
+        status, body = post(cluster, "/keys/batch_allocate", {"rank": rank, "keys": keys})
+        assert status == 200 and body["rank"] == rank
+        assert [k for k, _ in body["results"]] == [k for k, _ in keys]
+        pages[rank] = dict(body["results"])
+        assert all(p >= 0 for p in pages[rank].values())
+        assert len(set(pages[rank].values())) == 8, "one page per key"
+        status, _ = post(cluster, "/keys/confirm_write",
+                         {"rank": rank, "confirmations": [[k, pages[rank][k]] for k, _ in keys],
+                          "pages_to_release": []})
+        assert status == 204
+        exists = post(cluster, "/keys/batch_exists", {"keys": [k for k, _ in keys]})[1]["exists"]
+        assert exists == [rank == 1] * 8, "complete only once both ranks confirmed"
+    for rank in (0, 1):
+        status, body = post(cluster, "/keys/get_locations",
+                            {"rank": rank, "keys": ["blk3", "missing", "blk0"]})
+        assert status == 200
+        assert body["locations"] == [pages[rank]["blk3"], None, pages[rank]["blk0"]]
+    # A complete key allocated again keeps its page and consumes nothing.
+    free_before = metric(cluster, "kvc_pool_pages_free", namespace="vllm", rank="0")
+    status, body = post(cluster, "/keys/batch_allocate", {"rank": 0, "keys": keys[:2]})
+    assert dict(body["results"]) == {k: pages[0][k] for k, _ in keys[:2]}
+    assert metric(cluster, "kvc_pool_pages_free", namespace="vllm", rank="0") == free_before
+    # A failed write releases its page; confirmed pages are never released.
+    _, body = post(cluster, "/keys/batch_allocate", {"rank": 0, "keys": [["failed", ""]]})
+    failed_page = body["results"][0][1]
+    assert post(cluster, "/keys/confirm_write",
+                {"rank": 0, "confirmations": [],
+                 "pages_to_release": [failed_page, pages[0]["blk0"]]})[0] == 204
+    assert metric(cluster, "kvc_pool_pages_free", namespace="vllm", rank="0") == free_before
+    assert post(cluster, "/keys/batch_exists", {"keys": ["blk0"]})[1]["exists"] == [True]
+    assert post(cluster, "/clear")[0] == 204
+    assert post(cluster, "/keys/batch_exists", {"keys": ["blk0"]})[1]["exists"] == [False]
+
+
+def test_sglang_connector_sequence(cluster):
+    for ns in ("kv", "mamba"):
+        for rank in (0, 1):
+            assert post(cluster, f"/{rank}/initialize",
+                        {"num_pages": 16, "namespace": ns})[0] == 204
+    keys = [[f"h{i}", ""] for i in range(4)]
+    for rank in (0, 1):
+        status, body = post(cluster, f"/{rank}/reserve_and_allocate_page_indices",
+                            {"keys": keys, "namespace": "kv"})
+        assert status == 200
+        assert all(not already and page >= 0 for already, page in body["indices"])
+        confirm = [[k, page] for (k, _), (_, page) in zip(keys, body["indices"])]
+        assert post(cluster, f"/{rank}/confirm_write",
+                    {"written_keys_to_confirm": confirm, "pages_to_release": [],
+                     "namespace": "kv"})[0] == 204
+    status, body = post(cluster, "/0/exists", {"keys": ["h0", "h9"], "namespace": "kv"})
+    assert body["exists"] == [True, False]
+    assert post(cluster, "/0/exists", {"keys": ["h0"], "namespace": "mamba"})[1]["exists"] == [False]
+    # Asking again says "already written" and gives the same page.
+    _, again = post(cluster, "/1/reserve_and_allocate_page_indices",
+                    {"keys": keys[:1], "namespace": "kv"})
+    _, where = post(cluster, "/1/get_page_indices", {"keys": ["h0", "nope"], "namespace": "kv"})
+    assert again["indices"][0] == [True, where["indices"][0]]
+    assert where["indices"][1] is None
+    assert post(cluster, "/0/delete_keys", {"keys": ["h1"], "namespace": "kv"})[0] == 204
+    assert post(cluster, "/0/exists", {"keys": ["h1"], "namespace": "kv"})[1]["exists"] == [False]
+    assert post(cluster, "/0/clear", {"namespace": "kv"})[0] == 204
+    assert post(cluster, "/0/exists", {"keys": ["h0"], "namespace": "kv"})[1]["exists"] == [False]
+
+
+@pytest.mark.parametrize("path,body,status", [
+    ("/keys/batch_allocate", b"{not json", 400),
+    ("/keys/batch_allocate", b'{"keys": [["a", ""]]}', 400),        # no rank
+    ("/keys/batch_allocate", b'{"rank": 0, "keys": "abc"}', 400),    # keys not a list
+    ("/keys/confirm_write", b'{"rank": 0, "confirmations": [["a"]]}', 400),
+    ("/keys/batch_exists", b'[1, 2]', 400),                          # not an object
+    ("/keys/get_locations", b'{"rank": 7, "keys": ["a"]}', 404),     # unknown rank
+    ("/9/exists", b'{"keys": ["a"]}', 404),                          # SGLang unknown rank
+    ("/0/exists", b'{"keys": ["a"], "namespace": "never"}', 404),    # unknown namespace
+    ("/rank/0/initialize", b'{"num_pages": -3}', 400),
+    ("/no/such/route", b'{}', 404),
+])
+def test_bad_requests_get_clear_errors(cluster, path, body, status):
+    post(cluster, "/rank/0/initialize", {"num_pages": 64, "role": "worker"})
+    got, reply = post(cluster, path, raw=body)
+    assert got == status, reply
+    assert reply and "detail" in reply
+    assert get(cluster, "/health")[0] == 200
+
+
+def test_huge_body_is_refused_with_413(cluster):
+    keys = [[f"k{i:08d}" * 4, ""] for i in range(3000)]
+    status, reply = post(cluster, "/keys/batch_allocate", {"rank": 0, "keys": keys})
+    assert status == 413 and "detail" in reply
+    assert get(cluster, "/health")[0] == 200
+
+
+def test_kill9_under_write_load_loses_no_confirmed_key(cluster):
+    for rank in (0, 1):
+        post(cluster, f"/{rank}/initialize", {"num_pages": 4096, "namespace": "crash"})
+    confirmed, stop = [], threading.Event()
+
+    def writer(rank_keys):
+        n = 0
+        while not stop.is_set():
+            batch = [[f"c{rank_keys}-{n + i}", ""] for i in range(8)]
+            n += 8
+            try:
+                ok = True
+                for rank in (0, 1):
+                    status, body = post(cluster, f"/{rank}/reserve_and_allocate_page_indices",
+                                        {"keys": batch, "namespace": "crash"})
+                    if status != 200:
+                        ok = False
+                        break
+                    confirm = [[k, p] for (k, _), (_, p) in zip(batch, body["indices"])]
+                    status, _ = post(cluster, f"/{rank}/confirm_write",
+                                     {"written_keys_to_confirm": confirm, "namespace": "crash"})
+                    ok = ok and status == 204
+                if ok:
+                    confirmed.extend(k for k, _ in batch)
+            except OSError:
+                pass  # the server is down for a moment
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    assert wait_until(lambda: len(confirmed) >= 200, timeout=60)
+    subprocess.run(["kill", "-KILL", str(cluster.pid("meta"))], check=True)
+    stop.set()
+    for t in threads:
+        t.join()
+    # Offline check of the page accounting of what kill -9 left.
+    out = subprocess.run([str(BUILD / "kvc-meta"), "--config", str(cluster.conf), "--fsck"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    cluster.restart("meta", "KILL")
+    assert wait_until(lambda: get(cluster, "/health")[0] == 200)
+    for i in range(0, len(confirmed), 500):
+        chunk = confirmed[i:i + 500]
+        _, body = post(cluster, "/0/exists", {"keys": chunk, "namespace": "crash"})
+        assert all(body["exists"]), "a confirmed key was lost"
+    for rank in (0, 1):
+        free = metric(cluster, "kvc_pool_pages_free", namespace="crash", rank=str(rank))
+        used = metric(cluster, "kvc_pool_pages_used", namespace="crash", rank=str(rank))
+        assert free + used == 4096
+        assert used >= len(confirmed)
