@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "log.h"
+#include "meta/pool_service.h"
 
 /* Take a fixed message struct from the body, or fail the request. */
 #define TAKE(conn, h, off, type) \
@@ -185,6 +186,8 @@ int kvc_meta_service_handle(void *service, struct kvc_server_conn *conn,
 	struct kvc_meta_service *svc = service;
 	if (h->data_len)
 		return -EPROTO; /* no namespace message carries bulk data */
+	if (h->type >= KVC_MSG_POOL_INIT && h->type <= KVC_MSG_POOL_FSCK)
+		return kvc_pool_service_handle(svc->pools, conn, h);
 	switch (h->type) {
 	case KVC_MSG_LOOKUP:
 	case KVC_MSG_UNLINK:

@@ -223,6 +223,40 @@ const void *kvc_wire_body_take(const void *body, uint32_t body_len,
 	return p;
 }
 
+int kvc_wire_keys_encode(uint8_t *buf, uint32_t cap, uint32_t *offset,
+                         const struct kvc_wire_key *keys, uint32_t count)
+{
+	uint32_t off = *offset;
+	for (uint32_t i = 0; i < count; i++) {
+		if (off > cap || cap - off < 4 || cap - off - 4 < keys[i].length)
+			return -EMSGSIZE;
+		memcpy(buf + off, &keys[i].length, 4);
+		memcpy(buf + off + 4, keys[i].bytes, keys[i].length);
+		off += 4 + keys[i].length;
+	}
+	*offset = off;
+	return 0;
+}
+
+int kvc_wire_keys_decode(const void *body, uint32_t body_len, uint32_t *offset,
+                         struct kvc_wire_key *keys, uint32_t count, uint32_t max_length)
+{
+	for (uint32_t i = 0; i < count; i++) {
+		const uint8_t *len = kvc_wire_body_take(body, body_len, offset, 4);
+		uint32_t n;
+		if (!len)
+			return -EINVAL;
+		memcpy(&n, len, 4);
+		if (n == 0 || n > max_length)
+			return -EINVAL;
+		const char *bytes = kvc_wire_body_take(body, body_len, offset, n);
+		if (!bytes)
+			return -EINVAL;
+		keys[i] = (struct kvc_wire_key){bytes, n};
+	}
+	return 0;
+}
+
 int kvc_wire_name_check(const char *name, uint32_t len)
 {
 	if (len == 0)
@@ -252,6 +286,18 @@ const char *kvc_wire_type_name(uint16_t type)
 	case KVC_MSG_SETATTR: return "setattr";
 	case KVC_MSG_EXTEND_SIZE: return "extend_size";
 	case KVC_MSG_STATFS: return "statfs";
+	case KVC_MSG_POOL_INIT: return "pool_init";
+	case KVC_MSG_POOL_WORLD: return "pool_world";
+	case KVC_MSG_POOL_ALLOCATE: return "pool_allocate";
+	case KVC_MSG_POOL_CONFIRM: return "pool_confirm";
+	case KVC_MSG_POOL_EXISTS: return "pool_exists";
+	case KVC_MSG_POOL_LOCATIONS: return "pool_locations";
+	case KVC_MSG_POOL_RELEASE_LEASES: return "pool_release_leases";
+	case KVC_MSG_POOL_DELETE: return "pool_delete";
+	case KVC_MSG_POOL_CLEAR: return "pool_clear";
+	case KVC_MSG_POOL_STATS: return "pool_stats";
+	case KVC_MSG_POOL_LIST: return "pool_list";
+	case KVC_MSG_POOL_FSCK: return "pool_fsck";
 	case KVC_MSG_CHUNK_WRITE: return "chunk_write";
 	case KVC_MSG_CHUNK_READ: return "chunk_read";
 	case KVC_MSG_CHUNK_REMOVE: return "chunk_remove";

@@ -68,6 +68,19 @@ enum kvc_wire_type {
 	KVC_MSG_SETATTR = 24,
 	KVC_MSG_EXTEND_SIZE = 25,
 	KVC_MSG_STATFS = 26,
+	/* page pools (kvc-meta) */
+	KVC_MSG_POOL_INIT = 32,
+	KVC_MSG_POOL_WORLD = 33,
+	KVC_MSG_POOL_ALLOCATE = 34,
+	KVC_MSG_POOL_CONFIRM = 35,
+	KVC_MSG_POOL_EXISTS = 36,
+	KVC_MSG_POOL_LOCATIONS = 37,
+	KVC_MSG_POOL_RELEASE_LEASES = 38,
+	KVC_MSG_POOL_DELETE = 39,
+	KVC_MSG_POOL_CLEAR = 40,
+	KVC_MSG_POOL_STATS = 41,
+	KVC_MSG_POOL_LIST = 42,
+	KVC_MSG_POOL_FSCK = 43,
 	/* chunks (kvc-storage) */
 	KVC_MSG_CHUNK_WRITE = 64,
 	KVC_MSG_CHUNK_READ = 65,
@@ -342,6 +355,75 @@ struct kvc_msg_ring_register {
 	uint64_t flags;
 };
 _Static_assert(sizeof(struct kvc_msg_ring_register) == 32, "");
+
+/* Page pool messages. Every body starts with kvc_msg_pool, then the
+ * namespace (ns_len bytes), then a key list where the message has keys:
+ * count entries of (u32 length, bytes), unpadded (kvc_wire_keys_*).
+ * POOL_CONFIRM adds count i64 pages, then release_count i64 pages, after
+ * its keys. Replies:
+ *   ALLOCATE   count kvc_msg_pool_allocation
+ *   CONFIRM    count i32 statuses (0 or -ESTALE)
+ *   EXISTS     count u8 (1: complete)
+ *   LOCATIONS  count i64 pages (-1: not complete)
+ *   DELETE     u64 deleted;  FSCK: i64 problems
+ *   STATS      kvc_msg_pool_stats
+ *   LIST       count kvc_msg_pool_entry (kvc_msg_count_reply first) */
+struct kvc_msg_pool {
+	uint32_t rank;
+	uint32_t count;         /* keys */
+	uint32_t ns_len;
+	uint32_t value;         /* INIT: num_pages; WORLD: world size;
+	                           LOCATIONS: lease_ms; CONFIRM: release_count;
+	                           FSCK: 1 to repair */
+	uint32_t world_size;    /* INIT */
+	uint32_t reserved;
+	uint64_t now_ms;        /* 0: the server's clock */
+};
+_Static_assert(sizeof(struct kvc_msg_pool) == 32, "");
+
+struct kvc_msg_pool_allocation {
+	int64_t page;
+	uint32_t already;
+	uint32_t reserved;
+};
+
+struct kvc_msg_pool_stats {
+	uint32_t world_size;
+	uint32_t ranks;
+	uint64_t num_pages;
+	uint64_t free_pages;
+	uint64_t keys;
+	uint64_t complete_keys;
+	uint64_t leased_keys;
+	uint64_t retired_keys;
+	uint64_t evictions;
+};
+_Static_assert(sizeof(struct kvc_msg_pool_stats) == 64, "");
+
+struct kvc_msg_pool_entry {
+	char ns[64];
+	uint32_t rank;
+	uint32_t num_pages;
+	uint32_t free_pages;
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct kvc_msg_pool_entry) == 80, "");
+
+/* A key list entry as decoded: points into the received body. */
+struct kvc_wire_key {
+	const char *bytes;
+	uint32_t length;
+};
+
+/* Append count keys to buf (capacity cap) at *offset. -EMSGSIZE when
+ * they do not fit. */
+int kvc_wire_keys_encode(uint8_t *buf, uint32_t cap, uint32_t *offset,
+                         const struct kvc_wire_key *keys, uint32_t count);
+
+/* Decode count keys from a received body at *offset, each at most
+ * max_length bytes. -EINVAL for a truncated or oversized list. */
+int kvc_wire_keys_decode(const void *body, uint32_t body_len, uint32_t *offset,
+                         struct kvc_wire_key *keys, uint32_t count, uint32_t max_length);
 
 /* The frame being built or received. body points into a caller's buffer. */
 struct kvc_wire_frame {

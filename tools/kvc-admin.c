@@ -1,10 +1,7 @@
 /*
- * kvc-admin: the administrator's command line.
- *
- *   kvc-admin [--config FILE] [--json] status
- *       every daemon of the cluster: address, health, capacity
- *   kvc-admin [--config FILE] [--json] stat PATH-IN-NAMESPACE
- *       an inode's attributes and layout, straight from kvc-meta
+ * kvc-admin: the administrator's command line (see usage() and
+ * docs/operations.md). Every command prints a human table, or JSON with
+ * --json, and exits non-zero with a clear message on failure.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -15,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "config.h"
+#include "kvc/meta.h"
 #include "layout.h"
 #include "meta_client.h"
 #include "storage_client.h"
@@ -23,8 +21,15 @@ struct admin {
 	struct kvc_config config;
 	struct kvc_meta_client meta;
 	struct kvc_storage_client storage;
+	struct kvc_meta *pools;
 	bool json;
 };
+
+static int report_error(const char *what, int rc)
+{
+	fprintf(stderr, "kvc-admin: %s: %s\n", what, strerror(-rc));
+	return 1;
+}
 
 static int cmd_status(struct admin *a)
 {
@@ -66,8 +71,21 @@ static int cmd_status(struct admin *a)
 			       t[i].target, t[i].chunks, t[i].free_bytes / 1073741824.0,
 			       t[i].total_bytes / 1073741824.0);
 	}
-	if (a->json)
+	struct kvc_meta_pool_entry pools[256];
+	int npools = kvc_meta_pool_list(a->pools, pools, 256);
+	if (a->json) {
+		printf("],\"pools\":[");
+		for (int i = 0; i < npools; i++)
+			printf("%s{\"namespace\":\"%s\",\"rank\":%u,\"pages\":%u,\"free\":%u}",
+			       i ? "," : "", pools[i].ns, pools[i].rank, pools[i].num_pages,
+			       pools[i].free_pages);
 		printf("],\"healthy\":%s}\n", failures ? "false" : "true");
+	} else if (npools > 0) {
+		printf("\n%-8s %-20s %5s %10s %10s\n", "POOLS", "NAMESPACE", "RANK", "PAGES", "FREE");
+		for (int i = 0; i < npools; i++)
+			printf("%-8s %-20s %5u %10u %10u\n", "", pools[i].ns, pools[i].rank,
+			       pools[i].num_pages, pools[i].free_pages);
+	}
 	return failures ? 1 : 0;
 }
 
@@ -107,12 +125,165 @@ static int cmd_stat(struct admin *a, const char *path)
 	return 0;
 }
 
+static int cmd_pool_list(struct admin *a)
+{
+	struct kvc_meta_pool_entry entries[1024];
+	int n = kvc_meta_pool_list(a->pools, entries, 1024);
+	if (n < 0)
+		return report_error("pool list", n);
+	if (a->json)
+		printf("[");
+	else
+		printf("%-20s %5s %10s %10s %10s\n", "NAMESPACE", "RANK", "PAGES", "FREE", "USED");
+	for (int i = 0; i < n; i++) {
+		const struct kvc_meta_pool_entry *e = &entries[i];
+		if (a->json)
+			printf("%s{\"namespace\":\"%s\",\"rank\":%u,\"pages\":%u,\"free\":%u}",
+			       i ? "," : "", e->ns, e->rank, e->num_pages, e->free_pages);
+		else
+			printf("%-20s %5u %10u %10u %10u\n", e->ns, e->rank, e->num_pages, e->free_pages,
+			       e->num_pages - e->free_pages);
+	}
+	if (a->json)
+		printf("]\n");
+	return 0;
+}
+
+static int cmd_pool_show(struct admin *a, const char *ns, uint32_t rank)
+{
+	struct kvc_meta_pool_stats st;
+	int rc = kvc_meta_pool_stats(a->pools, ns, rank, &st);
+	if (rc == -ENOENT) {
+		fprintf(stderr, "kvc-admin: no page pool in namespace '%s'\n", ns);
+		return 1;
+	}
+	if (rc < 0)
+		return report_error(ns, rc);
+	if (a->json) {
+		printf("{\"namespace\":\"%s\",\"rank\":%u,\"world_size\":%u,\"ranks\":%u,"
+		       "\"pages\":%llu,\"free\":%llu,\"keys\":%llu,\"complete\":%llu,"
+		       "\"leased\":%llu,\"retired\":%llu,\"evictions\":%llu}\n",
+		       ns, rank, st.world_size, st.ranks, (unsigned long long)st.num_pages,
+		       (unsigned long long)st.free_pages, (unsigned long long)st.keys,
+		       (unsigned long long)st.complete_keys, (unsigned long long)st.leased_keys,
+		       (unsigned long long)st.retired_keys, (unsigned long long)st.evictions);
+		return 0;
+	}
+	printf("namespace    %s\nworld size   %u%s\ninitialized  %u rank(s)\n", ns, st.world_size,
+	       st.world_size ? "" : " (not set: inferred from initialized ranks)", st.ranks);
+	printf("rank %-7u %llu pages, %llu free, %llu used\n", rank,
+	       (unsigned long long)st.num_pages, (unsigned long long)st.free_pages,
+	       (unsigned long long)(st.num_pages - st.free_pages));
+	printf("keys         %llu (%llu complete, %llu leased now, %llu retired)\n"
+	       "evictions    %llu\n",
+	       (unsigned long long)st.keys, (unsigned long long)st.complete_keys,
+	       (unsigned long long)st.leased_keys, (unsigned long long)st.retired_keys,
+	       (unsigned long long)st.evictions);
+	return 0;
+}
+
+static int cmd_keys(struct admin *a, const char *verb, const char *ns, int count, char **names)
+{
+	struct kvc_meta_key keys[KVC_META_MAX_BATCH];
+	bool found[KVC_META_MAX_BATCH];
+	if (count <= 0 || count > KVC_META_MAX_BATCH) {
+		fprintf(stderr, "kvc-admin: give 1 to %d keys\n", KVC_META_MAX_BATCH);
+		return 2;
+	}
+	for (int i = 0; i < count; i++)
+		keys[i] = (struct kvc_meta_key){names[i], (uint32_t)strlen(names[i])};
+	if (strcmp(verb, "delete") == 0 || strcmp(verb, "evict") == 0) {
+		int rc = kvc_meta_delete(a->pools, ns, keys, (uint32_t)count);
+		if (rc < 0)
+			return report_error("key delete", rc);
+		printf(a->json ? "{\"deleted\":%d}\n" : "%d key(s) deleted\n", rc);
+		return 0;
+	}
+	int rc = kvc_meta_exists(a->pools, ns, keys, (uint32_t)count, found);
+	if (rc < 0)
+		return report_error("key stat", rc);
+	for (int i = 0; i < count; i++)
+		printf(a->json ? "{\"key\":\"%s\",\"complete\":%s}\n" : "%-40s %s\n", names[i],
+		       found[i] ? (a->json ? "true" : "complete") : (a->json ? "false" : "absent"));
+	return 0;
+}
+
+static int cmd_pools(struct admin *a, int argc, char **argv)
+{
+	const char *cmd = argv[0];
+	if (strcmp(cmd, "pool") == 0 && argc >= 2 && strcmp(argv[1], "list") == 0)
+		return cmd_pool_list(a);
+	if (strcmp(cmd, "pool") == 0 && argc >= 3 && strcmp(argv[1], "show") == 0)
+		return cmd_pool_show(a, argv[2], argc >= 4 ? (uint32_t)atoi(argv[3]) : 0);
+	if (strcmp(cmd, "rank") == 0 && argc >= 4 && strcmp(argv[1], "show") == 0)
+		return cmd_pool_show(a, argv[2], (uint32_t)atoi(argv[3]));
+	if (strcmp(cmd, "pool") == 0 && argc == 4 && strcmp(argv[1], "world") == 0) {
+		int rc = kvc_meta_pool_set_world(a->pools, argv[2], (uint32_t)atoi(argv[3]));
+		return rc < 0 ? report_error("pool world", rc) : 0;
+	}
+	if (strcmp(cmd, "key") == 0 && argc >= 4)
+		return cmd_keys(a, argv[1], argv[2], argc - 3, argv + 3);
+	if (strcmp(cmd, "clear") == 0 && argc == 2) {
+		int rc = kvc_meta_clear(a->pools, argv[1]);
+		return rc < 0 ? report_error("clear", rc) : 0;
+	}
+	if (strcmp(cmd, "fsck") == 0) {
+		bool repair = argc >= 2 && strcmp(argv[1], "--repair") == 0;
+		int64_t problems = kvc_meta_pool_fsck(a->pools, repair);
+		if (problems < 0)
+			return report_error("fsck", (int)problems);
+		printf(a->json ? "{\"problems\":%lld,\"repaired\":%s}\n"
+		               : "page pools: %lld problem(s)%s\n",
+		       (long long)problems,
+		       a->json ? (repair ? "true" : "false") : (problems && repair ? ", repaired" : ""));
+		return problems && !repair ? 1 : 0;
+	}
+	return -1;
+}
+
+static int cmd_ls(struct admin *a, const char *path)
+{
+	struct kvc_attr attr;
+	static struct kvc_meta_dirents page;
+	int rc = resolve(a, path, &attr);
+	char after[KVC_WIRE_MAX_NAME + 1] = "";
+	if (rc < 0)
+		return report_error(path, rc);
+	do {
+		rc = kvc_meta_client_readdir(&a->meta, attr.ino, after, 512, &page);
+		const char *name;
+		uint32_t len;
+		struct kvc_attr child;
+		while (rc == 0 && kvc_meta_client_dirent_next(&page, &name, &len, &child) == 1) {
+			printf(a->json ? "{\"name\":\"%.*s\",\"inode\":%llu,\"size\":%llu,\"mode\":\"%o\"}\n"
+			               : "%.*s\t%llu\t%llu\t%o\n",
+			       (int)len, name, (unsigned long long)child.ino,
+			       (unsigned long long)child.size, child.mode);
+			memcpy(after, name, len);
+			after[len] = '\0';
+		}
+	} while (rc == 0 && page.more);
+	return rc < 0 ? report_error(path, rc) : 0;
+}
+
 static void usage(FILE *out)
 {
 	fprintf(out, "usage: kvc-admin [--config FILE] [--json] COMMAND\n"
-	             "commands:\n"
-	             "  status       every daemon: address, health, capacity\n"
-	             "  stat PATH    attributes and layout of PATH (inside the namespace)\n"
+	             "cluster:\n"
+	             "  status                    every daemon: address, health, capacity\n"
+	             "namespace:\n"
+	             "  ls PATH | stat PATH       entries / attributes and layout (PATH inside\n"
+	             "  layout PATH               the namespace; \"\" or / is the root)\n"
+	             "page pools:\n"
+	             "  pool list                 every pool: pages, free, used\n"
+	             "  pool show NS [RANK]       world, pages, keys, leases, evictions\n"
+	             "  pool world NS N           set the namespace's TP world size\n"
+	             "  rank show NS RANK         one rank's pool\n"
+	             "  key stat NS KEY...        whether keys are complete\n"
+	             "  key delete NS KEY...      delete keys (leased ones retire)\n"
+	             "  key evict NS KEY...       the same as delete\n"
+	             "  clear NS                  delete every key of a namespace\n"
+	             "  fsck [--repair]           cross-check page accounting\n"
 	             "FILE defaults to $KVC_CONFIG, then /var/lib/kvc/cluster.conf.\n");
 }
 
@@ -145,15 +316,21 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (kvc_meta_client_init(&a.meta, &a.config) < 0 ||
-	    kvc_storage_client_init(&a.storage, &a.config) < 0) {
+	    kvc_storage_client_init(&a.storage, &a.config) < 0 ||
+	    kvc_meta_open(&a.pools, a.config.meta_address, a.config.token) < 0) {
 		fprintf(stderr, "kvc-admin: cannot set up clients\n");
 		return 1;
 	}
 	const char *cmd = argv[optind];
 	if (strcmp(cmd, "status") == 0)
 		return cmd_status(&a);
-	if (strcmp(cmd, "stat") == 0 && optind + 1 < argc)
+	if ((strcmp(cmd, "stat") == 0 || strcmp(cmd, "layout") == 0) && optind + 1 < argc)
 		return cmd_stat(&a, argv[optind + 1]);
+	if (strcmp(cmd, "ls") == 0)
+		return cmd_ls(&a, optind + 1 < argc ? argv[optind + 1] : "/");
+	int rc = cmd_pools(&a, argc - optind, argv + optind);
+	if (rc >= 0)
+		return rc;
 	usage(stderr);
 	return 2;
 }

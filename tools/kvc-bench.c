@@ -4,12 +4,14 @@
  *
  *   kvc-bench fs   [options]   the FUSE path against the TCP ceiling
  *   kvc-bench ring [options]   USRBIO rings against FUSE and TCP
+ *   kvc-bench meta [options]   page pools over HTTP and the binary protocol
  */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "bench/fs.h"
+#include "bench/meta.h"
 #include "bench/ring.h"
 
 int main(int argc, char **argv)
@@ -19,8 +21,11 @@ int main(int argc, char **argv)
 		return bench_fs_main(argc - 1, argv + 1);
 	if (argc >= 2 && strcmp(argv[1], "ring") == 0)
 		return bench_ring_main(argc - 1, argv + 1);
+	if (argc >= 2 && strcmp(argv[1], "meta") == 0)
+		return bench_meta_main(argc - 1, argv + 1);
 	fprintf(stderr,
 	        "usage: kvc-bench fs   [--mount DIR] [--size BYTES] [--random-seconds S] [--json FILE]\n"
-	        "       kvc-bench ring [--mount DIR] [--file-size BYTES] [--seconds S] [--json FILE]\n");
+	        "       kvc-bench ring [--mount DIR] [--file-size BYTES] [--seconds S] [--json FILE]\n"
+	        "       kvc-bench meta [--config FILE] [--http HOST:PORT] [--seconds S] [--json FILE]\n");
 	return 2;
 }

@@ -191,3 +191,61 @@ def test_kill9_under_write_load_loses_no_confirmed_key(cluster):
         used = metric(cluster, "kvc_pool_pages_used", namespace="crash", rank=str(rank))
         assert free + used == 4096
         assert used >= len(confirmed)
+
+
+def admin(cluster, *args, check=True):
+    out = cluster.admin(*args, check=False)
+    if check:
+        assert out.returncode == 0, out.stdout + out.stderr
+    return out
+
+
+def test_admin_over_the_binary_protocol(cluster):
+    for rank in (0, 1):
+        post(cluster, f"/{rank}/initialize", {"num_pages": 32, "namespace": "adm"})
+    for rank in (0, 1):
+        _, body = post(cluster, f"/{rank}/reserve_and_allocate_page_indices",
+                       {"keys": [["x", ""], ["y", ""]], "namespace": "adm"})
+        confirm = [[k, p] for k, (_, p) in zip(["x", "y"], body["indices"])]
+        post(cluster, f"/{rank}/confirm_write",
+             {"written_keys_to_confirm": confirm, "namespace": "adm"})
+    listed = json.loads(admin(cluster, "--json", "pool", "list").stdout)
+    mine = [p for p in listed if p["namespace"] == "adm"]
+    assert sorted(p["rank"] for p in mine) == [0, 1]
+    assert all(p["pages"] == 32 and p["free"] == 30 for p in mine)
+    show = json.loads(admin(cluster, "--json", "pool", "show", "adm", "1").stdout)
+    assert show["world_size"] == 2 and show["complete"] == 2 and show["free"] == 30
+    assert "complete" in admin(cluster, "key", "stat", "adm", "x").stdout
+    assert json.loads(admin(cluster, "--json", "key", "delete", "adm", "x", "nope").stdout) == \
+        {"deleted": 1}
+    assert "absent" in admin(cluster, "key", "stat", "adm", "x").stdout
+    assert admin(cluster, "fsck").stdout.startswith("page pools: 0 problem")
+    admin(cluster, "clear", "adm")
+    assert json.loads(admin(cluster, "--json", "pool", "show", "adm", "0").stdout)["keys"] == 0
+    missing = admin(cluster, "pool", "show", "never-made", "0", check=False)
+    assert missing.returncode == 1 and "no page pool" in missing.stderr
+    status = json.loads(admin(cluster, "--json", "status").stdout)
+    assert any(p["namespace"] == "adm" for p in status["pools"])
+
+
+def test_bad_pool_frames_leave_kvc_meta_serving(cluster):
+    import struct
+    import kvcwire
+    sock, status = kvcwire.connect(cluster.meta_address)
+    assert status == 0
+    head = struct.pack("<IIIIIIQ", 0, 3, 3, 0, 0, 0, 0)  # 3 keys announced
+    cases = [
+        head + b"adm" + struct.pack("<I", 5) + b"ab",               # key shorter than said
+        head + b"adm" + struct.pack("<I", 100000) + b"x" * 8,        # key longer than the limit
+        struct.pack("<IIIIIIQ", 0, 100000, 3, 0, 0, 0, 0) + b"adm",  # too many keys
+        struct.pack("<IIIIIIQ", 0, 0, 999, 0, 0, 0, 0) + b"adm",     # namespace past the body
+        b"\x01\x02",                                                  # shorter than the header
+    ]
+    for body in cases:
+        for msg in (34, 35, 36, 37, 39):  # allocate confirm exists locations delete
+            sock.sendall(kvcwire.frame(msg, body))
+            _, status, _, _ = kvcwire.recv_frame(sock)
+            assert status == -22, (msg, body)
+    sock.close()
+    assert kvcwire.ping(cluster.meta_address)
+    assert get(cluster, "/health")[0] == 200

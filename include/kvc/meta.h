@@ -1,0 +1,103 @@
+/*
+ * kvc/meta.h: the page pools of kvc-meta for inference engines, over the
+ * binary protocol (faster than its HTTP routes; same semantics). A pool is
+ * (namespace, rank) with num_pages pages of one per-rank file; a key gets
+ * one page per rank and is complete once every rank of the namespace's
+ * world confirmed its write. docs/pools.md explains the rules.
+ *
+ * Thread-safe: a handle keeps a pool of connections. Every function
+ * returns 0 (or a count) on success and -errno on failure: -ENOENT (pool
+ * not initialized), -EINVAL (bad namespace, key, count or world),
+ * -EMSGSIZE (batch too large for one request), -ECONNREFUSED / -ETIMEDOUT
+ * / -EIO (kvc-meta unreachable), -EACCES (wrong cluster token).
+ */
+#ifndef KVC_META_H
+#define KVC_META_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#pragma GCC visibility push(default)
+
+#define KVC_META_MAX_BATCH 4096
+#define KVC_META_MAX_KEY 400
+
+struct kvc_meta;
+
+struct kvc_meta_key {
+	const char *bytes;
+	uint32_t length;
+};
+
+struct kvc_meta_pool_stats {
+	uint32_t world_size; /* 0: inferred from the initialized ranks */
+	uint32_t ranks;
+	uint64_t num_pages;
+	uint64_t free_pages;
+	uint64_t keys;
+	uint64_t complete_keys;
+	uint64_t leased_keys;
+	uint64_t retired_keys;
+	uint64_t evictions;
+};
+
+struct kvc_meta_pool_entry {
+	char ns[64];
+	uint32_t rank;
+	uint32_t num_pages;
+	uint32_t free_pages;
+	uint32_t reserved;
+};
+
+/* Connect to kvc-meta at "host:port" (token: the cluster token or ""),
+ * or to the one a cluster file names. */
+int kvc_meta_open(struct kvc_meta **out, const char *address, const char *token);
+int kvc_meta_open_config(struct kvc_meta **out, const char *config_path);
+void kvc_meta_close(struct kvc_meta *meta);
+
+int kvc_meta_pool_init(struct kvc_meta *meta, const char *ns, uint32_t rank,
+                       uint32_t num_pages, uint32_t world_size);
+int kvc_meta_pool_set_world(struct kvc_meta *meta, const char *ns, uint32_t world_size);
+
+/* pages[i]: the page of keys[i] on rank, -1 when the pool is full and
+ * nothing can be evicted; already[i] (may be NULL): confirmed before. */
+int kvc_meta_allocate(struct kvc_meta *meta, const char *ns, uint32_t rank,
+                      const struct kvc_meta_key *keys, uint32_t count, int64_t *pages,
+                      bool *already);
+/* Confirm written (key, page) pairs, then release the pages of failed
+ * writes. statuses (may be NULL): 0 or -ESTALE per key. */
+int kvc_meta_confirm(struct kvc_meta *meta, const char *ns, uint32_t rank,
+                     const struct kvc_meta_key *keys, const int64_t *pages, uint32_t count,
+                     const int64_t *release, uint32_t release_count, int *statuses);
+int kvc_meta_exists(struct kvc_meta *meta, const char *ns, const struct kvc_meta_key *keys,
+                    uint32_t count, bool *out);
+/* Pages of complete keys on rank (-1 otherwise), each leased for lease_ms
+ * (0: none): no eviction takes a leased key. */
+int kvc_meta_locations(struct kvc_meta *meta, const char *ns, uint32_t rank,
+                       const struct kvc_meta_key *keys, uint32_t count, uint32_t lease_ms,
+                       int64_t *pages);
+int kvc_meta_release_leases(struct kvc_meta *meta, const char *ns,
+                            const struct kvc_meta_key *keys, uint32_t count);
+/* Returns how many of the keys existed. */
+int kvc_meta_delete(struct kvc_meta *meta, const char *ns, const struct kvc_meta_key *keys,
+                    uint32_t count);
+int kvc_meta_clear(struct kvc_meta *meta, const char *ns);
+int kvc_meta_pool_stats(struct kvc_meta *meta, const char *ns, uint32_t rank,
+                        struct kvc_meta_pool_stats *out);
+/* Up to max pools; returns the count. */
+int kvc_meta_pool_list(struct kvc_meta *meta, struct kvc_meta_pool_entry *out, int max);
+/* Problems found (and fixed with repair). */
+int64_t kvc_meta_pool_fsck(struct kvc_meta *meta, bool repair);
+
+#pragma GCC visibility pop
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

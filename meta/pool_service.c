@@ -1,0 +1,217 @@
+/* pool_service: see pool_service.h. */
+#include "meta/pool_service.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct request {
+	const struct kvc_msg_pool *m;
+	char ns[KVC_POOL_MAX_NAMESPACE + 1];
+	struct kvc_pool_key *keys;
+	uint32_t offset; /* past the keys */
+	uint64_t now;
+};
+
+static uint64_t clock_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Decode the header, namespace and keys of a pool request. */
+static int decode(struct kvc_server_conn *conn, const struct kvc_wire_header *h,
+                  struct request *r)
+{
+	uint32_t off = 0;
+	r->m = kvc_wire_body_take(conn->body, h->body_len, &off, sizeof(*r->m));
+	if (!r->m || r->m->count > KVC_POOL_MAX_BATCH || r->m->ns_len > KVC_POOL_MAX_NAMESPACE)
+		return -EINVAL;
+	const char *ns = kvc_wire_body_take(conn->body, h->body_len, &off, r->m->ns_len);
+	if (!ns || memchr(ns, '\0', r->m->ns_len))
+		return -EINVAL;
+	memcpy(r->ns, ns, r->m->ns_len);
+	r->ns[r->m->ns_len] = '\0';
+	r->now = r->m->now_ms ? r->m->now_ms : clock_ms();
+	r->keys = calloc(r->m->count ? r->m->count : 1, sizeof(*r->keys));
+	struct kvc_wire_key *wire = calloc(r->m->count ? r->m->count : 1, sizeof(*wire));
+	int rc = r->keys && wire ? 0 : -ENOMEM;
+	if (rc == 0)
+		rc = kvc_wire_keys_decode(conn->body, h->body_len, &off, wire, r->m->count,
+		                          KVC_POOL_MAX_KEY);
+	for (uint32_t i = 0; rc == 0 && i < r->m->count; i++)
+		r->keys[i] = (struct kvc_pool_key){wire[i].bytes, wire[i].length};
+	free(wire);
+	r->offset = off;
+	return rc;
+}
+
+/* The i64 array of count entries after the keys (CONFIRM's pages). */
+static const int64_t *take_pages(struct kvc_server_conn *conn, const struct kvc_wire_header *h,
+                                 uint32_t *offset, uint32_t count, int64_t **copy)
+{
+	const void *raw = kvc_wire_body_take(conn->body, h->body_len, offset, count * 8u);
+	*copy = raw ? malloc(count ? count * 8u : 8u) : NULL;
+	if (*copy)
+		memcpy(*copy, raw, count * 8u);
+	return *copy;
+}
+
+static int confirm(struct kvc_pool_store *pools, struct kvc_server_conn *conn,
+                   const struct kvc_wire_header *h, struct request *r, void **reply,
+                   uint32_t *len)
+{
+	int64_t *pages = NULL, *release = NULL;
+	uint32_t releases = r->m->value;
+	int rc = releases > KVC_POOL_MAX_BATCH ? -EINVAL : 0;
+	if (rc == 0 && (!take_pages(conn, h, &r->offset, r->m->count, &pages) ||
+	                !take_pages(conn, h, &r->offset, releases, &release)))
+		rc = -EINVAL;
+	int32_t *statuses = malloc(r->m->count ? r->m->count * 4u : 4u);
+	if (rc == 0 && !statuses)
+		rc = -ENOMEM;
+	if (rc == 0)
+		rc = kvc_pool_confirm(pools, r->ns, r->m->rank, r->keys, pages, r->m->count, release,
+		                      releases, r->now, statuses);
+	free(pages);
+	free(release);
+	*reply = statuses;
+	*len = r->m->count * 4u;
+	return rc;
+}
+
+struct list_out {
+	struct kvc_msg_pool_entry *entries;
+	uint32_t count, cap;
+};
+
+static int list_one(void *arg, const char *ns, uint32_t rank, uint32_t num_pages,
+                    uint32_t free_pages)
+{
+	struct list_out *l = arg;
+	if (l->count == l->cap)
+		return 1;
+	struct kvc_msg_pool_entry *e = &l->entries[l->count++];
+	memset(e, 0, sizeof(*e));
+	strncpy(e->ns, ns, sizeof(e->ns) - 1);
+	e->rank = rank;
+	e->num_pages = num_pages;
+	e->free_pages = free_pages;
+	return 0;
+}
+
+/* Run one decoded request; *reply (malloc'd) and *len are the answer. */
+static int run(struct kvc_pool_store *pools, struct kvc_server_conn *conn,
+               const struct kvc_wire_header *h, struct request *r, void **reply, uint32_t *len)
+{
+	const struct kvc_msg_pool *m = r->m;
+	uint32_t n = m->count;
+	*reply = NULL;
+	*len = 0;
+	switch (h->type) {
+	case KVC_MSG_POOL_INIT:
+		return kvc_pool_init(pools, r->ns, m->rank, m->value, m->world_size);
+	case KVC_MSG_POOL_WORLD:
+		return kvc_pool_set_world(pools, r->ns, m->value);
+	case KVC_MSG_POOL_ALLOCATE: {
+		struct kvc_pool_allocation *a = calloc(n ? n : 1, sizeof(*a));
+		struct kvc_msg_pool_allocation *out = calloc(n ? n : 1, sizeof(*out));
+		int rc = a && out ? kvc_pool_allocate(pools, r->ns, m->rank, r->keys, n, r->now, a)
+		                  : -ENOMEM;
+		for (uint32_t i = 0; rc == 0 && i < n; i++)
+			out[i] = (struct kvc_msg_pool_allocation){a[i].page, a[i].already, 0};
+		free(a);
+		*reply = out;
+		*len = n * (uint32_t)sizeof(*out);
+		return rc;
+	}
+	case KVC_MSG_POOL_CONFIRM:
+		return confirm(pools, conn, h, r, reply, len);
+	case KVC_MSG_POOL_EXISTS: {
+		bool *found = calloc(n ? n : 1, sizeof(*found));
+		uint8_t *out = calloc(n ? n : 1, 1);
+		int rc = found && out ? kvc_pool_exists(pools, r->ns, r->keys, n, found) : -ENOMEM;
+		for (uint32_t i = 0; rc == 0 && i < n; i++)
+			out[i] = found[i];
+		free(found);
+		*reply = out;
+		*len = n;
+		return rc;
+	}
+	case KVC_MSG_POOL_LOCATIONS: {
+		int64_t *pages = calloc(n ? n : 1, 8);
+		*reply = pages;
+		*len = n * 8u;
+		return pages ? kvc_pool_locations(pools, r->ns, m->rank, r->keys, n, r->now, m->value,
+		                                  pages)
+		             : -ENOMEM;
+	}
+	case KVC_MSG_POOL_RELEASE_LEASES:
+		return kvc_pool_release_leases(pools, r->ns, r->keys, n, r->now);
+	case KVC_MSG_POOL_DELETE: {
+		struct kvc_msg_count_reply *out = calloc(1, sizeof(*out));
+		int rc = out ? kvc_pool_delete(pools, r->ns, r->keys, n, r->now) : -ENOMEM;
+		if (rc >= 0)
+			out->count = (uint64_t)rc;
+		*reply = out;
+		*len = sizeof(*out);
+		return rc < 0 ? rc : 0;
+	}
+	case KVC_MSG_POOL_CLEAR:
+		return kvc_pool_clear(pools, r->ns, r->now);
+	case KVC_MSG_POOL_STATS: {
+		struct kvc_pool_stats st;
+		struct kvc_msg_pool_stats *out = calloc(1, sizeof(*out));
+		int rc = out ? kvc_pool_stats(pools, r->ns, m->rank, r->now, &st) : -ENOMEM;
+		if (rc == 0)
+			*out = (struct kvc_msg_pool_stats){st.world_size, st.ranks, st.num_pages,
+			                                   st.free_pages, st.keys, st.complete_keys,
+			                                   st.leased_keys, st.retired_keys, st.evictions};
+		*reply = out;
+		*len = sizeof(*out);
+		return rc;
+	}
+	case KVC_MSG_POOL_LIST: {
+		/* Fits one reply body: (1 MiB - 8) / 80 pools. */
+		struct list_out l = {.cap = (KVC_WIRE_MAX_BODY - 8) / sizeof(struct kvc_msg_pool_entry)};
+		uint8_t *out = malloc(8 + (size_t)l.cap * sizeof(*l.entries));
+		if (!out)
+			return -ENOMEM;
+		l.entries = (struct kvc_msg_pool_entry *)(out + 8);
+		int rc = kvc_pool_list(pools, list_one, &l);
+		uint64_t count = l.count;
+		memcpy(out, &count, 8);
+		*reply = out;
+		*len = 8 + l.count * (uint32_t)sizeof(*l.entries);
+		return rc;
+	}
+	case KVC_MSG_POOL_FSCK: {
+		int64_t *out = calloc(1, 8);
+		int64_t problems = out ? kvc_pool_fsck(pools, m->value == 1) : -ENOMEM;
+		if (problems >= 0)
+			*out = problems;
+		*reply = out;
+		*len = 8;
+		return problems < 0 ? (int)problems : 0;
+	}
+	default:
+		return -EOPNOTSUPP;
+	}
+}
+
+int kvc_pool_service_handle(struct kvc_pool_store *pools, struct kvc_server_conn *conn,
+                            const struct kvc_wire_header *h)
+{
+	struct request r = {0};
+	void *reply = NULL;
+	uint32_t len = 0;
+	int rc = decode(conn, h, &r);
+	if (rc == 0)
+		rc = run(pools, conn, h, &r, &reply, &len);
+	rc = kvc_server_reply(conn, h, rc, reply, len);
+	free(reply);
+	free(r.keys);
+	return rc;
+}

@@ -1,0 +1,241 @@
+/* pool_client: the page pool API of include/kvc/meta.h over the binary
+ * protocol (message bodies: src/wire.h). */
+#include "kvc/meta.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "rpc.h"
+
+struct kvc_meta {
+	struct kvc_rpc_pool pool;
+};
+
+int kvc_meta_open(struct kvc_meta **out, const char *address, const char *token)
+{
+	struct kvc_meta *m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	int rc = kvc_rpc_pool_init(&m->pool, address, token ? token : "", 2000, 10000);
+	if (rc < 0) {
+		free(m);
+		return rc;
+	}
+	*out = m;
+	return 0;
+}
+
+int kvc_meta_open_config(struct kvc_meta **out, const char *config_path)
+{
+	struct kvc_config *config = malloc(sizeof(*config));
+	char err[512];
+	if (!config)
+		return -ENOMEM;
+	int rc = kvc_config_load(config_path, config, err, sizeof(err));
+	if (rc == 0)
+		rc = kvc_meta_open(out, config->meta_address, config->token);
+	free(config);
+	return rc;
+}
+
+void kvc_meta_close(struct kvc_meta *m)
+{
+	if (!m)
+		return;
+	kvc_rpc_pool_destroy(&m->pool);
+	free(m);
+}
+
+/* Build and send one pool request; the reply body lands in reply. */
+static int call(struct kvc_meta *m, uint16_t type, const char *ns, struct kvc_msg_pool head,
+                const struct kvc_meta_key *keys, const int64_t *a, uint32_t a_count,
+                const int64_t *b, uint32_t b_count, void *reply, uint32_t reply_cap,
+                uint32_t *reply_len)
+{
+	size_t ns_len = ns ? strlen(ns) : 0;
+	if (ns_len > 64 || head.count > KVC_META_MAX_BATCH)
+		return -EINVAL;
+	head.ns_len = (uint32_t)ns_len;
+	uint8_t *body = malloc(KVC_WIRE_MAX_BODY);
+	if (!body)
+		return -ENOMEM;
+	uint32_t off = sizeof(head);
+	memcpy(body, &head, sizeof(head));
+	memcpy(body + off, ns, ns_len);
+	off += (uint32_t)ns_len;
+	_Static_assert(sizeof(struct kvc_meta_key) == sizeof(struct kvc_wire_key), "");
+	int rc = keys ? kvc_wire_keys_encode(body, KVC_WIRE_MAX_BODY, &off,
+	                                     (const struct kvc_wire_key *)keys, head.count)
+	              : 0;
+	uint64_t extra = ((uint64_t)a_count + b_count) * 8u;
+	if (rc == 0 && extra > KVC_WIRE_MAX_BODY - off)
+		rc = -EMSGSIZE;
+	if (rc == 0) {
+		memcpy(body + off, a, a_count * 8u);
+		memcpy(body + off + a_count * 8u, b, b_count * 8u);
+		off += (uint32_t)extra;
+		rc = kvc_rpc_call(&m->pool, type, body, off, reply, reply_cap, reply_len);
+		if (kvc_rpc_is_transport_error(rc) && rc != -ECONNREFUSED && rc != -ETIMEDOUT)
+			rc = -EIO;
+	}
+	free(body);
+	return rc;
+}
+
+static struct kvc_msg_pool head_of(uint32_t rank, uint32_t count, uint32_t value)
+{
+	return (struct kvc_msg_pool){.rank = rank, .count = count, .value = value};
+}
+
+int kvc_meta_pool_init(struct kvc_meta *m, const char *ns, uint32_t rank, uint32_t num_pages,
+                       uint32_t world_size)
+{
+	struct kvc_msg_pool h = head_of(rank, 0, num_pages);
+	h.world_size = world_size;
+	return call(m, KVC_MSG_POOL_INIT, ns, h, NULL, NULL, 0, NULL, 0, NULL, 0, NULL);
+}
+
+int kvc_meta_pool_set_world(struct kvc_meta *m, const char *ns, uint32_t world_size)
+{
+	return call(m, KVC_MSG_POOL_WORLD, ns, head_of(0, 0, world_size), NULL, NULL, 0, NULL, 0,
+	            NULL, 0, NULL);
+}
+
+int kvc_meta_allocate(struct kvc_meta *m, const char *ns, uint32_t rank,
+                      const struct kvc_meta_key *keys, uint32_t count, int64_t *pages,
+                      bool *already)
+{
+	struct kvc_msg_pool_allocation *out = calloc(count ? count : 1, sizeof(*out));
+	uint32_t len = 0;
+	if (!out)
+		return -ENOMEM;
+	int rc = call(m, KVC_MSG_POOL_ALLOCATE, ns, head_of(rank, count, 0), keys, NULL, 0, NULL,
+	              0, out, count * (uint32_t)sizeof(*out), &len);
+	if (rc == 0 && len != count * sizeof(*out))
+		rc = -EIO;
+	for (uint32_t i = 0; rc == 0 && i < count; i++) {
+		pages[i] = out[i].page;
+		if (already)
+			already[i] = out[i].already != 0;
+	}
+	free(out);
+	return rc;
+}
+
+int kvc_meta_confirm(struct kvc_meta *m, const char *ns, uint32_t rank,
+                     const struct kvc_meta_key *keys, const int64_t *pages, uint32_t count,
+                     const int64_t *release, uint32_t release_count, int *statuses)
+{
+	int32_t *out = calloc(count ? count : 1, 4);
+	uint32_t len = 0;
+	if (!out || release_count > KVC_META_MAX_BATCH) {
+		free(out);
+		return out ? -EINVAL : -ENOMEM;
+	}
+	int rc = call(m, KVC_MSG_POOL_CONFIRM, ns, head_of(rank, count, release_count), keys,
+	              pages, count, release, release_count, out, count * 4u, &len);
+	if (rc == 0 && len != count * 4u)
+		rc = -EIO;
+	for (uint32_t i = 0; rc == 0 && statuses && i < count; i++)
+		statuses[i] = out[i];
+	free(out);
+	return rc;
+}
+
+int kvc_meta_exists(struct kvc_meta *m, const char *ns, const struct kvc_meta_key *keys,
+                    uint32_t count, bool *found)
+{
+	uint8_t *out = calloc(count ? count : 1, 1);
+	uint32_t len = 0;
+	if (!out)
+		return -ENOMEM;
+	int rc = call(m, KVC_MSG_POOL_EXISTS, ns, head_of(0, count, 0), keys, NULL, 0, NULL, 0,
+	              out, count, &len);
+	if (rc == 0 && len != count)
+		rc = -EIO;
+	for (uint32_t i = 0; rc == 0 && i < count; i++)
+		found[i] = out[i] != 0;
+	free(out);
+	return rc;
+}
+
+int kvc_meta_locations(struct kvc_meta *m, const char *ns, uint32_t rank,
+                       const struct kvc_meta_key *keys, uint32_t count, uint32_t lease_ms,
+                       int64_t *pages)
+{
+	uint32_t len = 0;
+	int rc = call(m, KVC_MSG_POOL_LOCATIONS, ns, head_of(rank, count, lease_ms), keys, NULL, 0,
+	              NULL, 0, pages, count * 8u, &len);
+	return rc == 0 && len != count * 8u ? -EIO : rc;
+}
+
+int kvc_meta_release_leases(struct kvc_meta *m, const char *ns,
+                            const struct kvc_meta_key *keys, uint32_t count)
+{
+	return call(m, KVC_MSG_POOL_RELEASE_LEASES, ns, head_of(0, count, 0), keys, NULL, 0, NULL,
+	            0, NULL, 0, NULL);
+}
+
+int kvc_meta_delete(struct kvc_meta *m, const char *ns, const struct kvc_meta_key *keys,
+                    uint32_t count)
+{
+	struct kvc_msg_count_reply out = {0};
+	uint32_t len = 0;
+	int rc = call(m, KVC_MSG_POOL_DELETE, ns, head_of(0, count, 0), keys, NULL, 0, NULL, 0,
+	              &out, sizeof(out), &len);
+	return rc < 0 ? rc : (int)out.count;
+}
+
+int kvc_meta_clear(struct kvc_meta *m, const char *ns)
+{
+	return call(m, KVC_MSG_POOL_CLEAR, ns, head_of(0, 0, 0), NULL, NULL, 0, NULL, 0, NULL, 0,
+	            NULL);
+}
+
+int kvc_meta_pool_stats(struct kvc_meta *m, const char *ns, uint32_t rank,
+                        struct kvc_meta_pool_stats *out)
+{
+	struct kvc_msg_pool_stats st;
+	uint32_t len = 0;
+	int rc = call(m, KVC_MSG_POOL_STATS, ns, head_of(rank, 0, 0), NULL, NULL, 0, NULL, 0, &st,
+	              sizeof(st), &len);
+	if (rc == 0 && len != sizeof(st))
+		rc = -EIO;
+	if (rc == 0)
+		*out = (struct kvc_meta_pool_stats){st.world_size, st.ranks, st.num_pages,
+		                                    st.free_pages, st.keys, st.complete_keys,
+		                                    st.leased_keys, st.retired_keys, st.evictions};
+	return rc;
+}
+
+int kvc_meta_pool_list(struct kvc_meta *m, struct kvc_meta_pool_entry *out, int max)
+{
+	uint8_t *reply = malloc(KVC_WIRE_MAX_BODY);
+	uint32_t len = 0;
+	if (!reply)
+		return -ENOMEM;
+	int rc = call(m, KVC_MSG_POOL_LIST, "", head_of(0, 0, 0), NULL, NULL, 0, NULL, 0, reply,
+	              KVC_WIRE_MAX_BODY, &len);
+	uint64_t count = 0;
+	if (rc == 0 && len >= 8)
+		memcpy(&count, reply, 8);
+	if (rc == 0 && (len < 8 || len != 8 + count * sizeof(*out)))
+		rc = -EIO;
+	_Static_assert(sizeof(struct kvc_meta_pool_entry) == sizeof(struct kvc_msg_pool_entry), "");
+	int n = rc == 0 ? ((int)count < max ? (int)count : max) : 0;
+	if (n > 0)
+		memcpy(out, reply + 8, (size_t)n * sizeof(*out));
+	free(reply);
+	return rc < 0 ? rc : n;
+}
+
+int64_t kvc_meta_pool_fsck(struct kvc_meta *m, bool repair)
+{
+	int64_t problems = 0;
+	uint32_t len = 0;
+	int rc = call(m, KVC_MSG_POOL_FSCK, "", head_of(0, 0, repair ? 1 : 0), NULL, NULL, 0, NULL,
+	              0, &problems, sizeof(problems), &len);
+	return rc < 0 ? rc : problems;
+}
