@@ -352,8 +352,8 @@ static void do_clear(struct kvc_http_server *s, const char *ns, struct reply *r)
 static bool rank_known(struct kvc_http_server *s, const char *ns, uint32_t rank,
                        struct reply *r)
 {
-	struct kvc_pool_stats st;
-	if (kvc_pool_stats(s->pools, ns, rank, now_ms(), &st) == 0 && st.num_pages > 0)
+	uint32_t pages, free_pages;
+	if (kvc_pool_info(s->pools, ns, rank, &pages, &free_pages) == 0)
 		return true;
 	fail(r, 404, "rank %u is not initialized in namespace '%s'", rank, ns);
 	return false;
@@ -615,7 +615,8 @@ int kvc_http_start(const struct kvc_http_options *options, struct kvc_pool_store
 	snprintf(s->vllm_namespace, sizeof(s->vllm_namespace), "%s", options->vllm_namespace);
 	s->options.vllm_namespace = s->vllm_namespace;
 	s->daemon = MHD_start_daemon(
-		MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, NULL, NULL,
+		MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_TURBO | MHD_USE_ERROR_LOG, 0,
+		NULL, NULL,
 		handle, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
 		MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(options->threads > 0 ? options->threads : 4),
 		MHD_OPTION_NOTIFY_COMPLETED, request_done, s,

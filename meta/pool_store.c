@@ -18,6 +18,7 @@
 #define SLOT_CONFIRMED 2
 #define LRU_BASE (1ull << 62)   /* retired keys use seqs below: they go first */
 #define EVICT_SCAN 4096         /* LRU entries one allocation may look at */
+#define CLEAR_CHUNK 4096        /* keys one clear transaction deletes */
 #define KEYBUF (KVC_POOL_MAX_NAMESPACE + 1 + KVC_POOL_MAX_KEY + 16)
 
 struct kvc_pool_store {
@@ -258,32 +259,64 @@ static int lru_del(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint6
 
 /* ---- pages ---- */
 
+/* The free counts of a namespace's pools as one transaction changes them:
+ * read on first use, written back once by counts_flush. */
+struct counts {
+	uint64_t loaded[KVC_POOL_MAX_WORLD / 64];
+	uint64_t dirty[KVC_POOL_MAX_WORLD / 64];
+	struct pool_info info[KVC_POOL_MAX_WORLD];
+};
+
+static int counts_adjust(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
+                         struct counts *c, uint32_t rank, int delta)
+{
+	uint64_t bit = 1ull << (rank % 64);
+	if (rank >= KVC_POOL_MAX_WORLD)
+		return -EIO;
+	if (!(c->loaded[rank / 64] & bit)) {
+		int rc = pool_get(s, txn, ns, rank, &c->info[rank]);
+		if (rc < 0)
+			return rc;
+		c->loaded[rank / 64] |= bit;
+	}
+	c->info[rank].free_pages += (uint32_t)delta;
+	c->dirty[rank / 64] |= bit;
+	return 0;
+}
+
+static int counts_flush(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
+                        struct counts *c)
+{
+	for (uint32_t rank = 0; rank < KVC_POOL_MAX_WORLD; rank++) {
+		if (!(c->dirty[rank / 64] & (1ull << (rank % 64))))
+			continue;
+		int rc = pool_put(s, txn, ns, rank, &c->info[rank]);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
 /* Give a page back to its rank's free list (and its pool's count). */
 static int page_free(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint32_t rank,
-                     uint32_t page)
+                     uint32_t page, struct counts *c)
 {
 	uint8_t buf[KEYBUF];
-	struct pool_info p;
 	MDB_val k = page_key(buf, ns, rank, page), one = {1, "\1"};
 	int rc = lmdb_errno(mdb_del(txn, s->pages, &k, NULL));
 	if (rc == 0)
 		rc = lmdb_errno(mdb_put(txn, s->free, &k, &one, 0));
 	if (rc == 0)
-		rc = pool_get(s, txn, ns, rank, &p);
-	if (rc == 0) {
-		p.free_pages++;
-		rc = pool_put(s, txn, ns, rank, &p);
-	}
+		rc = counts_adjust(s, txn, ns, c, rank, 1);
 	return rc;
 }
 
 /* Take the lowest free page of a rank for key. -ENOSPC when none. */
 static int page_take(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint32_t rank,
-                     const struct kvc_pool_key *key, uint32_t *page)
+                     const struct kvc_pool_key *key, uint32_t *page, struct counts *c)
 {
 	uint8_t buf[KEYBUF];
 	MDB_cursor *cur;
-	struct pool_info p;
 	MDB_val k = rank_key(buf, ns, rank), v;
 	size_t prefix = k.mv_size;
 	int rc = lmdb_errno(mdb_cursor_open(txn, s->free, &cur));
@@ -304,22 +337,19 @@ static int page_take(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uin
 	if (rc == 0)
 		rc = lmdb_errno(mdb_put(txn, s->pages, &pk, &kv, 0));
 	if (rc == 0)
-		rc = pool_get(s, txn, ns, rank, &p);
-	if (rc == 0) {
-		p.free_pages--;
-		rc = pool_put(s, txn, ns, rank, &p);
-	}
+		rc = counts_adjust(s, txn, ns, c, rank, -1);
 	return rc;
 }
 
 /* Free every page a record holds and drop it (and its LRU entry). */
 static int record_drop(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
-                       const struct kvc_pool_key *key, const struct key_record *r)
+                       const struct kvc_pool_key *key, const struct key_record *r,
+                       struct counts *c)
 {
 	int rc = 0;
 	for (uint32_t rank = 0; rank < r->head.world && rc == 0; rank++)
 		if (r->slots[rank].state != SLOT_NONE)
-			rc = page_free(s, txn, ns, rank, (uint32_t)r->slots[rank].page);
+			rc = page_free(s, txn, ns, rank, (uint32_t)r->slots[rank].page, c);
 	if (rc == 0 && r->head.lru_seq)
 		rc = lru_del(s, txn, ns, r->head.lru_seq);
 	if (rc == 0)
@@ -359,7 +389,7 @@ static int record_retire(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
 /* Evict LRU keys (retired first) not under lease until `rank` has a free
  * page. Returns 0 when one was freed, -ENOSPC when nothing can go. */
 static int evict_for(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint32_t rank,
-                     uint64_t now_ms, struct pool_world *w)
+                     uint64_t now_ms, struct pool_world *w, struct counts *c)
 {
 	uint8_t buf[KEYBUF], name[KVC_POOL_MAX_KEY];
 	size_t prefix = key_ns(buf, ns);
@@ -390,7 +420,7 @@ static int evict_for(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uin
 		if (!found)
 			return -ENOSPC;
 		bool frees_ours = rank < r.head.world && r.slots[rank].state != SLOT_NONE;
-		rc = record_drop(s, txn, ns, &key, &r);
+		rc = record_drop(s, txn, ns, &key, &r, c);
 		if (rc < 0)
 			return rc;
 		w->evictions++;
@@ -407,6 +437,7 @@ static int begin(struct kvc_pool_store *s, bool write, MDB_txn **txn)
 	return lmdb_errno(mdb_txn_begin(s->env, NULL, write ? 0 : MDB_RDONLY, txn));
 }
 
+/* End a write transaction: commit when rc >= 0, abort otherwise. */
 static int finish(MDB_txn *txn, int rc)
 {
 	if (rc < 0) {
@@ -543,7 +574,7 @@ int kvc_pool_set_world(struct kvc_pool_store *s, const char *ns, uint32_t world)
 /* Allocate one key on rank inside the batch transaction. */
 static int allocate_one(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint32_t rank,
                         const struct kvc_pool_key *key, uint64_t now_ms, struct pool_world *w,
-                        struct kvc_pool_allocation *out)
+                        struct counts *c, struct kvc_pool_allocation *out)
 {
 	struct key_record r;
 	uint32_t page;
@@ -564,9 +595,9 @@ static int allocate_one(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, 
 		*out = (struct kvc_pool_allocation){slot->page, slot->state == SLOT_CONFIRMED};
 		return 0;
 	}
-	rc = page_take(s, txn, ns, rank, key, &page);
-	if (rc == -ENOSPC && evict_for(s, txn, ns, rank, now_ms, w) == 0)
-		rc = page_take(s, txn, ns, rank, key, &page);
+	rc = page_take(s, txn, ns, rank, key, &page, c);
+	if (rc == -ENOSPC && evict_for(s, txn, ns, rank, now_ms, w, c) == 0)
+		rc = page_take(s, txn, ns, rank, key, &page, c);
 	if (rc == -ENOSPC)
 		return 0; /* full: page -1 */
 	if (rc < 0)
@@ -591,13 +622,17 @@ int kvc_pool_allocate(struct kvc_pool_store *s, const char *ns, uint32_t rank,
 	int rc = begin(s, true, &txn);
 	if (rc < 0)
 		return rc;
-	rc = pool_get(s, txn, ns, rank, &p);
+	struct counts *c = calloc(1, sizeof(*c));
+	rc = c ? pool_get(s, txn, ns, rank, &p) : -ENOMEM;
 	if (rc == 0)
 		rc = world_get(s, txn, ns, &w);
 	for (uint32_t i = 0; i < count && rc == 0; i++)
-		rc = allocate_one(s, txn, ns, rank, &keys[i], now_ms, &w, &out[i]);
+		rc = allocate_one(s, txn, ns, rank, &keys[i], now_ms, &w, c, &out[i]);
+	if (rc == 0)
+		rc = counts_flush(s, txn, ns, c);
 	if (rc == 0)
 		rc = world_put(s, txn, ns, &w);
+	free(c);
 	return finish(txn, rc);
 }
 
@@ -626,7 +661,7 @@ static int confirm_one(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, u
 
 /* Release a page of rank if an unconfirmed allocation holds it. */
 static int release_one(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint32_t rank,
-                       int64_t page)
+                       int64_t page, struct counts *c)
 {
 	uint8_t buf[KEYBUF], name[KVC_POOL_MAX_KEY + 16];
 	struct key_record r;
@@ -647,7 +682,7 @@ static int release_one(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, u
 	    r.slots[rank].state != SLOT_ALLOCATED || r.head.retired)
 		return 0; /* confirmed (or someone else's): never freed here */
 	r.slots[rank] = (struct slot){-1, SLOT_NONE};
-	rc = page_free(s, txn, ns, rank, (uint32_t)page);
+	rc = page_free(s, txn, ns, rank, (uint32_t)page, c);
 	bool empty = true;
 	for (uint32_t i = 0; i < r.head.world; i++)
 		empty &= r.slots[i].state == SLOT_NONE;
@@ -682,8 +717,14 @@ int kvc_pool_confirm(struct kvc_pool_store *s, const char *ns, uint32_t rank,
 			statuses[i] = one == -ESTALE ? -ESTALE : 0;
 		rc = one == -ESTALE ? 0 : one;
 	}
+	struct counts *c = release_count ? calloc(1, sizeof(*c)) : NULL;
+	if (release_count && !c && rc == 0)
+		rc = -ENOMEM;
 	for (uint32_t i = 0; i < release_count && rc == 0; i++)
-		rc = release_one(s, txn, ns, rank, release[i]);
+		rc = release_one(s, txn, ns, rank, release[i], c);
+	if (rc == 0 && c)
+		rc = counts_flush(s, txn, ns, c);
+	free(c);
 	if (rc == 0)
 		rc = world_put(s, txn, ns, &w);
 	return finish(txn, rc);
@@ -742,14 +783,19 @@ int kvc_pool_locations(struct kvc_pool_store *s, const char *ns, uint32_t rank,
 		}
 		w.hits++;
 		pages[i] = r.slots[rank].page;
-		/* Touch: move to the young end of the LRU; lease it. */
-		rc = lru_del(s, txn, ns, r.head.lru_seq);
-		r.head.lru_seq = w.next_lru++;
-		if (lease_ms && now_ms + lease_ms > r.head.lease_until)
+		/* Touch: move to the young end of the LRU (unless it is there
+		 * already); lease it. */
+		bool touch = r.head.lru_seq + 1 != w.next_lru;
+		bool lease = lease_ms && now_ms + lease_ms > r.head.lease_until;
+		if (touch) {
+			rc = lru_del(s, txn, ns, r.head.lru_seq);
+			r.head.lru_seq = w.next_lru++;
+			if (rc == 0)
+				rc = lru_put(s, txn, ns, r.head.lru_seq, &keys[i]);
+		}
+		if (lease)
 			r.head.lease_until = now_ms + lease_ms;
-		if (rc == 0)
-			rc = lru_put(s, txn, ns, r.head.lru_seq, &keys[i]);
-		if (rc == 0)
+		if (rc == 0 && (touch || lease))
 			rc = record_put(s, txn, ns, &keys[i], &r);
 	}
 	if (rc == 0)
@@ -782,7 +828,8 @@ int kvc_pool_release_leases(struct kvc_pool_store *s, const char *ns,
 
 /* Delete or retire one key inside a transaction; 1 when it existed. */
 static int delete_one(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
-                      const struct kvc_pool_key *key, uint64_t now_ms, struct pool_world *w)
+                      const struct kvc_pool_key *key, uint64_t now_ms, struct pool_world *w,
+                      struct counts *c)
 {
 	struct key_record r;
 	int rc = record_get(s, txn, ns, key, &r);
@@ -791,7 +838,7 @@ static int delete_one(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
 	if (rc < 0)
 		return rc;
 	rc = r.head.lease_until > now_ms ? record_retire(s, txn, ns, key, &r, w)
-	                                 : record_drop(s, txn, ns, key, &r);
+	                                 : record_drop(s, txn, ns, key, &r, c);
 	return rc < 0 ? rc : 1;
 }
 
@@ -805,37 +852,45 @@ int kvc_pool_delete(struct kvc_pool_store *s, const char *ns, const struct kvc_p
 	int rc = begin(s, true, &txn), deleted = 0;
 	if (rc < 0)
 		return rc;
-	rc = world_get(s, txn, ns, &w);
+	struct counts *c = calloc(1, sizeof(*c));
+	rc = c ? world_get(s, txn, ns, &w) : -ENOMEM;
 	if (rc == -ENOENT)
 		rc = 0;
 	for (uint32_t i = 0; i < count && rc >= 0; i++) {
 		if (check_key(&keys[i]) < 0)
 			continue;
-		rc = delete_one(s, txn, ns, &keys[i], now_ms, &w);
+		rc = delete_one(s, txn, ns, &keys[i], now_ms, &w, c);
 		deleted += rc > 0;
 	}
 	if (rc >= 0)
+		rc = counts_flush(s, txn, ns, c);
+	if (rc >= 0)
 		rc = world_put(s, txn, ns, &w);
+	free(c);
 	rc = finish(txn, rc);
 	return rc < 0 ? rc : deleted;
 }
 
-int kvc_pool_clear(struct kvc_pool_store *s, const char *ns, uint64_t now_ms)
+/* Delete up to `max` live keys of ns in one transaction; *left says
+ * whether any remain. */
+static int clear_some(struct kvc_pool_store *s, const char *ns, uint64_t now_ms, int max,
+                      bool *left)
 {
 	MDB_txn *txn;
 	struct pool_world w;
 	uint8_t buf[KEYBUF], name[KVC_POOL_MAX_KEY + 16];
-	if (check_ns(ns) < 0)
-		return -EINVAL;
+	*left = false;
 	int rc = begin(s, true, &txn);
 	if (rc < 0)
 		return rc;
 	rc = world_get(s, txn, ns, &w);
 	if (rc == -ENOENT)
 		return finish(txn, 0);
+	struct counts *c = calloc(1, sizeof(*c));
+	if (!c)
+		return finish(txn, -ENOMEM);
 	size_t prefix = key_ns(buf, ns);
-	/* Take the first live key of the namespace until none is left. */
-	while (rc >= 0) {
+	for (int done = 0; rc >= 0; done++) {
 		MDB_cursor *cur;
 		MDB_val k = {prefix, buf}, v;
 		rc = lmdb_errno(mdb_cursor_open(txn, s->keys, &cur));
@@ -847,18 +902,35 @@ int kvc_pool_clear(struct kvc_pool_store *s, const char *ns, uint64_t now_ms)
 		       ((const uint8_t *)k.mv_data)[prefix] == 1)
 			got = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
 		bool found = got == 0 && k.mv_size > prefix && memcmp(k.mv_data, buf, prefix) == 0;
-		if (found) {
+		if (found)
 			memcpy(name, (const uint8_t *)k.mv_data + prefix, k.mv_size - prefix);
-		}
 		struct kvc_pool_key key = {(const char *)name, (uint32_t)(k.mv_size - prefix)};
 		mdb_cursor_close(cur);
 		if (!found)
 			break;
-		rc = delete_one(s, txn, ns, &key, now_ms, &w);
+		if (done == max) {
+			*left = true;
+			break;
+		}
+		rc = delete_one(s, txn, ns, &key, now_ms, &w, c);
 	}
 	if (rc >= 0)
+		rc = counts_flush(s, txn, ns, c);
+	if (rc >= 0)
 		rc = world_put(s, txn, ns, &w);
+	free(c);
 	return finish(txn, rc < 0 ? rc : 0);
+}
+
+int kvc_pool_clear(struct kvc_pool_store *s, const char *ns, uint64_t now_ms)
+{
+	/* In transactions of CLEAR_CHUNK keys, so a large namespace does not
+	 * hold the (single) writer for seconds; clearing needs no atomicity. */
+	bool left = true;
+	int rc = check_ns(ns);
+	while (rc == 0 && left)
+		rc = clear_some(s, ns, now_ms, CLEAR_CHUNK, &left);
+	return rc;
 }
 
 int kvc_pool_stats(struct kvc_pool_store *s, const char *ns, uint32_t rank, uint64_t now_ms,
@@ -903,6 +975,25 @@ int kvc_pool_stats(struct kvc_pool_store *s, const char *ns, uint32_t rank, uint
 			mdb_cursor_close(cur);
 	}
 	mdb_txn_abort(txn);
+	return rc;
+}
+
+int kvc_pool_info(struct kvc_pool_store *s, const char *ns, uint32_t rank,
+                  uint32_t *num_pages, uint32_t *free_pages)
+{
+	MDB_txn *txn;
+	struct pool_info p;
+	if (check_ns(ns) < 0)
+		return -EINVAL;
+	int rc = begin(s, false, &txn);
+	if (rc < 0)
+		return rc;
+	rc = pool_get(s, txn, ns, rank, &p);
+	mdb_txn_abort(txn);
+	if (rc == 0) {
+		*num_pages = p.num_pages;
+		*free_pages = p.free_pages;
+	}
 	return rc;
 }
 

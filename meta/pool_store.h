@@ -121,11 +121,20 @@ int kvc_pool_release_leases(struct kvc_pool_store *store, const char *ns,
 int kvc_pool_delete(struct kvc_pool_store *store, const char *ns,
                     const struct kvc_pool_key *keys, uint32_t count, uint64_t now_ms);
 
-/* Delete every key of the namespace (leased ones retired); pools stay. */
+/* Delete every key of the namespace (leased ones retired); pools stay.
+ * Runs in transactions of a few thousand keys, so writers are not held
+ * up: keys added meanwhile may survive. */
 int kvc_pool_clear(struct kvc_pool_store *store, const char *ns, uint64_t now_ms);
 
+/* Counts of a pool and its namespace (walks the namespace's keys: for
+ * administration, not for every request). */
 int kvc_pool_stats(struct kvc_pool_store *store, const char *ns, uint32_t rank,
                    uint64_t now_ms, struct kvc_pool_stats *out);
+
+/* Whether the pool (ns, rank) exists: 0 (and its page counts), -ENOENT.
+ * One lookup. */
+int kvc_pool_info(struct kvc_pool_store *store, const char *ns, uint32_t rank,
+                  uint32_t *num_pages, uint32_t *free_pages);
 
 /* Visit every pool: fn(arg, ns, rank, num_pages, free_pages); stop on
  * non-zero. */
