@@ -187,6 +187,35 @@ static int run(struct kvc_pool_store *pools, struct kvc_server_conn *conn,
 		*len = 8 + l.count * (uint32_t)sizeof(*l.entries);
 		return rc;
 	}
+	case KVC_MSG_POOL_KEYS: {
+		uint32_t max = m->value == 0 || m->value > 1024 ? 1024 : m->value;
+		struct kvc_pool_key none = {"", 0};
+		struct kvc_pool_key_info *infos = calloc(max, sizeof(*infos));
+		uint8_t *out = malloc(8 + (size_t)max * (sizeof(struct kvc_msg_pool_key_info) +
+		                                         KVC_POOL_MAX_KEY));
+		bool more = false;
+		int count = infos && out && n <= 1
+		                    ? kvc_pool_keys(pools, r->ns, n ? &r->keys[0] : &none, max, infos,
+		                                    &more)
+		                    : (n > 1 ? -EINVAL : -ENOMEM);
+		uint32_t off = 8;
+		for (int i = 0; i < count; i++) {
+			struct kvc_msg_pool_key_info w = {infos[i].length, infos[i].world,
+			                                  infos[i].confirmed, infos[i].complete,
+			                                  infos[i].lease_until};
+			memcpy(out + off, &w, sizeof(w));
+			memcpy(out + off + sizeof(w), infos[i].bytes, infos[i].length);
+			off += (uint32_t)sizeof(w) + infos[i].length;
+		}
+		if (count >= 0) {
+			uint32_t head[2] = {(uint32_t)count, more};
+			memcpy(out, head, 8);
+		}
+		free(infos);
+		*reply = out;
+		*len = count >= 0 ? off : 0;
+		return count < 0 ? count : 0;
+	}
 	case KVC_MSG_POOL_FSCK: {
 		int64_t *out = calloc(1, 8);
 		int64_t problems = out ? kvc_pool_fsck(pools, m->value == 1) : -ENOMEM;

@@ -564,6 +564,25 @@ int kvc_pool_set_world(struct kvc_pool_store *s, const char *ns, uint32_t world)
 	if (rc < 0)
 		return rc;
 	rc = world_get(s, txn, ns, &w);
+	if (rc == 0 && w.world_size != world) {
+		/* Keys hold pages per rank of the old world: no change under them. */
+		uint8_t buf[KEYBUF];
+		size_t prefix = key_ns(buf, ns);
+		MDB_cursor *cur;
+		MDB_val k = {prefix, buf}, v;
+		rc = lmdb_errno(mdb_cursor_open(txn, s->keys, &cur));
+		if (rc == 0) {
+			int got = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+			if (got == 0 && k.mv_size > prefix && memcmp(k.mv_data, buf, prefix) == 0)
+				rc = -EBUSY;
+			mdb_cursor_close(cur);
+		}
+		/* Pools of ranks outside the new world would be orphaned. */
+		struct pool_info p;
+		for (uint32_t rank = world; rc == 0 && rank < KVC_POOL_MAX_WORLD; rank++)
+			if (pool_get(s, txn, ns, rank, &p) == 0)
+				rc = -EINVAL;
+	}
 	if (rc == 0 || rc == -ENOENT) {
 		w.world_size = world;
 		rc = world_put(s, txn, ns, &w);
@@ -976,6 +995,52 @@ int kvc_pool_stats(struct kvc_pool_store *s, const char *ns, uint32_t rank, uint
 	}
 	mdb_txn_abort(txn);
 	return rc;
+}
+
+int kvc_pool_keys(struct kvc_pool_store *s, const char *ns, const struct kvc_pool_key *after,
+                  uint32_t max, struct kvc_pool_key_info *out, bool *more)
+{
+	MDB_txn *txn;
+	MDB_cursor *cur;
+	uint8_t buf[KEYBUF];
+	if (check_ns(ns) < 0 || (after->length && check_key(after) < 0))
+		return -EINVAL;
+	int rc = begin(s, false, &txn);
+	if (rc < 0)
+		return rc;
+	size_t prefix = key_ns(buf, ns);
+	MDB_val k = after->length ? record_key(buf, ns, after) : (MDB_val){prefix, buf}, v;
+	int count = 0;
+	*more = false;
+	rc = lmdb_errno(mdb_cursor_open(txn, s->keys, &cur));
+	int got = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE) : MDB_NOTFOUND;
+	while (got == 0 && k.mv_size > prefix && memcmp(k.mv_data, buf, prefix) == 0) {
+		const uint8_t *name = (const uint8_t *)k.mv_data + prefix;
+		size_t len = k.mv_size - prefix;
+		bool skip = name[0] == 1 || /* retired */
+		            (after->length && len == after->length &&
+		             memcmp(name, after->bytes, len) == 0);
+		struct key_head h;
+		if (!skip && v.mv_size >= sizeof(h)) {
+			if ((uint32_t)count == max) {
+				*more = true;
+				break;
+			}
+			memcpy(&h, v.mv_data, sizeof(h));
+			struct kvc_pool_key_info *o = &out[count++];
+			memcpy(o->bytes, name, len);
+			o->length = (uint32_t)len;
+			o->world = h.world;
+			o->confirmed = h.confirmed;
+			o->complete = h.confirmed == h.world;
+			o->lease_until = h.lease_until;
+		}
+		got = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+	}
+	if (rc == 0)
+		mdb_cursor_close(cur);
+	mdb_txn_abort(txn);
+	return rc < 0 ? rc : count;
 }
 
 int kvc_pool_info(struct kvc_pool_store *s, const char *ns, uint32_t rank,

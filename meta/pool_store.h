@@ -84,7 +84,8 @@ int kvc_pool_store_sync(struct kvc_pool_store *store);
 int kvc_pool_init(struct kvc_pool_store *store, const char *ns, uint32_t rank,
                   uint32_t num_pages, uint32_t world_size);
 
-/* Set (or change while no key exists) a namespace's world size. */
+/* Set a namespace's world size, or change it while it has no key
+ * (-EBUSY otherwise; -EINVAL when initialized pools lie outside it). */
 int kvc_pool_set_world(struct kvc_pool_store *store, const char *ns, uint32_t world_size);
 
 /* Allocate a page per key on rank (see the rules above). -ENOENT when the
@@ -135,6 +136,22 @@ int kvc_pool_stats(struct kvc_pool_store *store, const char *ns, uint32_t rank,
  * One lookup. */
 int kvc_pool_info(struct kvc_pool_store *store, const char *ns, uint32_t rank,
                   uint32_t *num_pages, uint32_t *free_pages);
+
+/* A key as listed: its bytes and state. */
+struct kvc_pool_key_info {
+	char bytes[KVC_POOL_MAX_KEY];
+	uint32_t length;
+	uint32_t world;
+	uint32_t confirmed;   /* ranks that confirmed */
+	bool complete;
+	uint64_t lease_until; /* ms, 0: none */
+};
+
+/* List up to max live keys of ns that sort after `after` (length 0: from
+ * the first), in byte order. Returns the count; *more tells if more follow. */
+int kvc_pool_keys(struct kvc_pool_store *store, const char *ns,
+                  const struct kvc_pool_key *after, uint32_t max,
+                  struct kvc_pool_key_info *out, bool *more);
 
 /* Visit every pool: fn(arg, ns, rank, num_pages, free_pages); stop on
  * non-zero. */

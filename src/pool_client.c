@@ -244,3 +244,47 @@ int64_t kvc_meta_pool_fsck(struct kvc_meta *m, bool repair)
 	              0, &problems, sizeof(problems), &len);
 	return rc < 0 ? rc : problems;
 }
+
+int kvc_meta_keys(struct kvc_meta *m, const char *ns, const struct kvc_meta_key *after,
+                  uint32_t max, struct kvc_meta_key_info *out, bool *more)
+{
+	if (max == 0 || max > 1024)
+		return -EINVAL;
+	size_t cap = 8 + (size_t)max * (sizeof(struct kvc_msg_pool_key_info) + KVC_META_MAX_KEY);
+	uint8_t *reply = malloc(cap);
+	uint32_t len = 0;
+	if (!reply)
+		return -ENOMEM;
+	int rc = call(m, KVC_MSG_POOL_KEYS, ns, head_of(0, after ? 1 : 0, max), after, NULL, 0,
+	              NULL, 0, reply, (uint32_t)cap, &len);
+	uint32_t head[2] = {0, 0};
+	if (rc == 0 && len >= 8)
+		memcpy(head, reply, 8);
+	if (rc == 0 && (len < 8 || head[0] > max))
+		rc = -EIO;
+	uint32_t off = 8;
+	for (uint32_t i = 0; rc == 0 && i < head[0]; i++) {
+		struct kvc_msg_pool_key_info w;
+		if (off + sizeof(w) > len) {
+			rc = -EIO;
+			break;
+		}
+		memcpy(&w, reply + off, sizeof(w));
+		off += sizeof(w);
+		if (w.length > KVC_META_MAX_KEY || off + w.length > len) {
+			rc = -EIO;
+			break;
+		}
+		memcpy(out[i].bytes, reply + off, w.length);
+		out[i].length = w.length;
+		out[i].world = w.world;
+		out[i].confirmed = w.confirmed;
+		out[i].complete = w.complete != 0;
+		out[i].lease_until_ms = w.lease_until_ms;
+		off += w.length;
+	}
+	if (rc == 0)
+		*more = head[1] != 0;
+	free(reply);
+	return rc < 0 ? rc : (int)head[0];
+}

@@ -298,6 +298,7 @@ const char *kvc_wire_type_name(uint16_t type)
 	case KVC_MSG_POOL_STATS: return "pool_stats";
 	case KVC_MSG_POOL_LIST: return "pool_list";
 	case KVC_MSG_POOL_FSCK: return "pool_fsck";
+	case KVC_MSG_POOL_KEYS: return "pool_keys";
 	case KVC_MSG_CHUNK_WRITE: return "chunk_write";
 	case KVC_MSG_CHUNK_READ: return "chunk_read";
 	case KVC_MSG_CHUNK_REMOVE: return "chunk_remove";

@@ -81,6 +81,7 @@ enum kvc_wire_type {
 	KVC_MSG_POOL_STATS = 41,
 	KVC_MSG_POOL_LIST = 42,
 	KVC_MSG_POOL_FSCK = 43,
+	KVC_MSG_POOL_KEYS = 44,
 	/* chunks (kvc-storage) */
 	KVC_MSG_CHUNK_WRITE = 64,
 	KVC_MSG_CHUNK_READ = 65,
@@ -367,7 +368,10 @@ _Static_assert(sizeof(struct kvc_msg_ring_register) == 32, "");
  *   LOCATIONS  count i64 pages (-1: not complete)
  *   DELETE     u64 deleted;  FSCK: i64 problems
  *   STATS      kvc_msg_pool_stats
- *   LIST       count kvc_msg_pool_entry (kvc_msg_count_reply first) */
+ *   LIST       count kvc_msg_pool_entry (kvc_msg_count_reply first)
+ *   KEYS       (request: count 0 or 1 key to start after, value = max)
+ *              u32 count, u32 more, then count kvc_msg_pool_key_info
+ *              each followed by its key bytes */
 struct kvc_msg_pool {
 	uint32_t rank;
 	uint32_t count;         /* keys */
@@ -408,6 +412,15 @@ struct kvc_msg_pool_entry {
 	uint32_t reserved;
 };
 _Static_assert(sizeof(struct kvc_msg_pool_entry) == 80, "");
+
+struct kvc_msg_pool_key_info {
+	uint32_t length;
+	uint32_t world;
+	uint32_t confirmed;
+	uint32_t complete;
+	uint64_t lease_until_ms;
+};
+_Static_assert(sizeof(struct kvc_msg_pool_key_info) == 24, "");
 
 /* A key list entry as decoded: points into the received body. */
 struct kvc_wire_key {

@@ -208,6 +208,44 @@ static int cmd_keys(struct admin *a, const char *verb, const char *ns, int count
 	return 0;
 }
 
+static int cmd_key_ls(struct admin *a, const char *ns)
+{
+	static struct kvc_meta_key_info keys[1024];
+	struct kvc_meta_key after = {0};
+	char last[KVC_META_MAX_KEY];
+	bool more = true, first = true;
+	if (!a->json)
+		printf("%-40s %-9s %-7s %s\n", "KEY", "STATE", "RANKS", "LEASED UNTIL (ms)");
+	else
+		printf("[");
+	while (more) {
+		int n = kvc_meta_keys(a->pools, ns, after.length ? &after : NULL, 1024, keys, &more);
+		if (n < 0)
+			return report_error("key ls", n);
+		for (int i = 0; i < n; i++) {
+			const struct kvc_meta_key_info *k = &keys[i];
+			if (a->json)
+				printf("%s{\"key\":\"%.*s\",\"complete\":%s,\"confirmed\":%u,"
+				       "\"world\":%u,\"lease_until_ms\":%llu}",
+				       first ? "" : ",", (int)k->length, k->bytes,
+				       k->complete ? "true" : "false", k->confirmed, k->world,
+				       (unsigned long long)k->lease_until_ms);
+			else
+				printf("%-40.*s %-9s %u/%-5u %llu\n", (int)k->length, k->bytes,
+				       k->complete ? "complete" : "partial", k->confirmed, k->world,
+				       (unsigned long long)k->lease_until_ms);
+			first = false;
+		}
+		if (n > 0) {
+			memcpy(last, keys[n - 1].bytes, keys[n - 1].length);
+			after = (struct kvc_meta_key){last, keys[n - 1].length};
+		}
+	}
+	if (a->json)
+		printf("]\n");
+	return 0;
+}
+
 static int cmd_pools(struct admin *a, int argc, char **argv)
 {
 	const char *cmd = argv[0];
@@ -221,6 +259,8 @@ static int cmd_pools(struct admin *a, int argc, char **argv)
 		int rc = kvc_meta_pool_set_world(a->pools, argv[2], (uint32_t)atoi(argv[3]));
 		return rc < 0 ? report_error("pool world", rc) : 0;
 	}
+	if (strcmp(cmd, "key") == 0 && argc == 3 && strcmp(argv[1], "ls") == 0)
+		return cmd_key_ls(a, argv[2]);
 	if (strcmp(cmd, "key") == 0 && argc >= 4)
 		return cmd_keys(a, argv[1], argv[2], argc - 3, argv + 3);
 	if (strcmp(cmd, "clear") == 0 && argc == 2) {
@@ -279,6 +319,7 @@ static void usage(FILE *out)
 	             "  pool show NS [RANK]       world, pages, keys, leases, evictions\n"
 	             "  pool world NS N           set the namespace's TP world size\n"
 	             "  rank show NS RANK         one rank's pool\n"
+	             "  key ls NS                 every key: state, ranks confirmed, lease\n"
 	             "  key stat NS KEY...        whether keys are complete\n"
 	             "  key delete NS KEY...      delete keys (leased ones retire)\n"
 	             "  key evict NS KEY...       the same as delete\n"

@@ -91,6 +91,20 @@ int kvc_meta_pool_stats(struct kvc_meta *meta, const char *ns, uint32_t rank,
                         struct kvc_meta_pool_stats *out);
 /* Up to max pools; returns the count. */
 int kvc_meta_pool_list(struct kvc_meta *meta, struct kvc_meta_pool_entry *out, int max);
+struct kvc_meta_key_info {
+	char bytes[KVC_META_MAX_KEY];
+	uint32_t length;
+	uint32_t world;      /* ranks the key needs */
+	uint32_t confirmed;  /* ranks that confirmed */
+	bool complete;
+	uint64_t lease_until_ms;
+};
+
+/* List up to max (<= 1024) keys of ns after key `after` (NULL: from the
+ * first), in byte order. Returns the count; *more tells if more follow. */
+int kvc_meta_keys(struct kvc_meta *meta, const char *ns, const struct kvc_meta_key *after,
+                  uint32_t max, struct kvc_meta_key_info *out, bool *more);
+
 /* Problems found (and fixed with repair). */
 int64_t kvc_meta_pool_fsck(struct kvc_meta *meta, bool repair);
 

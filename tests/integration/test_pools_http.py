@@ -216,6 +216,9 @@ def test_admin_over_the_binary_protocol(cluster):
     show = json.loads(admin(cluster, "--json", "pool", "show", "adm", "1").stdout)
     assert show["world_size"] == 2 and show["complete"] == 2 and show["free"] == 30
     assert "complete" in admin(cluster, "key", "stat", "adm", "x").stdout
+    listed_keys = json.loads(admin(cluster, "--json", "key", "ls", "adm").stdout)
+    assert [k["key"] for k in listed_keys] == ["x", "y"]
+    assert all(k["complete"] and k["confirmed"] == 2 for k in listed_keys)
     assert json.loads(admin(cluster, "--json", "key", "delete", "adm", "x", "nope").stdout) == \
         {"deleted": 1}
     assert "absent" in admin(cluster, "key", "stat", "adm", "x").stdout
@@ -249,3 +252,45 @@ def test_bad_pool_frames_leave_kvc_meta_serving(cluster):
     sock.close()
     assert kvcwire.ping(cluster.meta_address)
     assert get(cluster, "/health")[0] == 200
+
+
+def test_native_api_through_libkvc(cluster):
+    """include/kvc/meta.h from Python (ctypes over libkvc.so): allocate,
+    confirm, exists, locations with a lease, lease release, world size."""
+    import ctypes
+    lib = ctypes.CDLL(str(BUILD / "libkvc.so"))
+
+    class Key(ctypes.Structure):
+        _fields_ = [("bytes", ctypes.c_char_p), ("length", ctypes.c_uint32)]
+
+    handle = ctypes.c_void_p()
+    assert lib.kvc_meta_open(ctypes.byref(handle), cluster.meta_address.encode(), b"") == 0
+    ns = b"native"
+    assert lib.kvc_meta_pool_init(handle, ns, 0, 2, 2) == 0
+    assert lib.kvc_meta_pool_init(handle, ns, 1, 2, 2) == 0
+    names = [b"n0", b"n1"]
+    keys = (Key * 2)(*[Key(n, len(n)) for n in names])
+    pages = (ctypes.c_int64 * 2)()
+    already = (ctypes.c_bool * 2)()
+    statuses = (ctypes.c_int * 2)()
+    for rank in (0, 1):
+        assert lib.kvc_meta_allocate(handle, ns, rank, keys, 2, pages, already) == 0
+        assert sorted(pages) == [0, 1] and not any(already)
+        assert lib.kvc_meta_confirm(handle, ns, rank, keys, pages, 2, None, 0, statuses) == 0
+        assert list(statuses) == [0, 0]
+    found = (ctypes.c_bool * 2)()
+    assert lib.kvc_meta_exists(handle, ns, keys, 2, found) == 0 and all(found)
+    assert lib.kvc_meta_pool_set_world(handle, ns, 3) == -16, "no world change under keys"
+    assert lib.kvc_meta_pool_set_world(handle, ns, 2) == 0
+    # Lease n0 and n1: a full pool then cannot evict either.
+    assert lib.kvc_meta_locations(handle, ns, 0, keys, 2, 60000, pages) == 0
+    assert all(p >= 0 for p in pages)
+    extra = (Key * 1)(Key(b"n2", 2))
+    one = (ctypes.c_int64 * 1)()
+    assert lib.kvc_meta_allocate(handle, ns, 0, extra, 1, one, None) == 0
+    assert one[0] == -1, "leased keys are never evicted"
+    assert lib.kvc_meta_release_leases(handle, ns, keys, 2) == 0
+    assert lib.kvc_meta_allocate(handle, ns, 0, extra, 1, one, None) == 0
+    assert one[0] >= 0, "after the release the LRU key goes"
+    assert lib.kvc_meta_allocate(handle, b"nowhere", 0, extra, 1, one, None) == -2  # ENOENT
+    lib.kvc_meta_close(handle)

@@ -223,7 +223,12 @@ Test(pool_store, init_rules)
 	cr_assert_eq(kvc_pool_init(store, "kv", 1, 8, 4), -EINVAL, "another world size");
 	cr_assert_eq(kvc_pool_init(store, "kv", 2, 8, 2), -EINVAL, "rank outside the world");
 	cr_assert_eq(kvc_pool_init(store, "kv", 0, 12, 2), 0, "growing adds pages");
-	cr_assert_eq(free_pages("kv", 0), 12);
+	cr_assert_eq(kvc_pool_init(store, "kv", 1, 4, 2), 0);
+	cr_assert_eq(kvc_pool_set_world(store, "kv", 1), -EINVAL, "rank 1 is outside a world of 1");
+	cr_assert_eq(kvc_pool_set_world(store, "kv", 4), 0, "no keys yet: may change");
+	alloc1("kv", 0, "held", 0, NULL);
+	cr_assert_eq(kvc_pool_set_world(store, "kv", 2), -EBUSY, "keys exist");
+	cr_assert_eq(free_pages("kv", 0), 11);
 	cr_assert_eq(kvc_pool_init(store, "", 0, 8, 1), -EINVAL);
 	cr_assert_eq(kvc_pool_init(store, "kv", 0, 0, 1), -EINVAL);
 	struct kvc_pool_key k = K("x");
@@ -282,4 +287,28 @@ Test(pool_store, fsck_finds_and_repairs_a_lost_free_page)
 	check_accounting();
 	cr_assert_eq(free_pages("kv", 0), 2);
 	cr_assert(exists1("kv", "k0") && exists1("kv", "k1"));
+}
+
+Test(pool_store, keys_list_in_pages_and_skip_retired)
+{
+	struct kvc_pool_key_info out[4];
+	bool more;
+	cr_assert_eq(kvc_pool_init(store, "kv", 0, 16, 2), 0);
+	fill("kv", 3, "k");  /* confirmed on rank 0 of 2: partial */
+	struct kvc_pool_key none = {"", 0};
+	cr_assert_eq(kvc_pool_keys(store, "kv", &none, 2, out, &more), 2);
+	cr_assert(more);
+	cr_assert_eq(out[0].length, 2);
+	cr_assert_eq(memcmp(out[0].bytes, "k0", 2), 0);
+	cr_assert_not(out[0].complete);
+	cr_assert_eq(out[0].confirmed, 1);
+	cr_assert_eq(out[0].world, 2);
+	struct kvc_pool_key after = {out[1].bytes, out[1].length};
+	cr_assert_eq(kvc_pool_keys(store, "kv", &after, 4, out, &more), 1);
+	cr_assert_not(more);
+	cr_assert_eq(memcmp(out[0].bytes, "k2", 2), 0);
+	/* a leased key deleted is retired: not listed */
+	struct kvc_pool_key k1 = K("k1");
+	kvc_pool_delete(store, "kv", &k1, 1, 0);
+	cr_assert_eq(kvc_pool_keys(store, "kv", &none, 4, out, &more), 2);
 }
