@@ -36,6 +36,10 @@ struct pool_world {
 	uint64_t evictions;
 	uint64_t hits;
 	uint64_t misses;
+	/* After a scan found nothing to evict: no eviction can succeed before
+	 * this time (the earliest lease end seen) unless a lease or key goes
+	 * first. Spares a full, leased pool a scan per allocation. */
+	uint64_t no_eviction_before_ms;
 };
 
 struct pool_info {
@@ -394,6 +398,9 @@ static int evict_for(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uin
 	uint8_t buf[KEYBUF], name[KVC_POOL_MAX_KEY];
 	size_t prefix = key_ns(buf, ns);
 	MDB_val k = {prefix, buf}, v;
+	uint64_t earliest_lease = UINT64_MAX;
+	if (now_ms < w->no_eviction_before_ms)
+		return -ENOSPC;
 	for (int scanned = 0; scanned < EVICT_SCAN; scanned++) {
 		MDB_cursor *cur;
 		int rc = lmdb_errno(mdb_cursor_open(txn, s->lru, &cur));
@@ -409,16 +416,25 @@ static int evict_for(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uin
 		       scanned < EVICT_SCAN) {
 			key.length = (uint32_t)v.mv_size;
 			memcpy(name, v.mv_data, v.mv_size);
-			if (record_get(s, txn, ns, &key, &r) == 0 && r.head.lease_until <= now_ms) {
-				found = 1;
-				break;
+			if (record_get(s, txn, ns, &key, &r) == 0) {
+				if (r.head.lease_until <= now_ms) {
+					found = 1;
+					break;
+				}
+				if (r.head.lease_until < earliest_lease)
+					earliest_lease = r.head.lease_until;
 			}
 			scanned++;
 			rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
 		}
 		mdb_cursor_close(cur);
-		if (!found)
+		if (!found) {
+			/* Nothing evictable until the first lease we saw ends (or a
+			 * short while, when the scan budget ran out first). */
+			w->no_eviction_before_ms = earliest_lease != UINT64_MAX ? earliest_lease
+			                                                        : now_ms + 10;
 			return -ENOSPC;
+		}
 		bool frees_ours = rank < r.head.world && r.slots[rank].state != SLOT_NONE;
 		rc = record_drop(s, txn, ns, &key, &r, c);
 		if (rc < 0)
@@ -446,6 +462,25 @@ static int finish(MDB_txn *txn, int rc)
 	}
 	int crc = lmdb_errno(mdb_txn_commit(txn));
 	return crc < 0 ? crc : rc;
+}
+
+/* The format word, under a key no namespace can have (it starts with
+ * NUL): written into a new store, checked in an existing one. */
+static int check_format(struct kvc_pool_store *s, MDB_txn *txn)
+{
+	uint32_t format = KVC_POOL_FORMAT;
+	MDB_val k = {7, "\0format"}, v;
+	int rc = mdb_get(txn, s->worlds, &k, &v);
+	if (rc == MDB_NOTFOUND) {
+		v = (MDB_val){sizeof(format), &format};
+		return lmdb_errno(mdb_put(txn, s->worlds, &k, &v, 0));
+	}
+	if (rc)
+		return lmdb_errno(rc);
+	if (v.mv_size != sizeof(format))
+		return -EINVAL;
+	memcpy(&format, v.mv_data, sizeof(format));
+	return format == KVC_POOL_FORMAT ? 0 : -EINVAL;
 }
 
 int kvc_pool_store_open(const char *dir, struct kvc_pool_store **out)
@@ -476,6 +511,8 @@ int kvc_pool_store_open(const char *dir, struct kvc_pool_store **out)
 	              {"pages", &s->pages},   {"keys", &s->keys},   {"lru", &s->lru}};
 	for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]) && rc == 0; i++)
 		rc = lmdb_errno(mdb_dbi_open(txn, tables[i].name, MDB_CREATE, tables[i].dbi));
+	if (rc == 0)
+		rc = check_format(s, txn);
 	rc = finish(txn, rc);
 	if (rc < 0)
 		goto fail;
@@ -842,6 +879,12 @@ int kvc_pool_release_leases(struct kvc_pool_store *s, const char *ns,
 			rc = got;
 		}
 	}
+	/* A lease ended early: evictions may succeed again at once. */
+	struct pool_world w;
+	if (rc == 0 && count && world_get(s, txn, ns, &w) == 0 && w.no_eviction_before_ms) {
+		w.no_eviction_before_ms = 0;
+		rc = world_put(s, txn, ns, &w);
+	}
 	return finish(txn, rc);
 }
 
@@ -854,6 +897,7 @@ static int delete_one(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
 	int rc = record_get(s, txn, ns, key, &r);
 	if (rc == -ENOENT)
 		return 0;
+	w->no_eviction_before_ms = 0; /* pages (or retired keys) freed: look again */
 	if (rc < 0)
 		return rc;
 	rc = r.head.lease_until > now_ms ? record_retire(s, txn, ns, key, &r, w)
@@ -909,17 +953,16 @@ static int clear_some(struct kvc_pool_store *s, const char *ns, uint64_t now_ms,
 	if (!c)
 		return finish(txn, -ENOMEM);
 	size_t prefix = key_ns(buf, ns);
+	/* Start past the retired keys ("\1..."), which stay until their
+	 * lease ends: jumping over them keeps clearing linear. */
+	buf[prefix] = 2;
 	for (int done = 0; rc >= 0; done++) {
 		MDB_cursor *cur;
-		MDB_val k = {prefix, buf}, v;
+		MDB_val k = {prefix + 1, buf}, v;
 		rc = lmdb_errno(mdb_cursor_open(txn, s->keys, &cur));
 		if (rc < 0)
 			break;
 		int got = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-		/* Retired keys ("\1...") stay until their lease ends. */
-		while (got == 0 && k.mv_size > prefix && memcmp(k.mv_data, buf, prefix) == 0 &&
-		       ((const uint8_t *)k.mv_data)[prefix] == 1)
-			got = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
 		bool found = got == 0 && k.mv_size > prefix && memcmp(k.mv_data, buf, prefix) == 0;
 		if (found)
 			memcpy(name, (const uint8_t *)k.mv_data + prefix, k.mv_size - prefix);
@@ -1009,7 +1052,8 @@ int kvc_pool_keys(struct kvc_pool_store *s, const char *ns, const struct kvc_poo
 	if (rc < 0)
 		return rc;
 	size_t prefix = key_ns(buf, ns);
-	MDB_val k = after->length ? record_key(buf, ns, after) : (MDB_val){prefix, buf}, v;
+	buf[prefix] = 2; /* from the first live key: past the retired ("\1...") */
+	MDB_val k = after->length ? record_key(buf, ns, after) : (MDB_val){prefix + 1, buf}, v;
 	int count = 0;
 	*more = false;
 	rc = lmdb_errno(mdb_cursor_open(txn, s->keys, &cur));

@@ -21,7 +21,8 @@
  * On disk: an LMDB environment of its own (directory `pools` in the meta
  * data directory), databases (keys are namespace, NUL, then big-endian
  * integers or the key's bytes):
- *   worlds  ns                 -> struct pool_world (world size, counters)
+ *   worlds  ns                 -> struct pool_world (world size, counters);
+ *           "\0format"         -> u32 KVC_POOL_FORMAT
  *   pools   ns,rank            -> struct pool_info (num_pages, free)
  *   free    ns,rank,page       -> (1 byte) the page is free
  *   pages   ns,rank,page       -> key bytes: who holds the page
@@ -45,6 +46,7 @@
 #define KVC_POOL_MAX_WORLD 256
 #define KVC_POOL_MAX_PAGES (1u << 24)
 #define KVC_POOL_MAX_BATCH 4096
+#define KVC_POOL_FORMAT 1 /* changes with any record layout below */
 
 struct kvc_pool_store;
 

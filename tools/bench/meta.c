@@ -3,8 +3,9 @@
  *                            [--json FILE]
  *
  * A connector-like workload on kvc-meta's page pools: each client loops
- * allocate -> confirm -> exists -> locations over a batch of new keys, at
- * batch 8 and 256, with 1, 8 and 32 concurrent clients, over HTTP (one
+ * allocate -> confirm -> exists -> locations over a batch of new keys of
+ * one shared pool (1M pages, rank 0, world 1), at batch 8 and 256, with
+ * 1, 8 and 32 concurrent clients, over HTTP (one
  * keep-alive connection per client, plain sockets) and over the binary
  * protocol (include/kvc/meta.h). Reports keys per second (each key passes
  * four operations) and p50/p99 latency of one full round.
@@ -26,7 +27,11 @@
 #include "kvc/meta.h"
 #include "net.h"
 
-#define POOL_PAGES (1u << 16)
+/* One pool shared by every client (keys carry the client's number), the
+ * same every run and cleared after each point: nothing piles up in
+ * kvc-meta across runs. Large enough that no point fills it. */
+#define BENCH_NAMESPACE "kvc-bench"
+#define POOL_PAGES (1u << 20)
 #define MAX_CLIENTS 32
 
 struct client {
@@ -37,6 +42,7 @@ struct client {
 	const char *http_address;
 	struct kvc_meta *meta;
 	char ns[32];
+	int prefix;     /* keys are "<prefix>-<n>": clients share one pool */
 	uint64_t keys;
 	double *lat;
 	size_t lat_count, lat_cap;
@@ -84,7 +90,7 @@ static int http_round(struct client *c, int fd, uint64_t base, char *body, char 
 	/* allocate on rank 0 */
 	n = snprintf(body, cap, "{\"keys\":[");
 	for (int i = 0; i < c->batch; i++)
-		n += snprintf(body + n, cap - (size_t)n, "%s[\"%s-%llu\",\"\"]", i ? "," : "", c->ns,
+		n += snprintf(body + n, cap - (size_t)n, "%s[\"c%d-%llu\",\"\"]", i ? "," : "", c->prefix,
 		              (unsigned long long)(base + (uint64_t)i));
 	n += snprintf(body + n, cap - (size_t)n, "],\"namespace\":\"%s\"}", c->ns);
 	if (http_post(fd, "/0/reserve_and_allocate_page_indices", body, (size_t)n, reply, cap) != 200)
@@ -97,7 +103,7 @@ static int http_round(struct client *c, int fd, uint64_t base, char *body, char 
 		long page = p ? strtol(p + 1, NULL, 10) : -1;
 		if (p)
 			p = strchr(p, ']');
-		n += snprintf(body + n, cap - (size_t)n, "%s[\"%s-%llu\",%ld]", i ? "," : "", c->ns,
+		n += snprintf(body + n, cap - (size_t)n, "%s[\"c%d-%llu\",%ld]", i ? "," : "", c->prefix,
 		              (unsigned long long)(base + (uint64_t)i), page);
 	}
 	n += snprintf(body + n, cap - (size_t)n, "],\"namespace\":\"%s\"}", c->ns);
@@ -105,7 +111,7 @@ static int http_round(struct client *c, int fd, uint64_t base, char *body, char 
 		return -EIO;
 	n = snprintf(body, cap, "{\"keys\":[");
 	for (int i = 0; i < c->batch; i++)
-		n += snprintf(body + n, cap - (size_t)n, "%s\"%s-%llu\"", i ? "," : "", c->ns,
+		n += snprintf(body + n, cap - (size_t)n, "%s\"c%d-%llu\"", i ? "," : "", c->prefix,
 		              (unsigned long long)(base + (uint64_t)i));
 	n += snprintf(body + n, cap - (size_t)n, "],\"namespace\":\"%s\"}", c->ns);
 	if (http_post(fd, "/0/exists", body, (size_t)n, reply, cap) != 200 ||
@@ -118,7 +124,8 @@ static int native_round(struct client *c, uint64_t base, char (*names)[48],
                         struct kvc_meta_key *keys, int64_t *pages, bool *found)
 {
 	for (int i = 0; i < c->batch; i++) {
-		int len = snprintf(names[i], 48, "%s-%llu", c->ns, (unsigned long long)(base + (uint64_t)i));
+		int len = snprintf(names[i], 48, "c%d-%llu", c->prefix,
+		                   (unsigned long long)(base + (uint64_t)i));
 		keys[i] = (struct kvc_meta_key){names[i], (uint32_t)len};
 	}
 	uint32_t n = (uint32_t)c->batch;
@@ -175,17 +182,10 @@ static int run_point(struct bench_table *t, struct kvc_meta *meta, const char *h
 	pthread_t threads[MAX_CLIENTS];
 	for (int i = 0; i < clients; i++) {
 		c[i] = (struct client){.id = i, .http = http, .batch = batch, .seconds = seconds,
-		                       .http_address = http_address, .meta = meta,
+		                       .http_address = http_address, .meta = meta, .prefix = i,
 		                       .lat_cap = 1 << 20};
-		/* The same pools every run (cleared after each point): nothing
-		 * piles up in kvc-meta across runs. */
-		snprintf(c[i].ns, sizeof(c[i].ns), "kvc-bench-%d", i);
+		strcpy(c[i].ns, BENCH_NAMESPACE);
 		c[i].lat = malloc(c[i].lat_cap * sizeof(double));
-		int rc = kvc_meta_pool_init(meta, c[i].ns, 0, POOL_PAGES, 1);
-		if (rc < 0) {
-			fprintf(stderr, "kvc-bench: pool init: %s\n", strerror(-rc));
-			return rc;
-		}
 	}
 	double start = bench_now();
 	for (int i = 0; i < clients; i++)
@@ -208,8 +208,10 @@ static int run_point(struct bench_table *t, struct kvc_meta *meta, const char *h
 		memcpy(lat + k, c[i].lat, c[i].lat_count * sizeof(double));
 		k += c[i].lat_count;
 		free(c[i].lat);
-		kvc_meta_clear(meta, c[i].ns);
 	}
+	int rc = kvc_meta_clear(meta, BENCH_NAMESPACE);
+	if (rc < 0)
+		fprintf(stderr, "kvc-bench: clear: %s\n", strerror(-rc));
 	struct bench_result *r = bench_add(t, "%s batch %d, %d client%s", http ? "http" : "native",
 	                                   batch, clients, clients > 1 ? "s" : "");
 	r->iops = (double)keys / elapsed;        /* keys per second */
@@ -249,6 +251,11 @@ int bench_meta_main(int argc, char **argv)
 	struct kvc_meta *meta;
 	if (kvc_meta_open(&meta, config.meta_address, config.token) < 0)
 		return 1;
+	int rc = kvc_meta_pool_init(meta, BENCH_NAMESPACE, 0, POOL_PAGES, 1);
+	if (rc < 0) {
+		fprintf(stderr, "kvc-bench: pool init: %s\n", strerror(-rc));
+		return 1;
+	}
 	static struct bench_table t = {.ratio_label = "Mkeyop/s"};
 	static const int batches[] = {8, 256}, clients[] = {1, 8, 32};
 	for (int proto = 0; proto < 2; proto++)
