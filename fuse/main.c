@@ -160,11 +160,8 @@ int main(int argc, char **argv)
 	}
 	kvc_log_setup("kvc-fuse", level);
 	static struct kvc_fuse fs;
-	char err[512];
-	if (kvc_config_load(config_path, &fs.config, err, sizeof(err)) < 0) {
-		fprintf(stderr, "kvc-fuse: bad config: %s\n", err);
+	if (kvc_config_load_reported("kvc-fuse", config_path, &fs.config) < 0)
 		return 1;
-	}
 	if (!mountpoint)
 		mountpoint = fs.config.mountpoint;
 	fs.attr_timeout = 1.0;

@@ -139,11 +139,8 @@ int main(int argc, char **argv)
 	kvc_log_setup("kvc-meta", level);
 
 	static struct kvc_config config;
-	char err[512];
-	if (kvc_config_load(config_path, &config, err, sizeof(err)) < 0) {
-		fprintf(stderr, "kvc-meta: bad config: %s\n", err);
+	if (kvc_config_load_reported("kvc-meta", config_path, &config) < 0)
 		return 1;
-	}
 	if (config.meta_data[0] == '\0') {
 		fprintf(stderr, "kvc-meta: bad config: %s: [meta] data is missing\n", config_path);
 		return 1;

@@ -12,6 +12,7 @@
 
 #include "fsutil.h"
 #include "layout.h"
+#include "lmdb_txn.h"
 
 #define MAP_SIZE (16ull << 30)
 #define DIRENT_KEY_MAX (8 + KVC_WIRE_MAX_NAME)
@@ -27,19 +28,6 @@ struct dirent_value {
 	uint32_t mode;
 	uint32_t reserved;
 };
-
-static int mdb_errno(int rc)
-{
-	if (rc == 0)
-		return 0;
-	if (rc == MDB_NOTFOUND)
-		return -ENOENT;
-	if (rc == MDB_MAP_FULL || rc == MDB_TXN_FULL)
-		return -ENOSPC;
-	if (rc > 0 && rc < 1000)
-		return -rc;
-	return -EIO;
-}
 
 static int64_t now_ns(void)
 {
@@ -64,18 +52,7 @@ static uint64_t from_be64(const uint8_t *in)
 
 static int begin(struct kvc_meta_store *s, bool write, MDB_txn **txn)
 {
-	return mdb_errno(mdb_txn_begin(s->env, NULL, write ? 0 : MDB_RDONLY, txn));
-}
-
-/* Commit when rc is 0, abort otherwise; returns the final status. */
-static int finish(MDB_txn *txn, int rc)
-{
-	if (rc < 0) {
-		mdb_txn_abort(txn);
-		return rc;
-	}
-	int crc = mdb_errno(mdb_txn_commit(txn));
-	return crc < 0 ? crc : rc;
+	return kvc_lmdb_errno(mdb_txn_begin(s->env, NULL, write ? 0 : MDB_RDONLY, txn));
 }
 
 static int inode_get(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
@@ -84,7 +61,7 @@ static int inode_get(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
 	uint8_t key[8];
 	be64(key, ino);
 	MDB_val k = {8, key}, v;
-	int rc = mdb_errno(mdb_get(txn, s->inodes, &k, &v));
+	int rc = kvc_lmdb_errno(mdb_get(txn, s->inodes, &k, &v));
 	if (rc < 0)
 		return rc;
 	if (v.mv_size != sizeof(*rec))
@@ -99,7 +76,7 @@ static int inode_put(struct kvc_meta_store *s, MDB_txn *txn,
 	uint8_t key[8];
 	be64(key, rec->attr.ino);
 	MDB_val k = {8, key}, v = {sizeof(*rec), (void *)rec};
-	return mdb_errno(mdb_put(txn, s->inodes, &k, &v, 0));
+	return kvc_lmdb_errno(mdb_put(txn, s->inodes, &k, &v, 0));
 }
 
 static int inode_del(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino)
@@ -107,7 +84,7 @@ static int inode_del(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino)
 	uint8_t key[8];
 	be64(key, ino);
 	MDB_val k = {8, key};
-	return mdb_errno(mdb_del(txn, s->inodes, &k, NULL));
+	return kvc_lmdb_errno(mdb_del(txn, s->inodes, &k, NULL));
 }
 
 static size_t dirent_key(uint8_t *key, uint64_t parent, const char *name, uint32_t len)
@@ -122,7 +99,7 @@ static int dirent_get(struct kvc_meta_store *s, MDB_txn *txn, uint64_t parent,
 {
 	uint8_t key[DIRENT_KEY_MAX];
 	MDB_val k = {dirent_key(key, parent, name, len), key}, v;
-	int rc = mdb_errno(mdb_get(txn, s->dirents, &k, &v));
+	int rc = kvc_lmdb_errno(mdb_get(txn, s->dirents, &k, &v));
 	if (rc < 0)
 		return rc;
 	if (v.mv_size != sizeof(*out))
@@ -137,7 +114,7 @@ static int dirent_put(struct kvc_meta_store *s, MDB_txn *txn, uint64_t parent,
 	uint8_t key[DIRENT_KEY_MAX];
 	struct dirent_value value = {ino, mode, 0};
 	MDB_val k = {dirent_key(key, parent, name, len), key}, v = {sizeof(value), &value};
-	return mdb_errno(mdb_put(txn, s->dirents, &k, &v, 0));
+	return kvc_lmdb_errno(mdb_put(txn, s->dirents, &k, &v, 0));
 }
 
 static int dirent_del(struct kvc_meta_store *s, MDB_txn *txn, uint64_t parent,
@@ -145,7 +122,7 @@ static int dirent_del(struct kvc_meta_store *s, MDB_txn *txn, uint64_t parent,
 {
 	uint8_t key[DIRENT_KEY_MAX];
 	MDB_val k = {dirent_key(key, parent, name, len), key};
-	return mdb_errno(mdb_del(txn, s->dirents, &k, NULL));
+	return kvc_lmdb_errno(mdb_del(txn, s->dirents, &k, NULL));
 }
 
 /* 1 when directory ino has no entries, 0 when it has, -errno. */
@@ -154,7 +131,7 @@ static int dir_empty(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino)
 	MDB_cursor *cur;
 	uint8_t key[8];
 	be64(key, ino);
-	int rc = mdb_errno(mdb_cursor_open(txn, s->dirents, &cur));
+	int rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->dirents, &cur));
 	if (rc < 0)
 		return rc;
 	MDB_val k = {8, key}, v;
@@ -162,7 +139,7 @@ static int dir_empty(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino)
 	int empty = rc == MDB_NOTFOUND || (rc == 0 && from_be64(k.mv_data) != ino);
 	mdb_cursor_close(cur);
 	if (rc != 0 && rc != MDB_NOTFOUND)
-		return mdb_errno(rc);
+		return kvc_lmdb_errno(rc);
 	return empty;
 }
 
@@ -170,7 +147,7 @@ static int state_get(struct kvc_meta_store *s, MDB_txn *txn, const char *name,
                      void *out, size_t size)
 {
 	MDB_val k = {strlen(name), (void *)name}, v;
-	int rc = mdb_errno(mdb_get(txn, s->state, &k, &v));
+	int rc = kvc_lmdb_errno(mdb_get(txn, s->state, &k, &v));
 	if (rc < 0)
 		return rc;
 	if (v.mv_size != size)
@@ -183,7 +160,7 @@ static int state_put(struct kvc_meta_store *s, MDB_txn *txn, const char *name,
                      const void *value, size_t size)
 {
 	MDB_val k = {strlen(name), (void *)name}, v = {size, (void *)value};
-	return mdb_errno(mdb_put(txn, s->state, &k, &v, 0));
+	return kvc_lmdb_errno(mdb_put(txn, s->state, &k, &v, 0));
 }
 
 /* The parent directory record, checked to be a directory. */
@@ -227,13 +204,13 @@ static int open_tables(struct kvc_meta_store *s)
 	int rc = begin(s, true, &txn);
 	if (rc < 0)
 		return rc;
-	rc = mdb_errno(mdb_dbi_open(txn, "inodes", MDB_CREATE, &s->inodes));
+	rc = kvc_lmdb_errno(mdb_dbi_open(txn, "inodes", MDB_CREATE, &s->inodes));
 	if (rc == 0)
-		rc = mdb_errno(mdb_dbi_open(txn, "dirents", MDB_CREATE, &s->dirents));
+		rc = kvc_lmdb_errno(mdb_dbi_open(txn, "dirents", MDB_CREATE, &s->dirents));
 	if (rc == 0)
-		rc = mdb_errno(mdb_dbi_open(txn, "gc", MDB_CREATE, &s->gc));
+		rc = kvc_lmdb_errno(mdb_dbi_open(txn, "gc", MDB_CREATE, &s->gc));
 	if (rc == 0)
-		rc = mdb_errno(mdb_dbi_open(txn, "state", MDB_CREATE, &s->state));
+		rc = kvc_lmdb_errno(mdb_dbi_open(txn, "state", MDB_CREATE, &s->state));
 	uint32_t format = 0;
 	int has = rc == 0 ? state_get(s, txn, "format", &format, sizeof(format)) : rc;
 	if (has == -ENOENT)
@@ -242,7 +219,7 @@ static int open_tables(struct kvc_meta_store *s)
 		rc = has;
 	else if (format != KVC_META_FORMAT)
 		rc = -EINVAL;
-	return finish(txn, rc);
+	return kvc_lmdb_finish(txn, rc);
 }
 
 int kvc_meta_store_open(const char *dir, const struct kvc_layout *default_layout,
@@ -256,15 +233,15 @@ int kvc_meta_store_open(const char *dir, const struct kvc_layout *default_layout
 	if (rc == 0)
 		rc = kvc_fsutil_mkdirs(dir, 0700);
 	if (rc == 0)
-		rc = mdb_errno(mdb_env_create(&s->env));
+		rc = kvc_lmdb_errno(mdb_env_create(&s->env));
 	if (rc == 0)
-		rc = mdb_errno(mdb_env_set_mapsize(s->env, MAP_SIZE));
+		rc = kvc_lmdb_errno(mdb_env_set_mapsize(s->env, MAP_SIZE));
 	if (rc == 0)
-		rc = mdb_errno(mdb_env_set_maxdbs(s->env, 16));
+		rc = kvc_lmdb_errno(mdb_env_set_maxdbs(s->env, 16));
 	if (rc == 0)
-		rc = mdb_errno(mdb_env_set_maxreaders(s->env, 4096));
+		rc = kvc_lmdb_errno(mdb_env_set_maxreaders(s->env, 4096));
 	if (rc == 0)
-		rc = mdb_errno(mdb_env_open(s->env, dir, MDB_NOSYNC | MDB_NOTLS, 0600));
+		rc = kvc_lmdb_errno(mdb_env_open(s->env, dir, MDB_NOSYNC | MDB_NOTLS, 0600));
 	if (rc == 0)
 		rc = open_tables(s);
 	if (rc < 0) {
@@ -288,7 +265,7 @@ void kvc_meta_store_close(struct kvc_meta_store *s)
 
 int kvc_meta_store_sync(struct kvc_meta_store *s)
 {
-	return mdb_errno(mdb_env_sync(s->env, 1));
+	return kvc_lmdb_errno(mdb_env_sync(s->env, 1));
 }
 
 int kvc_meta_store_lookup(struct kvc_meta_store *s, uint64_t parent, const char *name,
@@ -401,7 +378,7 @@ static int make_entry(struct kvc_meta_store *s, uint64_t parent, const char *nam
 	if (rc == 0)
 		*attr = rec.attr;
 out:
-	return finish(txn, rc);
+	return kvc_lmdb_finish(txn, rc);
 }
 
 int kvc_meta_store_create(struct kvc_meta_store *s, uint64_t parent, const char *name,
@@ -429,7 +406,7 @@ static int drop_inode(struct kvc_meta_store *s, MDB_txn *txn,
 		uint8_t key[8];
 		be64(key, rec->attr.ino);
 		MDB_val k = {8, key}, v = {sizeof(rec->attr.layout), (void *)&rec->attr.layout};
-		rc = mdb_errno(mdb_put(txn, s->gc, &k, &v, 0));
+		rc = kvc_lmdb_errno(mdb_put(txn, s->gc, &k, &v, 0));
 	}
 	return rc;
 }
@@ -470,7 +447,7 @@ static int remove_entry(struct kvc_meta_store *s, uint64_t parent, const char *n
 		rc = inode_put(s, txn, &dir);
 	}
 out:
-	return finish(txn, rc);
+	return kvc_lmdb_finish(txn, rc);
 }
 
 int kvc_meta_store_unlink(struct kvc_meta_store *s, uint64_t parent, const char *name,
@@ -594,7 +571,7 @@ int kvc_meta_store_rename(struct kvc_meta_store *s, uint64_t parent, const char 
 		return rc;
 	rc = rename_txn(s, txn, parent, name, name_len, new_parent, new_name, new_name_len,
 	                flags);
-	return finish(txn, rc);
+	return kvc_lmdb_finish(txn, rc);
 }
 
 static int readdir_txn(struct kvc_meta_store *s, MDB_txn *txn, MDB_cursor *cur,
@@ -629,7 +606,7 @@ static int readdir_txn(struct kvc_meta_store *s, MDB_txn *txn, MDB_cursor *cur,
 		rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
 	}
 	if (rc != 0 && rc != MDB_NOTFOUND)
-		return mdb_errno(rc);
+		return kvc_lmdb_errno(rc);
 	return count;
 }
 
@@ -647,7 +624,7 @@ int kvc_meta_store_readdir(struct kvc_meta_store *s, uint64_t ino, const char *a
 		return rc;
 	rc = parent_get(s, txn, ino, &rec);
 	if (rc == 0)
-		rc = mdb_errno(mdb_cursor_open(txn, s->dirents, &cur));
+		rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->dirents, &cur));
 	if (rc == 0) {
 		rc = readdir_txn(s, txn, cur, ino, after, after_len, max, fn, arg, more);
 		mdb_cursor_close(cur);
@@ -695,7 +672,7 @@ int kvc_meta_store_setattr(struct kvc_meta_store *s, const struct kvc_msg_setatt
 	if (rc == 0)
 		*attr = rec.attr;
 out:
-	return finish(txn, rc);
+	return kvc_lmdb_finish(txn, rc);
 }
 
 int kvc_meta_store_extend(struct kvc_meta_store *s, uint64_t ino, uint64_t size,
@@ -718,7 +695,7 @@ int kvc_meta_store_extend(struct kvc_meta_store *s, uint64_t ino, uint64_t size,
 	}
 	if (rc == 0)
 		*attr = rec.attr;
-	return finish(txn, rc);
+	return kvc_lmdb_finish(txn, rc);
 }
 
 int kvc_meta_store_count_inodes(struct kvc_meta_store *s, uint64_t *inodes)
@@ -728,7 +705,7 @@ int kvc_meta_store_count_inodes(struct kvc_meta_store *s, uint64_t *inodes)
 	int rc = begin(s, false, &txn);
 	if (rc < 0)
 		return rc;
-	rc = mdb_errno(mdb_stat(txn, s->inodes, &st));
+	rc = kvc_lmdb_errno(mdb_stat(txn, s->inodes, &st));
 	mdb_txn_abort(txn);
 	if (rc == 0)
 		*inodes = st.ms_entries;
@@ -744,7 +721,7 @@ int kvc_meta_store_gc_list(struct kvc_meta_store *s, uint64_t *inos,
 	int rc = begin(s, false, &txn);
 	if (rc < 0)
 		return rc;
-	rc = mdb_errno(mdb_cursor_open(txn, s->gc, &cur));
+	rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->gc, &cur));
 	if (rc == 0) {
 		MDB_val k, v;
 		int got = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
@@ -771,8 +748,8 @@ int kvc_meta_store_gc_done(struct kvc_meta_store *s, uint64_t ino)
 	if (rc < 0)
 		return rc;
 	MDB_val k = {8, key};
-	rc = mdb_errno(mdb_del(txn, s->gc, &k, NULL));
+	rc = kvc_lmdb_errno(mdb_del(txn, s->gc, &k, NULL));
 	if (rc == -ENOENT)
 		rc = 0;
-	return finish(txn, rc);
+	return kvc_lmdb_finish(txn, rc);
 }

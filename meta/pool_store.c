@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "fsutil.h"
+#include "lmdb_txn.h"
 
 #define MAP_SIZE (32ull << 30)
 #define WORLD_MAGIC 0x444c5257u /* "WRLD" */
@@ -65,19 +66,6 @@ struct key_record {
 	struct key_head head;
 	struct slot slots[KVC_POOL_MAX_WORLD];
 };
-
-static int lmdb_errno(int rc)
-{
-	if (rc == 0)
-		return 0;
-	if (rc == MDB_NOTFOUND)
-		return -ENOENT;
-	if (rc == MDB_MAP_FULL || rc == MDB_TXN_FULL)
-		return -ENOSPC;
-	if (rc > 0 && rc < 1000)
-		return -rc;
-	return -EIO;
-}
 
 static size_t record_size(uint32_t world)
 {
@@ -159,7 +147,7 @@ static int world_get(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
 {
 	uint8_t buf[KEYBUF];
 	MDB_val k = {key_ns(buf, ns) - 1, buf}, v;
-	int rc = lmdb_errno(mdb_get(txn, s->worlds, &k, &v));
+	int rc = kvc_lmdb_errno(mdb_get(txn, s->worlds, &k, &v));
 	if (rc == -ENOENT) {
 		*w = (struct pool_world){.magic = WORLD_MAGIC, .next_lru = LRU_BASE, .next_retired = 1};
 		return -ENOENT;
@@ -177,7 +165,7 @@ static int world_put(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
 {
 	uint8_t buf[KEYBUF];
 	MDB_val k = {key_ns(buf, ns) - 1, buf}, v = {sizeof(*w), (void *)w};
-	return lmdb_errno(mdb_put(txn, s->worlds, &k, &v, 0));
+	return kvc_lmdb_errno(mdb_put(txn, s->worlds, &k, &v, 0));
 }
 
 /* The world size keys of this namespace use now (inferred when unknown). */
@@ -191,7 +179,7 @@ static int pool_get(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint
 {
 	uint8_t buf[KEYBUF];
 	MDB_val k = rank_key(buf, ns, rank), v;
-	int rc = lmdb_errno(mdb_get(txn, s->pools, &k, &v));
+	int rc = kvc_lmdb_errno(mdb_get(txn, s->pools, &k, &v));
 	if (rc < 0)
 		return rc;
 	if (v.mv_size != sizeof(*p))
@@ -205,7 +193,7 @@ static int pool_put(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint
 {
 	uint8_t buf[KEYBUF];
 	MDB_val k = rank_key(buf, ns, rank), v = {sizeof(*p), (void *)p};
-	return lmdb_errno(mdb_put(txn, s->pools, &k, &v, 0));
+	return kvc_lmdb_errno(mdb_put(txn, s->pools, &k, &v, 0));
 }
 
 /* ---- key records ---- */
@@ -215,7 +203,7 @@ static int record_get(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
 {
 	uint8_t buf[KEYBUF];
 	MDB_val k = record_key(buf, ns, key), v;
-	int rc = lmdb_errno(mdb_get(txn, s->keys, &k, &v));
+	int rc = kvc_lmdb_errno(mdb_get(txn, s->keys, &k, &v));
 	if (rc < 0)
 		return rc;
 	if (v.mv_size < sizeof(r->head))
@@ -234,7 +222,7 @@ static int record_put(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
 {
 	uint8_t buf[KEYBUF];
 	MDB_val k = record_key(buf, ns, key), v = {record_size(r->head.world), (void *)r};
-	return lmdb_errno(mdb_put(txn, s->keys, &k, &v, 0));
+	return kvc_lmdb_errno(mdb_put(txn, s->keys, &k, &v, 0));
 }
 
 static int record_del(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
@@ -242,7 +230,7 @@ static int record_del(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
 {
 	uint8_t buf[KEYBUF];
 	MDB_val k = record_key(buf, ns, key);
-	return lmdb_errno(mdb_del(txn, s->keys, &k, NULL));
+	return kvc_lmdb_errno(mdb_del(txn, s->keys, &k, NULL));
 }
 
 static int lru_put(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint64_t seq,
@@ -250,14 +238,14 @@ static int lru_put(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint6
 {
 	uint8_t buf[KEYBUF];
 	MDB_val k = lru_key(buf, ns, seq), v = {key->length, (void *)key->bytes};
-	return lmdb_errno(mdb_put(txn, s->lru, &k, &v, 0));
+	return kvc_lmdb_errno(mdb_put(txn, s->lru, &k, &v, 0));
 }
 
 static int lru_del(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint64_t seq)
 {
 	uint8_t buf[KEYBUF];
 	MDB_val k = lru_key(buf, ns, seq);
-	int rc = lmdb_errno(mdb_del(txn, s->lru, &k, NULL));
+	int rc = kvc_lmdb_errno(mdb_del(txn, s->lru, &k, NULL));
 	return rc == -ENOENT ? 0 : rc;
 }
 
@@ -307,9 +295,9 @@ static int page_free(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uin
 {
 	uint8_t buf[KEYBUF];
 	MDB_val k = page_key(buf, ns, rank, page), one = {1, "\1"};
-	int rc = lmdb_errno(mdb_del(txn, s->pages, &k, NULL));
+	int rc = kvc_lmdb_errno(mdb_del(txn, s->pages, &k, NULL));
 	if (rc == 0)
-		rc = lmdb_errno(mdb_put(txn, s->free, &k, &one, 0));
+		rc = kvc_lmdb_errno(mdb_put(txn, s->free, &k, &one, 0));
 	if (rc == 0)
 		rc = counts_adjust(s, txn, ns, c, rank, 1);
 	return rc;
@@ -323,7 +311,7 @@ static int page_take(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uin
 	MDB_cursor *cur;
 	MDB_val k = rank_key(buf, ns, rank), v;
 	size_t prefix = k.mv_size;
-	int rc = lmdb_errno(mdb_cursor_open(txn, s->free, &cur));
+	int rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->free, &cur));
 	if (rc < 0)
 		return rc;
 	rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
@@ -336,10 +324,10 @@ static int page_take(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uin
 	mdb_cursor_close(cur);
 	if (rc == MDB_NOTFOUND)
 		return -ENOSPC;
-	rc = lmdb_errno(rc);
+	rc = kvc_lmdb_errno(rc);
 	MDB_val pk = page_key(buf, ns, rank, *page), kv = {key->length, (void *)key->bytes};
 	if (rc == 0)
-		rc = lmdb_errno(mdb_put(txn, s->pages, &pk, &kv, 0));
+		rc = kvc_lmdb_errno(mdb_put(txn, s->pages, &pk, &kv, 0));
 	if (rc == 0)
 		rc = counts_adjust(s, txn, ns, c, rank, -1);
 	return rc;
@@ -379,7 +367,7 @@ static int record_retire(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
 			continue;
 		MDB_val pk = page_key(buf, ns, rank, (uint32_t)r->slots[rank].page),
 			kv = {retired.length, name};
-		rc = lmdb_errno(mdb_put(txn, s->pages, &pk, &kv, 0));
+		rc = kvc_lmdb_errno(mdb_put(txn, s->pages, &pk, &kv, 0));
 	}
 	r->head.retired = 1;
 	r->head.lru_seq = w->next_retired - 1; /* below LRU_BASE: evicted first */
@@ -403,7 +391,7 @@ static int evict_for(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uin
 		return -ENOSPC;
 	for (int scanned = 0; scanned < EVICT_SCAN; scanned++) {
 		MDB_cursor *cur;
-		int rc = lmdb_errno(mdb_cursor_open(txn, s->lru, &cur));
+		int rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->lru, &cur));
 		if (rc < 0)
 			return rc;
 		k = (MDB_val){prefix, buf};
@@ -450,18 +438,7 @@ static int evict_for(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uin
 
 static int begin(struct kvc_pool_store *s, bool write, MDB_txn **txn)
 {
-	return lmdb_errno(mdb_txn_begin(s->env, NULL, write ? 0 : MDB_RDONLY, txn));
-}
-
-/* End a write transaction: commit when rc >= 0, abort otherwise. */
-static int finish(MDB_txn *txn, int rc)
-{
-	if (rc < 0) {
-		mdb_txn_abort(txn);
-		return rc;
-	}
-	int crc = lmdb_errno(mdb_txn_commit(txn));
-	return crc < 0 ? crc : rc;
+	return kvc_lmdb_errno(mdb_txn_begin(s->env, NULL, write ? 0 : MDB_RDONLY, txn));
 }
 
 /* The format word, under a key no namespace can have (it starts with
@@ -473,10 +450,10 @@ static int check_format(struct kvc_pool_store *s, MDB_txn *txn)
 	int rc = mdb_get(txn, s->worlds, &k, &v);
 	if (rc == MDB_NOTFOUND) {
 		v = (MDB_val){sizeof(format), &format};
-		return lmdb_errno(mdb_put(txn, s->worlds, &k, &v, 0));
+		return kvc_lmdb_errno(mdb_put(txn, s->worlds, &k, &v, 0));
 	}
 	if (rc)
-		return lmdb_errno(rc);
+		return kvc_lmdb_errno(rc);
 	if (v.mv_size != sizeof(format))
 		return -EINVAL;
 	memcpy(&format, v.mv_data, sizeof(format));
@@ -491,15 +468,15 @@ int kvc_pool_store_open(const char *dir, struct kvc_pool_store **out)
 		return -ENOMEM;
 	int rc = kvc_fsutil_mkdirs(dir, 0700);
 	if (rc == 0)
-		rc = lmdb_errno(mdb_env_create(&s->env));
+		rc = kvc_lmdb_errno(mdb_env_create(&s->env));
 	if (rc == 0)
-		rc = lmdb_errno(mdb_env_set_mapsize(s->env, MAP_SIZE));
+		rc = kvc_lmdb_errno(mdb_env_set_mapsize(s->env, MAP_SIZE));
 	if (rc == 0)
-		rc = lmdb_errno(mdb_env_set_maxdbs(s->env, 8));
+		rc = kvc_lmdb_errno(mdb_env_set_maxdbs(s->env, 8));
 	if (rc == 0)
-		rc = lmdb_errno(mdb_env_set_maxreaders(s->env, 4096));
+		rc = kvc_lmdb_errno(mdb_env_set_maxreaders(s->env, 4096));
 	if (rc == 0)
-		rc = lmdb_errno(mdb_env_open(s->env, dir, MDB_NOSYNC | MDB_NOTLS | MDB_WRITEMAP, 0600));
+		rc = kvc_lmdb_errno(mdb_env_open(s->env, dir, MDB_NOSYNC | MDB_NOTLS | MDB_WRITEMAP, 0600));
 	if (rc == 0)
 		rc = begin(s, true, &txn);
 	if (rc < 0)
@@ -510,10 +487,10 @@ int kvc_pool_store_open(const char *dir, struct kvc_pool_store **out)
 	} tables[] = {{"worlds", &s->worlds}, {"pools", &s->pools}, {"free", &s->free},
 	              {"pages", &s->pages},   {"keys", &s->keys},   {"lru", &s->lru}};
 	for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]) && rc == 0; i++)
-		rc = lmdb_errno(mdb_dbi_open(txn, tables[i].name, MDB_CREATE, tables[i].dbi));
+		rc = kvc_lmdb_errno(mdb_dbi_open(txn, tables[i].name, MDB_CREATE, tables[i].dbi));
 	if (rc == 0)
 		rc = check_format(s, txn);
-	rc = finish(txn, rc);
+	rc = kvc_lmdb_finish(txn, rc);
 	if (rc < 0)
 		goto fail;
 	*out = s;
@@ -536,7 +513,7 @@ void kvc_pool_store_close(struct kvc_pool_store *s)
 
 int kvc_pool_store_sync(struct kvc_pool_store *s)
 {
-	return lmdb_errno(mdb_env_sync(s->env, 1));
+	return kvc_lmdb_errno(mdb_env_sync(s->env, 1));
 }
 
 static int init_txn(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint32_t rank,
@@ -570,7 +547,7 @@ static int init_txn(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint
 		if (put == MDB_KEYEXIST) /* not after the last key: a plain put */
 			put = mdb_put(txn, s->free, &k, &one, 0);
 		if (put)
-			return lmdb_errno(put);
+			return kvc_lmdb_errno(put);
 	}
 	p.free_pages += num_pages - from;
 	p.num_pages = num_pages;
@@ -588,7 +565,7 @@ int kvc_pool_init(struct kvc_pool_store *s, const char *ns, uint32_t rank, uint3
 	int rc = begin(s, true, &txn);
 	if (rc < 0)
 		return rc;
-	return finish(txn, init_txn(s, txn, ns, rank, num_pages, world));
+	return kvc_lmdb_finish(txn, init_txn(s, txn, ns, rank, num_pages, world));
 }
 
 int kvc_pool_set_world(struct kvc_pool_store *s, const char *ns, uint32_t world)
@@ -607,7 +584,7 @@ int kvc_pool_set_world(struct kvc_pool_store *s, const char *ns, uint32_t world)
 		size_t prefix = key_ns(buf, ns);
 		MDB_cursor *cur;
 		MDB_val k = {prefix, buf}, v;
-		rc = lmdb_errno(mdb_cursor_open(txn, s->keys, &cur));
+		rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->keys, &cur));
 		if (rc == 0) {
 			int got = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
 			if (got == 0 && k.mv_size > prefix && memcmp(k.mv_data, buf, prefix) == 0)
@@ -624,7 +601,7 @@ int kvc_pool_set_world(struct kvc_pool_store *s, const char *ns, uint32_t world)
 		w.world_size = world;
 		rc = world_put(s, txn, ns, &w);
 	}
-	return finish(txn, rc);
+	return kvc_lmdb_finish(txn, rc);
 }
 
 /* Allocate one key on rank inside the batch transaction. */
@@ -689,7 +666,7 @@ int kvc_pool_allocate(struct kvc_pool_store *s, const char *ns, uint32_t rank,
 	if (rc == 0)
 		rc = world_put(s, txn, ns, &w);
 	free(c);
-	return finish(txn, rc);
+	return kvc_lmdb_finish(txn, rc);
 }
 
 static int confirm_one(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint32_t rank,
@@ -724,7 +701,7 @@ static int release_one(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, u
 	if (page < 0 || page >= KVC_POOL_MAX_PAGES)
 		return 0;
 	MDB_val k = page_key(buf, ns, rank, (uint32_t)page), v;
-	int rc = lmdb_errno(mdb_get(txn, s->pages, &k, &v));
+	int rc = kvc_lmdb_errno(mdb_get(txn, s->pages, &k, &v));
 	if (rc == -ENOENT)
 		return 0; /* free already */
 	if (rc < 0 || v.mv_size > sizeof(name))
@@ -783,7 +760,7 @@ int kvc_pool_confirm(struct kvc_pool_store *s, const char *ns, uint32_t rank,
 	free(c);
 	if (rc == 0)
 		rc = world_put(s, txn, ns, &w);
-	return finish(txn, rc);
+	return kvc_lmdb_finish(txn, rc);
 }
 
 static bool complete(const struct key_record *r)
@@ -856,7 +833,7 @@ int kvc_pool_locations(struct kvc_pool_store *s, const char *ns, uint32_t rank,
 	}
 	if (rc == 0)
 		rc = world_put(s, txn, ns, &w);
-	return finish(txn, rc);
+	return kvc_lmdb_finish(txn, rc);
 }
 
 int kvc_pool_release_leases(struct kvc_pool_store *s, const char *ns,
@@ -885,7 +862,7 @@ int kvc_pool_release_leases(struct kvc_pool_store *s, const char *ns,
 		w.no_eviction_before_ms = 0;
 		rc = world_put(s, txn, ns, &w);
 	}
-	return finish(txn, rc);
+	return kvc_lmdb_finish(txn, rc);
 }
 
 /* Delete or retire one key inside a transaction; 1 when it existed. */
@@ -930,7 +907,7 @@ int kvc_pool_delete(struct kvc_pool_store *s, const char *ns, const struct kvc_p
 	if (rc >= 0)
 		rc = world_put(s, txn, ns, &w);
 	free(c);
-	rc = finish(txn, rc);
+	rc = kvc_lmdb_finish(txn, rc);
 	return rc < 0 ? rc : deleted;
 }
 
@@ -948,10 +925,10 @@ static int clear_some(struct kvc_pool_store *s, const char *ns, uint64_t now_ms,
 		return rc;
 	rc = world_get(s, txn, ns, &w);
 	if (rc == -ENOENT)
-		return finish(txn, 0);
+		return kvc_lmdb_finish(txn, 0);
 	struct counts *c = calloc(1, sizeof(*c));
 	if (!c)
-		return finish(txn, -ENOMEM);
+		return kvc_lmdb_finish(txn, -ENOMEM);
 	size_t prefix = key_ns(buf, ns);
 	/* Start past the retired keys ("\1..."), which stay until their
 	 * lease ends: jumping over them keeps clearing linear. */
@@ -959,7 +936,7 @@ static int clear_some(struct kvc_pool_store *s, const char *ns, uint64_t now_ms,
 	for (int done = 0; rc >= 0; done++) {
 		MDB_cursor *cur;
 		MDB_val k = {prefix + 1, buf}, v;
-		rc = lmdb_errno(mdb_cursor_open(txn, s->keys, &cur));
+		rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->keys, &cur));
 		if (rc < 0)
 			break;
 		int got = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
@@ -981,7 +958,7 @@ static int clear_some(struct kvc_pool_store *s, const char *ns, uint64_t now_ms,
 	if (rc >= 0)
 		rc = world_put(s, txn, ns, &w);
 	free(c);
-	return finish(txn, rc < 0 ? rc : 0);
+	return kvc_lmdb_finish(txn, rc < 0 ? rc : 0);
 }
 
 int kvc_pool_clear(struct kvc_pool_store *s, const char *ns, uint64_t now_ms)
@@ -1020,7 +997,7 @@ int kvc_pool_stats(struct kvc_pool_store *s, const char *ns, uint32_t rank, uint
 		size_t prefix = key_ns(buf, ns);
 		MDB_cursor *cur;
 		MDB_val k = {prefix, buf}, v;
-		rc = lmdb_errno(mdb_cursor_open(txn, s->keys, &cur));
+		rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->keys, &cur));
 		int got = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE) : MDB_NOTFOUND;
 		while (got == 0 && k.mv_size > prefix && memcmp(k.mv_data, buf, prefix) == 0) {
 			struct key_head h;
@@ -1056,7 +1033,7 @@ int kvc_pool_keys(struct kvc_pool_store *s, const char *ns, const struct kvc_poo
 	MDB_val k = after->length ? record_key(buf, ns, after) : (MDB_val){prefix + 1, buf}, v;
 	int count = 0;
 	*more = false;
-	rc = lmdb_errno(mdb_cursor_open(txn, s->keys, &cur));
+	rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->keys, &cur));
 	int got = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE) : MDB_NOTFOUND;
 	while (got == 0 && k.mv_size > prefix && memcmp(k.mv_data, buf, prefix) == 0) {
 		const uint8_t *name = (const uint8_t *)k.mv_data + prefix;
@@ -1116,7 +1093,7 @@ int kvc_pool_list(struct kvc_pool_store *s,
 	int rc = begin(s, false, &txn);
 	if (rc < 0)
 		return rc;
-	rc = lmdb_errno(mdb_cursor_open(txn, s->pools, &cur));
+	rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->pools, &cur));
 	MDB_val k, v;
 	int got = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_FIRST) : MDB_NOTFOUND;
 	while (got == 0) {
@@ -1155,7 +1132,7 @@ static int walk(struct kvc_pool_store *s, MDB_txn *txn, MDB_dbi db, const uint8_
 {
 	MDB_cursor *cur;
 	MDB_val k = {n, (void *)prefix}, v;
-	int rc = lmdb_errno(mdb_cursor_open(txn, db, &cur));
+	int rc = kvc_lmdb_errno(mdb_cursor_open(txn, db, &cur));
 	if (rc < 0)
 		return rc;
 	int got = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
@@ -1239,13 +1216,13 @@ static int fsck_pool(void *arg, const char *ns, uint32_t rank, uint32_t num_page
 			continue;
 		MDB_val k = page_key(buf, ns, rank, page), one = {1, "\1"};
 		if (should_be_free && !(st & 1))
-			rc = lmdb_errno(mdb_put(f->txn, f->s->free, &k, &one, 0));
+			rc = kvc_lmdb_errno(mdb_put(f->txn, f->s->free, &k, &one, 0));
 		if (rc == 0 && should_be_free) {
 			int del = mdb_del(f->txn, f->s->pages, &k, NULL);
-			rc = del == MDB_NOTFOUND ? 0 : lmdb_errno(del);
+			rc = del == MDB_NOTFOUND ? 0 : kvc_lmdb_errno(del);
 		}
 		if (rc == 0 && !should_be_free && (st & 1))
-			rc = lmdb_errno(mdb_del(f->txn, f->s->free, &k, NULL));
+			rc = kvc_lmdb_errno(mdb_del(f->txn, f->s->free, &k, NULL));
 	}
 	if (rc == 0 && free_count != free_pages) {
 		p.problems++;
@@ -1269,7 +1246,7 @@ int64_t kvc_pool_fsck(struct kvc_pool_store *s, bool repair)
 		return rc;
 	MDB_cursor *cur;
 	MDB_val k, v;
-	rc = lmdb_errno(mdb_cursor_open(f.txn, s->pools, &cur));
+	rc = kvc_lmdb_errno(mdb_cursor_open(f.txn, s->pools, &cur));
 	int got = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_FIRST) : MDB_NOTFOUND;
 	while (got == 0 && f.rc == 0) {
 		struct pool_info p;
@@ -1284,7 +1261,7 @@ int64_t kvc_pool_fsck(struct kvc_pool_store *s, bool repair)
 			mdb_cursor_close(cur);
 			fsck_pool(&f, ns, rank, p.num_pages, p.free_pages);
 			/* The pool table may have changed: find our place again. */
-			rc = lmdb_errno(mdb_cursor_open(f.txn, s->pools, &cur));
+			rc = kvc_lmdb_errno(mdb_cursor_open(f.txn, s->pools, &cur));
 			if (rc < 0)
 				break;
 			uint8_t again[KEYBUF];
@@ -1304,6 +1281,6 @@ int64_t kvc_pool_fsck(struct kvc_pool_store *s, bool repair)
 		mdb_txn_abort(f.txn);
 		return f.problems;
 	}
-	rc = finish(f.txn, rc);
+	rc = kvc_lmdb_finish(f.txn, rc);
 	return rc < 0 ? rc : f.problems;
 }

@@ -311,3 +311,12 @@ const struct kvc_config_server *kvc_config_server_find(const struct kvc_config *
 			return &config->servers[i];
 	return NULL;
 }
+
+int kvc_config_load_reported(const char *program, const char *path, struct kvc_config *config)
+{
+	char err[512];
+	int rc = kvc_config_load(path, config, err, sizeof(err));
+	if (rc < 0)
+		fprintf(stderr, "%s: bad config: %s\n", program, err);
+	return rc;
+}

@@ -79,6 +79,10 @@ struct kvc_config {
 int kvc_config_load(const char *path, struct kvc_config *config, char *err,
                     size_t err_size);
 
+/* kvc_config_load for a program's main: on failure prints
+ * "PROGRAM: bad config: what" on stderr. Returns 0 or -errno. */
+int kvc_config_load_reported(const char *program, const char *path, struct kvc_config *config);
+
 /* Parse from a string (tests); `origin` names it in messages. */
 int kvc_config_parse(const char *text, const char *origin,
                      struct kvc_config *config, char *err, size_t err_size);

@@ -351,11 +351,8 @@ int main(int argc, char **argv)
 	}
 	if (!config_path)
 		config_path = "/var/lib/kvc/cluster.conf";
-	char err[512];
-	if (kvc_config_load(config_path, &a.config, err, sizeof(err)) < 0) {
-		fprintf(stderr, "kvc-admin: bad config: %s\n", err);
+	if (kvc_config_load_reported("kvc-admin", config_path, &a.config) < 0)
 		return 1;
-	}
 	if (kvc_meta_client_init(&a.meta, &a.config) < 0 ||
 	    kvc_storage_client_init(&a.storage, &a.config) < 0 ||
 	    kvc_meta_open(&a.pools, a.config.meta_address, a.config.token) < 0) {

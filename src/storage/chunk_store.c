@@ -19,6 +19,7 @@
 #include "fsutil.h"
 #include "layout.h"
 #include "log.h"
+#include "lmdb_txn.h"
 
 #define FORMAT_LINE "kvc-target 1\n"
 #define LOCK_SLOTS 1024
@@ -79,15 +80,6 @@ static void chunk_file(uint64_t inode, uint32_t chunk, char *out, size_t size)
 	         inode, chunk);
 }
 
-static int mdb_to_errno(int rc)
-{
-	if (rc == MDB_MAP_FULL || rc == MDB_TXN_FULL)
-		return -ENOSPC;
-	if (rc > 0 && rc < 1000)
-		return -rc; /* LMDB passes plain errno values through */
-	return -EIO;
-}
-
 /* Look up a chunk's record; 1 found (copied into rec), 0 absent, -errno. */
 static int record_get(MDB_txn *txn, MDB_dbi dbi, uint64_t inode, uint32_t chunk,
                       struct record *rec)
@@ -99,7 +91,7 @@ static int record_get(MDB_txn *txn, MDB_dbi dbi, uint64_t inode, uint32_t chunk,
 	if (rc == MDB_NOTFOUND)
 		return 0;
 	if (rc)
-		return mdb_to_errno(rc);
+		return kvc_lmdb_errno(rc);
 	if (v.mv_size < RECORD_HEADER || v.mv_size > sizeof(*rec))
 		return -EIO;
 	memcpy(rec, v.mv_data, v.mv_size);
@@ -119,14 +111,14 @@ static int record_put(struct kvc_chunk_store *store, uint64_t inode, uint32_t ch
 	MDB_val v = {RECORD_HEADER + rec->block_count * 4u, (void *)rec};
 	int rc = mdb_txn_begin(store->env, NULL, 0, &txn);
 	if (rc)
-		return mdb_to_errno(rc);
+		return kvc_lmdb_errno(rc);
 	rc = mdb_put(txn, store->dbi, &k, &v, 0);
 	if (rc) {
 		mdb_txn_abort(txn);
-		return mdb_to_errno(rc);
+		return kvc_lmdb_errno(rc);
 	}
 	rc = mdb_txn_commit(txn);
-	return rc ? mdb_to_errno(rc) : 0;
+	return rc ? kvc_lmdb_errno(rc) : 0;
 }
 
 /* One read or write of the whole range through io_uring; short reads past
@@ -226,14 +218,14 @@ static int open_index(struct kvc_chunk_store *store)
 	if (rc == 0)
 		rc = mdb_txn_begin(store->env, NULL, 0, &txn);
 	if (rc)
-		return mdb_to_errno(rc);
+		return kvc_lmdb_errno(rc);
 	rc = mdb_dbi_open(txn, NULL, 0, &store->dbi);
 	if (rc) {
 		mdb_txn_abort(txn);
-		return mdb_to_errno(rc);
+		return kvc_lmdb_errno(rc);
 	}
 	rc = mdb_txn_commit(txn);
-	return rc ? mdb_to_errno(rc) : 0;
+	return rc ? kvc_lmdb_errno(rc) : 0;
 }
 
 int kvc_chunk_store_open(const char *path, struct kvc_chunk_store **out)
@@ -318,7 +310,7 @@ static int write_locked(struct kvc_chunk_store *store, struct io_uring *ring,
 	MDB_txn *txn;
 	int rc = mdb_txn_begin(store->env, NULL, MDB_RDONLY, &txn);
 	if (rc)
-		return mdb_to_errno(rc);
+		return kvc_lmdb_errno(rc);
 	int found = record_get(txn, store->dbi, inode, chunk, rec);
 	mdb_txn_abort(txn);
 	if (found < 0)
@@ -427,7 +419,7 @@ static int read_begin(struct kvc_chunk_read *r, struct io_uring *ring)
 	pthread_rwlock_rdlock(&store->locks[r->lock_slot]);
 	r->locked = true;
 	int rc = mdb_txn_begin(store->env, NULL, MDB_RDONLY, &txn);
-	int found = rc ? mdb_to_errno(rc) : record_get(txn, store->dbi, r->inode, r->chunk, rec);
+	int found = rc ? kvc_lmdb_errno(rc) : record_get(txn, store->dbi, r->inode, r->chunk, rec);
 	if (txn)
 		mdb_txn_abort(txn);
 	if (found <= 0 || r->offset >= rec->length || r->length == 0) {
@@ -572,11 +564,11 @@ static int64_t for_each_chunk(struct kvc_chunk_store *store, uint64_t inode,
 	make_key(key, inode, from_chunk);
 	int rc = mdb_txn_begin(store->env, NULL, 0, &txn);
 	if (rc)
-		return mdb_to_errno(rc);
+		return kvc_lmdb_errno(rc);
 	rc = mdb_cursor_open(txn, store->dbi, &cursor);
 	if (rc) {
 		mdb_txn_abort(txn);
-		return mdb_to_errno(rc);
+		return kvc_lmdb_errno(rc);
 	}
 	MDB_val k = {sizeof(key), key}, v;
 	rc = mdb_cursor_get(cursor, &k, &v, MDB_SET_RANGE);
@@ -592,10 +584,10 @@ static int64_t for_each_chunk(struct kvc_chunk_store *store, uint64_t inode,
 	mdb_cursor_close(cursor);
 	if (rc != 0 && rc != MDB_NOTFOUND) {
 		mdb_txn_abort(txn);
-		return rc < 0 ? rc : mdb_to_errno(rc);
+		return rc < 0 ? rc : kvc_lmdb_errno(rc);
 	}
 	rc = mdb_txn_commit(txn);
-	return rc ? mdb_to_errno(rc) : count;
+	return rc ? kvc_lmdb_errno(rc) : count;
 }
 
 static int remove_visit(struct kvc_chunk_store *store, MDB_cursor *cursor,
@@ -605,7 +597,7 @@ static int remove_visit(struct kvc_chunk_store *store, MDB_cursor *cursor,
 	(void)arg;
 	int rc = mdb_cursor_del(cursor, 0);
 	if (rc)
-		return mdb_to_errno(rc);
+		return kvc_lmdb_errno(rc);
 	chunk_file(inode, chunk, name, sizeof(name));
 	if (unlinkat(store->dir_fd, name, 0) < 0 && errno != ENOENT)
 		kvc_log_warn("cannot remove %s/%s: %s", store->path, name, strerror(errno));
@@ -632,7 +624,7 @@ static int shorten(struct kvc_chunk_store *store, MDB_cursor *cursor, uint64_t i
 	struct record rec;
 	int rc = mdb_cursor_get(cursor, &k, &v, MDB_GET_CURRENT);
 	if (rc)
-		return mdb_to_errno(rc);
+		return kvc_lmdb_errno(rc);
 	if (v.mv_size < RECORD_HEADER || v.mv_size > sizeof(rec))
 		return -EIO;
 	memcpy(&rec, v.mv_data, v.mv_size);
@@ -652,7 +644,7 @@ static int shorten(struct kvc_chunk_store *store, MDB_cursor *cursor, uint64_t i
 		rec.chunk_crc = chunk_crc(&rec);
 		MDB_val nv = {RECORD_HEADER + rec.block_count * 4u, &rec};
 		rc = mdb_cursor_put(cursor, &k, &nv, MDB_CURRENT);
-		rc = rc ? mdb_to_errno(rc) : 1;
+		rc = rc ? kvc_lmdb_errno(rc) : 1;
 	}
 	if (fd >= 0)
 		close(fd);
@@ -696,11 +688,11 @@ int kvc_chunk_store_last(struct kvc_chunk_store *store, uint64_t inode, uint32_t
 	int found = 0;
 	int rc = mdb_txn_begin(store->env, NULL, MDB_RDONLY, &txn);
 	if (rc)
-		return mdb_to_errno(rc);
+		return kvc_lmdb_errno(rc);
 	rc = mdb_cursor_open(txn, store->dbi, &cursor);
 	if (rc) {
 		mdb_txn_abort(txn);
-		return mdb_to_errno(rc);
+		return kvc_lmdb_errno(rc);
 	}
 	make_key(key, inode, UINT32_MAX);
 	MDB_val k = {sizeof(key), key}, v;
@@ -732,7 +724,7 @@ int kvc_chunk_store_space(struct kvc_chunk_store *store, struct kvc_chunk_space 
 		return -errno;
 	int rc = mdb_env_stat(store->env, &stat);
 	if (rc)
-		return mdb_to_errno(rc);
+		return kvc_lmdb_errno(rc);
 	space->fsid = vfs.f_fsid;
 	space->total_bytes = (uint64_t)vfs.f_blocks * vfs.f_frsize;
 	space->free_bytes = (uint64_t)vfs.f_bavail * vfs.f_frsize;
@@ -744,6 +736,6 @@ int kvc_chunk_store_sync(struct kvc_chunk_store *store)
 {
 	int rc = mdb_env_sync(store->env, 1);
 	if (rc)
-		return mdb_to_errno(rc);
+		return kvc_lmdb_errno(rc);
 	return syncfs(store->dir_fd) < 0 ? -errno : 0;
 }

@@ -56,11 +56,8 @@ int main(int argc, char **argv)
 	kvc_log_setup("kvc-storage", level);
 
 	static struct kvc_config config;
-	char err[512];
-	if (kvc_config_load(config_path, &config, err, sizeof(err)) < 0) {
-		fprintf(stderr, "kvc-storage: bad config: %s\n", err);
+	if (kvc_config_load_reported("kvc-storage", config_path, &config) < 0)
 		return 1;
-	}
 	const struct kvc_config_server *me = kvc_config_server_find(&config, name);
 	if (!me) {
 		fprintf(stderr, "kvc-storage: %s has no [storage %s] section\n", config_path, name);

@@ -241,11 +241,8 @@ int bench_meta_main(int argc, char **argv)
 		}
 	}
 	static struct kvc_config config;
-	char err[512];
-	if (kvc_config_load(config_path, &config, err, sizeof(err)) < 0) {
-		fprintf(stderr, "kvc-bench: %s\n", err);
+	if (kvc_config_load_reported("kvc-bench", config_path, &config) < 0)
 		return 1;
-	}
 	if (!http)
 		http = config.http_address;
 	struct kvc_meta *meta;
