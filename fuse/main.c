@@ -26,6 +26,18 @@ static void usage(FILE *out)
 	             "Mounts the cluster described by FILE (runs in the foreground).\n");
 }
 
+/* Receiving threads: as configured, or (auto) half the cores up to 8 on
+ * machines of 4 cores or more; a 2-core machine gains nothing from them. */
+static int receive_threads(int configured)
+{
+	if (configured >= 0)
+		return configured;
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	if (cores < 4)
+		return 0;
+	return cores / 2 > 8 ? 8 : (int)(cores / 2);
+}
+
 static void *size_flusher(void *arg)
 {
 	for (;;) {
@@ -170,6 +182,9 @@ int main(int argc, char **argv)
 		rc = kvc_storage_client_init(&fs.storage, &fs.config);
 	if (rc == 0)
 		rc = kvc_inode_table_create(&fs.inodes);
+	if (rc == 0)
+		rc = kvc_storage_client_start_receivers(&fs.storage,
+		                                        receive_threads(fs.config.receive_threads));
 	if (rc < 0) {
 		fprintf(stderr, "kvc-fuse: cannot start: %s\n", strerror(-rc));
 		return 1;

@@ -190,6 +190,15 @@ static int section_key(struct parser *p, const char *key, const char *value)
 	case SECTION_FUSE:
 		if (strcmp(key, "mountpoint") == 0)
 			return copy_string(p, c->mountpoint, sizeof(c->mountpoint), key, value);
+		if (strcmp(key, "receive_threads") == 0) {
+			if (strcmp(value, "auto") == 0) {
+				c->receive_threads = -1;
+				return 0;
+			}
+			rc = parse_int(p, key, value, 0, 64, &v);
+			c->receive_threads = (int)v;
+			return rc;
+		}
 		if (strcmp(key, "readahead_kb") == 0) {
 			rc = parse_int(p, key, value, 0, 1 << 20, &v);
 			c->readahead_kb = (int)v;
@@ -240,6 +249,7 @@ int kvc_config_parse(const char *text, const char *origin,
 	strcpy(config->vllm_namespace, "vllm");
 	strcpy(config->mountpoint, "/mnt/kvc");
 	config->readahead_kb = 16384;
+	config->receive_threads = -1;
 
 	const char *cursor = text;
 	while (*cursor && rc == 0) {

@@ -22,6 +22,9 @@
  *   [fuse]
  *   mountpoint = /mnt/kvc
  *   readahead_kb = 16384        # kernel readahead of the mount
+ *   receive_threads = auto      # threads receiving read answers in
+ *                               # parallel (auto: half the cores, up to 8,
+ *                               # with 4 cores or more; 0: none)
  *
  * Target ids are the order in which targets appear in the file; the table
  * may only grow (existing files keep their layout). kvc_config_load checks
@@ -68,6 +71,7 @@ struct kvc_config {
 	char vllm_namespace[65];
 	char mountpoint[PATH_MAX];
 	int readahead_kb;
+	int receive_threads; /* -1: auto */
 	uint32_t server_count;
 	struct kvc_config_server servers[KVC_CONFIG_MAX_SERVERS];
 	uint32_t target_count;

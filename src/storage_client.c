@@ -2,6 +2,7 @@
 #include "storage_client.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,11 +57,13 @@ static bool retryable(int rc, bool reused)
 	return reused && (rc == -ECONNRESET || rc == -EPIPE);
 }
 
-/* Record the first failure of an io. */
+/* Record the first failure of an io (receiving threads may race here:
+ * two requests can carry pieces of one io). */
 static void io_fail(struct kvc_storage_io *io, int rc)
 {
-	if (io->result == 0)
-		io->result = rc;
+	int expected = 0;
+	__atomic_compare_exchange_n(&io->result, &expected, rc, false, __ATOMIC_RELAXED,
+	                            __ATOMIC_RELAXED);
 }
 
 static int io_check(struct kvc_storage_client *client, const struct kvc_storage_io *io)
@@ -192,33 +195,131 @@ static int read_receive(struct read_request *req, struct kvc_storage_io *ios)
 	return 1;
 }
 
-/* Send every request of the wave, then receive every answer. */
+/* Receive one sent request's answer into its destinations (retrying once
+ * on a fresh connection when its server restarted), then free it. */
+static void read_finish(struct kvc_storage_client *client, struct kvc_storage_io *ios,
+                        struct read_request *r)
+{
+	struct kvc_rpc_pool *pool = &client->pools[r->server];
+	if (r->rc == 0)
+		r->rc = read_receive(r, ios);
+	if (r->fd >= 0)
+		kvc_rpc_pool_put(pool, r->fd, r->rc == 1);
+	if (r->rc < 0 && retryable(r->rc, r->reused)) {
+		/* The server restarted under an idle connection: once more. */
+		kvc_rpc_pool_drain(pool);
+		r->rc = read_send(client, r);
+		if (r->rc == 0)
+			r->rc = read_receive(r, ios);
+		if (r->fd >= 0)
+			kvc_rpc_pool_put(pool, r->fd, r->rc == 1);
+	}
+	if (r->rc < 0)
+		for (uint32_t k = 0; k < r->head.count; k++)
+			io_fail(&ios[r->dest[k].io], client_error(r->rc));
+	free(r);
+}
+
+/* A wave's receives handed to the receiving threads. */
+struct wave_sync {
+	pthread_mutex_t lock;
+	pthread_cond_t done;
+	int pending;
+};
+
+struct receive_job {
+	struct receive_job *next;
+	struct kvc_storage_client *client;
+	struct kvc_storage_io *ios;
+	struct read_request *request;
+	struct wave_sync *sync;
+};
+
+struct kvc_storage_receivers {
+	pthread_mutex_t lock; /* the job queue */
+	pthread_cond_t work;
+	struct receive_job *head, *tail;
+};
+
+static void *receiver_main(void *arg)
+{
+	struct kvc_storage_receivers *rx = arg;
+	for (;;) {
+		pthread_mutex_lock(&rx->lock);
+		while (!rx->head)
+			pthread_cond_wait(&rx->work, &rx->lock);
+		struct receive_job *job = rx->head;
+		rx->head = job->next;
+		if (!rx->head)
+			rx->tail = NULL;
+		pthread_mutex_unlock(&rx->lock);
+		read_finish(job->client, job->ios, job->request);
+		pthread_mutex_lock(&job->sync->lock);
+		if (--job->sync->pending == 0)
+			pthread_cond_signal(&job->sync->done);
+		pthread_mutex_unlock(&job->sync->lock);
+	}
+	return NULL;
+}
+
+int kvc_storage_client_start_receivers(struct kvc_storage_client *client, int threads)
+{
+	if (threads <= 0)
+		return 0;
+	struct kvc_storage_receivers *rx = calloc(1, sizeof(*rx));
+	if (!rx)
+		return -ENOMEM;
+	pthread_mutex_init(&rx->lock, NULL);
+	pthread_cond_init(&rx->work, NULL);
+	for (int i = 0; i < threads; i++) {
+		pthread_t thread;
+		int rc = pthread_create(&thread, NULL, receiver_main, rx);
+		if (rc)
+			return -rc; /* threads started so far serve on: rx stays owned by them */
+		pthread_detach(thread);
+	}
+	client->receivers = rx;
+	return 0;
+}
+
+/* Send every request of the wave, then receive every answer: with
+ * receiving threads, in parallel (each answer lands in its own part of
+ * the destination buffers). */
 static void read_wave(struct read_plan *plan)
 {
 	struct kvc_storage_client *client = plan->client;
-	for (int i = 0; i < plan->wave_count; i++)
+	struct kvc_storage_receivers *rx = client->receivers;
+	int n = plan->wave_count;
+	for (int i = 0; i < n; i++)
 		plan->wave[i]->rc = read_send(client, plan->wave[i]);
-	for (int i = 0; i < plan->wave_count; i++) {
-		struct read_request *r = plan->wave[i];
-		struct kvc_rpc_pool *pool = &client->pools[r->server];
-		if (r->rc == 0)
-			r->rc = read_receive(r, plan->ios);
-		if (r->fd >= 0)
-			kvc_rpc_pool_put(pool, r->fd, r->rc == 1);
-		if (r->rc < 0 && retryable(r->rc, r->reused)) {
-			/* The server restarted under an idle connection: once more. */
-			kvc_rpc_pool_drain(pool);
-			r->rc = read_send(client, r);
-			if (r->rc == 0)
-				r->rc = read_receive(r, plan->ios);
-			if (r->fd >= 0)
-				kvc_rpc_pool_put(pool, r->fd, r->rc == 1);
-		}
-		if (r->rc < 0)
-			for (uint32_t k = 0; k < r->head.count; k++)
-				io_fail(&plan->ios[r->dest[k].io], client_error(r->rc));
-		free(r);
+	if (!rx || n < 2) {
+		for (int i = 0; i < n; i++)
+			read_finish(client, plan->ios, plan->wave[i]);
+		plan->wave_count = 0;
+		return;
 	}
+	struct wave_sync sync = {.pending = n - 1};
+	struct receive_job jobs[READ_WAVE];
+	pthread_mutex_init(&sync.lock, NULL);
+	pthread_cond_init(&sync.done, NULL);
+	pthread_mutex_lock(&rx->lock);
+	for (int i = 1; i < n; i++) {
+		jobs[i] = (struct receive_job){NULL, client, plan->ios, plan->wave[i], &sync};
+		if (rx->tail)
+			rx->tail->next = &jobs[i];
+		else
+			rx->head = &jobs[i];
+		rx->tail = &jobs[i];
+	}
+	pthread_cond_broadcast(&rx->work);
+	pthread_mutex_unlock(&rx->lock);
+	read_finish(client, plan->ios, plan->wave[0]);
+	pthread_mutex_lock(&sync.lock);
+	while (sync.pending > 0)
+		pthread_cond_wait(&sync.done, &sync.lock);
+	pthread_mutex_unlock(&sync.lock);
+	pthread_mutex_destroy(&sync.lock);
+	pthread_cond_destroy(&sync.done);
 	plan->wave_count = 0;
 }
 

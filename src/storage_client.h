@@ -22,7 +22,10 @@
 #include "config.h"
 #include "rpc.h"
 
+struct kvc_storage_receivers;
+
 struct kvc_storage_client {
+	struct kvc_storage_receivers *receivers; /* NULL: the caller receives */
 	uint32_t server_count;
 	uint32_t target_count;
 	uint32_t target_server[KVC_WIRE_MAX_TARGETS];
@@ -51,6 +54,11 @@ struct kvc_storage_space {
 
 int kvc_storage_client_init(struct kvc_storage_client *client,
                             const struct kvc_config *config);
+
+/* Receive the answers of a read wave on `threads` threads besides the
+ * caller (one core receives at a few GB/s: more cores, more bandwidth).
+ * The threads live as long as the process. Returns 0 or -errno. */
+int kvc_storage_client_start_receivers(struct kvc_storage_client *client, int threads);
 void kvc_storage_client_destroy(struct kvc_storage_client *client);
 
 /* Run many reads (or writes) at once: the pieces of all ios are grouped by

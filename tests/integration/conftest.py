@@ -43,7 +43,8 @@ class Cluster:
             f"io_timeout_ms = 2000\n\n[meta]\naddress = {self.meta_address}\n"
             f"data = {self.dir}/meta\nhttp = {self.http[7:]}\nworld_size = {self.world_size}\n"
             f"http_max_body = 65536\nlease_ms = {self.lease_ms}\n"
-            f"{servers}\n[fuse]\nmountpoint = {self.mount}\n")
+            f"{servers}\n[fuse]\nmountpoint = {self.mount}\n"
+            "receive_threads = 4\n")  # exercise parallel receiving on any machine
 
     def cli(self, *args, check=True):
         return subprocess.run([str(LAUNCHER), *args, "--dir", str(self.dir),
