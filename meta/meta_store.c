@@ -256,10 +256,7 @@ void kvc_meta_store_close(struct kvc_meta_store *s)
 {
 	if (!s)
 		return;
-	if (s->env) {
-		mdb_env_sync(s->env, 1);
-		mdb_env_close(s->env);
-	}
+	kvc_lmdb_close(s->env);
 	free(s);
 }
 

@@ -460,6 +460,24 @@ static int check_format(struct kvc_pool_store *s, MDB_txn *txn)
 	return format == KVC_POOL_FORMAT ? 0 : -EINVAL;
 }
 
+/* Begin a write batch on the pool (ns, rank): the transaction and the
+ * namespace's world. Returns 0, or -ENOENT (no such pool) or -errno with
+ * nothing left open. */
+static int batch_begin(struct kvc_pool_store *s, const char *ns, uint32_t rank, MDB_txn **txn,
+                       struct pool_world *w)
+{
+	struct pool_info p;
+	int rc = begin(s, true, txn);
+	if (rc < 0)
+		return rc;
+	rc = pool_get(s, *txn, ns, rank, &p);
+	if (rc == 0)
+		rc = world_get(s, *txn, ns, w);
+	if (rc < 0)
+		mdb_txn_abort(*txn);
+	return rc;
+}
+
 int kvc_pool_store_open(const char *dir, struct kvc_pool_store **out)
 {
 	struct kvc_pool_store *s = calloc(1, sizeof(*s));
@@ -504,10 +522,7 @@ void kvc_pool_store_close(struct kvc_pool_store *s)
 {
 	if (!s)
 		return;
-	if (s->env) {
-		mdb_env_sync(s->env, 1);
-		mdb_env_close(s->env);
-	}
+	kvc_lmdb_close(s->env);
 	free(s);
 }
 
@@ -646,19 +661,17 @@ int kvc_pool_allocate(struct kvc_pool_store *s, const char *ns, uint32_t rank,
 {
 	MDB_txn *txn;
 	struct pool_world w;
-	struct pool_info p;
 	if (check_ns(ns) < 0 || count > KVC_POOL_MAX_BATCH)
 		return -EINVAL;
 	for (uint32_t i = 0; i < count; i++)
 		if (check_key(&keys[i]) < 0)
 			return -EINVAL;
-	int rc = begin(s, true, &txn);
-	if (rc < 0)
-		return rc;
 	struct counts *c = calloc(1, sizeof(*c));
-	rc = c ? pool_get(s, txn, ns, rank, &p) : -ENOMEM;
-	if (rc == 0)
-		rc = world_get(s, txn, ns, &w);
+	int rc = c ? batch_begin(s, ns, rank, &txn, &w) : -ENOMEM;
+	if (rc < 0) {
+		free(c);
+		return rc;
+	}
 	for (uint32_t i = 0; i < count && rc == 0; i++)
 		rc = allocate_one(s, txn, ns, rank, &keys[i], now_ms, &w, c, &out[i]);
 	if (rc == 0)
@@ -731,19 +744,15 @@ int kvc_pool_confirm(struct kvc_pool_store *s, const char *ns, uint32_t rank,
 {
 	MDB_txn *txn;
 	struct pool_world w;
-	struct pool_info p;
 	(void)now_ms;
 	if (check_ns(ns) < 0 || count > KVC_POOL_MAX_BATCH || release_count > KVC_POOL_MAX_BATCH)
 		return -EINVAL;
 	for (uint32_t i = 0; i < count; i++)
 		if (check_key(&keys[i]) < 0)
 			return -EINVAL;
-	int rc = begin(s, true, &txn);
+	int rc = batch_begin(s, ns, rank, &txn, &w);
 	if (rc < 0)
 		return rc;
-	rc = pool_get(s, txn, ns, rank, &p);
-	if (rc == 0)
-		rc = world_get(s, txn, ns, &w);
 	for (uint32_t i = 0; i < count && rc == 0; i++) {
 		int one = confirm_one(s, txn, ns, rank, &keys[i], pages[i], &w);
 		if (statuses)
@@ -793,16 +802,12 @@ int kvc_pool_locations(struct kvc_pool_store *s, const char *ns, uint32_t rank,
 {
 	MDB_txn *txn;
 	struct pool_world w;
-	struct pool_info p;
 	struct key_record r;
 	if (check_ns(ns) < 0 || count > KVC_POOL_MAX_BATCH)
 		return -EINVAL;
-	int rc = begin(s, true, &txn);
+	int rc = batch_begin(s, ns, rank, &txn, &w);
 	if (rc < 0)
 		return rc;
-	rc = pool_get(s, txn, ns, rank, &p);
-	if (rc == 0)
-		rc = world_get(s, txn, ns, &w);
 	for (uint32_t i = 0; i < count && rc == 0; i++) {
 		pages[i] = -1;
 		int got = check_key(&keys[i]) == 0 ? record_get(s, txn, ns, &keys[i], &r) : -ENOENT;

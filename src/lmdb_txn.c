@@ -25,3 +25,11 @@ int kvc_lmdb_finish(MDB_txn *txn, int rc)
 	int crc = kvc_lmdb_errno(mdb_txn_commit(txn));
 	return crc < 0 ? crc : rc;
 }
+
+void kvc_lmdb_close(MDB_env *env)
+{
+	if (!env)
+		return;
+	mdb_env_sync(env, 1);
+	mdb_env_close(env);
+}

@@ -16,4 +16,7 @@ int kvc_lmdb_errno(int rc);
  * error. */
 int kvc_lmdb_finish(MDB_txn *txn, int rc);
 
+/* Flush and close an environment; safe on NULL. */
+void kvc_lmdb_close(MDB_env *env);
+
 #endif

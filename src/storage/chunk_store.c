@@ -268,10 +268,7 @@ void kvc_chunk_store_close(struct kvc_chunk_store *store)
 {
 	if (!store)
 		return;
-	if (store->env) {
-		mdb_env_sync(store->env, 1);
-		mdb_env_close(store->env);
-	}
+	kvc_lmdb_close(store->env);
 	if (store->dir_fd >= 0)
 		close(store->dir_fd);
 	for (int i = 0; i < LOCK_SLOTS; i++)
