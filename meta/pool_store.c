@@ -198,23 +198,50 @@ static int pool_put(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint
 
 /* ---- key records ---- */
 
+/* Copy a stored record out, checking its shape. */
+static int record_decode(const MDB_val *v, struct key_record *r)
+{
+	if (v->mv_size < sizeof(r->head))
+		return -EIO;
+	memcpy(&r->head, v->mv_data, sizeof(r->head));
+	if (r->head.magic != KEY_MAGIC || r->head.world == 0 ||
+	    r->head.world > KVC_POOL_MAX_WORLD || v->mv_size != record_size(r->head.world))
+		return -EIO;
+	memcpy(r->slots, (const uint8_t *)v->mv_data + sizeof(r->head),
+	       r->head.world * sizeof(struct slot));
+	return 0;
+}
+
 static int record_get(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
                       const struct kvc_pool_key *key, struct key_record *r)
 {
 	uint8_t buf[KEYBUF];
 	MDB_val k = record_key(buf, ns, key), v;
 	int rc = kvc_lmdb_errno(mdb_get(txn, s->keys, &k, &v));
-	if (rc < 0)
-		return rc;
-	if (v.mv_size < sizeof(r->head))
-		return -EIO;
-	memcpy(&r->head, v.mv_data, sizeof(r->head));
-	if (r->head.magic != KEY_MAGIC || r->head.world == 0 ||
-	    r->head.world > KVC_POOL_MAX_WORLD || v.mv_size != record_size(r->head.world))
-		return -EIO;
-	memcpy(r->slots, (const uint8_t *)v.mv_data + sizeof(r->head),
-	       r->head.world * sizeof(struct slot));
-	return 0;
+	return rc < 0 ? rc : record_decode(&v, r);
+}
+
+/* A record found through a batch's cursor, so that it can be rewritten
+ * where it stands (records never change size): one descent, not two. */
+struct record_at {
+	MDB_cursor *cursor;
+	uint8_t buf[KEYBUF];
+	MDB_val key;
+};
+
+static int record_seek(struct record_at *at, const char *ns, const struct kvc_pool_key *key,
+                       struct key_record *r)
+{
+	MDB_val v;
+	at->key = record_key(at->buf, ns, key);
+	int rc = kvc_lmdb_errno(mdb_cursor_get(at->cursor, &at->key, &v, MDB_SET_KEY));
+	return rc < 0 ? rc : record_decode(&v, r);
+}
+
+static int record_rewrite(struct record_at *at, const struct key_record *r)
+{
+	MDB_val v = {record_size(r->head.world), (void *)r};
+	return kvc_lmdb_errno(mdb_cursor_put(at->cursor, &at->key, &v, MDB_CURRENT));
 }
 
 static int record_put(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
@@ -682,11 +709,12 @@ int kvc_pool_allocate(struct kvc_pool_store *s, const char *ns, uint32_t rank,
 	return kvc_lmdb_finish(txn, rc);
 }
 
-static int confirm_one(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint32_t rank,
-                       const struct kvc_pool_key *key, int64_t page, struct pool_world *w)
+static int confirm_one(struct kvc_pool_store *s, MDB_txn *txn, struct record_at *at,
+                       const char *ns, uint32_t rank, const struct kvc_pool_key *key,
+                       int64_t page, struct pool_world *w)
 {
 	struct key_record r;
-	int rc = record_get(s, txn, ns, key, &r);
+	int rc = record_seek(at, ns, key, &r);
 	if (rc == -ENOENT)
 		return -ESTALE;
 	if (rc < 0)
@@ -702,7 +730,7 @@ static int confirm_one(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, u
 		r.head.lru_seq = w->next_lru++;
 		rc = lru_put(s, txn, ns, r.head.lru_seq, key);
 	}
-	return rc == 0 ? record_put(s, txn, ns, key, &r) : rc;
+	return rc == 0 ? record_rewrite(at, &r) : rc;
 }
 
 /* Release a page of rank if an unconfirmed allocation holds it. */
@@ -744,6 +772,7 @@ int kvc_pool_confirm(struct kvc_pool_store *s, const char *ns, uint32_t rank,
 {
 	MDB_txn *txn;
 	struct pool_world w;
+	struct record_at at = {.cursor = NULL};
 	(void)now_ms;
 	if (check_ns(ns) < 0 || count > KVC_POOL_MAX_BATCH || release_count > KVC_POOL_MAX_BATCH)
 		return -EINVAL;
@@ -753,12 +782,14 @@ int kvc_pool_confirm(struct kvc_pool_store *s, const char *ns, uint32_t rank,
 	int rc = batch_begin(s, ns, rank, &txn, &w);
 	if (rc < 0)
 		return rc;
+	rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->keys, &at.cursor));
 	for (uint32_t i = 0; i < count && rc == 0; i++) {
-		int one = confirm_one(s, txn, ns, rank, &keys[i], pages[i], &w);
+		int one = confirm_one(s, txn, &at, ns, rank, &keys[i], pages[i], &w);
 		if (statuses)
 			statuses[i] = one == -ESTALE ? -ESTALE : 0;
 		rc = one == -ESTALE ? 0 : one;
 	}
+	mdb_cursor_close(at.cursor); /* closing NULL is a no-op */
 	struct counts *c = release_count ? calloc(1, sizeof(*c)) : NULL;
 	if (release_count && !c && rc == 0)
 		rc = -ENOMEM;
@@ -805,12 +836,14 @@ int kvc_pool_locations(struct kvc_pool_store *s, const char *ns, uint32_t rank,
 	struct key_record r;
 	if (check_ns(ns) < 0 || count > KVC_POOL_MAX_BATCH)
 		return -EINVAL;
+	struct record_at at = {.cursor = NULL};
 	int rc = batch_begin(s, ns, rank, &txn, &w);
 	if (rc < 0)
 		return rc;
+	rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->keys, &at.cursor));
 	for (uint32_t i = 0; i < count && rc == 0; i++) {
 		pages[i] = -1;
-		int got = check_key(&keys[i]) == 0 ? record_get(s, txn, ns, &keys[i], &r) : -ENOENT;
+		int got = check_key(&keys[i]) == 0 ? record_seek(&at, ns, &keys[i], &r) : -ENOENT;
 		if (got == -ENOENT || (got == 0 && (!complete(&r) || rank >= r.head.world))) {
 			w.misses++;
 			continue;
@@ -834,8 +867,9 @@ int kvc_pool_locations(struct kvc_pool_store *s, const char *ns, uint32_t rank,
 		if (lease)
 			r.head.lease_until = now_ms + lease_ms;
 		if (rc == 0 && (touch || lease))
-			rc = record_put(s, txn, ns, &keys[i], &r);
+			rc = record_rewrite(&at, &r);
 	}
+	mdb_cursor_close(at.cursor);
 	if (rc == 0)
 		rc = world_put(s, txn, ns, &w);
 	return kvc_lmdb_finish(txn, rc);
