@@ -526,14 +526,17 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
+	/* The root also shows the live USRBIO registrations. */
 	static const char names[] = XATTR_LAYOUT "\0" XATTR_INODE;
-	(void)ino;
+	static const char root_names[] = XATTR_LAYOUT "\0" XATTR_INODE "\0" XATTR_USRBIO;
+	const char *list = ino == FUSE_ROOT_ID ? root_names : names;
+	size_t length = ino == FUSE_ROOT_ID ? sizeof(root_names) : sizeof(names);
 	if (size == 0)
-		fuse_reply_xattr(req, sizeof(names));
-	else if (size < sizeof(names))
+		fuse_reply_xattr(req, length);
+	else if (size < length)
 		reply_error(req, -ERANGE);
 	else
-		fuse_reply_buf(req, names, sizeof(names));
+		fuse_reply_buf(req, list, length);
 }
 
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,

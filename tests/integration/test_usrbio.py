@@ -32,6 +32,11 @@ def run(*args, timeout=300, **kw):
                           timeout=timeout, **kw)
 
 
+def test_root_lists_the_registrations_xattr(cluster):
+    listed = run("getfattr", "-d", "-m", "user.kvc", cluster.mount).stdout
+    assert "user.kvc.usrbio=" in listed and "clients=" in listed
+
+
 def registrations(cluster):
     out = run("getfattr", "-n", "user.kvc.usrbio", "--only-values", cluster.mount).stdout
     return dict(kv.split("=") for kv in out.split())
