@@ -8,6 +8,7 @@
  * caller's handle. Everything else belongs to iov and ring handles.
  */
 #include "kvc/usrbio.h"
+#include "kvc/gpu.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -60,6 +61,7 @@ struct kvc_iov {
 	int numa;
 	uint8_t id[16];
 	bool owned; /* we mapped it (create/open): unmap at destroy */
+	bool pinned; /* page-locked for the GPU (src/gpu.c) */
 	uint32_t handle;
 	struct control *control;
 };
@@ -372,6 +374,8 @@ int kvc_iov_wrap(struct kvc_iov **out, void *base, const uint8_t id[16], const c
 }
 
 void *kvc_iov_base(const struct kvc_iov *iov) { return iov->base; }
+int kvc_iov_pinned(const struct kvc_iov *iov) { return iov->pinned; }
+void kvc_iov_set_pinned(struct kvc_iov *iov, int pinned) { iov->pinned = pinned != 0; }
 size_t kvc_iov_size(const struct kvc_iov *iov) { return iov->size; }
 void kvc_iov_id(const struct kvc_iov *iov, uint8_t id[16]) { memcpy(id, iov->id, 16); }
 
@@ -386,6 +390,8 @@ void kvc_iov_destroy(struct kvc_iov *iov)
 {
 	if (!iov)
 		return;
+	if (iov->pinned)
+		kvc_iov_unpin(iov); /* a registered range must not outlive its mapping */
 	struct kvc_msg_handle m = {iov->handle, 0};
 	/* kvc-fuse answers once no ring I/O uses the memory any more. */
 	control_call(iov->control, KVC_MSG_IOV_DEREGISTER, &m, sizeof(m), NULL, 0, NULL, 0);

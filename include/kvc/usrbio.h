@@ -65,6 +65,9 @@ int kvc_iov_wrap(struct kvc_iov **out, void *base, const uint8_t id[16],
                  const char *mount, size_t size, size_t block_size, int numa);
 
 void *kvc_iov_base(const struct kvc_iov *iov);
+/* Whether the iov is page-locked for the GPU (kvc/gpu.h); for libkvc. */
+int kvc_iov_pinned(const struct kvc_iov *iov);
+void kvc_iov_set_pinned(struct kvc_iov *iov, int pinned);
 size_t kvc_iov_size(const struct kvc_iov *iov);
 void kvc_iov_id(const struct kvc_iov *iov, uint8_t id[16]);
 
