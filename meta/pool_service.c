@@ -159,8 +159,18 @@ static int run(struct kvc_pool_store *pools, struct kvc_server_conn *conn,
 		*len = sizeof(*out);
 		return rc < 0 ? rc : 0;
 	}
-	case KVC_MSG_POOL_CLEAR:
-		return kvc_pool_clear(pools, r->ns, r->now);
+	case KVC_MSG_POOL_CLEAR: {
+		/* One bounded step per request: the client repeats while keys
+		 * remain, so no request holds the writer for long. */
+		struct kvc_msg_count_reply *out = calloc(1, sizeof(*out));
+		bool left = false;
+		int rc = out ? kvc_pool_clear_some(pools, r->ns, r->now, 4096, &left) : -ENOMEM;
+		if (out)
+			out->count = left;
+		*reply = out;
+		*len = sizeof(*out);
+		return rc;
+	}
 	case KVC_MSG_POOL_STATS: {
 		struct kvc_pool_stats st;
 		struct kvc_msg_pool_stats *out = calloc(1, sizeof(*out));

@@ -284,6 +284,10 @@ struct counts {
 	uint64_t loaded[KVC_POOL_MAX_WORLD / 64];
 	uint64_t dirty[KVC_POOL_MAX_WORLD / 64];
 	struct pool_info info[KVC_POOL_MAX_WORLD];
+	/* The free list's cursor of an allocation batch: after taking a page
+	 * it rests on the next free one, so the next take needs no descent. */
+	MDB_cursor *free_cursor;
+	bool free_positioned;
 };
 
 static int counts_adjust(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
@@ -335,20 +339,29 @@ static int page_take(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uin
                      const struct kvc_pool_key *key, uint32_t *page, struct counts *c)
 {
 	uint8_t buf[KEYBUF];
-	MDB_cursor *cur;
 	MDB_val k = rank_key(buf, ns, rank), v;
 	size_t prefix = k.mv_size;
-	int rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->free, &cur));
-	if (rc < 0)
-		return rc;
-	rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-	if (rc == 0 && (k.mv_size != prefix + 4 || memcmp(k.mv_data, buf, prefix) != 0))
-		rc = MDB_NOTFOUND;
+	int rc = 0;
+	if (!c->free_cursor)
+		rc = mdb_cursor_open(txn, s->free, &c->free_cursor);
+	if (rc)
+		return kvc_lmdb_errno(rc);
+	/* Where the last take left the cursor, when that is this rank's next
+	 * free page; otherwise a search. Any free page of the rank will do. */
+	rc = c->free_positioned ? mdb_cursor_get(c->free_cursor, &k, &v, MDB_GET_CURRENT)
+	                        : MDB_NOTFOUND;
+	if (rc != 0 || k.mv_size != prefix + 4 || memcmp(k.mv_data, buf, prefix) != 0) {
+		k = (MDB_val){prefix, buf};
+		rc = mdb_cursor_get(c->free_cursor, &k, &v, MDB_SET_RANGE);
+		if (rc == 0 && (k.mv_size != prefix + 4 || memcmp(k.mv_data, buf, prefix) != 0))
+			rc = MDB_NOTFOUND;
+	}
+	c->free_positioned = false;
 	if (rc == 0) {
 		*page = get_be32((const uint8_t *)k.mv_data + prefix);
-		rc = mdb_cursor_del(cur, 0);
+		rc = mdb_cursor_del(c->free_cursor, 0);
+		c->free_positioned = rc == 0;
 	}
-	mdb_cursor_close(cur);
 	if (rc == MDB_NOTFOUND)
 		return -ENOSPC;
 	rc = kvc_lmdb_errno(rc);
@@ -701,6 +714,7 @@ int kvc_pool_allocate(struct kvc_pool_store *s, const char *ns, uint32_t rank,
 	}
 	for (uint32_t i = 0; i < count && rc == 0; i++)
 		rc = allocate_one(s, txn, ns, rank, &keys[i], now_ms, &w, c, &out[i]);
+	mdb_cursor_close(c->free_cursor); /* NULL when nothing was taken */
 	if (rc == 0)
 		rc = counts_flush(s, txn, ns, c);
 	if (rc == 0)
@@ -950,10 +964,8 @@ int kvc_pool_delete(struct kvc_pool_store *s, const char *ns, const struct kvc_p
 	return rc < 0 ? rc : deleted;
 }
 
-/* Delete up to `max` live keys of ns in one transaction; *left says
- * whether any remain. */
-static int clear_some(struct kvc_pool_store *s, const char *ns, uint64_t now_ms, int max,
-                      bool *left)
+int kvc_pool_clear_some(struct kvc_pool_store *s, const char *ns, uint64_t now_ms, int max,
+                        bool *left)
 {
 	MDB_txn *txn;
 	struct pool_world w;
@@ -1007,7 +1019,7 @@ int kvc_pool_clear(struct kvc_pool_store *s, const char *ns, uint64_t now_ms)
 	bool left = true;
 	int rc = check_ns(ns);
 	while (rc == 0 && left)
-		rc = clear_some(s, ns, now_ms, CLEAR_CHUNK, &left);
+		rc = kvc_pool_clear_some(s, ns, now_ms, CLEAR_CHUNK, &left);
 	return rc;
 }
 

@@ -129,6 +129,12 @@ int kvc_pool_delete(struct kvc_pool_store *store, const char *ns,
  * up: keys added meanwhile may survive. */
 int kvc_pool_clear(struct kvc_pool_store *store, const char *ns, uint64_t now_ms);
 
+/* One step of a clear: delete up to max live keys of ns in one
+ * transaction; *left tells whether any remain. For callers that must
+ * answer within a bound (the binary protocol). */
+int kvc_pool_clear_some(struct kvc_pool_store *store, const char *ns, uint64_t now_ms, int max,
+                        bool *left);
+
 /* Counts of a pool and its namespace (walks the namespace's keys: for
  * administration, not for every request). */
 int kvc_pool_stats(struct kvc_pool_store *store, const char *ns, uint32_t rank,

@@ -195,8 +195,17 @@ int kvc_meta_delete(struct kvc_meta *m, const char *ns, const struct kvc_meta_ke
 
 int kvc_meta_clear(struct kvc_meta *m, const char *ns)
 {
-	return call(m, KVC_MSG_POOL_CLEAR, ns, head_of(0, 0, 0), NULL, NULL, 0, NULL, 0, NULL, 0,
-	            NULL);
+	/* kvc-meta clears a bounded number of keys per request and says
+	 * whether keys remain. */
+	struct kvc_msg_count_reply left = {1};
+	int rc = 0;
+	while (rc == 0 && left.count) {
+		uint32_t len = 0;
+		left.count = 0;
+		rc = call(m, KVC_MSG_POOL_CLEAR, ns, head_of(0, 0, 0), NULL, NULL, 0, NULL, 0, &left,
+		          sizeof(left), &len);
+	}
+	return rc;
 }
 
 int kvc_meta_pool_stats(struct kvc_meta *m, const char *ns, uint32_t rank,

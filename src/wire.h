@@ -367,6 +367,8 @@ _Static_assert(sizeof(struct kvc_msg_ring_register) == 32, "");
  *   EXISTS     count u8 (1: complete)
  *   LOCATIONS  count i64 pages (-1: not complete)
  *   DELETE     u64 deleted;  FSCK: i64 problems
+ *   CLEAR      u64: 1 when keys remain (each request clears a bounded
+ *              number; the client repeats)
  *   STATS      kvc_msg_pool_stats
  *   LIST       count kvc_msg_pool_entry (kvc_msg_count_reply first)
  *   KEYS       (request: count 0 or 1 key to start after, value = max)

@@ -312,3 +312,34 @@ Test(pool_store, keys_list_in_pages_and_skip_retired)
 	kvc_pool_delete(store, "kv", &k1, 1, 0);
 	cr_assert_eq(kvc_pool_keys(store, "kv", &none, 4, out, &more), 2);
 }
+
+Test(pool_store, one_batch_taking_and_evicting_keeps_accounting)
+{
+	cr_assert_eq(kvc_pool_init(store, "kv", 0, 16, 1), 0);
+	fill("kv", 16, "old");
+	char names[16][8];
+	struct kvc_pool_key keys[16];
+	struct kvc_pool_allocation out[16];
+	for (int i = 0; i < 16; i++) {
+		snprintf(names[i], sizeof(names[i]), "new%d", i);
+		keys[i] = K(names[i]);
+	}
+	cr_assert_eq(kvc_pool_allocate(store, "kv", 0, keys, 16, 0, out), 0);
+	bool seen[16] = {0};
+	for (int i = 0; i < 16; i++) {
+		cr_assert(out[i].page >= 0 && out[i].page < 16, "key %d got %lld", i,
+		          (long long)out[i].page);
+		cr_assert_not(seen[out[i].page], "page %lld given twice", (long long)out[i].page);
+		seen[out[i].page] = true;
+	}
+	check_accounting();
+	cr_assert_eq(free_pages("kv", 0), 0);
+	/* and a batch on a pool with free pages spread around */
+	struct kvc_pool_key drop[3] = {K("new1"), K("new7"), K("new12")};
+	kvc_pool_delete(store, "kv", drop, 3, 0);
+	struct kvc_pool_key more[3] = {K("m0"), K("m1"), K("m2")};
+	cr_assert_eq(kvc_pool_allocate(store, "kv", 0, more, 3, 0, out), 0);
+	for (int i = 0; i < 3; i++)
+		cr_assert_geq(out[i].page, 0);
+	check_accounting();
+}
