@@ -1115,6 +1115,86 @@ int kvc_pool_keys(struct kvc_pool_store *s, const char *ns, const struct kvc_poo
 	return rc < 0 ? rc : count;
 }
 
+/* Free the retired keys of ns whose lease ended (at most max). Retired
+ * keys sort first in the namespace's LRU, so this reads only its head. */
+static int sweep_namespace(struct kvc_pool_store *s, const char *ns, uint64_t now_ms, int max)
+{
+	MDB_txn *txn;
+	struct pool_world w;
+	uint8_t buf[KEYBUF], name[KVC_POOL_MAX_KEY];
+	int freed = 0;
+	int rc = begin(s, true, &txn);
+	if (rc < 0)
+		return rc;
+	rc = world_get(s, txn, ns, &w);
+	struct counts *c = rc == 0 ? calloc(1, sizeof(*c)) : NULL;
+	if (rc == 0 && !c)
+		rc = -ENOMEM;
+	size_t prefix = key_ns(buf, ns);
+	while (rc == 0 && freed < max) {
+		MDB_cursor *cur;
+		MDB_val k = {prefix, buf}, v;
+		struct key_record r;
+		struct kvc_pool_key key = {(const char *)name, 0};
+		rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->lru, &cur));
+		if (rc < 0)
+			break;
+		int got = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+		bool found = false;
+		/* Walk the retired head (seqs below LRU_BASE) for an ended lease. */
+		while (got == 0 && k.mv_size == prefix + 8 && memcmp(k.mv_data, buf, prefix) == 0) {
+			uint64_t seq = (uint64_t)get_be32((const uint8_t *)k.mv_data + prefix) << 32 |
+			               get_be32((const uint8_t *)k.mv_data + prefix + 4);
+			if (seq >= LRU_BASE || v.mv_size > sizeof(name))
+				break;
+			key.length = (uint32_t)v.mv_size;
+			memcpy(name, v.mv_data, v.mv_size);
+			if (record_get(s, txn, ns, &key, &r) == 0 && r.head.lease_until <= now_ms) {
+				found = true;
+				break;
+			}
+			got = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+		}
+		mdb_cursor_close(cur);
+		if (!found)
+			break;
+		rc = record_drop(s, txn, ns, &key, &r, c);
+		freed++;
+	}
+	if (rc == 0 && freed)
+		rc = counts_flush(s, txn, ns, c);
+	free(c);
+	rc = kvc_lmdb_finish(txn, rc);
+	return rc < 0 ? rc : freed;
+}
+
+struct sweep_arg {
+	struct kvc_pool_store *s;
+	uint64_t now_ms;
+	int freed;
+	char last_ns[KVC_POOL_MAX_NAMESPACE + 1];
+};
+
+static int sweep_pool(void *arg, const char *ns, uint32_t rank, uint32_t num_pages,
+                      uint32_t free_pages)
+{
+	struct sweep_arg *a = arg;
+	(void)rank, (void)num_pages, (void)free_pages;
+	if (strcmp(ns, a->last_ns) == 0)
+		return 0; /* once per namespace (pools are listed per rank) */
+	strcpy(a->last_ns, ns);
+	int n = sweep_namespace(a->s, ns, a->now_ms, 4096);
+	a->freed += n > 0 ? n : 0;
+	return 0;
+}
+
+int kvc_pool_sweep(struct kvc_pool_store *s, uint64_t now_ms)
+{
+	struct sweep_arg a = {.s = s, .now_ms = now_ms};
+	int rc = kvc_pool_list(s, sweep_pool, &a);
+	return rc < 0 ? rc : a.freed;
+}
+
 int kvc_pool_info(struct kvc_pool_store *s, const char *ns, uint32_t rank,
                   uint32_t *num_pages, uint32_t *free_pages)
 {

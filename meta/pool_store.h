@@ -161,6 +161,11 @@ int kvc_pool_keys(struct kvc_pool_store *store, const char *ns,
                   const struct kvc_pool_key *after, uint32_t max,
                   struct kvc_pool_key_info *out, bool *more);
 
+/* Give back the pages of retired keys whose lease ended (up to 4096 keys
+ * per namespace per call; kvc-meta calls it every sync interval). Returns
+ * how many keys were freed. */
+int kvc_pool_sweep(struct kvc_pool_store *store, uint64_t now_ms);
+
 /* Visit every pool: fn(arg, ns, rank, num_pages, free_pages); stop on
  * non-zero. */
 int kvc_pool_list(struct kvc_pool_store *store,

@@ -343,3 +343,22 @@ Test(pool_store, one_batch_taking_and_evicting_keeps_accounting)
 		cr_assert_geq(out[i].page, 0);
 	check_accounting();
 }
+
+Test(pool_store, sweep_frees_retired_keys_once_their_lease_ends)
+{
+	cr_assert_eq(kvc_pool_init(store, "kv", 0, 8, 1), 0);
+	fill("kv", 2, "k");
+	struct kvc_pool_key keys[2] = {K("k0"), K("k1")};
+	int64_t pages[2];
+	cr_assert_eq(kvc_pool_locations(store, "kv", 0, keys, 2, 1000, 5000, pages), 0);
+	cr_assert_eq(kvc_pool_delete(store, "kv", keys, 2, 1000), 2);
+	cr_assert_eq(free_pages("kv", 0), 6, "retired: pages held while leased");
+	cr_assert_eq(kvc_pool_sweep(store, 2000), 0, "leases still running");
+	cr_assert_eq(free_pages("kv", 0), 6);
+	cr_assert_eq(kvc_pool_sweep(store, 6001), 2);
+	cr_assert_eq(free_pages("kv", 0), 8, "pages back without any pressure");
+	check_accounting();
+	struct kvc_pool_stats st;
+	kvc_pool_stats(store, "kv", 0, 6001, &st);
+	cr_assert_eq(st.retired_keys, 0);
+}
