@@ -13,6 +13,7 @@ struct entry {
 	uint64_t size;           /* what this daemon knows */
 	uint64_t committed_size; /* what kvc-meta has */
 	uint32_t open_count;
+	bool orphaned;           /* unlinked while open: remove at last close */
 };
 
 struct kvc_inode_table {
@@ -31,7 +32,7 @@ static struct entry **slot(struct kvc_inode_table *t, uint64_t ino)
 static void drop_if_unused(struct entry **p)
 {
 	struct entry *e = *p;
-	if (e && e->open_count == 0 && e->size <= e->committed_size) {
+	if (e && e->open_count == 0 && e->size <= e->committed_size && !e->orphaned) {
 		*p = e->next;
 		free(e);
 	}
@@ -87,13 +88,37 @@ out:
 	return rc;
 }
 
-void kvc_inode_table_release(struct kvc_inode_table *t, uint64_t ino)
+int kvc_inode_table_release(struct kvc_inode_table *t, uint64_t ino)
 {
+	int orphan_done = 0;
 	pthread_mutex_lock(&t->lock);
 	struct entry **p = slot(t, ino);
 	if (*p && (*p)->open_count > 0)
 		(*p)->open_count--;
+	if (*p && (*p)->open_count == 0 && (*p)->orphaned) {
+		(*p)->orphaned = false; /* the caller removes it now */
+		orphan_done = 1;
+	}
 	drop_if_unused(p);
+	pthread_mutex_unlock(&t->lock);
+	return orphan_done;
+}
+
+bool kvc_inode_table_is_open(struct kvc_inode_table *t, uint64_t ino)
+{
+	pthread_mutex_lock(&t->lock);
+	struct entry *e = *slot(t, ino);
+	bool open = e && e->open_count > 0;
+	pthread_mutex_unlock(&t->lock);
+	return open;
+}
+
+void kvc_inode_table_mark_orphan(struct kvc_inode_table *t, uint64_t ino)
+{
+	pthread_mutex_lock(&t->lock);
+	struct entry *e = *slot(t, ino);
+	if (e)
+		e->orphaned = true;
 	pthread_mutex_unlock(&t->lock);
 }
 

@@ -197,6 +197,9 @@ int main(int argc, char **argv)
 		        fs.config.meta_address, strerror(-rc));
 		return 1;
 	}
+	if (gethostname(fs.host, sizeof(fs.host) - 1) < 0)
+		strcpy(fs.host, "localhost");
+	kvc_fuse_clean_orphans(&fs);
 	signal(SIGPIPE, SIG_IGN);
 	pthread_t flusher;
 	pthread_create(&flusher, NULL, size_flusher, &fs);

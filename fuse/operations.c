@@ -176,9 +176,95 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	reply_entry(req, rc, &attr);
 }
 
+/* The orphan directory's inode, made on first use. */
+static int orphan_dir(struct kvc_fuse *fs, uint64_t *ino)
+{
+	struct kvc_attr attr;
+	int rc = kvc_meta_client_lookup(&fs->meta, FUSE_ROOT_ID, KVC_FUSE_ORPHANS, &attr);
+	if (rc == -ENOENT) {
+		rc = kvc_meta_client_mkdir(&fs->meta, FUSE_ROOT_ID, KVC_FUSE_ORPHANS, 0700, 0, 0,
+		                           &attr);
+		if (rc == -EEXIST) /* another client made it meanwhile */
+			rc = kvc_meta_client_lookup(&fs->meta, FUSE_ROOT_ID, KVC_FUSE_ORPHANS, &attr);
+	}
+	if (rc == 0)
+		*ino = attr.ino;
+	return rc;
+}
+
+static void orphan_name(const struct kvc_fuse *fs, uint64_t ino, char *out, size_t size)
+{
+	snprintf(out, size, "%s.%" PRIu64, fs->host, ino);
+}
+
+/* A file open here keeps its data until its last close (POSIX): it moves
+ * to the orphan directory instead of going; release removes it. */
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	reply_error(req, kvc_meta_client_unlink(&fs_of(req)->meta, parent, name));
+	struct kvc_fuse *fs = fs_of(req);
+	struct kvc_attr attr;
+	uint64_t orphans;
+	char orphan[96];
+	int rc = kvc_meta_client_lookup(&fs->meta, parent, name, &attr);
+	if (rc == 0 && S_ISREG(attr.mode) && kvc_inode_table_is_open(fs->inodes, attr.ino)) {
+		rc = orphan_dir(fs, &orphans);
+		orphan_name(fs, attr.ino, orphan, sizeof(orphan));
+		if (rc == 0)
+			rc = kvc_meta_client_rename(&fs->meta, parent, name, orphans, orphan, 0);
+		if (rc == 0)
+			kvc_inode_table_mark_orphan(fs->inodes, attr.ino);
+		reply_error(req, rc);
+		return;
+	}
+	reply_error(req, kvc_meta_client_unlink(&fs->meta, parent, name));
+}
+
+/* The last close of an orphan: now it goes. */
+static void remove_orphan(struct kvc_fuse *fs, uint64_t ino)
+{
+	uint64_t orphans;
+	char orphan[96];
+	orphan_name(fs, ino, orphan, sizeof(orphan));
+	int rc = orphan_dir(fs, &orphans);
+	if (rc == 0)
+		rc = kvc_meta_client_unlink(&fs->meta, orphans, orphan);
+	if (rc < 0)
+		kvc_log_warn("orphan %s not removed: %s (kvc-fuse's next start retries)", orphan,
+		             strerror(-rc));
+}
+
+void kvc_fuse_clean_orphans(struct kvc_fuse *fs)
+{
+	static struct kvc_meta_dirents page;
+	uint64_t orphans;
+	char prefix[80];
+	snprintf(prefix, sizeof(prefix), "%s.", fs->host);
+	struct kvc_attr root;
+	if (kvc_meta_client_lookup(&fs->meta, FUSE_ROOT_ID, KVC_FUSE_ORPHANS, &root) < 0)
+		return;
+	orphans = root.ino;
+	/* Collect first, then remove: removing while paging would skip some. */
+	char (*names)[KVC_WIRE_MAX_NAME + 1] = malloc(4096 * sizeof(*names));
+	int count = 0;
+	char after[KVC_WIRE_MAX_NAME + 1] = "";
+	int rc;
+	do {
+		rc = kvc_meta_client_readdir(&fs->meta, orphans, after, 512, &page);
+		const char *name;
+		uint32_t len;
+		struct kvc_attr attr;
+		while (rc == 0 && names && kvc_meta_client_dirent_next(&page, &name, &len, &attr) == 1) {
+			memcpy(after, name, len);
+			after[len] = '\0';
+			if (count < 4096 && strncmp(after, prefix, strlen(prefix)) == 0)
+				strcpy(names[count++], after);
+		}
+	} while (rc == 0 && page.more && count < 4096);
+	for (int i = 0; i < count; i++)
+		kvc_meta_client_unlink(&fs->meta, orphans, names[i]);
+	if (count)
+		kvc_log_info("removed %d file(s) a previous run left unlinked but open", count);
+	free(names);
 }
 
 static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -324,7 +410,8 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	if (rc < 0)
 		kvc_log_warn("release of inode %" PRIu64 ": size not committed yet: %s",
 		             (uint64_t)ino, strerror(-rc));
-	kvc_inode_table_release(fs->inodes, ino);
+	if (kvc_inode_table_release(fs->inodes, ino))
+		remove_orphan(fs, ino);
 	reply_error(req, 0);
 }
 

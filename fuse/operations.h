@@ -30,7 +30,16 @@ struct kvc_fuse {
 	struct fuse_session *session; /* set once mounted; for invalidations */
 	/* USRBIO registrations now, shown by the root's user.kvc.usrbio */
 	atomic_int usrbio_clients, usrbio_iovs, usrbio_rings, usrbio_files;
+	/* Files unlinked while open here wait in /.kvc-orphans as
+	 * "<host>.<inode>" until their last close. */
+	char host[64];
 };
+
+#define KVC_FUSE_ORPHANS ".kvc-orphans"
+
+/* Remove what a previous run of this host left in the orphan directory
+ * (it crashed with files open). Call before mounting. */
+void kvc_fuse_clean_orphans(struct kvc_fuse *fs);
 
 extern const struct fuse_lowlevel_ops kvc_fuse_operations;
 

@@ -118,3 +118,17 @@ def test_admin_status_and_stat(cluster, workdir):
     assert '"size":3000' in st and '"stripe":3' in st
     missing = cluster.admin("stat", "no/such/file", check=False)
     assert missing.returncode == 1 and "No such file" in missing.stderr
+
+
+def test_file_removed_while_open_keeps_its_data_until_closed(cluster, workdir):
+    import time
+    data = os.urandom(5 * (1 << 20) + 77)
+    (workdir / "held").write_bytes(data)
+    with open(workdir / "held", "rb") as reader:
+        assert run("rm", str(workdir / "held")).returncode == 0
+        assert not (workdir / "held").exists()
+        assert os.listdir(workdir) == []
+        time.sleep(2.5)  # past the collector's pass: chunks would be gone
+        assert reader.read() == data, "the reader lost its data"
+    orphans = cluster.mount / ".kvc-orphans"
+    assert os.listdir(orphans) == [], "removed at the last close"

@@ -85,3 +85,16 @@ Test(inode_table, reopen_takes_the_servers_size_when_clean)
 	kvc_inode_table_get(table, 42, &layout, &size);
 	cr_assert_eq(size, 8000, "a dirty local size is not lost to a stale one");
 }
+
+Test(inode_table, an_orphan_is_removed_at_its_last_close)
+{
+	kvc_inode_table_open(table, &file);
+	kvc_inode_table_open(table, &file);
+	cr_assert(kvc_inode_table_is_open(table, 42));
+	kvc_inode_table_mark_orphan(table, 42);
+	cr_assert_eq(kvc_inode_table_release(table, 42), 0, "still open once");
+	cr_assert_eq(kvc_inode_table_release(table, 42), 1, "last close: remove it now");
+	cr_assert_not(kvc_inode_table_is_open(table, 42));
+	kvc_inode_table_open(table, &file);
+	cr_assert_eq(kvc_inode_table_release(table, 42), 0, "a plain file is not an orphan");
+}
