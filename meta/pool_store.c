@@ -113,6 +113,22 @@ static MDB_val rank_key(uint8_t *buf, const char *ns, uint32_t rank)
 	return (MDB_val){n + 4, buf};
 }
 
+/* The inverse of rank_key plus its pool_info value; false for an entry of another shape. */
+static bool pool_entry_decode(const MDB_val *k, const MDB_val *v,
+                              char ns[KVC_POOL_MAX_NAMESPACE + 1], uint32_t *rank,
+                              struct pool_info *p)
+{
+	const uint8_t *key = k->mv_data;
+	size_t n = strnlen((const char *)key, k->mv_size);
+	if (v->mv_size != sizeof(*p) || n + 5 != k->mv_size || n > KVC_POOL_MAX_NAMESPACE)
+		return false;
+	memcpy(ns, key, n);
+	ns[n] = '\0';
+	*rank = get_be32(key + n + 1);
+	memcpy(p, v->mv_data, sizeof(*p));
+	return true;
+}
+
 static MDB_val record_key(uint8_t *buf, const char *ns, const struct kvc_pool_key *k)
 {
 	size_t n = key_ns(buf, ns);
@@ -1229,16 +1245,11 @@ int kvc_pool_list(struct kvc_pool_store *s,
 	int got = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_FIRST) : MDB_NOTFOUND;
 	while (got == 0) {
 		struct pool_info p;
-		const uint8_t *key = k.mv_data;
-		size_t n = strnlen((const char *)key, k.mv_size);
-		if (v.mv_size == sizeof(p) && n + 5 == k.mv_size) {
-			char ns[KVC_POOL_MAX_NAMESPACE + 1];
-			memcpy(ns, key, n);
-			ns[n] = '\0';
-			memcpy(&p, v.mv_data, sizeof(p));
-			if (fn(arg, ns, get_be32(key + n + 1), p.num_pages, p.free_pages))
-				break;
-		}
+		char ns[KVC_POOL_MAX_NAMESPACE + 1];
+		uint32_t rank;
+		if (pool_entry_decode(&k, &v, ns, &rank, &p) &&
+		    fn(arg, ns, rank, p.num_pages, p.free_pages))
+			break;
 		got = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
 	}
 	if (rc == 0)
@@ -1381,14 +1392,9 @@ int64_t kvc_pool_fsck(struct kvc_pool_store *s, bool repair)
 	int got = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_FIRST) : MDB_NOTFOUND;
 	while (got == 0 && f.rc == 0) {
 		struct pool_info p;
-		const uint8_t *key = k.mv_data;
-		size_t n = strnlen((const char *)key, k.mv_size);
-		if (v.mv_size == sizeof(p) && n + 5 == k.mv_size) {
-			char ns[KVC_POOL_MAX_NAMESPACE + 1];
-			memcpy(ns, key, n);
-			ns[n] = '\0';
-			memcpy(&p, v.mv_data, sizeof(p));
-			uint32_t rank = get_be32(key + n + 1);
+		char ns[KVC_POOL_MAX_NAMESPACE + 1];
+		uint32_t rank;
+		if (pool_entry_decode(&k, &v, ns, &rank, &p)) {
 			mdb_cursor_close(cur);
 			fsck_pool(&f, ns, rank, p.num_pages, p.free_pages);
 			/* The pool table may have changed: find our place again. */
