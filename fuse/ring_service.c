@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fuse/device_io.h"
 #include "layout.h"
 #include "log.h"
 #include "ring.h"
@@ -150,18 +151,28 @@ static uint32_t batch_size(struct kvc_ring_service *svc, struct kvc_ring_server_
 	return n < MAX_BATCH ? n : MAX_BATCH;
 }
 
+_Static_assert(MAX_BATCH <= KVC_DEVICE_MAX_IOS, "a batch must fit device_io");
+
+/* A worker's batch: its entries, and the ios of those that run. */
 struct batch {
 	struct kvc_ring_sqe sqe[MAX_BATCH];
 	struct kvc_storage_io io[MAX_BATCH];
 	uint64_t ino[MAX_BATCH];
+	int device[MAX_BATCH];     /* per io: the GPU of its iov, or -1 */
 	int64_t result[MAX_BATCH]; /* set early for refused entries */
 	int runnable[MAX_BATCH];   /* index into io of each runnable entry, or -1 */
+	/* A batch mixing device and host iovs: each kind gathered, and
+	 * where each io came from in io[]. */
+	struct kvc_storage_io device_io[MAX_BATCH], host_io[MAX_BATCH];
+	int device_of[MAX_BATCH];
+	int device_from[MAX_BATCH], host_from[MAX_BATCH];
+	struct kvc_device_stager *stager; /* the worker's, made on first use */
 };
 
 /* Check one entry against the client's registrations; fill its io. */
 static int prepare_entry(struct kvc_fuse *fs, struct kvc_ring_server_ring *ring,
                          const struct kvc_ring_sqe *e, struct kvc_storage_io *io,
-                         uint64_t *ino)
+                         uint64_t *ino, int *device)
 {
 	bool read = e->op == KVC_RING_READ;
 	if ((e->op != KVC_RING_READ && e->op != KVC_RING_WRITE) || read != ring->for_read)
@@ -174,7 +185,7 @@ static int prepare_entry(struct kvc_fuse *fs, struct kvc_ring_server_ring *ring,
 	struct kvc_usrbio_file file;
 	void *memory;
 	int rc = kvc_usrbio_resolve_iov(ring->client, e->iov_handle, e->iov_offset, e->length,
-	                                &memory);
+	                                &memory, device);
 	if (rc == 0)
 		rc = kvc_usrbio_resolve_file(ring->client, e->fd, &file);
 	if (rc < 0)
@@ -205,20 +216,60 @@ static void post(struct kvc_ring_server_ring *ring, uint32_t slot, const struct 
 	atomic_store_explicit(&sh->cq_tail, tail + 1, memory_order_release);
 }
 
+static void run_storage(struct kvc_ring_service *svc, bool read, struct kvc_storage_io *ios,
+                        int count)
+{
+	if (count > 0 && read)
+		kvc_storage_client_read_batch(&svc->fs->storage, ios, count);
+	else if (count > 0)
+		kvc_storage_client_write_batch(&svc->fs->storage, ios, count);
+}
+
+/* Run a batch's ios: those of device iovs through device_io (the storage
+ * client cannot address GPU memory), the others straight. */
+static void run_ios(struct kvc_ring_service *svc, struct kvc_ring_server_ring *ring,
+                    struct batch *b, int count)
+{
+	int host = 0, gpu = 0;
+	for (int k = 0; k < count; k++)
+		gpu += b->device[k] >= 0;
+	if (gpu == 0) {
+		run_storage(svc, ring->for_read, b->io, count);
+		return;
+	}
+	gpu = 0;
+	for (int k = 0; k < count; k++) {
+		if (b->device[k] < 0) {
+			b->host_io[host] = b->io[k];
+			b->host_from[host++] = k;
+		} else {
+			b->device_io[gpu] = b->io[k];
+			b->device_of[gpu] = b->device[k];
+			b->device_from[gpu++] = k;
+		}
+	}
+	kvc_device_io_run(&b->stager, (size_t)svc->fs->config.gpu_staging_mb << 20,
+	                  &svc->fs->storage, b->device_io, b->device_of, gpu, ring->for_read);
+	run_storage(svc, ring->for_read, b->host_io, host);
+	for (int j = 0; j < gpu; j++)
+		b->io[b->device_from[j]].result = b->device_io[j].result;
+	for (int j = 0; j < host; j++)
+		b->io[b->host_from[j]].result = b->host_io[j].result;
+}
+
 /* Run the checked entries of a batch and record each one's result. */
 static void execute(struct kvc_ring_service *svc, struct kvc_ring_server_ring *ring,
                     struct batch *b, uint32_t n)
 {
 	int count = 0;
 	for (uint32_t i = 0; i < n; i++) {
-		int rc = prepare_entry(svc->fs, ring, &b->sqe[i], &b->io[count], &b->ino[count]);
+		int rc = prepare_entry(svc->fs, ring, &b->sqe[i], &b->io[count], &b->ino[count],
+		                       &b->device[count]);
 		b->result[i] = rc;
 		b->runnable[i] = rc == 0 && b->io[count].length > 0 ? count++ : -1;
 	}
-	if (count > 0 && ring->for_read)
-		kvc_storage_client_read_batch(&svc->fs->storage, b->io, count);
-	else if (count > 0)
-		kvc_storage_client_write_batch(&svc->fs->storage, b->io, count);
+	if (count > 0)
+		run_ios(svc, ring, b, count);
 	for (uint32_t i = 0; i < n; i++) {
 		int k = b->runnable[i];
 		if (k < 0) /* refused (negative) or a read at/after the end (0) */
@@ -301,7 +352,7 @@ seen:
 static void *worker_main(void *arg)
 {
 	struct kvc_ring_service *svc = arg;
-	struct batch *b = malloc(sizeof(*b));
+	struct batch *b = calloc(1, sizeof(*b));
 	if (!b)
 		return NULL;
 	for (;;) {

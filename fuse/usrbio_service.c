@@ -35,6 +35,7 @@ static struct kvc_usrbio_client *client_of(void *conn_service, struct kvc_server
 	c->uid = cred.uid;
 	c->pid = cred.pid;
 	c->fs = ((struct kvc_usrbio *)conn_service)->fs;
+	c->imports = ((struct kvc_usrbio *)conn_service)->imports;
 	atomic_fetch_add(&c->fs->usrbio_clients, 1);
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->idle, NULL);
@@ -92,7 +93,8 @@ static int iov_register(struct kvc_usrbio_client *c, struct kvc_server_conn *con
 			rc = -errno;
 		} else {
 			pthread_mutex_lock(&c->lock);
-			c->iovs[slot] = (struct kvc_usrbio_iov){(char *)map + skew, m->size};
+			c->iovs[slot] = (struct kvc_usrbio_iov){.base = (char *)map + skew,
+			                                        .size = m->size, .device = -1};
 			pthread_mutex_unlock(&c->lock);
 			atomic_fetch_add(&c->fs->usrbio_iovs, 1);
 			reply->handle = (uint32_t)slot;
@@ -102,17 +104,45 @@ static int iov_register(struct kvc_usrbio_client *c, struct kvc_server_conn *con
 	return rc;
 }
 
-static void unmap_iov(struct kvc_usrbio_iov *iov)
+/* Register GPU memory the client shared over CUDA IPC (no fd). */
+static int iov_register_device(struct kvc_usrbio_client *c,
+                               const struct kvc_msg_iov_register_device *m,
+                               struct kvc_msg_handle *reply)
 {
-	uintptr_t base = (uintptr_t)iov->base;
-	uintptr_t skew = base & 4095u;
-	munmap((void *)(base - skew), iov->size + skew);
-	iov->base = NULL;
+	struct kvc_device_memory memory;
+	if (m->size == 0 || m->size > MAX_IOV_SIZE || m->offset > MAX_IOV_SIZE)
+		return -EINVAL;
+	int rc = kvc_device_import(c->imports, m, &memory);
+	if (rc < 0)
+		return rc;
+	pthread_mutex_lock(&c->lock);
+	int slot = -1;
+	for (int i = 0; i < KVC_USRBIO_MAX_IOVS && slot < 0; i++)
+		if (!c->iovs[i].base)
+			slot = i;
+	if (slot >= 0)
+		c->iovs[slot] = (struct kvc_usrbio_iov){.base = memory.address, .size = memory.size,
+		                                        .device = memory.device, .gpu = memory};
+	pthread_mutex_unlock(&c->lock);
+	if (slot < 0) {
+		kvc_device_release(c->imports, &memory);
+		return -EMFILE;
+	}
+	atomic_fetch_add(&c->fs->usrbio_iovs, 1);
+	reply->handle = (uint32_t)slot;
+	return 0;
 }
 
 static void unmap_client_iov(struct kvc_usrbio_client *c, struct kvc_usrbio_iov *iov)
 {
-	unmap_iov(iov);
+	if (iov->device >= 0) {
+		kvc_device_release(c->imports, &iov->gpu);
+	} else {
+		uintptr_t base = (uintptr_t)iov->base;
+		uintptr_t skew = base & 4095u;
+		munmap((void *)(base - skew), iov->size + skew);
+	}
+	iov->base = NULL;
 	atomic_fetch_sub(&c->fs->usrbio_iovs, 1);
 }
 
@@ -267,6 +297,13 @@ static int handle(void *service, struct kvc_server_conn *conn, const struct kvc_
 		reply_len = sizeof(reply.handle);
 		break;
 	}
+	case KVC_MSG_IOV_REGISTER_DEVICE: {
+		const struct kvc_msg_iov_register_device *m =
+			BODY(conn, h, struct kvc_msg_iov_register_device);
+		rc = m ? iov_register_device(c, m, &reply.handle) : -EINVAL;
+		reply_len = sizeof(reply.handle);
+		break;
+	}
 	case KVC_MSG_IOV_DEREGISTER: {
 		const struct kvc_msg_handle *m = BODY(conn, h, struct kvc_msg_handle);
 		rc = m ? iov_deregister(c, m->handle) : -EINVAL;
@@ -327,7 +364,7 @@ static void cleanup(void *service, struct kvc_server_conn *conn)
 }
 
 int kvc_usrbio_resolve_iov(struct kvc_usrbio_client *c, uint32_t handle, uint64_t offset,
-                           uint64_t length, void **out)
+                           uint64_t length, void **out, int *device)
 {
 	int rc = -EFAULT;
 	if (handle >= KVC_USRBIO_MAX_IOVS)
@@ -336,6 +373,7 @@ int kvc_usrbio_resolve_iov(struct kvc_usrbio_client *c, uint32_t handle, uint64_
 	const struct kvc_usrbio_iov *iov = &c->iovs[handle];
 	if (iov->base && offset <= iov->size && length <= iov->size - offset) {
 		*out = (char *)iov->base + offset;
+		*device = iov->device;
 		rc = 0;
 	}
 	pthread_mutex_unlock(&c->lock);
@@ -375,6 +413,9 @@ int kvc_usrbio_start(struct kvc_usrbio *u, struct kvc_fuse *fs, const char *moun
 	if (!realpath(mountpoint, real))
 		return -errno;
 	u->fs = fs;
+	u->imports = kvc_device_imports_create();
+	if (!u->imports)
+		return -ENOMEM;
 	int rc = kvc_ring_service_start(fs, RING_WORKERS, &u->rings);
 	if (rc < 0)
 		return rc;

@@ -5,7 +5,8 @@
  * connection, so a process that exits or is killed leaves nothing behind.
  *
  * Owns, per client: its iovs (kvc-fuse's own mapping of the client's
- * shared memory), its registered files (a dup of the client's fd, which
+ * shared memory, or its GPU memory imported over CUDA IPC by device_io),
+ * its registered files (a dup of the client's fd, which
  * keeps the file open, and the access mode the client opened it with) and
  * its rings (run by ring_service). Checks: shared memory must belong to
  * the client's uid; a registered fd must be a regular file of this mount.
@@ -22,6 +23,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "fuse/device_io.h"
 #include "fuse/operations.h"
 #include "server.h"
 
@@ -35,6 +37,8 @@ struct kvc_ring_server_ring;
 struct kvc_usrbio_iov {
 	void *base;   /* NULL: free slot */
 	size_t size;
+	int device;   /* -1: shared host memory; else GPU memory (gpu) */
+	struct kvc_device_memory gpu;
 };
 
 struct kvc_usrbio_file {
@@ -46,6 +50,7 @@ struct kvc_usrbio_file {
 
 struct kvc_usrbio_client {
 	struct kvc_fuse *fs;
+	struct kvc_device_imports *imports;
 	pthread_mutex_t lock;
 	pthread_cond_t idle;   /* signalled when inflight drops to 0 */
 	uid_t uid;
@@ -61,6 +66,7 @@ struct kvc_usrbio {
 	struct kvc_fuse *fs;
 	dev_t mount_dev;       /* st_dev of the mount, to recognise its files */
 	struct kvc_ring_service *rings;
+	struct kvc_device_imports *imports;
 	struct kvc_server server;
 };
 
@@ -70,9 +76,10 @@ int kvc_usrbio_start(struct kvc_usrbio *usrbio, struct kvc_fuse *fs, const char 
 
 /* For ring workers: look up, under the client's lock, the iov memory and
  * the file an entry names. Return 0, -EFAULT (unknown iov or range
- * outside it) or -EBADF (fd not registered by this client). */
+ * outside it) or -EBADF (fd not registered by this client). *device is
+ * the GPU of a device iov's memory, or -1 for host memory. */
 int kvc_usrbio_resolve_iov(struct kvc_usrbio_client *client, uint32_t handle,
-                           uint64_t offset, uint64_t length, void **out);
+                           uint64_t offset, uint64_t length, void **out, int *device);
 int kvc_usrbio_resolve_file(struct kvc_usrbio_client *client, int client_fd,
                             struct kvc_usrbio_file *out);
 

@@ -10,6 +10,14 @@
  * scheduling yet; HF3FS_IOR_ALLOW_READ_UNCOMMITTED is accepted and has no
  * effect (kvcfs reads are always of committed data); hf3fs_punchhole
  * returns -EOPNOTSUPP until kvcfs punches holes.
+ *
+ * GPU memory (3FS's newer names): hf3fs_iovcreate_device and
+ * hf3fs_iovwrap_device make device iovs (kvc/gpu.h: CUDA IPC to kvc-fuse,
+ * which stages through pinned memory; no GPUDirect RDMA yet). Where CUDA
+ * or a GPU is missing they return -ENOTSUP and never fall back to host
+ * memory. hf3fs_iovopen_device returns -ENOTSUP (share device memory by
+ * wrapping it). hf3fs_iovsync returns 0: a completion already means the
+ * copy to or from the GPU finished.
  */
 #ifndef HF3FS_USRBIO_H
 #define HF3FS_USRBIO_H
@@ -94,6 +102,27 @@ int hf3fs_prep_io(const struct hf3fs_ior *ior, const struct hf3fs_iov *iov, bool
 int hf3fs_submit_ios(const struct hf3fs_ior *ior);
 int hf3fs_wait_for_ios(const struct hf3fs_ior *ior, struct hf3fs_cqe *cqes, int cqec,
                        int min_results, const struct timespec *abs_timeout);
+
+enum hf3fs_mem_type {
+	HF3FS_MEM_HOST = 0,
+	HF3FS_MEM_DEVICE = 1,
+	HF3FS_MEM_MANAGED = 2,
+};
+
+/* block_size must be 0, as in 3FS. */
+int hf3fs_iovcreate_device(struct hf3fs_iov *iov, const char *hf3fs_mount_point, size_t size,
+                           size_t block_size, int device_id);
+int hf3fs_iovopen_device(struct hf3fs_iov *iov, const uint8_t id[16],
+                         const char *hf3fs_mount_point, size_t size, size_t block_size,
+                         int device_id);
+int hf3fs_iovwrap_device(struct hf3fs_iov *iov, void *device_ptr, const uint8_t id[16],
+                         const char *hf3fs_mount_point, size_t size, size_t block_size,
+                         int device_id);
+bool hf3fs_gdr_available(void);
+int hf3fs_gdr_device_count(void);
+enum hf3fs_mem_type hf3fs_iov_mem_type(const struct hf3fs_iov *iov);
+int hf3fs_iov_device_id(const struct hf3fs_iov *iov);
+int hf3fs_iovsync(const struct hf3fs_iov *iov, int direction);
 
 int hf3fs_hardlink(const char *target, const char *link_name);
 int hf3fs_punchhole(int fd, int n, const size_t *start, const size_t *end, size_t flags);

@@ -199,6 +199,11 @@ static int section_key(struct parser *p, const char *key, const char *value)
 			c->receive_threads = (int)v;
 			return rc;
 		}
+		if (strcmp(key, "gpu_staging_mb") == 0) {
+			rc = parse_int(p, key, value, 2, 4096, &v);
+			c->gpu_staging_mb = (uint32_t)v;
+			return rc;
+		}
 		if (strcmp(key, "readahead_kb") == 0) {
 			rc = parse_int(p, key, value, 0, 1 << 20, &v);
 			c->readahead_kb = (int)v;
@@ -250,6 +255,7 @@ int kvc_config_parse(const char *text, const char *origin,
 	strcpy(config->mountpoint, "/mnt/kvc");
 	config->readahead_kb = 16384;
 	config->receive_threads = -1;
+	config->gpu_staging_mb = 64;
 
 	const char *cursor = text;
 	while (*cursor && rc == 0) {

@@ -25,6 +25,8 @@
  *   receive_threads = auto      # threads receiving read answers in
  *                               # parallel (auto: half the cores, up to 8,
  *                               # with 4 cores or more; 0: none)
+ *   gpu_staging_mb = 64         # pinned staging per ring worker for
+ *                               # device iovs (allocated on first use)
  *
  * Target ids are the order in which targets appear in the file; the table
  * may only grow (existing files keep their layout). kvc_config_load checks
@@ -72,6 +74,7 @@ struct kvc_config {
 	char mountpoint[PATH_MAX];
 	int readahead_kb;
 	int receive_threads; /* -1: auto */
+	uint32_t gpu_staging_mb;
 	uint32_t server_count;
 	struct kvc_config_server servers[KVC_CONFIG_MAX_SERVERS];
 	uint32_t target_count;

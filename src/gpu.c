@@ -1,100 +1,92 @@
 /*
- * gpu: pinned iovs (include/kvc/gpu.h). The CUDA runtime is loaded with
- * dlopen on first use, so libkvc has no link-time CUDA dependency and runs
- * on machines without one. Process-wide state: the loaded entry points
- * (written once under pthread_once) and a per-thread error text.
+ * gpu: GPU-registered iovs (include/kvc/gpu.h): pinned host iovs and
+ * device-memory iovs shared with kvc-fuse over CUDA IPC. The CUDA runtime
+ * comes from src/cuda_api.c (dlopen), so libkvc has no link-time CUDA
+ * dependency. State: a per-thread error text; the iov handles own the
+ * rest (src/usrbio.c, through src/iov_device.h).
  */
 #include "kvc/gpu.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <uuid/uuid.h>
 
-#if defined(KVC_HAVE_CUDA)
-#include <cuda_runtime_api.h>
-#include <dlfcn.h>
-#include <pthread.h>
+#include "cuda_api.h"
+#include "iov_device.h"
 
-struct cuda_api {
-	cudaError_t (*host_register)(void *, size_t, unsigned int);
-	cudaError_t (*host_unregister)(void *);
-	cudaError_t (*memcpy_async)(void *, const void *, size_t, enum cudaMemcpyKind,
-	                            cudaStream_t);
-	cudaError_t (*device_count)(int *);
-	const char *(*error_string)(cudaError_t);
-	int devices;
-};
-
-static pthread_once_t loaded = PTHREAD_ONCE_INIT;
-static struct cuda_api cuda;
 static _Thread_local char last_error[160];
-
-static void load(void)
-{
-	static const char *names[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so"};
-	void *lib = NULL;
-	for (size_t i = 0; !lib && i < sizeof(names) / sizeof(names[0]); i++)
-		lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-	if (!lib)
-		return;
-	*(void **)&cuda.host_register = dlsym(lib, "cudaHostRegister");
-	*(void **)&cuda.host_unregister = dlsym(lib, "cudaHostUnregister");
-	*(void **)&cuda.memcpy_async = dlsym(lib, "cudaMemcpyAsync");
-	*(void **)&cuda.device_count = dlsym(lib, "cudaGetDeviceCount");
-	*(void **)&cuda.error_string = dlsym(lib, "cudaGetErrorString");
-	if (!cuda.host_register || !cuda.host_unregister || !cuda.memcpy_async ||
-	    !cuda.device_count || !cuda.error_string || cuda.device_count(&cuda.devices) != cudaSuccess)
-		cuda.devices = 0;
-}
-
-static int ready(void)
-{
-	pthread_once(&loaded, load);
-	return cuda.devices > 0;
-}
-
-static int failed(cudaError_t err)
-{
-	snprintf(last_error, sizeof(last_error), "%s", cuda.error_string(err));
-	return -EIO;
-}
 
 int kvc_gpu_available(void)
 {
-	return ready();
+#if defined(KVC_HAVE_CUDA)
+	return kvc_cuda_get() != NULL;
+#else
+	return 0;
+#endif
+}
+
+int kvc_gpu_device_count(void)
+{
+#if defined(KVC_HAVE_CUDA)
+	const struct kvc_cuda *cuda = kvc_cuda_get();
+	return cuda ? cuda->devices : 0;
+#else
+	return 0;
+#endif
+}
+
+const char *kvc_gpu_last_error(void)
+{
+	return last_error[0] ? last_error : kvc_cuda_unavailable_reason();
+}
+
+#if defined(KVC_HAVE_CUDA)
+
+static int failed(const struct kvc_cuda *cuda, cudaError_t err, const char *what)
+{
+	snprintf(last_error, sizeof(last_error), "%s: %s", what, cuda->get_error_string(err));
+	return -EIO;
 }
 
 /* The pin state lives in the iov: see usrbio.c's accessors. */
 int kvc_iov_pin(struct kvc_iov *iov)
 {
-	if (!ready())
+	const struct kvc_cuda *cuda = kvc_cuda_get();
+	if (!cuda)
 		return -ENOTSUP;
+	if (kvc_iov_device(iov) >= 0)
+		return -EINVAL; /* already GPU memory */
 	if (kvc_iov_pinned(iov))
 		return -EALREADY;
-	cudaError_t err = cuda.host_register(kvc_iov_base(iov), kvc_iov_size(iov),
-	                                     cudaHostRegisterDefault);
+	cudaError_t err = cuda->host_register(kvc_iov_base(iov), kvc_iov_size(iov),
+	                                      cudaHostRegisterDefault);
 	if (err != cudaSuccess)
-		return failed(err);
+		return failed(cuda, err, "cudaHostRegister");
 	kvc_iov_set_pinned(iov, 1);
 	return 0;
 }
 
 int kvc_iov_unpin(struct kvc_iov *iov)
 {
-	if (!ready())
+	const struct kvc_cuda *cuda = kvc_cuda_get();
+	if (!cuda)
 		return -ENOTSUP;
 	if (!kvc_iov_pinned(iov))
 		return -EINVAL;
-	cudaError_t err = cuda.host_unregister(kvc_iov_base(iov));
+	cudaError_t err = cuda->host_unregister(kvc_iov_base(iov));
 	kvc_iov_set_pinned(iov, 0);
-	return err == cudaSuccess ? 0 : failed(err);
+	return err == cudaSuccess ? 0 : failed(cuda, err, "cudaHostUnregister");
 }
 
 static int copy(struct kvc_iov *iov, const struct kvc_gpu_copy *copies, int count,
                 void *stream, int to_device)
 {
-	if (!ready())
+	const struct kvc_cuda *cuda = kvc_cuda_get();
+	if (!cuda)
 		return -ENOTSUP;
+	if (kvc_iov_device(iov) >= 0 || count < 0)
+		return -EINVAL;
 	uint8_t *base = kvc_iov_base(iov);
 	size_t size = kvc_iov_size(iov);
 	for (int i = 0; i < count; i++)
@@ -103,12 +95,12 @@ static int copy(struct kvc_iov *iov, const struct kvc_gpu_copy *copies, int coun
 	for (int i = 0; i < count; i++) {
 		const struct kvc_gpu_copy *c = &copies[i];
 		cudaError_t err = to_device
-			? cuda.memcpy_async(c->device, base + c->iov_offset, c->length,
-			                    cudaMemcpyHostToDevice, (cudaStream_t)stream)
-			: cuda.memcpy_async(base + c->iov_offset, c->device, c->length,
-			                    cudaMemcpyDeviceToHost, (cudaStream_t)stream);
+			? cuda->memcpy_async(c->device, base + c->iov_offset, c->length,
+			                     cudaMemcpyHostToDevice, (cudaStream_t)stream)
+			: cuda->memcpy_async(base + c->iov_offset, c->device, c->length,
+			                     cudaMemcpyDeviceToHost, (cudaStream_t)stream);
 		if (err != cudaSuccess)
-			return failed(err);
+			return failed(cuda, err, "cudaMemcpyAsync");
 	}
 	return 0;
 }
@@ -125,14 +117,101 @@ int kvc_iov_from_device(struct kvc_iov *iov, const struct kvc_gpu_copy *copies, 
 	return copy(iov, copies, count, stream, 0);
 }
 
-const char *kvc_gpu_last_error(void)
+/* Describe base..base+size of device memory to kvc-fuse: the IPC handle of
+ * its allocation, the offset in it, and the GPU's PCI bus id. */
+static int describe(const struct kvc_cuda *cuda, void *base, size_t size, int device,
+                    struct kvc_msg_iov_register_device *m)
 {
-	return last_error;
+	struct cudaPointerAttributes attributes;
+	cudaError_t err = cuda->set_device(device);
+	if (err == cudaSuccess)
+		err = cuda->pointer_get_attributes(&attributes, base);
+	if (err != cudaSuccess) {
+		cuda->get_last_error(); /* clear it: a bad pointer is the caller's error */
+		failed(cuda, err, "cudaPointerGetAttributes");
+		return -EINVAL;
+	}
+	if (attributes.type != cudaMemoryTypeDevice || attributes.device != device) {
+		snprintf(last_error, sizeof(last_error), "not device memory of GPU %d", device);
+		return -EINVAL;
+	}
+	void *allocation;
+	size_t allocation_size;
+	if (kvc_cuda_allocation(cuda, base, &allocation, &allocation_size) < 0)
+		return -EINVAL;
+	uint64_t offset = (uint64_t)((char *)base - (char *)allocation);
+	if (offset > allocation_size || size > allocation_size - offset) {
+		snprintf(last_error, sizeof(last_error), "range outside its CUDA allocation");
+		return -EFAULT;
+	}
+	cudaIpcMemHandle_t handle;
+	err = cuda->ipc_get_mem_handle(&handle, allocation);
+	if (err != cudaSuccess) /* e.g. cudaMallocAsync pools or VMM memory */
+		return failed(cuda, err, "cudaIpcGetMemHandle");
+	err = cuda->device_get_pci_bus_id(m->pci_bus_id, sizeof(m->pci_bus_id), device);
+	if (err != cudaSuccess)
+		return failed(cuda, err, "cudaDeviceGetPCIBusId");
+	m->size = size;
+	m->offset = offset;
+	_Static_assert(sizeof(handle) == KVC_WIRE_IPC_HANDLE_SIZE, "");
+	memcpy(m->ipc_handle, &handle, sizeof(handle));
+	return 0;
+}
+
+static int wrap_device(struct kvc_iov **out, void *base, const uint8_t id[16],
+                       const char *mount, size_t size, int device, bool owned)
+{
+	const struct kvc_cuda *cuda = kvc_cuda_get();
+	struct kvc_msg_iov_register_device m = {0};
+	if (!cuda)
+		return -ENOTSUP;
+	if (!base || size == 0 || device < 0 || device >= cuda->devices)
+		return -EINVAL;
+	if (id)
+		memcpy(m.id, id, 16);
+	int rc = describe(cuda, base, size, device, &m);
+	return rc < 0 ? rc : kvc_iov_register_device(out, mount, base, size, device, owned, &m);
+}
+
+int kvc_iov_create_device(struct kvc_iov **out, const char *mount, size_t size, int device,
+                          uint8_t id_out[16])
+{
+	const struct kvc_cuda *cuda = kvc_cuda_get();
+	void *memory = NULL;
+	uuid_t id;
+	if (!cuda)
+		return -ENOTSUP;
+	if (size == 0 || device < 0 || device >= cuda->devices)
+		return -EINVAL;
+	cudaError_t err = cuda->set_device(device);
+	if (err == cudaSuccess)
+		err = cuda->malloc(&memory, size);
+	if (err != cudaSuccess)
+		return err == cudaErrorMemoryAllocation ? -ENOMEM : failed(cuda, err, "cudaMalloc");
+	uuid_generate_random(id);
+	int rc = wrap_device(out, memory, id, mount, size, device, true);
+	if (rc < 0)
+		cuda->free(memory);
+	else if (id_out)
+		memcpy(id_out, id, 16);
+	return rc;
+}
+
+int kvc_iov_wrap_device(struct kvc_iov **out, void *device_pointer, const uint8_t id[16],
+                        const char *mount, size_t size, int device)
+{
+	return wrap_device(out, device_pointer, id, mount, size, device, false);
+}
+
+void kvc_gpu_device_free(void *base, int device)
+{
+	const struct kvc_cuda *cuda = kvc_cuda_get();
+	if (cuda && cuda->set_device(device) == cudaSuccess)
+		cuda->free(base);
 }
 
 #else /* built without the CUDA headers: the API says "not supported" */
 
-int kvc_gpu_available(void) { return 0; }
 int kvc_iov_pin(struct kvc_iov *iov) { (void)iov; return -ENOTSUP; }
 int kvc_iov_unpin(struct kvc_iov *iov) { (void)iov; return -ENOTSUP; }
 int kvc_iov_to_device(struct kvc_iov *iov, const struct kvc_gpu_copy *copies, int count,
@@ -147,6 +226,18 @@ int kvc_iov_from_device(struct kvc_iov *iov, const struct kvc_gpu_copy *copies, 
 	(void)iov, (void)copies, (void)count, (void)stream;
 	return -ENOTSUP;
 }
-const char *kvc_gpu_last_error(void) { return "built without CUDA"; }
+int kvc_iov_create_device(struct kvc_iov **out, const char *mount, size_t size, int device,
+                          uint8_t id_out[16])
+{
+	(void)out, (void)mount, (void)size, (void)device, (void)id_out;
+	return -ENOTSUP;
+}
+int kvc_iov_wrap_device(struct kvc_iov **out, void *device_pointer, const uint8_t id[16],
+                        const char *mount, size_t size, int device)
+{
+	(void)out, (void)device_pointer, (void)id, (void)mount, (void)size, (void)device;
+	return -ENOTSUP;
+}
+void kvc_gpu_device_free(void *base, int device) { (void)base, (void)device; }
 
 #endif

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kvc/gpu.h"
 #include "kvc/usrbio.h"
 #include "ring.h"
 
@@ -74,6 +75,73 @@ int hf3fs_iovwrap(struct hf3fs_iov *iov, void *buf, const uint8_t id[16], const 
 	if (rc == 0)
 		fill_iov(iov, native, mount, block_size, numa);
 	return rc;
+}
+
+/* Device iovs: CUDA is checked before the mount, so a machine without it
+ * says -ENOTSUP whatever the arguments. 3FS requires block_size 0. */
+int hf3fs_iovcreate_device(struct hf3fs_iov *iov, const char *mount, size_t size,
+                           size_t block_size, int device_id)
+{
+	struct kvc_iov *native;
+	if (!kvc_gpu_available())
+		return -ENOTSUP;
+	if (block_size != 0)
+		return -EINVAL;
+	int rc = strlen(mount) < 256 ? kvc_iov_create_device(&native, mount, size, device_id, NULL)
+	                             : -ENAMETOOLONG;
+	if (rc == 0)
+		fill_iov(iov, native, mount, 0, -1);
+	return rc;
+}
+
+int hf3fs_iovwrap_device(struct hf3fs_iov *iov, void *device_ptr, const uint8_t id[16],
+                         const char *mount, size_t size, size_t block_size, int device_id)
+{
+	struct kvc_iov *native;
+	if (!kvc_gpu_available())
+		return -ENOTSUP;
+	if (block_size != 0)
+		return -EINVAL;
+	int rc = strlen(mount) < 256
+	                 ? kvc_iov_wrap_device(&native, device_ptr, id, mount, size, device_id)
+	                 : -ENAMETOOLONG;
+	if (rc == 0)
+		fill_iov(iov, native, mount, 0, -1);
+	return rc;
+}
+
+int hf3fs_iovopen_device(struct hf3fs_iov *iov, const uint8_t id[16], const char *mount,
+                         size_t size, size_t block_size, int device_id)
+{
+	(void)iov, (void)id, (void)mount, (void)size, (void)block_size, (void)device_id;
+	return -ENOTSUP; /* a device iov is shared by wrapping the memory, not by id */
+}
+
+bool hf3fs_gdr_available(void)
+{
+	return kvc_gpu_available() == 1;
+}
+
+int hf3fs_gdr_device_count(void)
+{
+	return kvc_gpu_device_count();
+}
+
+enum hf3fs_mem_type hf3fs_iov_mem_type(const struct hf3fs_iov *iov)
+{
+	return iov && iov->iovh && kvc_iov_device(iov->iovh) >= 0 ? HF3FS_MEM_DEVICE
+	                                                          : HF3FS_MEM_HOST;
+}
+
+int hf3fs_iov_device_id(const struct hf3fs_iov *iov)
+{
+	return iov && iov->iovh ? kvc_iov_device(iov->iovh) : -1;
+}
+
+int hf3fs_iovsync(const struct hf3fs_iov *iov, int direction)
+{
+	(void)direction; /* a ring completion already means the GPU copy finished */
+	return iov && iov->iovh ? 0 : -EINVAL;
 }
 
 void hf3fs_iovunlink(struct hf3fs_iov *iov)

@@ -29,6 +29,7 @@
 #include <uuid/uuid.h>
 
 #include "control_socket.h"
+#include "iov_device.h"
 #include "ring.h"
 #include "wire.h"
 
@@ -62,6 +63,7 @@ struct kvc_iov {
 	uint8_t id[16];
 	bool owned; /* we mapped it (create/open): unmap at destroy */
 	bool pinned; /* page-locked for the GPU (src/gpu.c) */
+	int device;  /* GPU memory of this device (src/gpu.c), or -1: host */
 	uint32_t handle;
 	struct control *control;
 };
@@ -256,7 +258,7 @@ static int iov_map_named(struct kvc_iov **out, const uint8_t id[16], const char 
 		return -EINVAL;
 	}
 	*iov = (struct kvc_iov){.size = size, .block_size = block_size, .numa = numa,
-	                        .owned = true};
+	                        .owned = true, .device = -1};
 	memcpy(iov->id, id, 16);
 	id_to_name(id, name, sizeof(name));
 	int fd = shm_open(name, create ? O_RDWR | O_CREAT | O_EXCL : O_RDWR, 0600);
@@ -360,7 +362,7 @@ int kvc_iov_wrap(struct kvc_iov **out, void *base, const uint8_t id[16], const c
 		return -ENOMEM;
 	}
 	*iov = (struct kvc_iov){.base = base, .size = size, .block_size = block_size,
-	                        .numa = numa, .owned = false};
+	                        .numa = numa, .owned = false, .device = -1};
 	if (id)
 		memcpy(iov->id, id, 16);
 	rc = iov_register(iov, mount, fd, file_offset);
@@ -373,7 +375,31 @@ int kvc_iov_wrap(struct kvc_iov **out, void *base, const uint8_t id[16], const c
 	return 0;
 }
 
+int kvc_iov_register_device(struct kvc_iov **out, const char *mount, void *base, size_t size,
+                            int device, bool owned, const struct kvc_msg_iov_register_device *m)
+{
+	struct kvc_iov *iov = calloc(1, sizeof(*iov));
+	if (!iov)
+		return -ENOMEM;
+	*iov = (struct kvc_iov){.base = base, .size = size, .numa = -1, .owned = owned,
+	                        .device = device};
+	memcpy(iov->id, m->id, 16);
+	int rc = control_get(mount, &iov->control);
+	struct kvc_msg_handle reply;
+	if (rc == 0)
+		rc = control_call(iov->control, KVC_MSG_IOV_REGISTER_DEVICE, m, sizeof(*m), NULL, 0,
+		                  &reply, sizeof(reply));
+	if (rc < 0) {
+		free(iov);
+		return rc;
+	}
+	iov->handle = reply.handle;
+	*out = iov;
+	return 0;
+}
+
 void *kvc_iov_base(const struct kvc_iov *iov) { return iov->base; }
+int kvc_iov_device(const struct kvc_iov *iov) { return iov->device; }
 int kvc_iov_pinned(const struct kvc_iov *iov) { return iov->pinned; }
 void kvc_iov_set_pinned(struct kvc_iov *iov, int pinned) { iov->pinned = pinned != 0; }
 size_t kvc_iov_size(const struct kvc_iov *iov) { return iov->size; }
@@ -382,6 +408,8 @@ void kvc_iov_id(const struct kvc_iov *iov, uint8_t id[16]) { memcpy(id, iov->id,
 int kvc_iov_unlink(struct kvc_iov *iov)
 {
 	char name[64];
+	if (iov->device >= 0)
+		return 0; /* GPU memory has no name to remove */
 	id_to_name(iov->id, name, sizeof(name));
 	return shm_unlink(name) < 0 ? -errno : 0;
 }
@@ -395,7 +423,9 @@ void kvc_iov_destroy(struct kvc_iov *iov)
 	struct kvc_msg_handle m = {iov->handle, 0};
 	/* kvc-fuse answers once no ring I/O uses the memory any more. */
 	control_call(iov->control, KVC_MSG_IOV_DEREGISTER, &m, sizeof(m), NULL, 0, NULL, 0);
-	if (iov->owned)
+	if (iov->owned && iov->device >= 0)
+		kvc_gpu_device_free(iov->base, iov->device);
+	else if (iov->owned)
 		munmap(iov->base, iov->size);
 	free(iov);
 }

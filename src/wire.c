@@ -312,6 +312,7 @@ const char *kvc_wire_type_name(uint16_t type)
 	case KVC_MSG_FD_DEREGISTER: return "fd_deregister";
 	case KVC_MSG_RING_REGISTER: return "ring_register";
 	case KVC_MSG_RING_DEREGISTER: return "ring_deregister";
+	case KVC_MSG_IOV_REGISTER_DEVICE: return "iov_register_device";
 	default: return "unknown";
 	}
 }

@@ -97,6 +97,7 @@ enum kvc_wire_type {
 	KVC_MSG_FD_DEREGISTER = 99,
 	KVC_MSG_RING_REGISTER = 100,
 	KVC_MSG_RING_DEREGISTER = 101,
+	KVC_MSG_IOV_REGISTER_DEVICE = 102,
 };
 
 /* Most file descriptors one frame may carry. */
@@ -326,7 +327,21 @@ struct kvc_msg_iov_register {
 	uint8_t id[16];
 };
 _Static_assert(sizeof(struct kvc_msg_iov_register) == 48, "");
-/* reply of IOV_REGISTER and RING_REGISTER; body of both DEREGISTERs */
+/* IOV_REGISTER_DEVICE: no fd. GPU memory shared over CUDA IPC: the iov
+ * is bytes offset..offset+size of the allocation ipc_handle names, on the
+ * GPU pci_bus_id names (device numbers differ between processes). The
+ * server checks the range against the allocation it imports. */
+#define KVC_WIRE_IPC_HANDLE_SIZE 64
+struct kvc_msg_iov_register_device {
+	uint64_t size;
+	uint64_t offset;
+	uint8_t id[16];
+	char pci_bus_id[32]; /* NUL-terminated, e.g. "0000:1b:00.0" */
+	uint8_t ipc_handle[KVC_WIRE_IPC_HANDLE_SIZE];
+};
+_Static_assert(sizeof(struct kvc_msg_iov_register_device) == 128, "");
+/* reply of IOV_REGISTER(_DEVICE) and RING_REGISTER; body of both
+ * DEREGISTERs */
 struct kvc_msg_handle {
 	uint32_t handle;
 	uint32_t reserved;

@@ -1,6 +1,10 @@
 """GPU-registered iovs: KV pages from kvcfs into GPU memory through a
 pinned iov and back, byte for byte. Skipped, with the reason, on machines
 without a CUDA runtime or GPU (the development and CI machines)."""
+import errno
+import pathlib
+import sys
+
 import pytest
 
 from conftest import BUILD
@@ -13,3 +17,43 @@ def test_pinned_iov_to_gpu_and_back(workdir):
         pytest.skip(out.stdout.strip())
     assert out.returncode == 0, out.stdout + out.stderr
     assert "not ok" not in out.stdout
+
+
+def test_device_iov_filled_by_kvc_fuse(workdir):
+    """GPU memory shared over CUDA IPC: ring reads land in it (pages,
+    a read larger than the staging, a mixed batch), ring writes come from
+    wrapped parts of one allocation, bad calls fail cleanly and a killed
+    client leaves kvc-fuse healthy (tests/usrbio/gpu_device.c)."""
+    out = run(BUILD / "tests" / "usrbio" / "gpu_device", workdir / "gpu-device.pool")
+    if out.returncode == 77:
+        pytest.skip(out.stdout.strip())
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "not ok" not in out.stdout
+
+
+def test_torch_views_of_pinned_and_device_iovs(workdir):
+    """kvcfs.Iov.as_tensor / wrap_device with PyTorch (gpu_torch.py)."""
+    script = pathlib.Path(__file__).with_name("gpu_torch.py")
+    out = run(sys.executable, script, workdir / "gpu-torch.pool")
+    if out.returncode == 77:
+        pytest.skip(out.stdout.strip())
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "not ok" not in out.stdout
+
+
+def test_without_a_gpu_device_iovs_say_enotsup(cluster):
+    """Where CUDA or a GPU is missing (this machine, CI), device and pinned
+    iovs fail with ENOTSUP and a reason, never falling back to host memory."""
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools" / "python"))
+    import kvcfs
+    if kvcfs.gpu_available():
+        pytest.skip("this machine has a GPU: gpu_device covers it")
+    for make in (lambda: kvcfs.Iov.create_device(cluster.mount, 1 << 20),
+                 lambda: kvcfs.Iov.wrap_device(4096, cluster.mount, size=4096, device=0),
+                 lambda: kvcfs.Iov.create(cluster.mount, 1 << 20).pin()):
+        with pytest.raises(OSError) as failure:
+            make()
+        assert failure.value.errno == errno.ENOTSUP
+        assert "CUDA" in str(failure.value) or "GPU" in str(failure.value)
+    out = run(BUILD / "kvc-bench", "gpu", "--mount", cluster.mount)
+    assert out.returncode == 77 and "no GPU here" in out.stderr

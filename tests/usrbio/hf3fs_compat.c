@@ -119,6 +119,29 @@ int main(int argc, char **argv)
 	CHECK(hf3fs_iovopen(&again, (uint8_t *)iov.id, mount, (size_t)PAGES * PAGE, 0, -1) == -ENOENT,
 	      "after iovunlink the id is gone");
 	CHECK(hf3fs_punchhole(fd, 0, NULL, NULL, 0) == -EOPNOTSUPP, "punchhole says not supported");
+
+	/* 3FS's GPU names: a host iov says so; without a GPU, device iovs are
+	 * refused with -ENOTSUP, never made of host memory. */
+	CHECK(hf3fs_iov_mem_type(&iov) == HF3FS_MEM_HOST && hf3fs_iov_device_id(&iov) == -1,
+	      "a host iov is HF3FS_MEM_HOST with device id -1");
+	CHECK(hf3fs_iovsync(&iov, 0) == 0, "iovsync");
+	struct hf3fs_iov dev;
+	int rc = hf3fs_iovcreate_device(&dev, mount, PAGE, 0, 0);
+	if (!hf3fs_gdr_available()) {
+		CHECK(hf3fs_gdr_device_count() == 0, "no GPU: gdr_device_count 0");
+		CHECK(rc == -ENOTSUP, "no GPU: iovcreate_device -ENOTSUP");
+		CHECK(hf3fs_iovwrap_device(&dev, (void *)4096, NULL, mount, PAGE, 0, 0) == -ENOTSUP,
+		      "no GPU: iovwrap_device -ENOTSUP");
+	} else {
+		CHECK(rc == 0 && hf3fs_iov_mem_type(&dev) == HF3FS_MEM_DEVICE &&
+		      hf3fs_iov_device_id(&dev) == 0, "iovcreate_device gives a device iov of GPU 0");
+		if (rc == 0)
+			hf3fs_iovdestroy(&dev);
+		CHECK(hf3fs_iovcreate_device(&dev, mount, PAGE, 4096, 0) == -EINVAL,
+		      "iovcreate_device with a block size: -EINVAL (as 3FS)");
+	}
+	CHECK(hf3fs_iovopen_device(&dev, (uint8_t *)iov.id, mount, PAGE, 0, 0) == -ENOTSUP,
+	      "iovopen_device: -ENOTSUP");
 	hf3fs_iordestroy(&wior);
 	hf3fs_iordestroy(&rior);
 	hf3fs_iordestroy(&hior);

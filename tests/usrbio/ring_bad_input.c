@@ -206,6 +206,23 @@ static void raw_checks(const char *mount, const char *dir)
 	check(rc == -EINVAL, "iov larger than its memory: EINVAL", rc);
 	rc = raw_call(&r, KVC_MSG_IOV_REGISTER, &iv, 7, &shm, 1, &unused, sizeof(unused));
 	check(rc == -EINVAL, "truncated register body: EINVAL", rc);
+	/* A device iov whose GPU and IPC handle are made up: -ENOTSUP where
+	 * kvc-fuse has no CUDA, -ENODEV (no such GPU) where it has. */
+	struct kvc_msg_iov_register_device dv = {.size = 1 << 20, .pci_bus_id = "0000:ff:1f.7"};
+	memset(dv.ipc_handle, 0xa5, sizeof(dv.ipc_handle));
+	rc = raw_call(&r, KVC_MSG_IOV_REGISTER_DEVICE, &dv, sizeof(dv), NULL, 0, &unused,
+	              sizeof(unused));
+	check(rc == -ENOTSUP || rc == -ENODEV, "made-up device iov: ENOTSUP or ENODEV", rc);
+	memset(dv.pci_bus_id, 'x', sizeof(dv.pci_bus_id));
+	rc = raw_call(&r, KVC_MSG_IOV_REGISTER_DEVICE, &dv, sizeof(dv), NULL, 0, &unused,
+	              sizeof(unused));
+	check(rc == -ENOTSUP || rc == -EINVAL, "unterminated bus id: ENOTSUP or EINVAL", rc);
+	dv.size = 0;
+	rc = raw_call(&r, KVC_MSG_IOV_REGISTER_DEVICE, &dv, sizeof(dv), NULL, 0, &unused,
+	              sizeof(unused));
+	check(rc == -EINVAL, "device iov of 0 bytes: EINVAL", rc);
+	rc = raw_call(&r, KVC_MSG_IOV_REGISTER_DEVICE, &dv, 100, NULL, 0, &unused, sizeof(unused));
+	check(rc == -EINVAL, "truncated device register body: EINVAL", rc);
 	rc = raw_call(&r, 250, NULL, 0, NULL, 0, NULL, 0);
 	check(rc == -EOPNOTSUPP, "unknown control message: EOPNOTSUPP", rc);
 

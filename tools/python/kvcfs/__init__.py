@@ -10,6 +10,15 @@ library path. Errors raise OSError with the errno libkvc returned.
     kvcfs.register_fd(fd)
     ring.prepare(iov, True, fd, offset, length, iov_offset=0, userdata=obj)
     ring.submit(); done = ring.wait(min_results=1)
+
+GPU (include/kvc/gpu.h; needs a CUDA runtime and a GPU, else OSError
+ENOTSUP; PyTorch is imported only by as_tensor):
+
+    iov = kvcfs.Iov.create(mount, size); iov.pin()   # page-locked
+    gpu_tensor.copy_(iov.as_tensor(), non_blocking=True)
+    dev = kvcfs.Iov.wrap_device(torch_cuda_tensor, mount)  # or create_device
+    ring.prepare(dev, True, fd, offset, length)      # lands in GPU memory
+    dev.as_tensor()                                  # a view, no copy
 """
 import ctypes
 import errno as _errno
@@ -19,7 +28,7 @@ import time
 
 __all__ = ["Iov", "Ring", "Completion", "register_fd", "deregister_fd", "fsync",
            "extract_mount_point", "is_kvcfs", "library", "FORBID_READ_HOLES",
-           "ALLOW_READ_UNCOMMITTED"]
+           "ALLOW_READ_UNCOMMITTED", "gpu_available"]
 
 ALLOW_READ_UNCOMMITTED = 1
 FORBID_READ_HOLES = 2
@@ -63,6 +72,14 @@ _iov_base = _sig("kvc_iov_base", _vp, _vp)
 _iov_id = _sig("kvc_iov_id", None, _vp, _cp)
 _iov_unlink = _sig("kvc_iov_unlink", _int, _vp)
 _iov_destroy = _sig("kvc_iov_destroy", None, _vp)
+_iov_pin = _sig("kvc_iov_pin", _int, _vp)
+_iov_unpin = _sig("kvc_iov_unpin", _int, _vp)
+_iov_create_device = _sig("kvc_iov_create_device", _int, ctypes.POINTER(_vp), _cp, _sz, _int, _vp)
+_iov_wrap_device = _sig("kvc_iov_wrap_device", _int, ctypes.POINTER(_vp), _vp, _cp, _cp, _sz,
+                        _int)
+_iov_device = _sig("kvc_iov_device", _int, _vp)
+_gpu_available = _sig("kvc_gpu_available", _int)
+_gpu_last_error = _sig("kvc_gpu_last_error", _cp)
 _ring_create = _sig("kvc_ring_create", _int, ctypes.POINTER(_vp), _cp, _int, ctypes.c_bool,
                     _int, _int, _int, _int, _u64)
 _ring_destroy = _sig("kvc_ring_destroy", None, _vp)
@@ -85,6 +102,28 @@ def _check(rc, what):
     if rc < 0:
         raise OSError(-rc, f"{what}: {os.strerror(-rc)}")
     return rc
+
+
+def _check_gpu(rc, what):
+    if rc < 0:
+        reason = _gpu_last_error().decode(errors="replace")
+        raise OSError(-rc, f"{what}: {os.strerror(-rc)}" + (f" ({reason})" if reason else ""))
+    return rc
+
+
+def gpu_available():
+    """True when libkvc loaded a CUDA runtime that sees a GPU."""
+    return _gpu_available() == 1
+
+
+class _CudaArray:
+    """__cuda_array_interface__ of device memory, holding its owner."""
+
+    def __init__(self, pointer, size, owner):
+        self.__cuda_array_interface__ = {"shape": (size,), "typestr": "|u1",
+                                         "data": (pointer, False), "version": 3,
+                                         "strides": None}
+        self._owner = owner
 
 
 def _b(text):
@@ -125,6 +164,67 @@ class Iov:
                          size, block_size, numa), "iov wrap")
         return cls(h, size, keep=view)
 
+    @classmethod
+    def create_device(cls, mount, size, device=0):
+        """size bytes of GPU memory (cudaMalloc) on `device`, registered
+        with the mount: ring reads land in it, ring writes read from it."""
+        h = _vp()
+        _check_gpu(_iov_create_device(ctypes.byref(h), _b(mount), size, device, None),
+                   "device iov create")
+        return cls(h, size)
+
+    @classmethod
+    def wrap_device(cls, memory, mount, size=None, device=None, iov_id=None):
+        """Register GPU memory the caller owns: a CUDA torch tensor
+        (contiguous; kept alive by the iov) or a device pointer (int, with
+        size and device)."""
+        keep = None
+        if hasattr(memory, "data_ptr"):
+            if not memory.is_cuda or not memory.is_contiguous():
+                raise ValueError("wrap_device needs a contiguous CUDA tensor")
+            keep, pointer = memory, memory.data_ptr()
+            size = memory.numel() * memory.element_size() if size is None else size
+            device = memory.device.index if device is None else device
+        else:
+            pointer = int(memory)
+        if size is None or device is None:
+            raise ValueError("wrap_device of a pointer needs size and device")
+        h = _vp()
+        _check_gpu(_iov_wrap_device(ctypes.byref(h), pointer, bytes(iov_id) if iov_id else None,
+                                    _b(mount), size, device), "device iov wrap")
+        return cls(h, size, keep=keep)
+
+    @property
+    def device(self):
+        """The GPU of a device iov, or -1 for host memory."""
+        return _iov_device(self._handle)
+
+    def pin(self):
+        """Page-lock a host iov for the GPU (cudaHostRegister)."""
+        _check_gpu(_iov_pin(self._handle), "iov pin")
+
+    def unpin(self):
+        _check_gpu(_iov_unpin(self._handle), "iov unpin")
+
+    def as_tensor(self, dtype=None, shape=None, offset=0, nbytes=None):
+        """A torch tensor viewing the iov's memory, without a copy: on the
+        GPU for a device iov, else on the CPU (pinned after pin(), so
+        tensor.copy_(..., non_blocking=True) is asynchronous). Keep the iov
+        open while its views are used."""
+        import torch  # only here: nothing else in kvcfs needs torch
+
+        nbytes = self.size - offset if nbytes is None else nbytes
+        if offset < 0 or nbytes < 0 or offset + nbytes > self.size:
+            raise ValueError("view outside the iov")
+        if self.device >= 0:
+            view = torch.as_tensor(_CudaArray(self.base + offset, nbytes, self),
+                                   device=f"cuda:{self.device}")
+        else:
+            view = torch.frombuffer(self.memoryview()[offset:offset + nbytes], dtype=torch.uint8)
+        if dtype is not None:
+            view = view.view(dtype)
+        return view.view(shape) if shape is not None else view
+
     @property
     def id(self):
         out = ctypes.create_string_buffer(16)
@@ -132,6 +232,8 @@ class Iov:
         return out.raw
 
     def memoryview(self):
+        if self.device >= 0:
+            raise ValueError("a device iov's memory is on the GPU: use as_tensor()")
         return memoryview((ctypes.c_char * self.size).from_address(self.base)).cast("B")
 
     def unlink(self):

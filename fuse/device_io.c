@@ -1,0 +1,375 @@
+/* device_io: see device_io.h; the data path is drawn in docs/gpu.md. */
+#include "fuse/device_io.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_api.h"
+#include "log.h"
+
+#if defined(KVC_HAVE_CUDA)
+
+#define MAX_DEVICES 16
+
+struct import {
+	struct import *next;
+	uint8_t handle[KVC_WIRE_IPC_HANDLE_SIZE];
+	void *allocation;
+	size_t size;
+	int device;
+	int refs;
+};
+
+struct kvc_device_imports {
+	pthread_mutex_t lock;
+	struct import *list;
+};
+
+struct kvc_device_imports *kvc_device_imports_create(void)
+{
+	struct kvc_device_imports *imports = calloc(1, sizeof(*imports));
+	if (imports)
+		pthread_mutex_init(&imports->lock, NULL);
+	return imports;
+}
+
+/* Open (or find, and count one more user of) the allocation m names. */
+static int import_open(struct kvc_device_imports *imports, const struct kvc_cuda *cuda,
+                       int device, const uint8_t handle[KVC_WIRE_IPC_HANDLE_SIZE],
+                       struct import **out)
+{
+	struct import *i = imports->list;
+	while (i && (i->device != device || memcmp(i->handle, handle, sizeof(i->handle)) != 0))
+		i = i->next;
+	if (i) {
+		i->refs++;
+		*out = i;
+		return 0;
+	}
+	cudaIpcMemHandle_t h;
+	void *allocation, *base;
+	size_t size;
+	memcpy(&h, handle, sizeof(h));
+	cudaError_t err = cuda->set_device(device);
+	if (err == cudaSuccess)
+		err = cuda->ipc_open_mem_handle(&allocation, h, cudaIpcMemLazyEnablePeerAccess);
+	if (err != cudaSuccess) {
+		cuda->get_last_error();
+		kvc_log_warn("usrbio: a device iov's CUDA IPC handle was refused: %s",
+		             cuda->get_error_string(err));
+		return -EINVAL;
+	}
+	/* The allocation's real size, not the client's word for it. */
+	if (kvc_cuda_allocation(cuda, allocation, &base, &size) < 0 || !(i = calloc(1, sizeof(*i)))) {
+		cuda->ipc_close_mem_handle(allocation);
+		return -ENOMEM;
+	}
+	*i = (struct import){.next = imports->list, .allocation = allocation, .size = size,
+	                     .device = device, .refs = 1};
+	memcpy(i->handle, handle, sizeof(i->handle));
+	imports->list = i;
+	*out = i;
+	return 0;
+}
+
+int kvc_device_import(struct kvc_device_imports *imports,
+                      const struct kvc_msg_iov_register_device *m, struct kvc_device_memory *out)
+{
+	const struct kvc_cuda *cuda = kvc_cuda_get();
+	int device;
+	if (!cuda)
+		return -ENOTSUP;
+	if (!memchr(m->pci_bus_id, '\0', sizeof(m->pci_bus_id)) || m->size == 0)
+		return -EINVAL;
+	if (cuda->device_get_by_pci_bus_id(&device, m->pci_bus_id) != cudaSuccess) {
+		cuda->get_last_error();
+		return -ENODEV;
+	}
+	if (device < 0 || device >= MAX_DEVICES)
+		return -ENODEV;
+	struct import *i;
+	pthread_mutex_lock(&imports->lock);
+	int rc = import_open(imports, cuda, device, m->ipc_handle, &i);
+	pthread_mutex_unlock(&imports->lock);
+	if (rc < 0)
+		return rc;
+	if (m->offset > i->size || m->size > i->size - m->offset) {
+		struct kvc_device_memory whole = {.allocation = i->allocation};
+		kvc_device_release(imports, &whole);
+		return -EFAULT;
+	}
+	*out = (struct kvc_device_memory){.address = (char *)i->allocation + m->offset,
+	                                  .size = m->size, .device = device,
+	                                  .allocation = i->allocation};
+	return 0;
+}
+
+void kvc_device_release(struct kvc_device_imports *imports, struct kvc_device_memory *memory)
+{
+	const struct kvc_cuda *cuda = kvc_cuda_get();
+	pthread_mutex_lock(&imports->lock);
+	struct import **link = &imports->list;
+	while (*link && (*link)->allocation != memory->allocation)
+		link = &(*link)->next;
+	struct import *i = *link;
+	if (i && --i->refs == 0) {
+		*link = i->next;
+		if (cuda && cuda->set_device(i->device) == cudaSuccess)
+			cuda->ipc_close_mem_handle(i->allocation);
+		free(i);
+	}
+	pthread_mutex_unlock(&imports->lock);
+	memory->address = memory->allocation = NULL;
+}
+
+/* One half of the staging memory and the pieces staged in it. */
+struct half {
+	uint8_t *memory;
+	int count;
+	struct kvc_storage_io pieces[KVC_DEVICE_MAX_IOS];
+	int origin[KVC_DEVICE_MAX_IOS]; /* index of the io each piece is part of */
+	char *target[KVC_DEVICE_MAX_IOS]; /* the piece's device address */
+	bool pending[MAX_DEVICES];      /* copies queued on that GPU's stream */
+};
+
+struct kvc_device_stager {
+	const struct kvc_cuda *cuda;
+	size_t half_bytes;
+	uint8_t *staging;
+	cudaStream_t streams[MAX_DEVICES];
+	cudaEvent_t events[MAX_DEVICES][2];
+	struct half halves[2];
+};
+
+/* The io's first failure wins. */
+static void fail(struct kvc_storage_io *ios, int origin, int error)
+{
+	if (ios[origin].result == 0)
+		ios[origin].result = error;
+}
+
+static int stager_create(size_t bytes, struct kvc_device_stager **out)
+{
+	const struct kvc_cuda *cuda = kvc_cuda_get();
+	if (!cuda)
+		return -ENOTSUP;
+	struct kvc_device_stager *s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->cuda = cuda;
+	s->half_bytes = bytes / 2;
+	cudaError_t err = cuda->host_alloc((void **)&s->staging, bytes, cudaHostAllocPortable);
+	if (err != cudaSuccess) {
+		kvc_log_error("usrbio: pinned staging of %zu bytes: %s", bytes,
+		              cuda->get_error_string(err));
+		free(s);
+		return -ENOMEM;
+	}
+	s->halves[0].memory = s->staging;
+	s->halves[1].memory = s->staging + s->half_bytes;
+	*out = s;
+	return 0;
+}
+
+/* The stream of device (created on first use), made current. */
+static cudaStream_t stream_of(struct kvc_device_stager *s, int device)
+{
+	const struct kvc_cuda *cuda = s->cuda;
+	if (cuda->set_device(device) != cudaSuccess)
+		return NULL;
+	if (!s->streams[device]) {
+		cudaStream_t stream;
+		if (cuda->stream_create(&stream, cudaStreamNonBlocking) != cudaSuccess)
+			return NULL;
+		for (int h = 0; h < 2; h++)
+			if (cuda->event_create(&s->events[device][h], cudaEventDisableTiming) != cudaSuccess)
+				return NULL;
+		s->streams[device] = stream;
+	}
+	return s->streams[device];
+}
+
+struct cursor {
+	int io;
+	uint64_t done; /* bytes of ios[io] already staged */
+};
+
+/* Stage the next pieces of the ios into half h, up to its size. */
+static void fill(struct kvc_device_stager *s, struct half *h, struct kvc_storage_io *ios,
+                 int count, struct cursor *at)
+{
+	size_t used = 0;
+	h->count = 0;
+	while (at->io < count && used < s->half_bytes) {
+		struct kvc_storage_io *io = &ios[at->io];
+		uint64_t take = io->length - at->done;
+		if (take > s->half_bytes - used)
+			take = s->half_bytes - used;
+		struct kvc_storage_io *piece = &h->pieces[h->count];
+		*piece = *io;
+		piece->offset += at->done;
+		piece->length = take;
+		piece->buf = h->memory + used;
+		piece->result = 0;
+		h->origin[h->count] = at->io;
+		h->target[h->count++] = (char *)io->buf + at->done;
+		used += take;
+		at->done += take;
+		if (at->done == io->length)
+			at->io++, at->done = 0;
+	}
+}
+
+/* Queue the copies of half h's good pieces (to or from the devices) and
+ * an event per GPU after them. */
+static void copy(struct kvc_device_stager *s, struct half *h, int index,
+                 struct kvc_storage_io *ios, const int *devices, bool to_device)
+{
+	const struct kvc_cuda *cuda = s->cuda;
+	for (int k = 0; k < h->count; k++) {
+		struct kvc_storage_io *piece = &h->pieces[k];
+		int device = devices[h->origin[k]];
+		cudaStream_t stream = piece->result == 0 ? stream_of(s, device) : NULL;
+		cudaError_t err = !stream ? cudaErrorInvalidValue
+			: to_device ? cuda->memcpy_async(h->target[k], piece->buf, piece->length,
+			                                 cudaMemcpyHostToDevice, stream)
+			            : cuda->memcpy_async(piece->buf, h->target[k], piece->length,
+			                                 cudaMemcpyDeviceToHost, stream);
+		if (err != cudaSuccess) {
+			if (piece->result == 0)
+				piece->result = -EIO, cuda->get_last_error();
+			fail(ios, h->origin[k], piece->result);
+			continue;
+		}
+		h->pending[device] = true;
+	}
+	for (int d = 0; d < MAX_DEVICES; d++)
+		if (h->pending[d] && (cuda->set_device(d) != cudaSuccess ||
+		                      cuda->event_record(s->events[d][index], s->streams[d]) != cudaSuccess))
+			h->pending[d] = false, kvc_log_error("usrbio: cudaEventRecord failed");
+}
+
+/* Wait for half h's copies; a failed GPU fails the ios of its pieces. */
+static void settle(struct kvc_device_stager *s, struct half *h, int index,
+                   struct kvc_storage_io *ios, const int *devices)
+{
+	for (int d = 0; d < MAX_DEVICES; d++) {
+		if (!h->pending[d])
+			continue;
+		h->pending[d] = false;
+		if (s->cuda->event_synchronize(s->events[d][index]) == cudaSuccess)
+			continue;
+		s->cuda->get_last_error();
+		for (int k = 0; k < h->count; k++)
+			if (devices[h->origin[k]] == d)
+				h->pieces[k].result = -EIO, fail(ios, h->origin[k], -EIO);
+	}
+}
+
+/* Record the pieces' storage results in their ios. */
+static void collect(struct half *h, struct kvc_storage_io *ios)
+{
+	for (int k = 0; k < h->count; k++)
+		if (h->pieces[k].result < 0)
+			fail(ios, h->origin[k], h->pieces[k].result);
+}
+
+static void run_reads(struct kvc_device_stager *s, struct kvc_storage_client *storage,
+                      struct kvc_storage_io *ios, const int *devices, int count)
+{
+	struct cursor at = {0, 0};
+	for (int wave = 0; at.io < count; wave++) {
+		struct half *h = &s->halves[wave & 1];
+		settle(s, h, wave & 1, ios, devices); /* its last copies are done */
+		fill(s, h, ios, count, &at);
+		kvc_storage_client_read_batch(storage, h->pieces, h->count);
+		collect(h, ios);
+		copy(s, h, wave & 1, ios, devices, true);
+	}
+	settle(s, &s->halves[0], 0, ios, devices);
+	settle(s, &s->halves[1], 1, ios, devices);
+}
+
+/* Drop the pieces that already failed, so they are not written. */
+static void compact(struct half *h)
+{
+	int kept = 0;
+	for (int k = 0; k < h->count; k++) {
+		if (h->pieces[k].result < 0)
+			continue;
+		h->pieces[kept] = h->pieces[k];
+		h->origin[kept] = h->origin[k];
+		h->target[kept++] = h->target[k];
+	}
+	h->count = kept;
+}
+
+static void run_writes(struct kvc_device_stager *s, struct kvc_storage_client *storage,
+                       struct kvc_storage_io *ios, const int *devices, int count)
+{
+	struct cursor at = {0, 0};
+	fill(s, &s->halves[0], ios, count, &at);
+	copy(s, &s->halves[0], 0, ios, devices, false);
+	for (int wave = 0; s->halves[wave & 1].count > 0; wave++) {
+		struct half *h = &s->halves[wave & 1], *next = &s->halves[(wave + 1) & 1];
+		/* Copy the next wave out of the GPU while this one is written. */
+		fill(s, next, ios, count, &at);
+		copy(s, next, (wave + 1) & 1, ios, devices, false);
+		settle(s, h, wave & 1, ios, devices);
+		compact(h);
+		kvc_storage_client_write_batch(storage, h->pieces, h->count);
+		collect(h, ios);
+		h->count = 0;
+	}
+}
+
+void kvc_device_io_run(struct kvc_device_stager **stager, size_t staging_bytes,
+                       struct kvc_storage_client *storage, struct kvc_storage_io *ios,
+                       const int *devices, int count, bool read)
+{
+	int rc = *stager ? 0 : stager_create(staging_bytes, stager);
+	for (int i = 0; i < count; i++)
+		ios[i].result = rc;
+	if (rc < 0)
+		return;
+	if (read)
+		run_reads(*stager, storage, ios, devices, count);
+	else
+		run_writes(*stager, storage, ios, devices, count);
+}
+
+#else /* built without CUDA: no device iov can be registered */
+
+struct kvc_device_imports {
+	int unused;
+};
+
+struct kvc_device_imports *kvc_device_imports_create(void)
+{
+	return calloc(1, sizeof(struct kvc_device_imports));
+}
+
+int kvc_device_import(struct kvc_device_imports *imports,
+                      const struct kvc_msg_iov_register_device *m, struct kvc_device_memory *out)
+{
+	(void)imports, (void)m, (void)out;
+	return -ENOTSUP;
+}
+
+void kvc_device_release(struct kvc_device_imports *imports, struct kvc_device_memory *memory)
+{
+	(void)imports, (void)memory;
+}
+
+void kvc_device_io_run(struct kvc_device_stager **stager, size_t staging_bytes,
+                       struct kvc_storage_client *storage, struct kvc_storage_io *ios,
+                       const int *devices, int count, bool read)
+{
+	(void)stager, (void)staging_bytes, (void)storage, (void)devices, (void)read;
+	for (int i = 0; i < count; i++)
+		ios[i].result = -ENOTSUP;
+}
+
+#endif
