@@ -255,7 +255,7 @@ int kvc_config_parse(const char *text, const char *origin,
 	strcpy(config->mountpoint, "/mnt/kvc");
 	config->readahead_kb = 16384;
 	config->receive_threads = -1;
-	config->gpu_staging_mb = 64;
+	config->gpu_staging_mb = 128;
 
 	const char *cursor = text;
 	while (*cursor && rc == 0) {

@@ -25,7 +25,7 @@
  *   receive_threads = auto      # threads receiving read answers in
  *                               # parallel (auto: half the cores, up to 8,
  *                               # with 4 cores or more; 0: none)
- *   gpu_staging_mb = 64         # pinned staging per ring worker for
+ *   gpu_staging_mb = 128        # pinned staging per ring worker for
  *                               # device iovs (allocated on first use)
  *
  * Target ids are the order in which targets appear in the file; the table

@@ -5,9 +5,11 @@
  *   gpu_device FILE      (FILE on a kvcfs mount; FILE.2 is made too)
  *
  * 1. Random bytes written to FILE through a host iov and a write ring.
- * 2. Read into a device iov (kvc_iov_create_device): 1 MiB pages landing
- *    reversed, one read larger than kvc-fuse's staging half, unaligned;
- *    copied back with the CUDA runtime and compared byte for byte.
+ * 2. Read into a device iov (kvc_iov_create_device): a 40 MiB unaligned
+ *    read, then 1 MiB pages landing reversed (with the default 128 MiB of
+ *    staging, one page straddles the two staging halves; with less, the
+ *    big read is split too); copied back with the CUDA runtime and
+ *    compared byte for byte.
  * 3. One batch mixing host and device entries.
  * 4. Two iovs wrapping parts of one cudaMalloc allocation (offsets inside
  *    it), written to FILE.2 through a ring and read back through the mount.
@@ -35,7 +37,7 @@
 
 #define MIB (1u << 20)
 #define PAGES 64
-#define BIG (40u * MIB + 4093) /* more than the default staging half (32 MiB) */
+#define BIG (40u * MIB + 4093) /* not a whole number of pages */
 #define FILE_BYTES ((size_t)PAGES * MIB + BIG + 8192)
 
 static int failures;
@@ -104,9 +106,9 @@ static void reads_into_device(const char *mount, int fd, const uint8_t *expect,
 	uint8_t *d = kvc_iov_base(dev);
 	cuda->memset(d, 0xee, size);
 	struct io ios[PAGES + 1];
+	ios[0] = (struct io){d + (size_t)PAGES * MIB + 5, (uint64_t)PAGES * MIB + 3, BIG, dev};
 	for (int i = 0; i < PAGES; i++) /* page i lands at slot PAGES-1-i */
-		ios[i] = (struct io){d + (size_t)(PAGES - 1 - i) * MIB, (uint64_t)i * MIB, MIB, dev};
-	ios[PAGES] = (struct io){d + (size_t)PAGES * MIB + 5, (uint64_t)PAGES * MIB + 3, BIG, dev};
+		ios[i + 1] = (struct io){d + (size_t)(PAGES - 1 - i) * MIB, (uint64_t)i * MIB, MIB, dev};
 	check(run(rring, true, fd, ios, PAGES + 1) == 0, "65 ring reads into GPU memory complete",
 	      0);
 	uint8_t *back = device_bytes(cuda, d, size);
@@ -115,7 +117,7 @@ static void reads_into_device(const char *mount, int fd, const uint8_t *expect,
 		same = memcmp(back + (size_t)(PAGES - 1 - i) * MIB, expect + (size_t)i * MIB, MIB) == 0;
 	check(same, "every 1 MiB page is on the GPU, reversed", 0);
 	check(back && memcmp(back + (size_t)PAGES * MIB + 5, expect + (size_t)PAGES * MIB + 3,
-	                     BIG) == 0, "a 40 MiB unaligned read (split over staging) is exact", 0);
+	                     BIG) == 0, "the 40 MiB unaligned read is exact", 0);
 	check(back && back[(size_t)PAGES * MIB + 4] == 0xee &&
 	      back[(size_t)PAGES * MIB + 5 + BIG] == 0xee, "bytes around it untouched", 0);
 	free(back);
@@ -216,8 +218,9 @@ static long usrbio_iovs(const char *mount)
 	return n;
 }
 
-static void killed_client(const char *self, const char *mount, const char *path)
+static void killed_client(const char *mount, const char *path)
 {
+	const char *self = "/proc/self/exe"; /* argv[0] may have come from PATH */
 	long before = usrbio_iovs(mount);
 	pid_t pid = fork();
 	if (pid == 0) {
@@ -270,7 +273,7 @@ int main(int argc, char **argv)
 	check(run(wring, false, fd, whole, 3) == 0, "random bytes written through a ring", 0);
 	reads_into_device(mount, fd, expect, rring, host);
 	writes_from_device(mount, argv[1], expect);
-	killed_client(argv[0], mount, argv[1]);
+	killed_client(mount, argv[1]);
 	memset(h, 0, MIB);
 	struct io again = {h, 5 * MIB, MIB, host};
 	check(run(rring, true, fd, &again, 1) == 0 && memcmp(h, expect + 5 * MIB, MIB) == 0,
