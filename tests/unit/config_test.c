@@ -77,3 +77,17 @@ Test(config, missing_file)
 	cr_assert_eq(kvc_config_load("/nonexistent/kvc.conf", &config, err, sizeof(err)), -ENOENT);
 	cr_assert_not_null(strstr(err, "cannot read"));
 }
+
+Test(config, fuse_gpu_staging)
+{
+	char text[1024];
+	cr_assert_eq(kvc_config_parse(good, "t", &config, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config.gpu_staging_mb, 128, "default 128 MiB");
+	snprintf(text, sizeof(text), "%sgpu_staging_mb = 16\n", good);
+	cr_assert_eq(kvc_config_parse(text, "t", &config, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config.gpu_staging_mb, 16);
+	snprintf(text, sizeof(text), "%sgpu_staging_mb = 1\n", good);
+	expect_error(text, "gpu_staging_mb must be");
+	snprintf(text, sizeof(text), "%sgpu_staging_mb = 5000\n", good);
+	expect_error(text, "gpu_staging_mb must be");
+}
