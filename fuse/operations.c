@@ -2,6 +2,7 @@
 #include "fuse/operations.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,6 +156,44 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *st, int to_s
 	if (rc == 0 && (m.mask & KVC_SETATTR_SIZE))
 		kvc_inode_table_set_size(fs->inodes, ino, attr.size);
 	reply_attr(req, rc, &attr);
+}
+
+/* Raise the committed size of ino to at least size. */
+static int extend_to(struct kvc_fuse *fs, uint64_t ino, uint64_t size)
+{
+	struct kvc_msg_setattr m = {.ino = ino, .mask = KVC_SETATTR_SIZE, .size = size};
+	struct kvc_attr attr;
+	int rc = commit_size(fs, ino);
+	if (rc == 0)
+		rc = kvc_meta_client_getattr(&fs->meta, ino, &attr);
+	if (rc == 0 && attr.size < size)
+		rc = kvc_meta_client_setattr(&fs->meta, &m, &attr);
+	if (rc == 0)
+		kvc_inode_table_set_size(fs->inodes, ino, attr.size);
+	return rc;
+}
+
+/* fallocate: punching holes returns the chunks' space (fallocate -p,
+ * hf3fs_punchhole); plain allocation only sets the size, since chunks are
+ * allocated when written. Other modes: EOPNOTSUPP. */
+static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
+                         struct fuse_file_info *fi)
+{
+	struct kvc_fuse *fs = fs_of(req);
+	struct kvc_layout layout;
+	uint64_t size;
+	(void)fi;
+	int rc = offset < 0 || length <= 0 ? -EINVAL
+	       : kvc_inode_table_get(fs->inodes, ino, &layout, &size);
+	if (rc == 0 && mode == (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE))
+		rc = kvc_storage_client_punch(&fs->storage, ino, &layout, (uint64_t)offset,
+		                              (uint64_t)length, size);
+	else if (rc == 0 && mode == 0)
+		rc = (uint64_t)offset + (uint64_t)length > size
+		   ? extend_to(fs, ino, (uint64_t)offset + (uint64_t)length) : 0;
+	else if (rc == 0 && mode != FALLOC_FL_KEEP_SIZE)
+		rc = -EOPNOTSUPP;
+	reply_error(req, rc);
 }
 
 static uint32_t caller_gid(fuse_req_t req, struct kvc_attr *parent)
@@ -703,4 +742,5 @@ const struct fuse_lowlevel_ops kvc_fuse_operations = {
 	.listxattr = op_listxattr,
 	.setxattr = op_setxattr,
 	.removexattr = op_removexattr,
+	.fallocate = op_fallocate,
 };

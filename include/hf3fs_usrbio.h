@@ -9,7 +9,8 @@
  * 3FS: `priority` and `numa` are accepted and recorded but do not change
  * scheduling yet; HF3FS_IOR_ALLOW_READ_UNCOMMITTED is accepted and has no
  * effect (kvcfs reads are always of committed data); hf3fs_punchhole
- * returns -EOPNOTSUPP until kvcfs punches holes.
+ * punches [start[i], end[i]) (end exclusive) with fallocate: the ranges
+ * read as zeros and their whole chunks' space is returned.
  *
  * GPU memory (3FS's newer names): hf3fs_iovcreate_device and
  * hf3fs_iovwrap_device make device iovs (kvc/gpu.h: CUDA IPC to kvc-fuse,

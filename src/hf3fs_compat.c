@@ -2,6 +2,7 @@
 #include "hf3fs_usrbio.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -278,8 +279,19 @@ int hf3fs_hardlink(const char *target, const char *link_name)
 	return link(target, link_name) < 0 ? -errno : 0;
 }
 
+/* Each [start[i], end[i]) reads as zeros after, and its whole chunks'
+ * space is returned (kvc-fuse's fallocate punch). */
 int hf3fs_punchhole(int fd, int n, const size_t *start, const size_t *end, size_t flags)
 {
-	(void)fd, (void)n, (void)start, (void)end, (void)flags;
-	return -EOPNOTSUPP;
+	(void)flags;
+	if (n < 0 || (n > 0 && (!start || !end)))
+		return -EINVAL;
+	for (int i = 0; i < n; i++) {
+		if (end[i] < start[i] || end[i] > (size_t)INT64_MAX)
+			return -EINVAL;
+		if (end[i] > start[i] && fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+		                                   (off_t)start[i], (off_t)(end[i] - start[i])) < 0)
+			return -errno;
+	}
+	return 0;
 }

@@ -572,6 +572,56 @@ int kvc_storage_client_truncate(struct kvc_storage_client *client, uint64_t inod
 	                   sizeof(struct kvc_msg_chunk_truncate), &a);
 }
 
+struct chunk_range {
+	uint64_t inode;
+	uint32_t first, count;
+};
+
+static void fill_punch(void *body, uint32_t target, void *arg)
+{
+	const struct chunk_range *a = arg;
+	struct kvc_msg_chunk_punch m = {.inode = a->inode, .target = target,
+	                                .first_chunk = a->first, .count = a->count};
+	memcpy(body, &m, sizeof(m));
+}
+
+/* Zeros over [from, to) of inode, a part of one chunk. */
+static int write_zeros(struct kvc_storage_client *client, uint64_t inode,
+                       const struct kvc_layout *layout, uint64_t from, uint64_t to)
+{
+	if (from >= to)
+		return 0;
+	void *zeros = calloc(1, to - from);
+	int rc = zeros ? kvc_storage_client_write(client, inode, layout, from, to - from, zeros)
+	               : -ENOMEM;
+	free(zeros);
+	return rc;
+}
+
+int kvc_storage_client_punch(struct kvc_storage_client *client, uint64_t inode,
+                             const struct kvc_layout *layout, uint64_t offset,
+                             uint64_t length, uint64_t size)
+{
+	if (kvc_layout_check(layout) < 0 || offset > KVC_LAYOUT_MAX_FILE_SIZE ||
+	    length > KVC_LAYOUT_MAX_FILE_SIZE - offset)
+		return -EINVAL;
+	uint64_t end = offset + length < size ? offset + length : size;
+	if (offset >= end)
+		return 0; /* past the end of the file: nothing to do */
+	uint64_t cs = layout->chunk_size;
+	uint64_t first_whole = (offset + cs - 1) / cs, end_whole = end / cs;
+	if (first_whole >= end_whole) /* no whole chunk inside: zeros only */
+		return write_zeros(client, inode, layout, offset, end);
+	int rc = write_zeros(client, inode, layout, offset, first_whole * cs);
+	if (rc == 0)
+		rc = write_zeros(client, inode, layout, end_whole * cs, end);
+	struct chunk_range a = {inode, (uint32_t)first_whole, (uint32_t)(end_whole - first_whole)};
+	if (rc == 0)
+		rc = each_target(client, layout, KVC_MSG_CHUNK_PUNCH, fill_punch,
+		                 sizeof(struct kvc_msg_chunk_punch), &a);
+	return rc;
+}
+
 int kvc_storage_client_sync(struct kvc_storage_client *client,
                             const struct kvc_layout *layout)
 {

@@ -90,6 +90,15 @@ int kvc_storage_client_remove(struct kvc_storage_client *client, uint64_t inode,
 int kvc_storage_client_truncate(struct kvc_storage_client *client, uint64_t inode,
                                 const struct kvc_layout *layout, uint64_t size);
 
+/* Make [offset, offset + length) of inode read as zeros, up to size (the
+ * file's size: nothing past it is touched, so the file never grows). Whole
+ * chunks inside the range are dropped on their targets, returning their
+ * space; the partial chunks at its edges get zeros written. Returns 0,
+ * -EINVAL, -EIO, -ENOSPC. */
+int kvc_storage_client_punch(struct kvc_storage_client *client, uint64_t inode,
+                             const struct kvc_layout *layout, uint64_t offset,
+                             uint64_t length, uint64_t size);
+
 /* Make acknowledged writes on the layout's targets durable. */
 int kvc_storage_client_sync(struct kvc_storage_client *client,
                             const struct kvc_layout *layout);

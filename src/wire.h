@@ -90,6 +90,7 @@ enum kvc_wire_type {
 	KVC_MSG_CHUNK_LAST = 68,
 	KVC_MSG_SPACE = 69,
 	KVC_MSG_SYNC = 70,
+	KVC_MSG_CHUNK_PUNCH = 71,
 	/* USRBIO control (kvc-fuse's local socket) */
 	KVC_MSG_IOV_REGISTER = 96,
 	KVC_MSG_IOV_DEREGISTER = 97,
@@ -287,6 +288,16 @@ struct kvc_msg_chunk_truncate {
 	uint64_t size;
 	uint32_t target;
 	uint32_t chunk_size;
+};
+
+/* CHUNK_PUNCH: drop chunks first_chunk .. first_chunk + count - 1 of
+ * inode on target (they read as holes). Reply: kvc_msg_count_reply. */
+struct kvc_msg_chunk_punch {
+	uint64_t inode;
+	uint32_t target;
+	uint32_t first_chunk;
+	uint32_t count;
+	uint32_t reserved;
 };
 
 /* CHUNK_LAST: highest chunk of inode on target. */

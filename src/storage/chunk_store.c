@@ -552,7 +552,8 @@ typedef int (*chunk_visitor)(struct kvc_chunk_store *store, MDB_cursor *cursor,
                              uint64_t inode, uint32_t chunk, void *arg);
 
 static int64_t for_each_chunk(struct kvc_chunk_store *store, uint64_t inode,
-                              uint32_t from_chunk, chunk_visitor visit, void *arg)
+                              uint32_t from_chunk, uint32_t to_chunk, chunk_visitor visit,
+                              void *arg)
 {
 	MDB_txn *txn;
 	MDB_cursor *cursor;
@@ -569,7 +570,8 @@ static int64_t for_each_chunk(struct kvc_chunk_store *store, uint64_t inode,
 	}
 	MDB_val k = {sizeof(key), key}, v;
 	rc = mdb_cursor_get(cursor, &k, &v, MDB_SET_RANGE);
-	while (rc == 0 && k.mv_size == 12 && key_inode(k.mv_data) == inode) {
+	while (rc == 0 && k.mv_size == 12 && key_inode(k.mv_data) == inode &&
+	       key_chunk(k.mv_data) <= to_chunk) {
 		int visited = visit(store, cursor, inode, key_chunk(k.mv_data), arg);
 		if (visited < 0) {
 			rc = visited;
@@ -603,7 +605,27 @@ static int remove_visit(struct kvc_chunk_store *store, MDB_cursor *cursor,
 
 int64_t kvc_chunk_store_remove(struct kvc_chunk_store *store, uint64_t inode)
 {
-	return for_each_chunk(store, inode, 0, remove_visit, NULL);
+	return for_each_chunk(store, inode, 0, UINT32_MAX, remove_visit, NULL);
+}
+
+static int punch_visit(struct kvc_chunk_store *store, MDB_cursor *cursor, uint64_t inode,
+                       uint32_t chunk, void *arg)
+{
+	pthread_rwlock_t *lock = &store->locks[lock_slot(inode, chunk)];
+	(void)arg;
+	pthread_rwlock_wrlock(lock); /* no read or write of the chunk meanwhile */
+	int rc = remove_visit(store, cursor, inode, chunk, NULL);
+	pthread_rwlock_unlock(lock);
+	return rc;
+}
+
+int64_t kvc_chunk_store_punch(struct kvc_chunk_store *store, uint64_t inode,
+                              uint32_t first_chunk, uint32_t count)
+{
+	if (count == 0 || count - 1 > UINT32_MAX - first_chunk)
+		return -EINVAL;
+	return for_each_chunk(store, inode, first_chunk, first_chunk + (count - 1), punch_visit,
+	                      NULL);
 }
 
 struct truncate_arg {
@@ -655,11 +677,7 @@ static int truncate_visit(struct kvc_chunk_store *store, MDB_cursor *cursor,
 	struct truncate_arg *t = arg;
 	if (chunk == t->boundary_chunk && t->keep_bytes > 0)
 		return shorten(store, cursor, inode, chunk, t);
-	pthread_rwlock_t *lock = &store->locks[lock_slot(inode, chunk)];
-	pthread_rwlock_wrlock(lock);
-	int rc = remove_visit(store, cursor, inode, chunk, NULL);
-	pthread_rwlock_unlock(lock);
-	return rc;
+	return punch_visit(store, cursor, inode, chunk, NULL);
 }
 
 int64_t kvc_chunk_store_truncate(struct kvc_chunk_store *store, struct io_uring *ring,
@@ -673,7 +691,7 @@ int64_t kvc_chunk_store_truncate(struct kvc_chunk_store *store, struct io_uring 
 		.boundary_chunk = (uint32_t)(size / chunk_size),
 		.keep_bytes = (uint32_t)(size % chunk_size),
 	};
-	return for_each_chunk(store, inode, t.boundary_chunk, truncate_visit, &t);
+	return for_each_chunk(store, inode, t.boundary_chunk, UINT32_MAX, truncate_visit, &t);
 }
 
 int kvc_chunk_store_last(struct kvc_chunk_store *store, uint64_t inode, uint32_t *chunk,

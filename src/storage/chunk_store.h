@@ -122,6 +122,12 @@ void kvc_chunk_store_read_release(struct kvc_chunk_read *reads, int count);
 /* Remove every chunk of inode. Returns the count removed or -errno. */
 int64_t kvc_chunk_store_remove(struct kvc_chunk_store *store, uint64_t inode);
 
+/* Remove chunks first_chunk .. first_chunk + count - 1 of inode (those
+ * this store holds); they read as holes after. Returns the count removed,
+ * or -EINVAL (an empty or wrapping range), -errno. */
+int64_t kvc_chunk_store_punch(struct kvc_chunk_store *store, uint64_t inode,
+                              uint32_t first_chunk, uint32_t count);
+
 /* Drop every byte of inode at or after `size`, for a file of chunk_size.
  * Returns the number of chunks removed or shortened, or -errno. */
 int64_t kvc_chunk_store_truncate(struct kvc_chunk_store *store,

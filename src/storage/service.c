@@ -183,6 +183,14 @@ static int handle_small(struct kvc_storage_service *svc, struct kvc_server_conn 
 			rc = -ENXIO;
 		reply.count.count = rc > 0 ? (uint64_t)rc : 0;
 		reply_len = sizeof(reply.count);
+	} else if (h->type == KVC_MSG_CHUNK_PUNCH) {
+		const struct kvc_msg_chunk_punch *m =
+			kvc_wire_body_take(conn->body, h->body_len, &off, sizeof(*m));
+		struct kvc_chunk_store *store = m ? store_of(svc, m->target) : NULL;
+		rc = !m ? -EINVAL : !store ? -ENXIO
+		     : kvc_chunk_store_punch(store, m->inode, m->first_chunk, m->count);
+		reply.count.count = rc > 0 ? (uint64_t)rc : 0;
+		reply_len = sizeof(reply.count);
 	} else if (h->type == KVC_MSG_CHUNK_LAST) {
 		const struct kvc_msg_chunk_last *m =
 			kvc_wire_body_take(conn->body, h->body_len, &off, sizeof(*m));
@@ -244,6 +252,7 @@ int kvc_storage_service_handle(void *service, struct kvc_server_conn *conn,
 		return handle_read(svc, conn, state, h);
 	case KVC_MSG_CHUNK_REMOVE:
 	case KVC_MSG_CHUNK_TRUNCATE:
+	case KVC_MSG_CHUNK_PUNCH:
 	case KVC_MSG_CHUNK_LAST:
 		return handle_small(svc, conn, state, h);
 	case KVC_MSG_SPACE:

@@ -5,6 +5,7 @@ import errno
 import hashlib
 import json
 import os
+import pathlib
 import signal
 import subprocess
 import time
@@ -117,3 +118,42 @@ def test_removed_files_give_their_chunks_back(cluster, workdir):
     assert chunks() >= before + 12
     os.unlink(workdir / "big")
     assert wait_until(lambda: chunks() <= before, timeout=30)
+
+
+def test_punched_hole_reads_zeros_and_gives_chunks_back(cluster, workdir):
+    """fallocate -p: whole chunks in the range leave the storage servers,
+    partial chunks at its edges read as zeros, the size stays."""
+    def chunks():
+        status = json.loads(cluster.admin("--json", "status").stdout)
+        return sum(t["chunks"] for s in status["storage"] for t in s["targets"])
+    path = workdir / "holes"
+    data = os.urandom(8 * CHUNK)
+    path.write_bytes(data)
+    before = chunks()
+    start, length = CHUNK + 4096, 5 * CHUNK  # chunks 2..5 whole, 1 and 6 partly
+    subprocess.run(["fallocate", "-p", "-o", str(start), "-l", str(length), str(path)],
+                   check=True, timeout=HANG)
+    assert chunks() == before - 4
+    back = path.read_bytes()
+    assert len(back) == 8 * CHUNK
+    assert back[:start] == data[:start]
+    assert back[start:start + length] == bytes(length)
+    assert back[start + length:] == data[start + length:]
+    # Past the end: nothing happens, the file does not grow.
+    subprocess.run(["fallocate", "-p", "-o", str(20 * CHUNK), "-l", "4096", str(path)],
+                   check=True, timeout=HANG)
+    assert os.stat(path).st_size == 8 * CHUNK
+    # Plain allocation sets the size; other modes are refused.
+    subprocess.run(["fallocate", "-o", "0", "-l", str(9 * CHUNK), str(path)], check=True,
+                   timeout=HANG)
+    assert os.stat(path).st_size == 9 * CHUNK
+    out = subprocess.run(["fallocate", "-z", "-l", "4096", str(path)], capture_output=True,
+                         text=True, timeout=HANG)
+    assert out.returncode != 0 and "not supported" in out.stderr
+    # Through hf3fs_fuse.io as connectors call it.
+    import sys
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools" / "python"))
+    from hf3fs_fuse import io as hf3fs_io
+    with open(path, "r+b") as f:
+        hf3fs_io.punch_hole(f.fileno(), [0], [CHUNK])
+    assert path.read_bytes()[:CHUNK] == bytes(CHUNK)

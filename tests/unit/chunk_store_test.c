@@ -229,3 +229,30 @@ Test(chunk_store, refuses_a_foreign_format)
 	struct kvc_chunk_store *other;
 	cr_assert_eq(kvc_chunk_store_open(path, &other), -EINVAL);
 }
+
+Test(chunk_store, punch_drops_a_range_of_chunks)
+{
+	static uint8_t data[CS], back[CS];
+	uint64_t version;
+	uint32_t length, chunk, len;
+	fill(data, CS, 8);
+	for (uint32_t c = 0; c < 6; c++)
+		cr_assert_eq(kvc_chunk_store_write(store, &ring, 11, c, CS, 0, data, CS, &version,
+		                                   &length), 0);
+	cr_assert_eq(kvc_chunk_store_write(store, &ring, 12, 2, CS, 0, data, CS, &version, &length),
+	             0);
+	cr_assert_eq(kvc_chunk_store_punch(store, 11, 2, 3), 3, "chunks 2, 3 and 4 go");
+	cr_assert_eq(kvc_chunk_store_punch(store, 11, 2, 3), 0, "again: nothing left to drop");
+	memset(back, 0xff, CS);
+	cr_assert_eq(read_range(11, 3, 0, CS, back), 0);
+	for (uint32_t i = 0; i < CS; i++)
+		cr_assert_eq(back[i], 0, "a punched chunk reads as a hole");
+	cr_assert_eq(read_range(11, 5, 0, CS, back), 0);
+	cr_assert_eq(memcmp(back, data, CS), 0, "after the range: intact");
+	cr_assert_eq(read_range(11, 1, 0, CS, back), 0);
+	cr_assert_eq(memcmp(back, data, CS), 0, "before the range: intact");
+	cr_assert_eq(kvc_chunk_store_last(store, 12, &chunk, &len), 1, "another inode: intact");
+	cr_assert_eq(kvc_chunk_store_punch(store, 11, 0, 0), -EINVAL, "empty range");
+	cr_assert_eq(kvc_chunk_store_punch(store, 11, UINT32_MAX, 2), -EINVAL, "wrapping range");
+	cr_assert_eq(kvc_chunk_store_punch(store, 11, UINT32_MAX, 1), 0, "the last chunk index");
+}

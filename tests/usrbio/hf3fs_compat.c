@@ -118,7 +118,20 @@ int main(int argc, char **argv)
 	hf3fs_iovunlink(&iov);
 	CHECK(hf3fs_iovopen(&again, (uint8_t *)iov.id, mount, (size_t)PAGES * PAGE, 0, -1) == -ENOENT,
 	      "after iovunlink the id is gone");
-	CHECK(hf3fs_punchhole(fd, 0, NULL, NULL, 0) == -EOPNOTSUPP, "punchhole says not supported");
+	/* The pages written above start at file page 3; the second range
+	 * covers a whole 1 MiB chunk (pages 16-19) and one byte more. */
+	size_t from[2] = {3 * PAGE + PAGE / 2, 16 * PAGE}, to[2] = {5 * PAGE, 20 * PAGE + 1};
+	CHECK(hf3fs_punchhole(fd, 2, from, to, 0) == 0, "punchhole of two ranges");
+	uint8_t *back = malloc(21 * PAGE);
+	int same = pread(fd, back, 21 * PAGE, 3 * PAGE) == 21 * PAGE;
+	for (size_t i = 0; same && i < 21 * PAGE; i++) {
+		size_t at = i + 3 * PAGE;
+		bool punched = (at >= from[0] && at < to[0]) || (at >= from[1] && at < to[1]);
+		same = back[i] == (punched ? 0 : expect[i]);
+	}
+	CHECK(same, "punched ranges read as zeros, the rest is intact");
+	free(back);
+	CHECK(hf3fs_punchhole(fd, 1, to, from, 0) == -EINVAL, "punchhole with end < start: EINVAL");
 
 	/* 3FS's GPU names: a host iov says so; without a GPU, device iovs are
 	 * refused with -ENOTSUP, never made of host memory. */

@@ -1,5 +1,6 @@
 /*
  * bench meta: kvc-bench meta [--config FILE] [--http HOST:PORT] [--seconds S]
+ *                            [--protocol http|native] [--batch N] [--clients N]
  *                            [--json FILE]
  *
  * A connector-like workload on kvc-meta's page pools: each client loops
@@ -8,7 +9,8 @@
  * 1, 8 and 32 concurrent clients, over HTTP (one
  * keep-alive connection per client, plain sockets) and over the binary
  * protocol (include/kvc/meta.h). Reports keys per second (each key passes
- * four operations) and p50/p99 latency of one full round.
+ * four operations) and p50/p99 latency of one full round. --protocol,
+ * --batch and --clients run one part of the grid (e.g. for a profile).
  */
 #include "meta.h"
 
@@ -227,18 +229,32 @@ int bench_meta_main(int argc, char **argv)
 	                                  {"http", required_argument, 0, 'H'},
 	                                  {"seconds", required_argument, 0, 's'},
 	                                  {"json", required_argument, 0, 'j'},
+	                                  {"protocol", required_argument, 0, 'p'},
+	                                  {"batch", required_argument, 0, 'b'},
+	                                  {"clients", required_argument, 0, 'n'},
 	                                  {0, 0, 0, 0}};
 	const char *config_path = "/var/lib/kvc/cluster.conf", *json = NULL, *http = NULL;
+	const char *only_protocol = NULL;
 	double seconds = 2;
-	int opt;
-	while ((opt = getopt_long(argc, argv, "c:H:s:j:", options, NULL)) != -1) {
+	int opt, only_batch = 0, only_clients = 0;
+	while ((opt = getopt_long(argc, argv, "c:H:s:j:p:b:n:", options, NULL)) != -1) {
 		switch (opt) {
 		case 'c': config_path = optarg; break;
 		case 'H': http = optarg; break;
 		case 's': seconds = atof(optarg); break;
 		case 'j': json = optarg; break;
+		case 'p': only_protocol = optarg; break;
+		case 'b': only_batch = atoi(optarg); break;
+		case 'n': only_clients = atoi(optarg); break;
 		default: return 2;
 		}
+	}
+	if ((only_protocol && strcmp(only_protocol, "http") != 0 &&
+	     strcmp(only_protocol, "native") != 0) || only_batch < 0 ||
+	    only_batch > KVC_META_MAX_BATCH || only_clients < 0 || only_clients > MAX_CLIENTS) {
+		fprintf(stderr, "kvc-bench meta: --protocol http|native, --batch 1..%d, "
+		                "--clients 1..%d\n", KVC_META_MAX_BATCH, MAX_CLIENTS);
+		return 2;
 	}
 	static struct kvc_config config;
 	if (kvc_config_load_reported("kvc-bench", config_path, &config) < 0)
@@ -254,15 +270,23 @@ int bench_meta_main(int argc, char **argv)
 		return 1;
 	}
 	static struct bench_table t = {.ratio_label = "Mkeyop/s"};
-	static const int batches[] = {8, 256}, clients[] = {1, 8, 32};
-	for (int proto = 0; proto < 2; proto++)
-		for (int b = 0; b < 2; b++)
-			for (int c = 0; c < 3; c++) {
-				fprintf(stderr, "%s batch %d, %d clients...\n", proto ? "native" : "http",
-				        batches[b], clients[c]);
+	int batches[] = {8, 256}, clients[] = {1, 8, 32};
+	int batch_count = 2, client_count = 3;
+	if (only_batch)
+		batches[0] = only_batch, batch_count = 1;
+	if (only_clients)
+		clients[0] = only_clients, client_count = 1;
+	for (int proto = 0; proto < 2; proto++) {
+		const char *name = proto ? "native" : "http";
+		if (only_protocol && strcmp(only_protocol, name) != 0)
+			continue;
+		for (int b = 0; b < batch_count; b++)
+			for (int c = 0; c < client_count; c++) {
+				fprintf(stderr, "%s batch %d, %d clients...\n", name, batches[b], clients[c]);
 				if (run_point(&t, meta, http, proto == 0, batches[b], clients[c], seconds) < 0)
 					return 1;
 			}
+	}
 	printf("IOPS = keys per second (each key: allocate, confirm, exists, locations); "
 	       "p50/p99: one round of the batch\n");
 	bench_report(&t, json);

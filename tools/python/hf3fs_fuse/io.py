@@ -4,6 +4,7 @@ vLLM, SGLang and LMCache hf3fs connectors run unchanged.
 Put tools/python on PYTHONPATH (and libkvc.so where kvcfs finds it):
     export PYTHONPATH=/path/to/kvcfs/tools/python
 """
+import ctypes
 import os
 
 import kvcfs
@@ -117,8 +118,24 @@ def hardlink(target, link_name):
     os.link(target, link_name)
 
 
-def punch_hole(fd, *args, **kwargs):
-    raise OSError(95, "punch_hole is not supported by kvcfs yet")
+_punchhole = kvcfs.library.hf3fs_punchhole
+_punchhole.restype = ctypes.c_int
+_punchhole.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_size_t),
+                       ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t]
+
+
+def punch_hole(fd, start, end, flags=0):
+    """Make [start, end) of the file read as zeros and return its space;
+    start and end may be lists of ranges (end exclusive)."""
+    starts = list(start) if isinstance(start, (list, tuple)) else [start]
+    ends = list(end) if isinstance(end, (list, tuple)) else [end]
+    if len(starts) != len(ends):
+        raise ValueError("punch_hole: as many starts as ends")
+    array = ctypes.c_size_t * len(starts)
+    rc = _punchhole(fd if isinstance(fd, int) else fd.fileno(), len(starts), array(*starts),
+                    array(*ends), flags)
+    if rc < 0:
+        raise OSError(-rc, f"punch_hole: {os.strerror(-rc)}")
 
 
 def read_file(fn, hf3fs_mount_point=None, block_size=1 << 30, off=0, priority=None, cb=None):
