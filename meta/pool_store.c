@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <lmdb.h>
+#include <stddef.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +25,17 @@
 
 struct kvc_pool_store {
 	MDB_env *env;
-	MDB_dbi worlds, pools, free, pages, keys, lru;
+	MDB_dbi worlds, pools, free, pages, keys, lru, bindings, punch, punching;
+};
+
+/* A pool bound to a file of the namespace: page p is bytes
+ * p * page_size .. (p + 1) * page_size of inode. */
+struct pool_binding {
+	uint64_t inode;
+	uint64_t page_size;
+	uint32_t path_length;
+	uint32_t reserved;
+	char path[KVC_POOL_MAX_PATH];
 };
 
 struct pool_world {
@@ -304,7 +315,25 @@ struct counts {
 	 * it rests on the next free one, so the next take needs no descent. */
 	MDB_cursor *free_cursor;
 	bool free_positioned;
+	uint8_t bound[KVC_POOL_MAX_WORLD]; /* 0: not looked up, 1: no, 2: bound to a file */
 };
+
+/* Whether rank's pool is bound to a file (looked up once per batch). */
+static int is_bound(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint32_t rank,
+                    struct counts *c)
+{
+	uint8_t buf[KEYBUF];
+	if (rank >= KVC_POOL_MAX_WORLD)
+		return -EIO;
+	if (!c->bound[rank]) {
+		MDB_val k = rank_key(buf, ns, rank), v;
+		int rc = mdb_get(txn, s->bindings, &k, &v);
+		if (rc != 0 && rc != MDB_NOTFOUND)
+			return kvc_lmdb_errno(rc);
+		c->bound[rank] = rc == 0 ? 2 : 1;
+	}
+	return c->bound[rank] == 2;
+}
 
 static int counts_adjust(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
                          struct counts *c, uint32_t rank, int delta)
@@ -347,6 +376,14 @@ static int page_free(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uin
 		rc = kvc_lmdb_errno(mdb_put(txn, s->free, &k, &one, 0));
 	if (rc == 0)
 		rc = counts_adjust(s, txn, ns, c, rank, 1);
+	/* A bound pool's freed page is free at once and also queued for the
+	 * collector to punch its bytes out of the file (space returned);
+	 * taking the page again cancels that. */
+	int bound = rc == 0 ? is_bound(s, txn, ns, rank, c) : 0;
+	if (bound < 0)
+		rc = bound;
+	if (rc == 0 && bound)
+		rc = kvc_lmdb_errno(mdb_put(txn, s->punch, &k, &one, 0));
 	return rc;
 }
 
@@ -384,6 +421,13 @@ static int page_take(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uin
 	MDB_val pk = page_key(buf, ns, rank, *page), kv = {key->length, (void *)key->bytes};
 	if (rc == 0)
 		rc = kvc_lmdb_errno(mdb_put(txn, s->pages, &pk, &kv, 0));
+	int bound = rc == 0 ? is_bound(s, txn, ns, rank, c) : 0;
+	if (bound < 0)
+		rc = bound;
+	if (rc == 0 && bound) { /* about to be written: no punch */
+		int del = mdb_del(txn, s->punch, &pk, NULL);
+		rc = del == MDB_NOTFOUND ? 0 : kvc_lmdb_errno(del);
+	}
 	if (rc == 0)
 		rc = counts_adjust(s, txn, ns, c, rank, -1);
 	return rc;
@@ -534,6 +578,235 @@ static int batch_begin(struct kvc_pool_store *s, const char *ns, uint32_t rank, 
 	return rc;
 }
 
+/* ---- file binding and hole punching ----
+ *
+ * A page freed in a bound pool is free at once and also listed in
+ * `punch`. The collector takes listed pages out of the free list into
+ * `punching` (so no writer can get them while their bytes are punched),
+ * punches them, and gives them back. A crash in between leaves them in
+ * `punching`: opening the store puts them back (free, listed again). */
+
+/* Decode a page_key (ns, rank, page); false for another shape. */
+static bool page_key_decode(const MDB_val *k, char ns[KVC_POOL_MAX_NAMESPACE + 1],
+                            uint32_t *rank, uint32_t *page)
+{
+	const uint8_t *key = k->mv_data;
+	size_t n = strnlen((const char *)key, k->mv_size);
+	if (n + 9 != k->mv_size || n == 0 || n > KVC_POOL_MAX_NAMESPACE)
+		return false;
+	memcpy(ns, key, n);
+	ns[n] = '\0';
+	*rank = get_be32(key + n + 1);
+	*page = get_be32(key + n + 5);
+	return true;
+}
+
+static int binding_get(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint32_t rank,
+                       struct pool_binding *b)
+{
+	uint8_t buf[KEYBUF];
+	MDB_val k = rank_key(buf, ns, rank), v;
+	int rc = kvc_lmdb_errno(mdb_get(txn, s->bindings, &k, &v));
+	if (rc < 0)
+		return rc;
+	if (v.mv_size < offsetof(struct pool_binding, path) || v.mv_size > sizeof(*b))
+		return -EIO;
+	memset(b, 0, sizeof(*b));
+	memcpy(b, v.mv_data, v.mv_size);
+	return b->path_length <= KVC_POOL_MAX_PATH ? 0 : -EIO;
+}
+
+/* Move page between the free list and `punching`; adjusts the pool's
+ * free count only when the page really moved. */
+static int punch_move(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint32_t rank,
+                      uint32_t page, bool to_punching)
+{
+	uint8_t buf[KEYBUF];
+	struct pool_info p;
+	MDB_val k = page_key(buf, ns, rank, page), one = {1, "\1"};
+	MDB_dbi from = to_punching ? s->free : s->punching, to = to_punching ? s->punching : s->free;
+	int rc = mdb_del(txn, from, &k, NULL);
+	if (rc == MDB_NOTFOUND)
+		return 0; /* taken (or repaired) meanwhile: nothing to move */
+	if (rc == 0)
+		rc = mdb_put(txn, to, &k, &one, MDB_NOOVERWRITE);
+	if (rc == MDB_KEYEXIST)
+		return 0;
+	rc = kvc_lmdb_errno(rc);
+	if (rc == 0)
+		rc = pool_get(s, txn, ns, rank, &p);
+	if (rc == 0) {
+		p.free_pages += to_punching ? (uint32_t)-1 : 1u;
+		rc = pool_put(s, txn, ns, rank, &p);
+	}
+	return rc == -ENOENT ? 0 : rc;
+}
+
+/* Opening: pages a crash left in `punching` go back, listed again. */
+static int punching_recover(struct kvc_pool_store *s, MDB_txn *txn)
+{
+	MDB_cursor *cur;
+	MDB_val k, v, one = {1, "\1"};
+	int rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->punching, &cur));
+	int got = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_FIRST) : MDB_NOTFOUND;
+	while (got == 0 && rc == 0) {
+		char ns[KVC_POOL_MAX_NAMESPACE + 1];
+		uint32_t rank, page;
+		uint8_t key[KEYBUF];
+		MDB_val copy = {k.mv_size, key};
+		memcpy(key, k.mv_data, k.mv_size < sizeof(key) ? k.mv_size : sizeof(key));
+		if (k.mv_size <= sizeof(key) && page_key_decode(&copy, ns, &rank, &page)) {
+			rc = punch_move(s, txn, ns, rank, page, false);
+			if (rc == 0)
+				rc = kvc_lmdb_errno(mdb_put(txn, s->punch, &copy, &one, 0));
+		} else {
+			rc = kvc_lmdb_errno(mdb_del(txn, s->punching, &copy, NULL));
+		}
+		if (rc == 0) { /* the table changed under the cursor: start over */
+			mdb_cursor_close(cur);
+			rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->punching, &cur));
+			got = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_FIRST) : MDB_NOTFOUND;
+		}
+	}
+	if (rc == 0)
+		mdb_cursor_close(cur);
+	return rc;
+}
+
+int kvc_pool_bind(struct kvc_pool_store *s, const char *ns, uint32_t rank,
+                  const struct kvc_pool_binding *binding)
+{
+	MDB_txn *txn;
+	struct pool_info p;
+	uint8_t buf[KEYBUF];
+	if (check_ns(ns) < 0 || rank >= KVC_POOL_MAX_WORLD)
+		return -EINVAL;
+	if (binding && (binding->inode == 0 || binding->page_size == 0 ||
+	                binding->page_size > KVC_POOL_MAX_PAGE_SIZE ||
+	                strnlen(binding->path, sizeof(binding->path)) > KVC_POOL_MAX_PATH))
+		return -EINVAL;
+	int rc = begin(s, true, &txn);
+	if (rc < 0)
+		return rc;
+	rc = pool_get(s, txn, ns, rank, &p);
+	MDB_val k = rank_key(buf, ns, rank);
+	if (rc == 0 && binding) {
+		struct pool_binding b = {.inode = binding->inode, .page_size = binding->page_size,
+		                         .path_length = (uint32_t)strlen(binding->path)};
+		memcpy(b.path, binding->path, b.path_length);
+		MDB_val v = {offsetof(struct pool_binding, path) + b.path_length, &b};
+		rc = kvc_lmdb_errno(mdb_put(txn, s->bindings, &k, &v, 0));
+	} else if (rc == 0) {
+		int del = mdb_del(txn, s->bindings, &k, NULL);
+		rc = del == MDB_NOTFOUND ? 0 : kvc_lmdb_errno(del);
+		/* Pages still listed stay free; they are just not punched. */
+		MDB_cursor *cur;
+		MDB_val pk = k, v;
+		if (rc == 0)
+			rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->punch, &cur));
+		int got = rc == 0 ? mdb_cursor_get(cur, &pk, &v, MDB_SET_RANGE) : MDB_NOTFOUND;
+		while (got == 0 && rc == 0 && pk.mv_size == k.mv_size + 4 &&
+		       memcmp(pk.mv_data, buf, k.mv_size) == 0) {
+			uint8_t key[KEYBUF];
+			memcpy(key, pk.mv_data, pk.mv_size);
+			pk.mv_data = key;
+			rc = kvc_lmdb_errno(mdb_del(txn, s->punch, &pk, NULL));
+			got = rc == 0 ? mdb_cursor_get(cur, &pk, &v, MDB_SET_RANGE) : MDB_NOTFOUND;
+		}
+		if (rc == 0)
+			mdb_cursor_close(cur);
+	}
+	return kvc_lmdb_finish(txn, rc);
+}
+
+int kvc_pool_binding_get(struct kvc_pool_store *s, const char *ns, uint32_t rank,
+                         struct kvc_pool_binding *out)
+{
+	MDB_txn *txn;
+	struct pool_binding b;
+	uint8_t buf[KEYBUF];
+	if (check_ns(ns) < 0 || rank >= KVC_POOL_MAX_WORLD)
+		return -EINVAL;
+	int rc = begin(s, false, &txn);
+	if (rc < 0)
+		return rc;
+	rc = binding_get(s, txn, ns, rank, &b);
+	if (rc == 0) {
+		*out = (struct kvc_pool_binding){.inode = b.inode, .page_size = b.page_size};
+		memcpy(out->path, b.path, b.path_length);
+		out->path[b.path_length] = '\0';
+		/* Listed pages of this rank: an administrator's count. */
+		MDB_val prefix = rank_key(buf, ns, rank), k = prefix, v;
+		MDB_cursor *cur;
+		rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->punch, &cur));
+		int got = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE) : MDB_NOTFOUND;
+		while (got == 0 && k.mv_size == prefix.mv_size + 4 &&
+		       memcmp(k.mv_data, buf, prefix.mv_size) == 0) {
+			out->punch_pending++;
+			got = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+		}
+		if (rc == 0)
+			mdb_cursor_close(cur);
+	}
+	mdb_txn_abort(txn);
+	return rc;
+}
+
+int kvc_pool_punch_take(struct kvc_pool_store *s, struct kvc_pool_punch *out, int max)
+{
+	MDB_txn *txn;
+	MDB_cursor *cur;
+	MDB_val k, v;
+	int count = 0;
+	int rc = begin(s, true, &txn);
+	if (rc < 0)
+		return rc;
+	rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->punch, &cur));
+	int got = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_FIRST) : MDB_NOTFOUND;
+	while (got == 0 && rc == 0 && count < max) {
+		struct kvc_pool_punch *p = &out[count];
+		struct pool_binding b;
+		uint8_t key[KEYBUF];
+		MDB_val at = {k.mv_size < sizeof(key) ? k.mv_size : sizeof(key), key};
+		memcpy(key, k.mv_data, at.mv_size);
+		bool keep = page_key_decode(&at, p->ns, &p->rank, &p->page) &&
+		            binding_get(s, txn, p->ns, p->rank, &b) == 0;
+		rc = kvc_lmdb_errno(mdb_del(txn, s->punch, &at, NULL)); /* listed no more */
+		if (rc == 0 && keep) {
+			p->inode = b.inode;
+			p->page_size = b.page_size;
+			rc = punch_move(s, txn, p->ns, p->rank, p->page, true);
+			count++;
+		}
+		k = at;
+		got = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE) : MDB_NOTFOUND;
+	}
+	if (rc == 0)
+		mdb_cursor_close(cur);
+	rc = kvc_lmdb_finish(txn, rc);
+	return rc < 0 ? rc : count;
+}
+
+int kvc_pool_punch_done(struct kvc_pool_store *s, const struct kvc_pool_punch *punches,
+                        int count, const bool *punched)
+{
+	MDB_txn *txn;
+	uint8_t buf[KEYBUF];
+	struct pool_binding b;
+	int rc = begin(s, true, &txn);
+	if (rc < 0)
+		return rc;
+	for (int i = 0; i < count && rc == 0; i++) {
+		const struct kvc_pool_punch *p = &punches[i];
+		rc = punch_move(s, txn, p->ns, p->rank, p->page, false);
+		MDB_val k = page_key(buf, p->ns, p->rank, p->page), one = {1, "\1"};
+		/* Not punched (a storage server down): listed again, if still bound. */
+		if (rc == 0 && !punched[i] && binding_get(s, txn, p->ns, p->rank, &b) == 0)
+			rc = kvc_lmdb_errno(mdb_put(txn, s->punch, &k, &one, 0));
+	}
+	return kvc_lmdb_finish(txn, rc);
+}
+
 int kvc_pool_store_open(const char *dir, struct kvc_pool_store **out)
 {
 	struct kvc_pool_store *s = calloc(1, sizeof(*s));
@@ -546,7 +819,7 @@ int kvc_pool_store_open(const char *dir, struct kvc_pool_store **out)
 	if (rc == 0)
 		rc = kvc_lmdb_errno(mdb_env_set_mapsize(s->env, MAP_SIZE));
 	if (rc == 0)
-		rc = kvc_lmdb_errno(mdb_env_set_maxdbs(s->env, 8));
+		rc = kvc_lmdb_errno(mdb_env_set_maxdbs(s->env, 12));
 	if (rc == 0)
 		rc = kvc_lmdb_errno(mdb_env_set_maxreaders(s->env, 4096));
 	if (rc == 0)
@@ -559,11 +832,15 @@ int kvc_pool_store_open(const char *dir, struct kvc_pool_store **out)
 		const char *name;
 		MDB_dbi *dbi;
 	} tables[] = {{"worlds", &s->worlds}, {"pools", &s->pools}, {"free", &s->free},
-	              {"pages", &s->pages},   {"keys", &s->keys},   {"lru", &s->lru}};
+	              {"pages", &s->pages},   {"keys", &s->keys},   {"lru", &s->lru},
+	              {"bindings", &s->bindings}, {"punch", &s->punch},
+	              {"punching", &s->punching}};
 	for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]) && rc == 0; i++)
 		rc = kvc_lmdb_errno(mdb_dbi_open(txn, tables[i].name, MDB_CREATE, tables[i].dbi));
 	if (rc == 0)
 		rc = check_format(s, txn);
+	if (rc == 0)
+		rc = punching_recover(s, txn);
 	rc = kvc_lmdb_finish(txn, rc);
 	if (rc < 0)
 		goto fail;
@@ -1290,7 +1567,8 @@ static int walk(struct kvc_pool_store *s, MDB_txn *txn, MDB_dbi db, const uint8_
 }
 
 struct page_scan {
-	uint8_t *state; /* per page: bit 1 free, bit 2 used (validly held) */
+	uint8_t *state; /* per page: bit 1 free, 2 used (validly held), 4 punching,
+	                   8 listed for punching */
 	uint32_t num_pages;
 	struct fsck *f;
 	const char *ns;
@@ -1310,6 +1588,47 @@ static int scan_free(void *arg, const uint8_t *suffix, size_t n, MDB_val *v)
 	else
 		p->state[page] |= 1;
 	return 0;
+}
+
+static int scan_mark(struct page_scan *p, const uint8_t *suffix, size_t n, uint8_t bit)
+{
+	if (n != 4)
+		return 0;
+	uint32_t page = get_be32(suffix);
+	if (page >= p->num_pages)
+		p->problems++;
+	else
+		p->state[page] |= bit;
+	return 0;
+}
+
+static int scan_punching(void *arg, const uint8_t *suffix, size_t n, MDB_val *v)
+{
+	(void)v;
+	return scan_mark(arg, suffix, n, 4);
+}
+
+static int scan_punch(void *arg, const uint8_t *suffix, size_t n, MDB_val *v)
+{
+	(void)v;
+	return scan_mark(arg, suffix, n, 8);
+}
+
+/* Repair the punch lists of one page: a page being punched is neither
+ * free nor used; a listed page must be free. */
+static int fsck_punch_lists(struct fsck *f, struct page_scan *p, uint32_t page, MDB_val *k)
+{
+	uint8_t st = p->state[page];
+	bool bad_punching = (st & 4) && (st & 3), bad_listed = (st & 8) && (st & 3) != 1;
+	p->problems += bad_punching + bad_listed;
+	int rc = 0;
+	if (f->repair && bad_punching)
+		rc = kvc_lmdb_errno(mdb_del(f->txn, f->s->punching, k, NULL));
+	if (rc == 0 && f->repair && bad_listed)
+		rc = kvc_lmdb_errno(mdb_del(f->txn, f->s->punch, k, NULL));
+	if (bad_punching)
+		p->state[page] &= (uint8_t)~4;
+	return rc;
 }
 
 static int scan_used(void *arg, const uint8_t *suffix, size_t n, MDB_val *v)
@@ -1347,16 +1666,21 @@ static int fsck_pool(void *arg, const char *ns, uint32_t rank, uint32_t num_page
 	int rc = walk(f->s, f->txn, f->s->free, prefix, pk.mv_size, scan_free, &p);
 	if (rc == 0)
 		rc = walk(f->s, f->txn, f->s->pages, prefix, pk.mv_size, scan_used, &p);
+	if (rc == 0)
+		rc = walk(f->s, f->txn, f->s->punching, prefix, pk.mv_size, scan_punching, &p);
+	if (rc == 0)
+		rc = walk(f->s, f->txn, f->s->punch, prefix, pk.mv_size, scan_punch, &p);
 	uint32_t free_count = 0;
 	for (uint32_t page = 0; page < num_pages && rc == 0; page++) {
-		uint8_t st = p.state[page];
-		if (st == 3 || st == 0)
-			p.problems++; /* both free and used, or neither */
-		bool should_be_free = !(st & 2);
-		free_count += should_be_free;
-		if (!f->repair)
-			continue;
 		MDB_val k = page_key(buf, ns, rank, page), one = {1, "\1"};
+		rc = fsck_punch_lists(f, &p, page, &k);
+		uint8_t st = p.state[page] & 7;
+		if ((st & 3) == 3 || st == 0)
+			p.problems++; /* both free and used, or none of free, used, punching */
+		bool should_be_free = !(st & 2) && !(st & 4);
+		free_count += should_be_free;
+		if (!f->repair || rc < 0)
+			continue;
 		if (should_be_free && !(st & 1))
 			rc = kvc_lmdb_errno(mdb_put(f->txn, f->s->free, &k, &one, 0));
 		if (rc == 0 && should_be_free) {

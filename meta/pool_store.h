@@ -29,6 +29,14 @@
  *   keys    ns,key             -> key record: head + per-rank (page, state)
  *   lru     ns,seq             -> key bytes: complete or retired keys by
  *                                 last use (retired keys sort first)
+ *   bindings ns,rank           -> the pool's file: inode, page size, path
+ *   punch   ns,rank,page       -> (1 byte) a free page of a bound pool whose
+ *                                 bytes are still to be punched out
+ *   punching ns,rank,page      -> (1 byte) taken out of the free list while
+ *                                 the collector punches it
+ * (bindings, punch and punching were added without a format change: older
+ * stores get them empty.) With a binding, accounting reads free + used +
+ * punching == num_pages.
  *
  * Thread-safe (LMDB serializes writers). Times are passed in (now_ms,
  * CLOCK_REALTIME milliseconds) so leases survive restarts and tests can
@@ -47,6 +55,8 @@
 #define KVC_POOL_MAX_PAGES (1u << 24)
 #define KVC_POOL_MAX_BATCH 4096
 #define KVC_POOL_FORMAT 1 /* changes with any record layout below */
+#define KVC_POOL_MAX_PATH 400 /* of a bound file, in the namespace */
+#define KVC_POOL_MAX_PAGE_SIZE (1ull << 30)
 
 struct kvc_pool_store;
 
@@ -172,6 +182,44 @@ int kvc_pool_list(struct kvc_pool_store *store,
                   int (*fn)(void *arg, const char *ns, uint32_t rank, uint32_t num_pages,
                             uint32_t free_pages),
                   void *arg);
+
+/* A pool's file: page p is bytes p * page_size .. (p + 1) * page_size of
+ * inode (path: as the administrator named it, for display). */
+struct kvc_pool_binding {
+	uint64_t inode;
+	uint64_t page_size;
+	uint64_t punch_pending; /* out: freed pages not punched yet */
+	char path[KVC_POOL_MAX_PATH + 1];
+};
+
+/* Bind the pool (ns, rank) to a file, or unbind it (binding NULL). From
+ * then on, pages freed by delete, clear, eviction or release are punched
+ * out of the file by kvc-meta's collector (the space goes back to the
+ * storage servers); a page taken again before that is not punched.
+ * -ENOENT (no such pool), -EINVAL. */
+int kvc_pool_bind(struct kvc_pool_store *store, const char *ns, uint32_t rank,
+                  const struct kvc_pool_binding *binding);
+/* The binding of (ns, rank): 0, -ENOENT (not bound). */
+int kvc_pool_binding_get(struct kvc_pool_store *store, const char *ns, uint32_t rank,
+                         struct kvc_pool_binding *out);
+
+/* For the collector: a page whose bytes are to be punched. */
+struct kvc_pool_punch {
+	char ns[KVC_POOL_MAX_NAMESPACE + 1];
+	uint32_t rank;
+	uint32_t page;
+	uint64_t inode;
+	uint64_t page_size;
+};
+
+/* Take up to max listed pages out of their free lists (no writer can get
+ * them now). Returns the count. Every taken page must be handed to
+ * kvc_pool_punch_done (a crash before that puts them back at open). */
+int kvc_pool_punch_take(struct kvc_pool_store *store, struct kvc_pool_punch *out, int max);
+/* Give taken pages back to their free lists; those not punched[i] are
+ * listed again (still bound) for a later pass. */
+int kvc_pool_punch_done(struct kvc_pool_store *store, const struct kvc_pool_punch *punches,
+                        int count, const bool *punched);
 
 /* Cross-check page accounting: free + used == num_pages per pool, every
  * used page held by a key that names it, every key's page mapped back.

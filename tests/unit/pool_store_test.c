@@ -362,3 +362,80 @@ Test(pool_store, sweep_frees_retired_keys_once_their_lease_ends)
 	kvc_pool_stats(store, "kv", 0, 6001, &st);
 	cr_assert_eq(st.retired_keys, 0);
 }
+
+static uint64_t pending(const char *ns, uint32_t rank)
+{
+	struct kvc_pool_binding b;
+	cr_assert_eq(kvc_pool_binding_get(store, ns, rank, &b), 0);
+	return b.punch_pending;
+}
+
+Test(pool_store, bound_pool_lists_freed_pages_for_punching)
+{
+	struct kvc_pool_binding b = {.inode = 77, .page_size = 1 << 20, .path = "/pools/n/rank-0"};
+	cr_assert_eq(kvc_pool_bind(store, "n", 0, &b), -ENOENT, "no such pool yet");
+	cr_assert_eq(kvc_pool_init(store, "n", 0, 8, 1), 0);
+	cr_assert_eq(kvc_pool_bind(store, "n", 0, &b), 0);
+	struct kvc_pool_binding got;
+	cr_assert_eq(kvc_pool_binding_get(store, "n", 0, &got), 0);
+	cr_assert_eq(got.inode, 77);
+	cr_assert_str_eq(got.path, "/pools/n/rank-0");
+	const char *names[4] = {"a", "b", "c", "d"};
+	for (int i = 0; i < 4; i++)
+		confirm1("n", 0, names[i], alloc1("n", 0, names[i], 1, NULL));
+	struct kvc_pool_key gone[2] = {K("a"), K("b")};
+	cr_assert_eq(kvc_pool_delete(store, "n", gone, 2, 1), 2);
+	check_accounting();
+	cr_assert_eq(pending("n", 0), 2, "two freed pages listed");
+	cr_assert_eq(free_pages("n", 0), 6);
+
+	/* The collector takes them: out of the free list while punched. */
+	struct kvc_pool_punch p[8];
+	cr_assert_eq(kvc_pool_punch_take(store, p, 8), 2);
+	cr_assert_eq(p[0].inode, 77);
+	cr_assert_eq(p[0].page_size, 1 << 20);
+	cr_assert_eq(free_pages("n", 0), 4);
+	check_accounting();
+	for (int i = 0; i < 4; i++) { /* no writer gets a page being punched */
+		char key[8];
+		snprintf(key, sizeof(key), "w%d", i);
+		int64_t page = alloc1("n", 0, key, 2, NULL);
+		cr_assert(page >= 0 && page != p[0].page && page != p[1].page);
+	}
+	bool punched[2] = {true, false};
+	cr_assert_eq(kvc_pool_punch_done(store, p, 2, punched), 0);
+	check_accounting();
+	cr_assert_eq(free_pages("n", 0), 2);
+	cr_assert_eq(pending("n", 0), 1, "the one not punched is listed again");
+	alloc1("n", 0, "x1", 3, NULL);
+	alloc1("n", 0, "x2", 3, NULL);
+	cr_assert_eq(pending("n", 0), 0, "taking a listed page cancels its punch");
+
+	/* Unbinding drops the list; the pages stay free. */
+	struct kvc_pool_key c = K("c");
+	cr_assert_eq(kvc_pool_delete(store, "n", &c, 1, 4), 1);
+	cr_assert_eq(pending("n", 0), 1);
+	cr_assert_eq(kvc_pool_bind(store, "n", 0, NULL), 0);
+	cr_assert_eq(kvc_pool_binding_get(store, "n", 0, &got), -ENOENT);
+	cr_assert_eq(free_pages("n", 0), 1);
+	check_accounting();
+}
+
+Test(pool_store, pages_being_punched_at_a_crash_come_back_at_open)
+{
+	struct kvc_pool_binding b = {.inode = 5, .page_size = 4096, .path = "/f"};
+	cr_assert_eq(kvc_pool_init(store, "n", 0, 4, 1), 0);
+	cr_assert_eq(kvc_pool_bind(store, "n", 0, &b), 0);
+	confirm1("n", 0, "a", alloc1("n", 0, "a", 1, NULL));
+	struct kvc_pool_key a = K("a");
+	cr_assert_eq(kvc_pool_delete(store, "n", &a, 1, 1), 1);
+	struct kvc_pool_punch p[4];
+	cr_assert_eq(kvc_pool_punch_take(store, p, 4), 1);
+	cr_assert_eq(free_pages("n", 0), 3);
+	/* "Crash": the store closes with the page taken and not given back. */
+	kvc_pool_store_close(store);
+	cr_assert_eq(kvc_pool_store_open(dir, &store), 0);
+	check_accounting();
+	cr_assert_eq(free_pages("n", 0), 4, "the page is free again");
+	cr_assert_eq(pending("n", 0), 1, "and listed to be punched again");
+}
