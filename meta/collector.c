@@ -14,6 +14,7 @@
 
 struct kvc_meta_collector {
 	struct kvc_meta_store *store;
+	struct kvc_pool_store *pools;
 	struct kvc_storage_client *storage;
 	int interval_ms;
 	pthread_mutex_t lock; /* protects woken */
@@ -42,11 +43,43 @@ static int collect(struct kvc_meta_collector *c)
 	return count == BATCH && reclaimed == count ? -EAGAIN : reclaimed;
 }
 
+/* One pass over the pages to punch. Returns how many were punched,
+ * -EAGAIN when a full batch went through (more may be waiting). */
+static int punch(struct kvc_meta_collector *c)
+{
+	struct kvc_pool_punch pages[BATCH];
+	bool punched[BATCH];
+	int count = kvc_pool_punch_take(c->pools, pages, BATCH), done = 0;
+	if (count < 0)
+		kvc_log_warn("collector: pages to punch: %s", strerror(-count));
+	for (int i = 0; i < count; i++) {
+		const struct kvc_pool_punch *p = &pages[i];
+		struct kvc_attr attr;
+		int rc = kvc_meta_store_getattr(c->store, p->inode, &attr);
+		if (rc == 0)
+			rc = kvc_storage_client_punch(c->storage, p->inode, &attr.layout,
+			                              p->page * p->page_size, p->page_size, attr.size);
+		else if (rc == -ENOENT)
+			rc = 0; /* the file is gone, and its chunks with it */
+		if (rc < 0)
+			kvc_log_warn("collector: punching page %" PRIu32 " of pool %s/%" PRIu32 ": %s; "
+			             "will retry", p->page, p->ns, p->rank, strerror(-rc));
+		punched[i] = rc == 0;
+		done += punched[i];
+	}
+	int rc = count > 0 ? kvc_pool_punch_done(c->pools, pages, count, punched) : 0;
+	if (rc < 0)
+		kvc_log_error("collector: giving punched pages back: %s", strerror(-rc));
+	return count == BATCH && done == count && rc == 0 ? -EAGAIN : done;
+}
+
 static void *collector_main(void *arg)
 {
 	struct kvc_meta_collector *c = arg;
 	for (;;) {
 		while (collect(c) == -EAGAIN)
+			;
+		while (c->pools && punch(c) == -EAGAIN)
 			;
 		struct timespec deadline;
 		clock_gettime(CLOCK_REALTIME, &deadline);
@@ -66,7 +99,7 @@ static void *collector_main(void *arg)
 	return NULL;
 }
 
-int kvc_meta_collector_start(struct kvc_meta_store *store,
+int kvc_meta_collector_start(struct kvc_meta_store *store, struct kvc_pool_store *pools,
                              struct kvc_storage_client *storage, int interval_ms,
                              struct kvc_meta_collector **out)
 {
@@ -74,7 +107,7 @@ int kvc_meta_collector_start(struct kvc_meta_store *store,
 	pthread_t thread;
 	if (!c)
 		return -ENOMEM;
-	*c = (struct kvc_meta_collector){.store = store, .storage = storage,
+	*c = (struct kvc_meta_collector){.store = store, .pools = pools, .storage = storage,
 	                                 .interval_ms = interval_ms};
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->cond, NULL);

@@ -1,21 +1,25 @@
 /*
- * collector: reclaims the chunks of removed files. kvc-meta queues a file
- * in the store's gc table in the same transaction that removes its last
- * name; this thread removes its chunks from every target of its layout and
- * then drops the queue entry. The queue is in LMDB, so work left by a crash
- * or by a storage server that was down is picked up again (every pass
- * retries what failed before).
+ * collector: gives storage back. (1) The chunks of removed files: kvc-meta
+ * queues a file in the store's gc table in the same transaction that
+ * removes its last name; this thread removes its chunks from every target
+ * of its layout and then drops the queue entry. (2) The pages freed in
+ * pools bound to a file (pool_store.h): it takes them out of their free
+ * lists, punches their bytes out of the file on the storage servers, and
+ * gives them back. Both queues are in LMDB, so work left by a crash or by
+ * a storage server that was down is picked up again (every pass retries
+ * what failed before).
  */
 #ifndef KVC_META_COLLECTOR_H
 #define KVC_META_COLLECTOR_H
 
 #include "meta/meta_store.h"
+#include "meta/pool_store.h"
 #include "storage_client.h"
 
 struct kvc_meta_collector;
 
 /* Start the thread; interval_ms between passes when idle. */
-int kvc_meta_collector_start(struct kvc_meta_store *store,
+int kvc_meta_collector_start(struct kvc_meta_store *store, struct kvc_pool_store *pools,
                              struct kvc_storage_client *storage, int interval_ms,
                              struct kvc_meta_collector **out);
 /* Ask for a pass now (after an unlink). */

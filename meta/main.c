@@ -179,7 +179,7 @@ int main(int argc, char **argv)
 		return 1;
 	if (kvc_server_handle_signals(stop_service, &svc) < 0)
 		return 1;
-	rc = kvc_meta_collector_start(svc.store, &storage, 1000, &svc.collector);
+	rc = kvc_meta_collector_start(svc.store, svc.pools, &storage, 1000, &svc.collector);
 	static struct syncer syncer;
 	syncer = (struct syncer){svc.store, svc.pools, config.sync_interval_ms};
 	pthread_t sync_thread;

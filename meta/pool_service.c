@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 struct request {
@@ -102,9 +103,76 @@ static int list_one(void *arg, const char *ns, uint32_t rank, uint32_t num_pages
 	return 0;
 }
 
+/* The inode of an absolute path in the namespace; must be a regular file. */
+static int resolve(struct kvc_meta_store *namespace, const char *path, struct kvc_attr *attr)
+{
+	uint64_t ino = 1; /* the root */
+	if (path[0] != '/')
+		return -EINVAL;
+	int rc = kvc_meta_store_getattr(namespace, ino, attr);
+	for (const char *at = path; rc == 0 && *at;) {
+		while (*at == '/')
+			at++;
+		size_t n = strcspn(at, "/");
+		if (n == 0)
+			break;
+		rc = kvc_meta_store_lookup(namespace, ino, at, (uint32_t)n, attr);
+		ino = attr->ino;
+		at += n;
+	}
+	if (rc == 0 && !S_ISREG(attr->mode))
+		rc = S_ISDIR(attr->mode) ? -EISDIR : -EINVAL;
+	return rc;
+}
+
+static int bind(struct kvc_pool_store *pools, struct kvc_meta_store *namespace,
+                struct kvc_server_conn *conn, const struct kvc_wire_header *h,
+                struct request *r)
+{
+	if (r->m->count == 0)
+		return kvc_pool_bind(pools, r->ns, r->m->rank, NULL);
+	int64_t *page_size = NULL;
+	struct kvc_pool_binding b = {0};
+	struct kvc_attr attr;
+	int rc = r->m->count != 1 || r->keys[0].length > KVC_POOL_MAX_PATH ? -EINVAL : 0;
+	if (rc == 0 && !take_pages(conn, h, &r->offset, 1, &page_size))
+		rc = -EINVAL;
+	if (rc == 0) {
+		memcpy(b.path, r->keys[0].bytes, r->keys[0].length);
+		b.page_size = *page_size > 0 ? (uint64_t)*page_size : 0;
+		rc = memchr(b.path, '\0', r->keys[0].length) ? -EINVAL
+		   : resolve(namespace, b.path, &attr);
+	}
+	if (rc == 0) {
+		b.inode = attr.ino;
+		rc = kvc_pool_bind(pools, r->ns, r->m->rank, &b);
+	}
+	free(page_size);
+	return rc;
+}
+
+static int binding(struct kvc_pool_store *pools, struct request *r, void **reply, uint32_t *len)
+{
+	struct kvc_pool_binding b;
+	int rc = kvc_pool_binding_get(pools, r->ns, r->m->rank, &b);
+	struct kvc_msg_pool_binding w = {b.inode, b.page_size, b.punch_pending,
+	                                 (uint32_t)strlen(b.path), 0};
+	uint8_t *out = rc == 0 ? malloc(sizeof(w) + w.path_length) : NULL;
+	if (rc == 0 && !out)
+		rc = -ENOMEM;
+	if (rc == 0) {
+		memcpy(out, &w, sizeof(w));
+		memcpy(out + sizeof(w), b.path, w.path_length);
+		*reply = out;
+		*len = (uint32_t)sizeof(w) + w.path_length;
+	}
+	return rc;
+}
+
 /* Run one decoded request; *reply (malloc'd) and *len are the answer. */
-static int run(struct kvc_pool_store *pools, struct kvc_server_conn *conn,
-               const struct kvc_wire_header *h, struct request *r, void **reply, uint32_t *len)
+static int run(struct kvc_pool_store *pools, struct kvc_meta_store *namespace,
+               struct kvc_server_conn *conn, const struct kvc_wire_header *h,
+               struct request *r, void **reply, uint32_t *len)
 {
 	const struct kvc_msg_pool *m = r->m;
 	uint32_t n = m->count;
@@ -235,20 +303,24 @@ static int run(struct kvc_pool_store *pools, struct kvc_server_conn *conn,
 		*len = 8;
 		return problems < 0 ? (int)problems : 0;
 	}
+	case KVC_MSG_POOL_BIND:
+		return bind(pools, namespace, conn, h, r);
+	case KVC_MSG_POOL_BINDING:
+		return binding(pools, r, reply, len);
 	default:
 		return -EOPNOTSUPP;
 	}
 }
 
-int kvc_pool_service_handle(struct kvc_pool_store *pools, struct kvc_server_conn *conn,
-                            const struct kvc_wire_header *h)
+int kvc_pool_service_handle(struct kvc_pool_store *pools, struct kvc_meta_store *namespace,
+                            struct kvc_server_conn *conn, const struct kvc_wire_header *h)
 {
 	struct request r = {0};
 	void *reply = NULL;
 	uint32_t len = 0;
 	int rc = decode(conn, h, &r);
 	if (rc == 0)
-		rc = run(pools, conn, h, &r, &reply, &len);
+		rc = run(pools, namespace, conn, h, &r, &reply, &len);
 	rc = kvc_server_reply(conn, h, rc, reply, len);
 	free(reply);
 	free(r.keys);

@@ -1,6 +1,6 @@
 /*
  * pool_service: kvc-meta's handlers of the page pool messages of the
- * binary protocol (wire types 32-43; src/wire.h). Decodes and checks each
+ * binary protocol (wire types 32-46; src/wire.h). Decodes and checks each
  * request (namespace, counts, key lengths against the limits) and runs it
  * on the pool store in one transaction. The HTTP front (http.c) serves the
  * same store for the vLLM and SGLang connectors.
@@ -8,12 +8,14 @@
 #ifndef KVC_META_POOL_SERVICE_H
 #define KVC_META_POOL_SERVICE_H
 
+#include "meta/meta_store.h"
 #include "meta/pool_store.h"
 #include "server.h"
 
-/* Handle one pool message; replies itself. Returns 0 or -errno for a
- * protocol error (the server then closes the connection). */
-int kvc_pool_service_handle(struct kvc_pool_store *pools, struct kvc_server_conn *conn,
-                            const struct kvc_wire_header *header);
+/* Handle one pool message; replies itself. namespace resolves the paths
+ * of POOL_BIND. Returns 0 or -errno for a protocol error (the server then
+ * closes the connection). */
+int kvc_pool_service_handle(struct kvc_pool_store *pools, struct kvc_meta_store *namespace,
+                            struct kvc_server_conn *conn, const struct kvc_wire_header *header);
 
 #endif

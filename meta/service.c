@@ -186,8 +186,8 @@ int kvc_meta_service_handle(void *service, struct kvc_server_conn *conn,
 	struct kvc_meta_service *svc = service;
 	if (h->data_len)
 		return -EPROTO; /* no namespace message carries bulk data */
-	if (h->type >= KVC_MSG_POOL_INIT && h->type <= KVC_MSG_POOL_KEYS)
-		return kvc_pool_service_handle(svc->pools, conn, h);
+	if (h->type >= KVC_MSG_POOL_INIT && h->type <= KVC_MSG_POOL_BINDING)
+		return kvc_pool_service_handle(svc->pools, svc->store, conn, h);
 	switch (h->type) {
 	case KVC_MSG_LOOKUP:
 	case KVC_MSG_UNLINK:

@@ -245,6 +245,39 @@ int kvc_meta_pool_list(struct kvc_meta *m, struct kvc_meta_pool_entry *out, int 
 	return rc < 0 ? rc : n;
 }
 
+int kvc_meta_pool_bind(struct kvc_meta *m, const char *ns, uint32_t rank, const char *path,
+                       uint64_t page_size)
+{
+	if (path && (strlen(path) > KVC_META_MAX_PATH || page_size == 0 || page_size > INT64_MAX))
+		return -EINVAL;
+	struct kvc_meta_key key = {path, path ? (uint32_t)strlen(path) : 0};
+	int64_t size = (int64_t)page_size;
+	return call(m, KVC_MSG_POOL_BIND, ns, head_of(rank, path ? 1 : 0, 0), path ? &key : NULL,
+	            path ? &size : NULL, path ? 1 : 0, NULL, 0, NULL, 0, NULL);
+}
+
+int kvc_meta_pool_binding(struct kvc_meta *m, const char *ns, uint32_t rank,
+                          struct kvc_meta_pool_binding *out)
+{
+	uint8_t reply[sizeof(struct kvc_msg_pool_binding) + KVC_META_MAX_PATH];
+	struct kvc_msg_pool_binding w;
+	uint32_t len = 0;
+	int rc = call(m, KVC_MSG_POOL_BINDING, ns, head_of(rank, 0, 0), NULL, NULL, 0, NULL, 0,
+	              reply, sizeof(reply), &len);
+	if (rc == 0 && len < sizeof(w))
+		rc = -EIO;
+	if (rc == 0)
+		memcpy(&w, reply, sizeof(w));
+	if (rc == 0 && (w.path_length > KVC_META_MAX_PATH || len != sizeof(w) + w.path_length))
+		rc = -EIO;
+	if (rc == 0) {
+		*out = (struct kvc_meta_pool_binding){w.inode, w.page_size, w.punch_pending, ""};
+		memcpy(out->path, reply + sizeof(w), w.path_length);
+		out->path[w.path_length] = '\0';
+	}
+	return rc;
+}
+
 int64_t kvc_meta_pool_fsck(struct kvc_meta *m, bool repair)
 {
 	int64_t problems = 0;

@@ -82,6 +82,8 @@ enum kvc_wire_type {
 	KVC_MSG_POOL_LIST = 42,
 	KVC_MSG_POOL_FSCK = 43,
 	KVC_MSG_POOL_KEYS = 44,
+	KVC_MSG_POOL_BIND = 45,
+	KVC_MSG_POOL_BINDING = 46,
 	/* chunks (kvc-storage) */
 	KVC_MSG_CHUNK_WRITE = 64,
 	KVC_MSG_CHUNK_READ = 65,
@@ -440,6 +442,18 @@ struct kvc_msg_pool_entry {
 	uint32_t reserved;
 };
 _Static_assert(sizeof(struct kvc_msg_pool_entry) == 80, "");
+
+/* POOL_BIND: count 1 (the path of the file in the namespace, as the one
+ * key) then one i64 page size; count 0 unbinds. POOL_BINDING's reply:
+ * this, then path_length bytes. */
+struct kvc_msg_pool_binding {
+	uint64_t inode;
+	uint64_t page_size;
+	uint64_t punch_pending;
+	uint32_t path_length;
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct kvc_msg_pool_binding) == 32, "");
 
 struct kvc_msg_pool_key_info {
 	uint32_t length;

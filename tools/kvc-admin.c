@@ -159,14 +159,22 @@ static int cmd_pool_show(struct admin *a, const char *ns, uint32_t rank)
 	}
 	if (rc < 0)
 		return report_error(ns, rc);
+	struct kvc_meta_pool_binding b;
+	int bound = kvc_meta_pool_binding(a->pools, ns, rank, &b);
+	if (bound < 0 && bound != -ENOENT)
+		return report_error(ns, bound);
 	if (a->json) {
 		printf("{\"namespace\":\"%s\",\"rank\":%u,\"world_size\":%u,\"ranks\":%u,"
 		       "\"pages\":%llu,\"free\":%llu,\"keys\":%llu,\"complete\":%llu,"
-		       "\"leased\":%llu,\"retired\":%llu,\"evictions\":%llu}\n",
+		       "\"leased\":%llu,\"retired\":%llu,\"evictions\":%llu",
 		       ns, rank, st.world_size, st.ranks, (unsigned long long)st.num_pages,
 		       (unsigned long long)st.free_pages, (unsigned long long)st.keys,
 		       (unsigned long long)st.complete_keys, (unsigned long long)st.leased_keys,
 		       (unsigned long long)st.retired_keys, (unsigned long long)st.evictions);
+		if (bound == 0)
+			printf(",\"file\":\"%s\",\"page_size\":%llu,\"punch_pending\":%llu", b.path,
+			       (unsigned long long)b.page_size, (unsigned long long)b.punch_pending);
+		printf("}\n");
 		return 0;
 	}
 	printf("namespace    %s\nworld size   %u%s\ninitialized  %u rank(s)\n", ns, st.world_size,
@@ -179,7 +187,48 @@ static int cmd_pool_show(struct admin *a, const char *ns, uint32_t rank)
 	       (unsigned long long)st.keys, (unsigned long long)st.complete_keys,
 	       (unsigned long long)st.leased_keys, (unsigned long long)st.retired_keys,
 	       (unsigned long long)st.evictions);
+	if (bound == 0)
+		printf("file         %s (inode %llu), pages of %llu bytes; %llu freed page(s) "
+		       "still to punch\n", b.path, (unsigned long long)b.inode,
+		       (unsigned long long)b.page_size, (unsigned long long)b.punch_pending);
+	else
+		printf("file         not bound (kvc-admin pool bind)\n");
 	return 0;
+}
+
+/* "2097152", "2M", "8MiB", "1G": bytes, or 0 when not a size. */
+static uint64_t parse_size(const char *s)
+{
+	char *end;
+	unsigned long long v = strtoull(s, &end, 10);
+	int shift = *end == 'K' || *end == 'k' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
+	if (shift)
+		end++;
+	if (strcmp(end, "") != 0 && strcmp(end, "iB") != 0 && strcmp(end, "B") != 0)
+		return 0;
+	return end == s || v > (UINT64_MAX >> shift) ? 0 : (uint64_t)v << shift;
+}
+
+static int cmd_pool_bind(struct admin *a, int argc, char **argv)
+{
+	const char *ns = argv[2];
+	uint32_t rank = (uint32_t)atoi(argv[3]);
+	if (strcmp(argv[1], "unbind") == 0) {
+		int rc = kvc_meta_pool_bind(a->pools, ns, rank, NULL, 0);
+		return rc < 0 ? report_error("pool unbind", rc) : 0;
+	}
+	uint64_t page_size = argc == 6 ? parse_size(argv[5]) : 0;
+	if (page_size == 0) {
+		fprintf(stderr, "kvc-admin: pool bind NS RANK PATH PAGE_SIZE (e.g. 2M)\n");
+		return 2;
+	}
+	int rc = kvc_meta_pool_bind(a->pools, ns, rank, argv[4], page_size);
+	if (rc == -ENOENT)
+		fprintf(stderr, "kvc-admin: pool bind: no pool %s/%u or no file %s in the namespace\n",
+		        ns, rank, argv[4]);
+	else if (rc < 0)
+		return report_error("pool bind", rc);
+	return rc < 0 ? 1 : 0;
 }
 
 static int cmd_keys(struct admin *a, const char *verb, const char *ns, int count, char **names)
@@ -255,6 +304,9 @@ static int cmd_pools(struct admin *a, int argc, char **argv)
 		return cmd_pool_show(a, argv[2], argc >= 4 ? (uint32_t)atoi(argv[3]) : 0);
 	if (strcmp(cmd, "rank") == 0 && argc >= 4 && strcmp(argv[1], "show") == 0)
 		return cmd_pool_show(a, argv[2], (uint32_t)atoi(argv[3]));
+	if (strcmp(cmd, "pool") == 0 && ((argc >= 5 && strcmp(argv[1], "bind") == 0) ||
+	                                 (argc == 4 && strcmp(argv[1], "unbind") == 0)))
+		return cmd_pool_bind(a, argc, argv);
 	if (strcmp(cmd, "pool") == 0 && argc == 4 && strcmp(argv[1], "world") == 0) {
 		int rc = kvc_meta_pool_set_world(a->pools, argv[2], (uint32_t)atoi(argv[3]));
 		return rc < 0 ? report_error("pool world", rc) : 0;
@@ -318,6 +370,10 @@ static void usage(FILE *out)
 	             "  pool list                 every pool: pages, free, used\n"
 	             "  pool show NS [RANK]       world, pages, keys, leases, evictions\n"
 	             "  pool world NS N           set the namespace's TP world size\n"
+	             "  pool bind NS RANK PATH PAGE_SIZE\n"
+	             "                            the pool's pages live in file PATH (of the\n"
+	             "                            namespace): freed pages are punched out of it\n"
+	             "  pool unbind NS RANK       stop punching\n"
 	             "  rank show NS RANK         one rank's pool\n"
 	             "  key ls NS                 every key: state, ranks confirmed, lease\n"
 	             "  key stat NS KEY...        whether keys are complete\n"

@@ -108,6 +108,25 @@ int kvc_meta_keys(struct kvc_meta *meta, const char *ns, const struct kvc_meta_k
 /* Problems found (and fixed with repair). */
 int64_t kvc_meta_pool_fsck(struct kvc_meta *meta, bool repair);
 
+/* Bind the pool (ns, rank) to a file of the namespace (path from the
+ * mount's root, e.g. "/pools/vllm/rank-0"; page p is bytes p * page_size
+ * .. (p + 1) * page_size): pages freed by delete, clear, eviction or
+ * release then have their bytes punched out of the file by kvc-meta, so
+ * their space returns to the storage servers. path NULL unbinds.
+ * -ENOENT (no such pool or file), -EISDIR, -EINVAL. */
+#define KVC_META_MAX_PATH 400
+struct kvc_meta_pool_binding {
+	uint64_t inode;
+	uint64_t page_size;
+	uint64_t punch_pending; /* freed pages not punched yet */
+	char path[KVC_META_MAX_PATH + 1];
+};
+int kvc_meta_pool_bind(struct kvc_meta *meta, const char *ns, uint32_t rank, const char *path,
+                       uint64_t page_size);
+/* -ENOENT when the pool is not bound. */
+int kvc_meta_pool_binding(struct kvc_meta *meta, const char *ns, uint32_t rank,
+                          struct kvc_meta_pool_binding *out);
+
 #pragma GCC visibility pop
 
 #ifdef __cplusplus

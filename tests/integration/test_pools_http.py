@@ -2,6 +2,7 @@
 SGLang's hf3fs connectors (Python's standard library as the client), bad
 input, and kill -9 under a write load."""
 import json
+import os
 import subprocess
 import threading
 import urllib.error
@@ -294,3 +295,58 @@ def test_native_api_through_libkvc(cluster):
     assert one[0] >= 0, "after the release the LRU key goes"
     assert lib.kvc_meta_allocate(handle, b"nowhere", 0, extra, 1, one, None) == -2  # ENOENT
     lib.kvc_meta_close(handle)
+
+
+def test_bound_pool_punches_freed_pages_out_of_its_file(cluster, workdir):
+    """A pool bound to its file (kvc-admin pool bind): pages freed by
+    delete are punched out of the file by kvc-meta (zeros, chunks gone from
+    the storage servers); pages still held keep their bytes."""
+    page = 1 << 20  # one chunk per page
+    pool_file = workdir / "rank-0"
+    data = os.urandom(8 * page)
+    pool_file.write_bytes(data)
+    in_namespace = "/" + str(pool_file.relative_to(cluster.mount))
+    for rank in (0, 1):
+        assert post(cluster, f"/{rank}/initialize",
+                    {"num_pages": 8, "namespace": "bound"})[0] == 204
+    out = admin(cluster, "pool", "bind", "bound", "0", in_namespace + "-nope", "1M", check=False)
+    assert out.returncode != 0 and "no file" in out.stderr
+    out = admin(cluster, "pool", "bind", "bound", "0", "/" + str(workdir.relative_to(cluster.mount)),
+                "1M", check=False)
+    assert out.returncode != 0 and "directory" in out.stderr.lower()
+    admin(cluster, "pool", "bind", "bound", "0", in_namespace, "1M")
+    shown = json.loads(admin(cluster, "--json", "pool", "show", "bound", "0").stdout)
+    assert shown["file"] == in_namespace and shown["page_size"] == page
+
+    keys = [[f"p{i}", ""] for i in range(8)]
+    pages = {}
+    for rank in (0, 1):
+        _, body = post(cluster, f"/{rank}/reserve_and_allocate_page_indices",
+                       {"keys": keys, "namespace": "bound"})
+        pages[rank] = [p for _, p in body["indices"]]
+        assert post(cluster, f"/{rank}/confirm_write",
+                    {"written_keys_to_confirm": [[k, p] for (k, _), p in zip(keys, pages[rank])],
+                     "pages_to_release": [], "namespace": "bound"})[0] == 204
+
+    def chunks():
+        status = json.loads(cluster.admin("--json", "status").stdout)
+        return sum(t["chunks"] for s in status["storage"] for t in s["targets"])
+    before = chunks()
+    assert post(cluster, "/0/delete_keys", {"keys": ["p1", "p4", "p6"],
+                                            "namespace": "bound"})[0] == 204
+    assert wait_until(lambda: chunks() <= before - 3, timeout=30), "3 pages' chunks punched"
+    assert wait_until(lambda: json.loads(admin(cluster, "--json", "pool", "show", "bound",
+                                               "0").stdout)["punch_pending"] == 0, timeout=30)
+    freed = {pages[0][i] for i in (1, 4, 6)}
+    back = pool_file.read_bytes()
+    assert len(back) == 8 * page
+    for p in range(8):
+        got = back[p * page:(p + 1) * page]
+        assert got == (bytes(page) if p in freed else data[p * page:(p + 1) * page]), p
+    # The punched pages are free for new keys; accounting holds.
+    _, body = post(cluster, "/0/reserve_and_allocate_page_indices",
+                   {"keys": [["n1", ""], ["n2", ""], ["n3", ""]], "namespace": "bound"})
+    assert {p for _, p in body["indices"]} == freed
+    assert "0 problem" in admin(cluster, "fsck").stdout
+    admin(cluster, "pool", "unbind", "bound", "0")
+    assert "not bound" in admin(cluster, "pool", "show", "bound", "0").stdout
