@@ -17,6 +17,7 @@
  *    memory (-EINVAL), a GPU that does not exist (-EINVAL).
  * 6. A child process registers a device iov, submits reads and is killed:
  *    kvc-fuse drops its registrations and serves the next round trip.
+ * 7. With two GPUs: one batch reading into iovs on both.
  * Exit 77 ("SKIP: ...") without a CUDA runtime or GPU; 0 when all passed.
  */
 #include <errno.h>
@@ -137,6 +138,38 @@ static void reads_into_device(const char *mount, int fd, const uint8_t *expect,
 	rc = kvc_ring_prep(rring, dev, true, d + size - 4096, fd, 0, 8192, NULL);
 	check(rc == -EFAULT, "a range past the device iov: EFAULT", rc);
 	kvc_iov_destroy(dev);
+}
+
+/* With two GPUs or more: one batch reading into device iovs on GPU 0 and
+ * GPU 1 (each GPU has its own stream in kvc-fuse), then writing back. */
+static void two_gpus(const char *mount, int fd, const uint8_t *expect, struct kvc_ring *rring)
+{
+	const struct kvc_cuda *cuda = kvc_cuda_get();
+	struct kvc_iov *dev[2] = {NULL, NULL};
+	size_t size = 16 * MIB;
+	int rc = 0;
+	for (int g = 0; g < 2 && rc == 0; g++)
+		rc = kvc_iov_create_device(&dev[g], mount, size, g, NULL);
+	check(rc == 0 && kvc_iov_device(dev[1]) == 1, "device iovs on GPU 0 and GPU 1", rc);
+	if (rc < 0)
+		return;
+	struct io ios[32];
+	for (int i = 0; i < 32; i++) { /* alternate GPUs, 1 MiB each */
+		uint8_t *base = kvc_iov_base(dev[i % 2]);
+		ios[i] = (struct io){base + (size_t)(i / 2) * MIB, (uint64_t)i * MIB, MIB, dev[i % 2]};
+	}
+	check(run(rring, true, fd, ios, 32) == 0, "one batch into both GPUs", 0);
+	int same = 1;
+	for (int g = 0; g < 2 && same; g++) {
+		uint8_t *back = device_bytes(cuda, kvc_iov_base(dev[g]), size);
+		for (int j = 0; back && same && j < 16; j++)
+			same = memcmp(back + (size_t)j * MIB, expect + (size_t)(2 * j + g) * MIB, MIB) == 0;
+		same &= back != NULL;
+		free(back);
+	}
+	check(same, "each GPU holds its pages", 0);
+	kvc_iov_destroy(dev[0]);
+	kvc_iov_destroy(dev[1]);
 }
 
 static void writes_from_device(const char *mount, const char *path, const uint8_t *expect)
@@ -273,6 +306,10 @@ int main(int argc, char **argv)
 	check(run(wring, false, fd, whole, 3) == 0, "random bytes written through a ring", 0);
 	reads_into_device(mount, fd, expect, rring, host);
 	writes_from_device(mount, argv[1], expect);
+	if (kvc_gpu_device_count() >= 2)
+		two_gpus(mount, fd, expect, rring);
+	else
+		printf("# one GPU: the two-GPU batch is not run\n");
 	killed_client(mount, argv[1]);
 	memset(h, 0, MIB);
 	struct io again = {h, 5 * MIB, MIB, host};
