@@ -158,6 +158,14 @@ static int describe(const struct kvc_cuda *cuda, void *base, size_t size, int de
 	return 0;
 }
 
+/* The calling thread's current GPU, to give back after we used another:
+ * the caller's (PyTorch's, say) choice is not ours to change. */
+static int current_device(const struct kvc_cuda *cuda)
+{
+	int device = 0;
+	return cuda->get_device(&device) == cudaSuccess ? device : 0;
+}
+
 static int wrap_device(struct kvc_iov **out, void *base, const uint8_t id[16],
                        const char *mount, size_t size, int device, bool owned)
 {
@@ -169,7 +177,9 @@ static int wrap_device(struct kvc_iov **out, void *base, const uint8_t id[16],
 		return -EINVAL;
 	if (id)
 		memcpy(m.id, id, 16);
+	int previous = current_device(cuda);
 	int rc = describe(cuda, base, size, device, &m);
+	cuda->set_device(previous);
 	return rc < 0 ? rc : kvc_iov_register_device(out, mount, base, size, device, owned, &m);
 }
 
@@ -183,9 +193,11 @@ int kvc_iov_create_device(struct kvc_iov **out, const char *mount, size_t size, 
 		return -ENOTSUP;
 	if (size == 0 || device < 0 || device >= cuda->devices)
 		return -EINVAL;
+	int previous = current_device(cuda);
 	cudaError_t err = cuda->set_device(device);
 	if (err == cudaSuccess)
 		err = cuda->malloc(&memory, size);
+	cuda->set_device(previous);
 	if (err != cudaSuccess)
 		return err == cudaErrorMemoryAllocation ? -ENOMEM : failed(cuda, err, "cudaMalloc");
 	uuid_generate_random(id);
@@ -206,8 +218,12 @@ int kvc_iov_wrap_device(struct kvc_iov **out, void *device_pointer, const uint8_
 void kvc_gpu_device_free(void *base, int device)
 {
 	const struct kvc_cuda *cuda = kvc_cuda_get();
-	if (cuda && cuda->set_device(device) == cudaSuccess)
+	if (!cuda)
+		return;
+	int previous = current_device(cuda);
+	if (cuda->set_device(device) == cudaSuccess)
 		cuda->free(base);
+	cuda->set_device(previous);
 }
 
 #else /* built without the CUDA headers: the API says "not supported" */

@@ -147,10 +147,13 @@ static void two_gpus(const char *mount, int fd, const uint8_t *expect, struct kv
 	const struct kvc_cuda *cuda = kvc_cuda_get();
 	struct kvc_iov *dev[2] = {NULL, NULL};
 	size_t size = 16 * MIB;
-	int rc = 0;
+	int rc = 0, current = -1;
+	cuda->set_device(0);
 	for (int g = 0; g < 2 && rc == 0; g++)
 		rc = kvc_iov_create_device(&dev[g], mount, size, g, NULL);
 	check(rc == 0 && kvc_iov_device(dev[1]) == 1, "device iovs on GPU 0 and GPU 1", rc);
+	cuda->get_device(&current);
+	check(current == 0, "making one on GPU 1 left the caller's current GPU alone", current);
 	if (rc < 0)
 		return;
 	struct io ios[32];
