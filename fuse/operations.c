@@ -441,6 +441,22 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 	reply_error(req, rc);
 }
 
+int kvc_fuse_hold_inode(struct kvc_fuse *fs, uint64_t ino)
+{
+	struct kvc_attr attr;
+	int rc = kvc_meta_client_getattr(&fs->meta, ino, &attr);
+	return rc == 0 ? kvc_inode_table_open(fs->inodes, &attr) : rc;
+}
+
+void kvc_fuse_drop_inode(struct kvc_fuse *fs, uint64_t ino)
+{
+	int rc = commit_size(fs, ino);
+	if (rc < 0)
+		kvc_log_warn("inode %" PRIu64 ": size not committed yet: %s", ino, strerror(-rc));
+	if (kvc_inode_table_release(fs->inodes, ino))
+		remove_orphan(fs, ino);
+}
+
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct kvc_fuse *fs = fs_of(req);

@@ -43,6 +43,12 @@ void kvc_fuse_clean_orphans(struct kvc_fuse *fs);
 
 extern const struct fuse_lowlevel_ops kvc_fuse_operations;
 
+/* For USRBIO: hold an inode open inside kvc-fuse (a registered file keeps
+ * working after the client closes its fd, as in 3FS), and drop the hold,
+ * doing what a last close does (size committed, an orphan removed). */
+int kvc_fuse_hold_inode(struct kvc_fuse *fs, uint64_t ino);
+void kvc_fuse_drop_inode(struct kvc_fuse *fs, uint64_t ino);
+
 /* Send every dirty file size to kvc-meta (the background pass). */
 void kvc_fuse_flush_sizes(struct kvc_fuse *fs);
 

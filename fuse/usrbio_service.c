@@ -175,17 +175,23 @@ static int fd_register(struct kvc_usrbio *u, struct kvc_usrbio_client *c,
 		rc = -errno;
 	else if (st.st_dev != u->mount_dev || !S_ISREG(st.st_mode))
 		rc = -EBADF; /* not a file of this mount */
-	if (rc < 0) {
-		close(fd);
+	/* Keep what the check needs, not the file: a kvc-fuse holding files
+	 * of its own mount would, when killed, wait forever in the kernel for
+	 * itself to answer their flush. The client's open keeps the inode
+	 * (3FS's rule: registered fds stay open). */
+	close(fd);
+	if (rc == 0)
+		rc = kvc_fuse_hold_inode(u->fs, st.st_ino);
+	if (rc < 0)
 		return rc;
-	}
-	struct kvc_usrbio_file file = {m->client_fd, fd, st.st_ino, access & O_ACCMODE};
+	struct kvc_usrbio_file file = {m->client_fd, st.st_ino, access & O_ACCMODE};
+	uint64_t dropping = 0;
 	pthread_mutex_lock(&c->lock);
 	size_t i = 0;
 	while (i < c->file_count && c->files[i].client_fd != m->client_fd)
 		i++;
 	if (i < c->file_count) {
-		close(c->files[i].fd); /* the number now names another file */
+		dropping = c->files[i].ino; /* the number now names another file */
 	} else if (c->file_count == KVC_USRBIO_MAX_FILES) {
 		rc = -EMFILE;
 	} else if (c->file_count == c->file_capacity) {
@@ -206,18 +212,21 @@ static int fd_register(struct kvc_usrbio *u, struct kvc_usrbio_client *c,
 	}
 	pthread_mutex_unlock(&c->lock);
 	if (rc < 0)
-		close(fd);
+		dropping = file.ino; /* not registered: let our hold go */
+	if (dropping)
+		kvc_fuse_drop_inode(c->fs, dropping);
 	return rc;
 }
 
 static int fd_deregister(struct kvc_usrbio_client *c, int client_fd)
 {
-	int rc = -EBADF, closing = -1;
+	int rc = -EBADF;
+	uint64_t dropping = 0;
 	pthread_mutex_lock(&c->lock);
 	for (size_t i = 0; i < c->file_count; i++) {
 		if (c->files[i].client_fd == client_fd) {
 			wait_idle(c);
-			closing = c->files[i].fd;
+			dropping = c->files[i].ino;
 			c->files[i] = c->files[--c->file_count];
 			atomic_fetch_sub(&c->fs->usrbio_files, 1);
 			rc = 0;
@@ -225,8 +234,8 @@ static int fd_deregister(struct kvc_usrbio_client *c, int client_fd)
 		}
 	}
 	pthread_mutex_unlock(&c->lock);
-	if (closing >= 0)
-		close(closing);
+	if (dropping)
+		kvc_fuse_drop_inode(c->fs, dropping);
 	return rc;
 }
 
@@ -353,7 +362,7 @@ static void cleanup(void *service, struct kvc_server_conn *conn)
 			unmap_client_iov(c, &c->iovs[i]);
 	pthread_mutex_unlock(&c->lock);
 	for (size_t i = 0; i < c->file_count; i++)
-		close(c->files[i].fd);
+		kvc_fuse_drop_inode(c->fs, c->files[i].ino);
 	atomic_fetch_sub(&c->fs->usrbio_files, (int)c->file_count);
 	atomic_fetch_sub(&c->fs->usrbio_clients, 1);
 	free(c->files);

@@ -6,8 +6,10 @@
  *
  * Owns, per client: its iovs (kvc-fuse's own mapping of the client's
  * shared memory, or its GPU memory imported over CUDA IPC by device_io),
- * its registered files (a dup of the client's fd, which
- * keeps the file open, and the access mode the client opened it with) and
+ * its registered files (inode and the access mode the client opened it
+ * with, read from the passed fd, which is closed at once: kvc-fuse never
+ * holds files of its own mount; a hold on the inode in kvc-fuse's inode
+ * table keeps it usable after the client closes its fd, as in 3FS) and
  * its rings (run by ring_service). Checks: shared memory must belong to
  * the client's uid; a registered fd must be a regular file of this mount.
  *
@@ -43,7 +45,6 @@ struct kvc_usrbio_iov {
 
 struct kvc_usrbio_file {
 	int client_fd;
-	int fd;       /* kvc-fuse's dup of the client's open file */
 	uint64_t ino;
 	int access;   /* O_RDONLY, O_WRONLY or O_RDWR */
 };

@@ -15,6 +15,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +41,7 @@ struct control {
 	char mount[PATH_MAX];
 	int fd;
 	uint64_t next_id;
+	uint64_t generation; /* +1 each time kvc-fuse restarted and we reconnected */
 	pthread_mutex_t lock; /* one exchange at a time */
 };
 
@@ -66,6 +68,7 @@ struct kvc_iov {
 	int device;  /* GPU memory of this device (src/gpu.c), or -1: host */
 	uint32_t handle;
 	struct control *control;
+	uint64_t generation; /* of control when registered */
 };
 
 struct kvc_ring {
@@ -79,6 +82,7 @@ struct kvc_ring {
 	int doorbell;
 	uint32_t handle;
 	struct control *control;
+	uint64_t generation; /* of control when registered */
 };
 
 /* realpath of path, or of its nearest existing ancestor plus the rest:
@@ -169,7 +173,35 @@ static int control_connect(const char *mount)
 	return fd;
 }
 
-/* The control connection of the mount containing path (opened once). */
+/* Whether kvc-fuse is gone: its end of the control connection closed. */
+static bool control_lost(const struct control *c)
+{
+	struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
+	return poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR));
+}
+
+/* After kvc-fuse restarted, the next registration connects again (what
+ * was registered with the old one died with it). Table lock held. */
+static int control_revive(struct control *c)
+{
+	int rc = 0;
+	pthread_mutex_lock(&c->lock);
+	if (control_lost(c)) {
+		int fd = control_connect(c->mount);
+		if (fd < 0) {
+			rc = fd;
+		} else {
+			close(c->fd);
+			c->fd = fd;
+			c->generation++;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+/* The control connection of the mount containing path (opened once, and
+ * again after kvc-fuse restarted). */
 static int control_get(const char *path, struct control **out)
 {
 	char mount[PATH_MAX];
@@ -180,7 +212,11 @@ static int control_get(const char *path, struct control **out)
 	struct control *c = controls;
 	while (c && strcmp(c->mount, mount) != 0)
 		c = c->next;
-	if (!c) {
+	if (c) {
+		rc = control_revive(c);
+		if (rc < 0)
+			goto out;
+	} else {
 		int fd = control_connect(mount);
 		c = fd >= 0 ? calloc(1, sizeof(*c)) : NULL;
 		if (!c) {
@@ -221,6 +257,19 @@ static int control_call(struct control *c, uint16_t type, const void *body, uint
 	return h.status;
 }
 
+/* Deregister a handle, unless the kvc-fuse it was registered with is gone
+ * (it died with it, and the number may name a newer registration now). */
+static void control_deregister(struct control *c, uint16_t type, uint64_t generation,
+                               uint32_t handle)
+{
+	struct kvc_msg_handle m = {handle, 0};
+	pthread_mutex_lock(&c->lock);
+	bool current = c->generation == generation;
+	pthread_mutex_unlock(&c->lock);
+	if (current)
+		control_call(c, type, &m, sizeof(m), NULL, 0, NULL, 0);
+}
+
 static void id_to_name(const uint8_t id[16], char *name, size_t size)
 {
 	char hex[33];
@@ -235,6 +284,7 @@ static int iov_register(struct kvc_iov *iov, const char *mount, int shm_fd,
 	int rc = control_get(mount, &iov->control);
 	if (rc < 0)
 		return rc;
+	iov->generation = iov->control->generation;
 	struct kvc_msg_iov_register m = {.size = iov->size, .block_size = iov->block_size,
 	                                 .file_offset = file_offset, .numa = iov->numa};
 	memcpy(m.id, iov->id, 16);
@@ -387,6 +437,8 @@ int kvc_iov_register_device(struct kvc_iov **out, const char *mount, void *base,
 	int rc = control_get(mount, &iov->control);
 	struct kvc_msg_handle reply;
 	if (rc == 0)
+		iov->generation = iov->control->generation;
+	if (rc == 0)
 		rc = control_call(iov->control, KVC_MSG_IOV_REGISTER_DEVICE, m, sizeof(*m), NULL, 0,
 		                  &reply, sizeof(reply));
 	if (rc < 0) {
@@ -420,9 +472,8 @@ void kvc_iov_destroy(struct kvc_iov *iov)
 		return;
 	if (iov->pinned)
 		kvc_iov_unpin(iov); /* a registered range must not outlive its mapping */
-	struct kvc_msg_handle m = {iov->handle, 0};
 	/* kvc-fuse answers once no ring I/O uses the memory any more. */
-	control_call(iov->control, KVC_MSG_IOV_DEREGISTER, &m, sizeof(m), NULL, 0, NULL, 0);
+	control_deregister(iov->control, KVC_MSG_IOV_DEREGISTER, iov->generation, iov->handle);
 	if (iov->owned && iov->device >= 0)
 		kvc_gpu_device_free(iov->base, iov->device);
 	else if (iov->owned)
@@ -556,6 +607,8 @@ int kvc_ring_create(struct kvc_ring **out, const char *mount, int entries, bool 
 	}
 	if (rc == 0)
 		rc = control_get(mount, &ring->control);
+	if (rc == 0)
+		ring->generation = ring->control->generation;
 	if (rc == 0) {
 		struct kvc_msg_ring_register m = {.entries = ring->entries, .for_read = for_read,
 		                                  .io_depth = io_depth, .timeout_ms = timeout_ms,
@@ -581,10 +634,9 @@ void kvc_ring_destroy(struct kvc_ring *ring)
 {
 	if (!ring)
 		return;
-	if (ring->control) {
-		struct kvc_msg_handle m = {ring->handle, 0};
-		control_call(ring->control, KVC_MSG_RING_DEREGISTER, &m, sizeof(m), NULL, 0, NULL, 0);
-	}
+	if (ring->control)
+		control_deregister(ring->control, KVC_MSG_RING_DEREGISTER, ring->generation,
+		                   ring->handle);
 	if (ring->shared)
 		munmap(ring->shared, ring->bytes);
 	if (ring->doorbell >= 0)
@@ -650,6 +702,19 @@ static int futex_wait(_Atomic uint32_t *word, uint32_t expected, const struct ti
 	return rc < 0 ? -errno : 0;
 }
 
+/* The earlier of abs (NULL: none) and one second from now: a waiter looks
+ * up now and then whether kvc-fuse is still there. */
+static struct timespec wait_slice(const struct timespec *abs)
+{
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	now.tv_sec += 1;
+	if (abs && (abs->tv_sec < now.tv_sec ||
+	            (abs->tv_sec == now.tv_sec && abs->tv_nsec < now.tv_nsec)))
+		return *abs;
+	return now;
+}
+
 int kvc_ring_wait(struct kvc_ring *ring, struct kvc_completion *out, int max, int min_results,
                   const struct timespec *abs_timeout)
 {
@@ -660,6 +725,11 @@ int kvc_ring_wait(struct kvc_ring *ring, struct kvc_completion *out, int max, in
 		return -EINVAL;
 	if (min_results > max)
 		min_results = max;
+	/* Prepared entries are waited for as if submitted (as in 3FS, where
+	 * the worker may pick them up before the submit). */
+	int submitted = kvc_ring_submit(ring);
+	if (submitted < 0)
+		return submitted;
 	for (;;) {
 		uint32_t head = atomic_load_explicit(&sh->cq_head, memory_order_relaxed);
 		/* Acquire: completions written before the tail are visible. */
@@ -674,12 +744,19 @@ int kvc_ring_wait(struct kvc_ring *ring, struct kvc_completion *out, int max, in
 		}
 		/* Release: kvc-fuse may reuse the slots once it sees the head. */
 		atomic_store_explicit(&sh->cq_head, head, memory_order_release);
+		/* More than can ever come (fewer I/Os in flight): all of them. */
+		if ((uint32_t)(min_results - got) > ring->outstanding)
+			min_results = got + (int)ring->outstanding;
 		if (got >= min_results)
 			return got;
-		int rc = futex_wait(&sh->cq_tail, tail, abs_timeout);
-		if (rc == -ETIMEDOUT)
+		struct timespec slice = wait_slice(abs_timeout);
+		int rc = futex_wait(&sh->cq_tail, tail, &slice);
+		if (rc == -ETIMEDOUT && control_lost(ring->control))
+			return got ? got : -ECONNRESET; /* kvc-fuse died: nothing will come */
+		if (rc == -ETIMEDOUT && abs_timeout && slice.tv_sec == abs_timeout->tv_sec &&
+		    slice.tv_nsec == abs_timeout->tv_nsec)
 			return got;
-		if (rc < 0 && rc != -EAGAIN && rc != -EINTR)
+		if (rc < 0 && rc != -ETIMEDOUT && rc != -EAGAIN && rc != -EINTR)
 			return got ? got : rc;
 	}
 }

@@ -101,8 +101,12 @@ int kvc_ring_prep(struct kvc_ring *ring, const struct kvc_iov *iov, bool read, v
 int kvc_ring_submit(struct kvc_ring *ring);
 
 /* Collect up to max completions, waiting until at least min_results are
- * there or abs_timeout (CLOCK_REALTIME; NULL = no limit) passes. Returns
- * the count (possibly fewer than min_results at the timeout) or -errno. */
+ * there or abs_timeout (CLOCK_REALTIME; NULL = no limit) passes. Entries
+ * prepared and not submitted are submitted first; with fewer I/Os in
+ * flight than min_results it waits for those only (never forever). Returns
+ * the count (possibly fewer than min_results at the timeout), or -errno:
+ * -ECONNRESET when kvc-fuse went away with I/O in flight (noticed within
+ * a second). */
 int kvc_ring_wait(struct kvc_ring *ring, struct kvc_completion *out, int max,
                   int min_results, const struct timespec *abs_timeout);
 

@@ -309,3 +309,98 @@ def test_io_depth_rules(cluster, workdir):
         iov.close()
         kvcfs.deregister_fd(fd)
         os.close(fd)
+
+
+WAITER = """
+import os, sys, errno
+sys.path.insert(0, sys.argv[3])
+import kvcfs
+fd = os.open(sys.argv[1], os.O_RDONLY)
+kvcfs.register_fd(fd)
+iov = kvcfs.Iov.create(sys.argv[2], 1 << 20)
+ring = kvcfs.Ring(sys.argv[2], 4, for_read=True)
+print("ready", flush=True)
+sys.stdin.readline()
+ring.prepare(iov, True, fd, 0, 4096)
+ring.submit()
+print("waiting", flush=True)
+try:
+    ring.wait(min_results=1)
+    print("completed")
+except OSError as e:
+    print(errno.errorcode[e.errno])
+"""
+
+
+def test_waiter_returns_when_kvc_fuse_dies(cluster, workdir):
+    """A client waiting (no timeout) on I/O that kvc-fuse will never finish
+    gets ECONNRESET once kvc-fuse is gone, not a hang."""
+    path = workdir / "orphaned-io"
+    path.write_bytes(b"x" * 8192)
+    child = subprocess.Popen([sys.executable, "-c", WAITER, str(path), str(cluster.mount),
+                              str(ROOT / "tools" / "python")], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    fuse = cluster.pid("fuse")
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        os.kill(fuse, signal.SIGSTOP)  # nothing will be served from now on
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "waiting"
+        os.kill(fuse, signal.SIGKILL)
+        out, _ = child.communicate(timeout=30)
+        assert out.strip() == "ECONNRESET"
+    finally:
+        child.kill()
+        os.kill(fuse, signal.SIGCONT) if os.path.exists(f"/proc/{fuse}") else None
+        cluster.restart("fuse", "KILL")
+    assert path.read_bytes() == b"x" * 8192
+
+
+def test_registered_fd_keeps_working_after_close(cluster, workdir):
+    """3FS: even if a registered fd is closed, its file is used for I/O
+    until deregistration; kvc-fuse holds no file of its own mount."""
+    path = workdir / "closed-after-register"
+    data = os.urandom(1 << 20)
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDWR)
+    kvcfs.register_fd(fd)
+    os.close(fd)
+    iov = kvcfs.Iov.create(str(cluster.mount), 1 << 20)
+    ring = kvcfs.Ring(str(cluster.mount), 4, for_read=True)
+    try:
+        ring.prepare(iov, True, fd, 0, 1 << 20)
+        ring.submit()
+        assert ring.wait(min_results=1)[0].result == 1 << 20
+        assert bytes(iov.memoryview()) == data
+    finally:
+        kvcfs.deregister_fd(fd)
+        ring.close()
+        iov.close()
+    assert wait_until(lambda: registrations(cluster)["files"] == "0")
+
+
+def test_handles_from_before_a_kvc_fuse_restart_are_harmless(cluster, workdir):
+    """After kvc-fuse restarts, this process registers again over a new
+    connection; destroying an iov from before must not deregister the new
+    one that got the same number."""
+    path = workdir / "after-restart"
+    data = os.urandom(1 << 20)
+    path.write_bytes(data)
+    old = kvcfs.Iov.create(str(cluster.mount), 1 << 20)
+    cluster.restart("fuse", "KILL")
+    fd = os.open(path, os.O_RDWR)
+    kvcfs.register_fd(fd)
+    new = kvcfs.Iov.create(str(cluster.mount), 1 << 20)
+    ring = kvcfs.Ring(str(cluster.mount), 4, for_read=True)
+    try:
+        old.close()
+        ring.prepare(new, True, fd, 0, 1 << 20)
+        ring.submit()
+        assert ring.wait(min_results=1)[0].result == 1 << 20
+        assert bytes(new.memoryview()) == data
+    finally:
+        ring.close()
+        new.close()
+        kvcfs.deregister_fd(fd)
+        os.close(fd)

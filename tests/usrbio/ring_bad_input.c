@@ -93,6 +93,13 @@ static void native_checks(const char *mount, const char *dir)
 	kvc_ring_submit(rring);
 	got = kvc_ring_wait(rring, done, 1, 1, NULL);
 	check(got == 1 && done[0].result == 0, "read past the end: 0 bytes", got ? done[0].result : -1);
+	/* Waits that could never be satisfied return instead of hanging. */
+	kvc_ring_prep(rring, iov, true, base, rw, 0, 4096, NULL);
+	kvc_ring_prep(rring, iov, true, base + 4096, rw, 4096, 4096, NULL);
+	got = kvc_ring_wait(rring, done, 16, 16, NULL); /* no submit: waiting submits */
+	check(got == 2, "waiting for 16 with 2 prepared (not submitted) gives the 2", got);
+	got = kvc_ring_wait(rring, done, 16, 1, NULL);
+	check(got == 0, "waiting with nothing in flight returns 0 at once", got);
 	kvc_ring_destroy(wring);
 	kvc_ring_destroy(rring);
 	kvc_iov_destroy(iov);
