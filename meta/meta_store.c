@@ -19,7 +19,7 @@
 
 struct kvc_meta_store {
 	MDB_env *env;
-	MDB_dbi inodes, dirents, gc, state;
+	MDB_dbi inodes, dirents, gc, state, opens, orphans;
 	struct kvc_layout default_layout;
 };
 
@@ -211,6 +211,10 @@ static int open_tables(struct kvc_meta_store *s)
 		rc = kvc_lmdb_errno(mdb_dbi_open(txn, "gc", MDB_CREATE, &s->gc));
 	if (rc == 0)
 		rc = kvc_lmdb_errno(mdb_dbi_open(txn, "state", MDB_CREATE, &s->state));
+	if (rc == 0)
+		rc = kvc_lmdb_errno(mdb_dbi_open(txn, "opens", MDB_CREATE, &s->opens));
+	if (rc == 0)
+		rc = kvc_lmdb_errno(mdb_dbi_open(txn, "orphans", MDB_CREATE, &s->orphans));
 	uint32_t format = 0;
 	int has = rc == 0 ? state_get(s, txn, "format", &format, sizeof(format)) : rc;
 	if (has == -ENOENT)
@@ -394,10 +398,41 @@ int kvc_meta_store_mkdir(struct kvc_meta_store *s, uint64_t parent, const char *
 	                  true, attr);
 }
 
-/* Drop inode rec that lost its last name: files go to the gc queue. */
+/* Whether some client has ino open (an `opens` entry with its prefix). */
+static int has_opens(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino)
+{
+	uint8_t key[8];
+	be64(key, ino);
+	MDB_cursor *cur;
+	MDB_val k = {8, key}, v;
+	int rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->opens, &cur));
+	if (rc < 0)
+		return rc;
+	int got = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+	bool open = got == 0 && k.mv_size == 8 + KVC_META_CLIENT_ID &&
+	            memcmp(k.mv_data, key, 8) == 0;
+	mdb_cursor_close(cur);
+	return got != 0 && got != MDB_NOTFOUND ? kvc_lmdb_errno(got) : open;
+}
+
+/* Drop inode rec that lost its last name: files go to the gc queue, or,
+ * while some client has them open, become orphans (no name, nlink 0,
+ * data kept) until the last client closes them. */
 static int drop_inode(struct kvc_meta_store *s, MDB_txn *txn,
                       const struct kvc_inode_record *rec)
 {
+	int open = S_ISREG(rec->attr.mode) ? has_opens(s, txn, rec->attr.ino) : 0;
+	if (open < 0)
+		return open;
+	if (open) {
+		struct kvc_inode_record orphan = *rec;
+		uint8_t key[8];
+		be64(key, rec->attr.ino);
+		MDB_val k = {8, key}, one = {1, "\1"};
+		orphan.attr.nlink = 0;
+		int rc = inode_put(s, txn, &orphan);
+		return rc < 0 ? rc : kvc_lmdb_errno(mdb_put(txn, s->orphans, &k, &one, 0));
+	}
 	int rc = inode_del(s, txn, rec->attr.ino);
 	if (rc == 0 && S_ISREG(rec->attr.mode)) {
 		uint8_t key[8];
@@ -749,4 +784,133 @@ int kvc_meta_store_gc_done(struct kvc_meta_store *s, uint64_t ino)
 	if (rc == -ENOENT)
 		rc = 0;
 	return kvc_lmdb_finish(txn, rc);
+}
+
+/* ---- open sessions: files kept while clients have them open ---- */
+
+static MDB_val open_key(uint8_t *key, uint64_t ino, const uint8_t client[KVC_META_CLIENT_ID])
+{
+	be64(key, ino);
+	memcpy(key + 8, client, KVC_META_CLIENT_ID);
+	return (MDB_val){8 + KVC_META_CLIENT_ID, key};
+}
+
+/* After a close: an orphan nobody has open any more goes to the gc queue. */
+static int settle_orphan(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino)
+{
+	uint8_t key[8];
+	be64(key, ino);
+	MDB_val k = {8, key}, v;
+	struct kvc_inode_record rec;
+	int open = has_opens(s, txn, ino);
+	if (open != 0)
+		return open < 0 ? open : 0;
+	int rc = mdb_get(txn, s->orphans, &k, &v);
+	if (rc == MDB_NOTFOUND)
+		return 0;
+	rc = kvc_lmdb_errno(rc);
+	if (rc == 0)
+		rc = kvc_lmdb_errno(mdb_del(txn, s->orphans, &k, NULL));
+	if (rc == 0)
+		rc = inode_get(s, txn, ino, &rec);
+	return rc == 0 ? drop_inode(s, txn, &rec) : (rc == -ENOENT ? 0 : rc);
+}
+
+int kvc_meta_store_open_session(struct kvc_meta_store *s, uint64_t ino,
+                                const uint8_t client[KVC_META_CLIENT_ID], struct kvc_attr *attr)
+{
+	MDB_txn *txn;
+	struct kvc_inode_record rec;
+	uint8_t key[8 + KVC_META_CLIENT_ID];
+	int rc = begin(s, true, &txn);
+	if (rc < 0)
+		return rc;
+	rc = inode_get(s, txn, ino, &rec);
+	if (rc == 0 && S_ISREG(rec.attr.mode)) {
+		MDB_val k = open_key(key, ino, client), one = {1, "\1"};
+		rc = kvc_lmdb_errno(mdb_put(txn, s->opens, &k, &one, 0));
+	}
+	if (rc == 0)
+		*attr = rec.attr;
+	return kvc_lmdb_finish(txn, rc);
+}
+
+int kvc_meta_store_close_session(struct kvc_meta_store *s, uint64_t ino,
+                                 const uint8_t client[KVC_META_CLIENT_ID])
+{
+	MDB_txn *txn;
+	uint8_t key[8 + KVC_META_CLIENT_ID];
+	int rc = begin(s, true, &txn);
+	if (rc < 0)
+		return rc;
+	MDB_val k = open_key(key, ino, client);
+	int del = mdb_del(txn, s->opens, &k, NULL);
+	rc = del == MDB_NOTFOUND ? 0 : kvc_lmdb_errno(del);
+	if (rc == 0)
+		rc = settle_orphan(s, txn, ino);
+	return kvc_lmdb_finish(txn, rc);
+}
+
+int kvc_meta_store_drop_client(struct kvc_meta_store *s, const uint8_t client[KVC_META_CLIENT_ID])
+{
+	MDB_txn *txn;
+	MDB_cursor *cur;
+	MDB_val k, v;
+	int dropped = 0;
+	int rc = begin(s, true, &txn);
+	if (rc < 0)
+		return rc;
+	rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->opens, &cur));
+	int got = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_FIRST) : MDB_NOTFOUND;
+	while (got == 0 && rc == 0) {
+		uint8_t key[8 + KVC_META_CLIENT_ID];
+		bool mine = k.mv_size == sizeof(key) &&
+		            memcmp((uint8_t *)k.mv_data + 8, client, KVC_META_CLIENT_ID) == 0;
+		if (mine) {
+			memcpy(key, k.mv_data, sizeof(key));
+			MDB_val at = {sizeof(key), key};
+			rc = kvc_lmdb_errno(mdb_del(txn, s->opens, &at, NULL));
+			if (rc == 0)
+				rc = settle_orphan(s, txn, from_be64(key));
+			dropped++;
+			k = at; /* the tables changed: find our place again */
+			mdb_cursor_close(cur);
+			if (rc == 0)
+				rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->opens, &cur));
+			got = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE) : MDB_NOTFOUND;
+			continue;
+		}
+		got = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+	}
+	if (rc == 0)
+		mdb_cursor_close(cur);
+	rc = kvc_lmdb_finish(txn, rc);
+	return rc < 0 ? rc : dropped;
+}
+
+int kvc_meta_store_session_clients(struct kvc_meta_store *s, uint8_t (*out)[KVC_META_CLIENT_ID],
+                                   int max)
+{
+	MDB_txn *txn;
+	MDB_cursor *cur;
+	MDB_val k, v;
+	int count = 0;
+	int rc = begin(s, false, &txn);
+	if (rc < 0)
+		return rc;
+	rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->opens, &cur));
+	int got = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_FIRST) : MDB_NOTFOUND;
+	while (got == 0 && count < max) {
+		const uint8_t *id = (const uint8_t *)k.mv_data + 8;
+		bool known = k.mv_size != 8 + KVC_META_CLIENT_ID;
+		for (int i = 0; i < count && !known; i++)
+			known = memcmp(out[i], id, KVC_META_CLIENT_ID) == 0;
+		if (!known)
+			memcpy(out[count++], id, KVC_META_CLIENT_ID);
+		got = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+	}
+	if (rc == 0)
+		mdb_cursor_close(cur);
+	mdb_txn_abort(txn);
+	return rc < 0 ? rc : count;
 }

@@ -16,6 +16,13 @@
  *   gc       key ino (u64 BE)
  *            value struct kvc_layout (16 bytes): a removed file whose
  *            chunks are still on the storage servers
+ *   opens    key ino (u64 BE) + client id (16 bytes), value 1 byte: the
+ *            client (a kvc-fuse) has the file open
+ *   orphans  key ino (u64 BE), value 1 byte: a file removed while open
+ *            somewhere; its inode record stays (nlink 0) and it goes to gc
+ *            when the last client closes it or is declared gone
+ *            (opens and orphans came after the first release without a
+ *            format change: older stores get them empty)
  *   state    "format"      u32 KVC_META_FORMAT
  *            "next_ino"    u64: the next inode id to give out
  *            "next_target" u32: round-robin start for the next file
@@ -40,6 +47,7 @@
 
 #define KVC_META_FORMAT 1
 #define KVC_META_ROOT 1
+#define KVC_META_CLIENT_ID 16
 
 struct kvc_meta_store;
 
@@ -105,5 +113,21 @@ int kvc_meta_store_count_inodes(struct kvc_meta_store *store, uint64_t *inodes);
 int kvc_meta_store_gc_list(struct kvc_meta_store *store, uint64_t *inos,
                            struct kvc_layout *layouts, int max);
 int kvc_meta_store_gc_done(struct kvc_meta_store *store, uint64_t ino);
+
+/* Open sessions. A client (one kvc-fuse, by a random 16-byte id) records
+ * that it has a file open; removing the file's last name then keeps it as
+ * an orphan until every client closed it or was dropped (its sessions
+ * gone, as when it stopped renewing). open_session returns the attributes
+ * (-ENOENT when the inode is gone); directories get no session. */
+int kvc_meta_store_open_session(struct kvc_meta_store *store, uint64_t ino,
+                                const uint8_t client[KVC_META_CLIENT_ID], struct kvc_attr *attr);
+int kvc_meta_store_close_session(struct kvc_meta_store *store, uint64_t ino,
+                                 const uint8_t client[KVC_META_CLIENT_ID]);
+/* Drop every session of client; returns how many. */
+int kvc_meta_store_drop_client(struct kvc_meta_store *store,
+                               const uint8_t client[KVC_META_CLIENT_ID]);
+/* The distinct clients holding sessions (up to max). */
+int kvc_meta_store_session_clients(struct kvc_meta_store *store,
+                                   uint8_t (*out)[KVC_META_CLIENT_ID], int max);
 
 #endif

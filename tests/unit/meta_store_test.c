@@ -212,3 +212,48 @@ Test(meta_store, everything_survives_reopen)
 	cr_assert_eq(kvc_meta_store_count_inodes(store, &count), 0);
 	cr_assert_eq(count, 4);
 }
+
+static int gc_count(void)
+{
+	uint64_t inos[8];
+	struct kvc_layout layouts[8];
+	return kvc_meta_store_gc_list(store, inos, layouts, 8);
+}
+
+Test(meta_store, a_file_removed_while_open_stays_until_its_last_close)
+{
+	const uint8_t a[KVC_META_CLIENT_ID] = "client-a", b[KVC_META_CLIENT_ID] = "client-b";
+	struct kvc_attr attr;
+	uint64_t f = mkfile(1, "open");
+	cr_assert_eq(kvc_meta_store_open_session(store, f, a, &attr), 0);
+	cr_assert_eq(attr.ino, f);
+	cr_assert_eq(kvc_meta_store_open_session(store, f, b, &attr), 0);
+	cr_assert_eq(kvc_meta_store_unlink(store, 1, N("open")), 0);
+	cr_assert_eq(kvc_meta_store_lookup(store, 1, N("open"), &attr), -ENOENT, "no name");
+	cr_assert_eq(kvc_meta_store_getattr(store, f, &attr), 0, "the inode stays for its readers");
+	cr_assert_eq(attr.nlink, 0);
+	cr_assert_eq(gc_count(), 0, "its chunks are not reclaimed yet");
+	cr_assert_eq(kvc_meta_store_close_session(store, f, a), 0);
+	cr_assert_eq(gc_count(), 0, "b still has it open");
+	uint8_t clients[4][KVC_META_CLIENT_ID];
+	cr_assert_eq(kvc_meta_store_session_clients(store, clients, 4), 1);
+	cr_assert_eq(memcmp(clients[0], b, KVC_META_CLIENT_ID), 0);
+	cr_assert_eq(kvc_meta_store_drop_client(store, b), 1, "b is declared gone");
+	cr_assert_eq(gc_count(), 1, "now the chunks go");
+	cr_assert_eq(kvc_meta_store_getattr(store, f, &attr), -ENOENT);
+	/* Replacing an open file by rename keeps it the same way. */
+	uint64_t g = mkfile(1, "victim");
+	mkfile(1, "newer");
+	cr_assert_eq(kvc_meta_store_open_session(store, g, a, &attr), 0);
+	cr_assert_eq(kvc_meta_store_rename(store, 1, N("newer"), 1, N("victim"), 0), 0);
+	cr_assert_eq(kvc_meta_store_getattr(store, g, &attr), 0);
+	cr_assert_eq(gc_count(), 1);
+	cr_assert_eq(kvc_meta_store_close_session(store, g, a), 0);
+	cr_assert_eq(gc_count(), 2);
+	/* A closed file that was never removed is just closed. */
+	uint64_t h = mkfile(1, "plain");
+	cr_assert_eq(kvc_meta_store_open_session(store, h, a, &attr), 0);
+	cr_assert_eq(kvc_meta_store_close_session(store, h, a), 0);
+	cr_assert_eq(kvc_meta_store_getattr(store, h, &attr), 0);
+	cr_assert_eq(kvc_meta_store_open_session(store, 999999, a, &attr), -ENOENT);
+}
