@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -199,6 +200,10 @@ int main(int argc, char **argv)
 	}
 	if (gethostname(fs.host, sizeof(fs.host) - 1) < 0)
 		strcpy(fs.host, "localhost");
+	if (getrandom(fs.client_id, sizeof(fs.client_id), 0) != (ssize_t)sizeof(fs.client_id)) {
+		fprintf(stderr, "kvc-fuse: no random bytes for the client id: %s\n", strerror(errno));
+		return 1;
+	}
 	kvc_fuse_clean_orphans(&fs);
 	signal(SIGPIPE, SIG_IGN);
 	pthread_t flusher;

@@ -333,6 +333,33 @@ static void set_open_flags(struct fuse_file_info *fi)
 	fi->direct_io = 0;
 }
 
+/* Open a file here: an open session with kvc-meta (so a removal anywhere
+ * keeps its data while it is open here), then the inode table. */
+static int open_inode(struct kvc_fuse *fs, uint64_t ino, struct kvc_attr *attr)
+{
+	int rc = kvc_meta_client_open(&fs->meta, ino, fs->client_id, attr);
+	if (rc == 0 && S_ISDIR(attr->mode))
+		rc = -EISDIR;
+	if (rc == 0)
+		rc = kvc_inode_table_open(fs->inodes, attr);
+	if (rc < 0 && rc != -EISDIR && rc != -ENOENT)
+		kvc_meta_client_close(&fs->meta, ino, fs->client_id);
+	return rc;
+}
+
+/* The last close here of a file: remove it for real when it was unlinked
+ * here while open, and end the open session. */
+static void close_inode(struct kvc_fuse *fs, uint64_t ino)
+{
+	if (kvc_inode_table_release(fs->inodes, ino))
+		remove_orphan(fs, ino);
+	if (kvc_inode_table_is_open(fs->inodes, ino))
+		return;
+	int rc = kvc_meta_client_close(&fs->meta, ino, fs->client_id);
+	if (rc < 0 && rc != -ENOENT) /* kvc-meta drops it when we stop renewing */
+		kvc_log_warn("close of inode %" PRIu64 ": %s", ino, strerror(-rc));
+}
+
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
                       struct fuse_file_info *fi)
 {
@@ -344,7 +371,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		rc = kvc_meta_client_create(&fs->meta, parent, name, mode, fuse_req_ctx(req)->uid,
 		                            caller_gid(req, &dir), (fi->flags & O_EXCL) != 0, &attr);
 	if (rc == 0)
-		rc = kvc_inode_table_open(fs->inodes, &attr);
+		rc = open_inode(fs, attr.ino, &attr);
 	if (rc < 0) {
 		reply_error(req, rc);
 		return;
@@ -352,25 +379,21 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	set_open_flags(fi);
 	fill_entry(fs, &attr, &e);
 	if (fuse_reply_create(req, &e, fi) != 0)
-		kvc_inode_table_release(fs->inodes, attr.ino);
+		close_inode(fs, attr.ino);
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct kvc_fuse *fs = fs_of(req);
 	struct kvc_attr attr;
-	int rc = kvc_meta_client_getattr(&fs->meta, ino, &attr);
-	if (rc == 0 && S_ISDIR(attr.mode))
-		rc = -EISDIR;
-	if (rc == 0)
-		rc = kvc_inode_table_open(fs->inodes, &attr);
+	int rc = open_inode(fs, ino, &attr);
 	if (rc < 0) {
 		reply_error(req, rc);
 		return;
 	}
 	set_open_flags(fi);
 	if (fuse_reply_open(req, fi) != 0)
-		kvc_inode_table_release(fs->inodes, ino);
+		close_inode(fs, ino);
 }
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -444,8 +467,7 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 int kvc_fuse_hold_inode(struct kvc_fuse *fs, uint64_t ino)
 {
 	struct kvc_attr attr;
-	int rc = kvc_meta_client_getattr(&fs->meta, ino, &attr);
-	return rc == 0 ? kvc_inode_table_open(fs->inodes, &attr) : rc;
+	return open_inode(fs, ino, &attr);
 }
 
 void kvc_fuse_drop_inode(struct kvc_fuse *fs, uint64_t ino)
@@ -453,8 +475,7 @@ void kvc_fuse_drop_inode(struct kvc_fuse *fs, uint64_t ino)
 	int rc = commit_size(fs, ino);
 	if (rc < 0)
 		kvc_log_warn("inode %" PRIu64 ": size not committed yet: %s", ino, strerror(-rc));
-	if (kvc_inode_table_release(fs->inodes, ino))
-		remove_orphan(fs, ino);
+	close_inode(fs, ino);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -465,8 +486,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	if (rc < 0)
 		kvc_log_warn("release of inode %" PRIu64 ": size not committed yet: %s",
 		             (uint64_t)ino, strerror(-rc));
-	if (kvc_inode_table_release(fs->inodes, ino))
-		remove_orphan(fs, ino);
+	close_inode(fs, ino);
 	reply_error(req, 0);
 }
 
@@ -724,6 +744,8 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 
 void kvc_fuse_flush_sizes(struct kvc_fuse *fs)
 {
+	/* Also the sign of life that keeps this client's open sessions. */
+	kvc_meta_client_renew(&fs->meta, fs->client_id);
 	uint64_t inos[256];
 	int count = kvc_inode_table_list_dirty(fs->inodes, inos, 256);
 	for (int i = 0; i < count; i++) {

@@ -33,6 +33,8 @@ struct kvc_fuse {
 	/* Files unlinked while open here wait in /.kvc-orphans as
 	 * "<host>.<inode>" until their last close. */
 	char host[64];
+	/* This kvc-fuse's id for kvc-meta's open sessions (random at start). */
+	uint8_t client_id[KVC_WIRE_CLIENT_ID];
 };
 
 #define KVC_FUSE_ORPHANS ".kvc-orphans"
@@ -49,7 +51,8 @@ extern const struct fuse_lowlevel_ops kvc_fuse_operations;
 int kvc_fuse_hold_inode(struct kvc_fuse *fs, uint64_t ino);
 void kvc_fuse_drop_inode(struct kvc_fuse *fs, uint64_t ino);
 
-/* Send every dirty file size to kvc-meta (the background pass). */
+/* Send every dirty file size to kvc-meta, and renew this client's open
+ * sessions (the background pass, every second). */
 void kvc_fuse_flush_sizes(struct kvc_fuse *fs);
 
 #endif

@@ -15,6 +15,7 @@
 struct kvc_meta_collector {
 	struct kvc_meta_store *store;
 	struct kvc_pool_store *pools;
+	struct kvc_meta_sessions *sessions;
 	struct kvc_storage_client *storage;
 	int interval_ms;
 	pthread_mutex_t lock; /* protects woken */
@@ -73,10 +74,23 @@ static int punch(struct kvc_meta_collector *c)
 	return count == BATCH && done == count && rc == 0 ? -EAGAIN : done;
 }
 
+static uint64_t monotonic_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 static void *collector_main(void *arg)
 {
 	struct kvc_meta_collector *c = arg;
 	for (;;) {
+		/* Clients gone silent first: their removed-while-open files
+		 * join the queue below. */
+		int dropped = c->sessions ? kvc_meta_sessions_sweep(c->sessions, c->store,
+		                                                    monotonic_ms()) : 0;
+		if (dropped < 0)
+			kvc_log_warn("collector: sessions: %s", strerror(-dropped));
 		while (collect(c) == -EAGAIN)
 			;
 		while (c->pools && punch(c) == -EAGAIN)
@@ -100,6 +114,7 @@ static void *collector_main(void *arg)
 }
 
 int kvc_meta_collector_start(struct kvc_meta_store *store, struct kvc_pool_store *pools,
+                             struct kvc_meta_sessions *sessions,
                              struct kvc_storage_client *storage, int interval_ms,
                              struct kvc_meta_collector **out)
 {
@@ -107,7 +122,8 @@ int kvc_meta_collector_start(struct kvc_meta_store *store, struct kvc_pool_store
 	pthread_t thread;
 	if (!c)
 		return -ENOMEM;
-	*c = (struct kvc_meta_collector){.store = store, .pools = pools, .storage = storage,
+	*c = (struct kvc_meta_collector){.store = store, .pools = pools, .sessions = sessions,
+	                                 .storage = storage,
 	                                 .interval_ms = interval_ms};
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->cond, NULL);

@@ -7,19 +7,22 @@
  * lists, punches their bytes out of the file on the storage servers, and
  * gives them back. Both queues are in LMDB, so work left by a crash or by
  * a storage server that was down is picked up again (every pass retries
- * what failed before).
+ * what failed before). (3) Each pass first drops the open sessions of
+ * clients gone silent (sessions.h), so the files they held are reclaimed.
  */
 #ifndef KVC_META_COLLECTOR_H
 #define KVC_META_COLLECTOR_H
 
 #include "meta/meta_store.h"
 #include "meta/pool_store.h"
+#include "meta/sessions.h"
 #include "storage_client.h"
 
 struct kvc_meta_collector;
 
 /* Start the thread; interval_ms between passes when idle. */
 int kvc_meta_collector_start(struct kvc_meta_store *store, struct kvc_pool_store *pools,
+                             struct kvc_meta_sessions *sessions,
                              struct kvc_storage_client *storage, int interval_ms,
                              struct kvc_meta_collector **out);
 /* Ask for a pass now (after an unlink). */

@@ -179,7 +179,10 @@ int main(int argc, char **argv)
 		return 1;
 	if (kvc_server_handle_signals(stop_service, &svc) < 0)
 		return 1;
-	rc = kvc_meta_collector_start(svc.store, svc.pools, &storage, 1000, &svc.collector);
+	rc = kvc_meta_sessions_create(config.client_timeout_ms, &svc.sessions);
+	if (rc == 0)
+		rc = kvc_meta_collector_start(svc.store, svc.pools, svc.sessions, &storage, 1000,
+		                              &svc.collector);
 	static struct syncer syncer;
 	syncer = (struct syncer){svc.store, svc.pools, config.sync_interval_ms};
 	pthread_t sync_thread;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "log.h"
 #include "meta/pool_service.h"
@@ -157,6 +158,34 @@ static int handle_setattr(struct kvc_meta_service *svc, struct kvc_server_conn *
 	return reply_attr(conn, h, rc, &attr);
 }
 
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* OPEN, CLOSE, RENEW: every one is also a sign of life of the client. */
+static int handle_session(struct kvc_meta_service *svc, struct kvc_server_conn *conn,
+                          const struct kvc_wire_header *h)
+{
+	struct kvc_attr attr;
+	const struct kvc_msg_session *m = h->body_len == sizeof(*m) ? (const void *)conn->body : NULL;
+	_Static_assert(KVC_WIRE_CLIENT_ID == KVC_META_CLIENT_ID, "");
+	if (!m)
+		return kvc_server_reply(conn, h, -EINVAL, NULL, 0);
+	if (svc->sessions)
+		kvc_meta_sessions_touch(svc->sessions, m->client, now_ms());
+	if (h->type == KVC_MSG_OPEN)
+		return reply_attr(conn, h, kvc_meta_store_open_session(svc->store, m->ino, m->client,
+		                                                       &attr), &attr);
+	int rc = h->type == KVC_MSG_CLOSE
+	       ? kvc_meta_store_close_session(svc->store, m->ino, m->client) : 0;
+	if (rc == 0 && h->type == KVC_MSG_CLOSE && svc->collector)
+		kvc_meta_collector_wake(svc->collector); /* an orphan may be free now */
+	return kvc_server_reply(conn, h, rc, NULL, 0);
+}
+
 static int handle_simple(struct kvc_meta_service *svc, struct kvc_server_conn *conn,
                          const struct kvc_wire_header *h)
 {
@@ -168,6 +197,8 @@ static int handle_simple(struct kvc_meta_service *svc, struct kvc_server_conn *c
 			return kvc_server_reply(conn, h, -EINVAL, NULL, 0);
 		return reply_attr(conn, h, kvc_meta_store_getattr(svc->store, m->ino, &attr), &attr);
 	}
+	if (h->type == KVC_MSG_OPEN || h->type == KVC_MSG_CLOSE || h->type == KVC_MSG_RENEW)
+		return handle_session(svc, conn, h);
 	if (h->type == KVC_MSG_EXTEND_SIZE) {
 		const struct kvc_msg_extend *m = TAKE(conn, h, &off, struct kvc_msg_extend);
 		if (!m || off != h->body_len)
@@ -205,6 +236,9 @@ int kvc_meta_service_handle(void *service, struct kvc_server_conn *conn,
 	case KVC_MSG_GETATTR:
 	case KVC_MSG_EXTEND_SIZE:
 	case KVC_MSG_STATFS:
+	case KVC_MSG_OPEN:
+	case KVC_MSG_CLOSE:
+	case KVC_MSG_RENEW:
 		return handle_simple(svc, conn, h);
 	default:
 		return kvc_server_reply(conn, h, -EOPNOTSUPP, NULL, 0);

@@ -9,6 +9,7 @@
 
 #include "meta/collector.h"
 #include "meta/meta_store.h"
+#include "meta/sessions.h"
 #include "meta/pool_store.h"
 #include "server.h"
 #include "storage_client.h"
@@ -18,6 +19,7 @@ struct kvc_meta_service {
 	struct kvc_pool_store *pools;
 	struct kvc_storage_client *storage;
 	struct kvc_meta_collector *collector;
+	struct kvc_meta_sessions *sessions;
 };
 
 int kvc_meta_service_handle(void *service, struct kvc_server_conn *conn,

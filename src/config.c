@@ -157,6 +157,11 @@ static int section_key(struct parser *p, const char *key, const char *value)
 			c->http_threads = (int)v;
 			return rc;
 		}
+		if (strcmp(key, "client_timeout_ms") == 0) {
+			rc = parse_int(p, key, value, 1000, 3600000, &v);
+			c->client_timeout_ms = (uint32_t)v;
+			return rc;
+		}
 		if (strcmp(key, "lease_ms") == 0) {
 			rc = parse_int(p, key, value, 0, 3600000, &v);
 			c->lease_ms = (uint32_t)v;
@@ -251,6 +256,7 @@ int kvc_config_parse(const char *text, const char *origin,
 	config->http_max_body = 1 << 20;
 	config->http_threads = 4;
 	config->lease_ms = 5000;
+	config->client_timeout_ms = 30000;
 	strcpy(config->vllm_namespace, "vllm");
 	strcpy(config->mountpoint, "/mnt/kvc");
 	config->readahead_kb = 16384;

@@ -14,6 +14,8 @@
  *   http_max_body = 1048576     # larger request bodies get 413
  *   http_threads = 4
  *   lease_ms = 5000             # read lease of a location lookup
+ *   client_timeout_ms = 30000   # a kvc-fuse silent this long is gone: the
+ *                               # files it had open are released
  *   world_size = 0              # TP world of every namespace (0: infer)
  *   vllm_namespace = vllm       # the namespace vLLM's routes use
  *   [storage s1]                # one section per storage server
@@ -69,6 +71,7 @@ struct kvc_config {
 	uint32_t http_max_body;
 	int http_threads;
 	uint32_t lease_ms;
+	uint32_t client_timeout_ms;
 	uint32_t world_size;
 	char vllm_namespace[65];
 	char mountpoint[PATH_MAX];

@@ -75,6 +75,29 @@ int kvc_meta_client_lookup(struct kvc_meta_client *client, uint64_t parent,
 	return call_name(client, KVC_MSG_LOOKUP, parent, name, attr);
 }
 
+int kvc_meta_client_open(struct kvc_meta_client *client, uint64_t ino,
+                         const uint8_t id[KVC_WIRE_CLIENT_ID], struct kvc_attr *attr)
+{
+	struct kvc_msg_session m = {.ino = ino};
+	memcpy(m.client, id, sizeof(m.client));
+	return call_attr(client, KVC_MSG_OPEN, &m, sizeof(m), attr);
+}
+
+int kvc_meta_client_close(struct kvc_meta_client *client, uint64_t ino,
+                          const uint8_t id[KVC_WIRE_CLIENT_ID])
+{
+	struct kvc_msg_session m = {.ino = ino};
+	memcpy(m.client, id, sizeof(m.client));
+	return call_attr(client, KVC_MSG_CLOSE, &m, sizeof(m), NULL);
+}
+
+int kvc_meta_client_renew(struct kvc_meta_client *client, const uint8_t id[KVC_WIRE_CLIENT_ID])
+{
+	struct kvc_msg_session m = {.ino = 0};
+	memcpy(m.client, id, sizeof(m.client));
+	return call_attr(client, KVC_MSG_RENEW, &m, sizeof(m), NULL);
+}
+
 int kvc_meta_client_getattr(struct kvc_meta_client *client, uint64_t ino,
                             struct kvc_attr *attr)
 {

@@ -32,6 +32,15 @@ void kvc_meta_client_destroy(struct kvc_meta_client *client);
 
 int kvc_meta_client_lookup(struct kvc_meta_client *client, uint64_t parent,
                            const char *name, struct kvc_attr *attr);
+/* Open sessions of client `id` (one per kvc-fuse): while a file is open
+ * somewhere, removing its last name keeps its data (docs/architecture.md).
+ * open returns the attributes; renew says the client is alive (every
+ * second; one silent for [meta] client_timeout_ms loses its sessions). */
+int kvc_meta_client_open(struct kvc_meta_client *client, uint64_t ino,
+                         const uint8_t id[KVC_WIRE_CLIENT_ID], struct kvc_attr *attr);
+int kvc_meta_client_close(struct kvc_meta_client *client, uint64_t ino,
+                          const uint8_t id[KVC_WIRE_CLIENT_ID]);
+int kvc_meta_client_renew(struct kvc_meta_client *client, const uint8_t id[KVC_WIRE_CLIENT_ID]);
 int kvc_meta_client_getattr(struct kvc_meta_client *client, uint64_t ino,
                             struct kvc_attr *attr);
 int kvc_meta_client_create(struct kvc_meta_client *client, uint64_t parent,

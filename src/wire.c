@@ -306,6 +306,9 @@ const char *kvc_wire_type_name(uint16_t type)
 	case KVC_MSG_CHUNK_LAST: return "chunk_last";
 	case KVC_MSG_SPACE: return "space";
 	case KVC_MSG_SYNC: return "sync";
+	case KVC_MSG_OPEN: return "open";
+	case KVC_MSG_CLOSE: return "close";
+	case KVC_MSG_RENEW: return "renew";
 	case KVC_MSG_POOL_BIND: return "pool_bind";
 	case KVC_MSG_POOL_BINDING: return "pool_binding";
 	case KVC_MSG_CHUNK_PUNCH: return "chunk_punch";

@@ -68,6 +68,9 @@ enum kvc_wire_type {
 	KVC_MSG_SETATTR = 24,
 	KVC_MSG_EXTEND_SIZE = 25,
 	KVC_MSG_STATFS = 26,
+	KVC_MSG_OPEN = 27,
+	KVC_MSG_CLOSE = 28,
+	KVC_MSG_RENEW = 29,
 	/* page pools (kvc-meta) */
 	KVC_MSG_POOL_INIT = 32,
 	KVC_MSG_POOL_WORLD = 33,
@@ -159,6 +162,15 @@ _Static_assert(sizeof(struct kvc_msg_name) == 16, "");
 /* GETATTR: ino. Reply: kvc_attr. */
 struct kvc_msg_ino {
 	uint64_t ino;
+};
+
+/* OPEN (reply kvc_attr) and CLOSE (empty) of a file by a client: while
+ * any client has it open, removing its last name keeps its data. RENEW
+ * (client only): the client is alive. */
+#define KVC_WIRE_CLIENT_ID 16
+struct kvc_msg_session {
+	uint64_t ino;
+	uint8_t client[KVC_WIRE_CLIENT_ID];
 };
 
 /* CREATE, MKDIR: followed by the name. Reply: kvc_attr. */

@@ -42,7 +42,7 @@ class Cluster:
             f"{token}chunk_size = {CHUNK}\nstripe = 3\nconnect_timeout_ms = 1000\n"
             f"io_timeout_ms = 2000\n\n[meta]\naddress = {self.meta_address}\n"
             f"data = {self.dir}/meta\nhttp = {self.http[7:]}\nworld_size = {self.world_size}\n"
-            f"http_max_body = 65536\nlease_ms = {self.lease_ms}\n"
+            f"http_max_body = 65536\nlease_ms = {self.lease_ms}\nclient_timeout_ms = 3000\n"
             f"{servers}\n[fuse]\nmountpoint = {self.mount}\n"
             "receive_threads = 4\n")  # exercise parallel receiving on any machine
 

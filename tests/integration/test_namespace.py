@@ -132,3 +132,63 @@ def test_file_removed_while_open_keeps_its_data_until_closed(cluster, workdir):
         assert reader.read() == data, "the reader lost its data"
     orphans = cluster.mount / ".kvc-orphans"
     assert os.listdir(orphans) == [], "removed at the last close"
+
+
+def second_mount(cluster):
+    """Another kvc-fuse (another client) of the same cluster."""
+    import tempfile
+    from conftest import BUILD, wait_until
+    mount = tempfile.mkdtemp(prefix="kvc-mnt2-")
+    log = open(cluster.dir / "fuse2.log", "ab")
+    proc = subprocess.Popen([str(BUILD / "kvc-fuse"), "--config", str(cluster.conf),
+                             "--mountpoint", mount], stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    assert wait_until(lambda: os.path.ismount(mount), timeout=20)
+    return proc, mount
+
+
+def test_file_removed_while_open_on_another_client_keeps_its_data(cluster, workdir):
+    """A reader on one kvc-fuse keeps reading a file another kvc-fuse
+    removed; its chunks go at the reader's last close, or, when the reader's
+    kvc-fuse dies, once kvc-meta's client timeout (3 s here) passes."""
+    import json
+    from conftest import CHUNK, wait_until
+
+    def chunks():
+        status = json.loads(cluster.admin("--json", "status").stdout)
+        return sum(t["chunks"] for s in status["storage"] for t in s["targets"])
+    proc, mount2 = second_mount(cluster)
+    relative = workdir.relative_to(cluster.mount)
+    try:
+        data = os.urandom(8 * CHUNK)
+        (workdir / "shared").write_bytes(data)
+        before = chunks()
+        fd = os.open(os.path.join(mount2, relative, "shared"), os.O_RDONLY | os.O_DIRECT)
+        os.unlink(workdir / "shared")  # on the first client
+        assert not (workdir / "shared").exists()
+        import time
+        time.sleep(2.5)  # the collector passes every second
+        assert chunks() == before, "chunks reclaimed under an open file"
+        import mmap
+        buf = mmap.mmap(-1, 8 * CHUNK)
+        assert os.preadv(fd, [buf], 0) == 8 * CHUNK
+        assert bytes(buf) == data, "the reader sees the file's bytes, not holes"
+        os.close(fd)
+        assert wait_until(lambda: chunks() <= before - 8, timeout=30), "reclaimed at close"
+
+        # The reader's kvc-fuse dies with the file open: reclaimed after the timeout.
+        (workdir / "held").write_bytes(data)
+        before = chunks()
+        fd = os.open(os.path.join(mount2, relative, "held"), os.O_RDONLY)
+        os.unlink(workdir / "held")
+        proc.kill()
+        proc.wait()
+        assert wait_until(lambda: chunks() <= before - 8, timeout=60), "reclaimed after timeout"
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    finally:
+        proc.kill()
+        subprocess.run(["fusermount3", "-uz", mount2], capture_output=True)
+        os.rmdir(mount2)
