@@ -356,8 +356,30 @@ static void close_inode(struct kvc_fuse *fs, uint64_t ino)
 	if (kvc_inode_table_is_open(fs->inodes, ino))
 		return;
 	int rc = kvc_meta_client_close(&fs->meta, ino, fs->client_id);
-	if (rc < 0 && rc != -ENOENT) /* kvc-meta drops it when we stop renewing */
-		kvc_log_warn("close of inode %" PRIu64 ": %s", ino, strerror(-rc));
+	if (rc < 0 && rc != -ENOENT) {
+		kvc_log_warn("close of inode %" PRIu64 ": %s; will retry", ino, strerror(-rc));
+		pthread_mutex_lock(&fs->closes_lock);
+		if (fs->pending_close_count < (int)(sizeof(fs->pending_closes) / 8))
+			fs->pending_closes[fs->pending_close_count++] = ino;
+		pthread_mutex_unlock(&fs->closes_lock); /* beyond: kept until we exit */
+	}
+}
+
+/* Retry the CLOSEs kvc-meta missed (files reopened since need none). */
+static void retry_closes(struct kvc_fuse *fs)
+{
+	pthread_mutex_lock(&fs->closes_lock);
+	for (int i = 0; i < fs->pending_close_count;) {
+		uint64_t ino = fs->pending_closes[i];
+		int rc = kvc_inode_table_is_open(fs->inodes, ino) ? 0
+		       : kvc_meta_client_close(&fs->meta, ino, fs->client_id);
+		if (rc < 0 && rc != -ENOENT) {
+			i++;
+			continue;
+		}
+		fs->pending_closes[i] = fs->pending_closes[--fs->pending_close_count];
+	}
+	pthread_mutex_unlock(&fs->closes_lock);
 }
 
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
@@ -745,7 +767,8 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 void kvc_fuse_flush_sizes(struct kvc_fuse *fs)
 {
 	/* Also the sign of life that keeps this client's open sessions. */
-	kvc_meta_client_renew(&fs->meta, fs->client_id);
+	if (kvc_meta_client_renew(&fs->meta, fs->client_id) == 0)
+		retry_closes(fs);
 	uint64_t inos[256];
 	int count = kvc_inode_table_list_dirty(fs->inodes, inos, 256);
 	for (int i = 0; i < count; i++) {

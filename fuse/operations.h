@@ -12,6 +12,7 @@
 
 #define FUSE_USE_VERSION 35
 #include <fuse_lowlevel.h>
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "config.h"
@@ -35,6 +36,11 @@ struct kvc_fuse {
 	char host[64];
 	/* This kvc-fuse's id for kvc-meta's open sessions (random at start). */
 	uint8_t client_id[KVC_WIRE_CLIENT_ID];
+	/* CLOSEs kvc-meta did not take (it was down): retried every second,
+	 * or a removed file would be kept for as long as we live. */
+	pthread_mutex_t closes_lock;
+	uint64_t pending_closes[256];
+	int pending_close_count;
 };
 
 #define KVC_FUSE_ORPHANS ".kvc-orphans"

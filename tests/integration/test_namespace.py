@@ -176,6 +176,16 @@ def test_file_removed_while_open_on_another_client_keeps_its_data(cluster, workd
         os.close(fd)
         assert wait_until(lambda: chunks() <= before - 8, timeout=30), "reclaimed at close"
 
+        # kvc-meta is down when the reader closes: the CLOSE is retried.
+        (workdir / "late").write_bytes(data)
+        before = chunks()
+        fd = os.open(os.path.join(mount2, relative, "late"), os.O_RDONLY)
+        os.unlink(workdir / "late")
+        subprocess.run(["kill", "-KILL", str(cluster.pid("meta"))], check=True)
+        os.close(fd)
+        cluster.restart("meta", "KILL")
+        assert wait_until(lambda: chunks() <= before - 8, timeout=30), "reclaimed after retry"
+
         # The reader's kvc-fuse dies with the file open: reclaimed after the timeout.
         (workdir / "held").write_bytes(data)
         before = chunks()
