@@ -201,6 +201,8 @@ int main(int argc, char **argv)
 	if (gethostname(fs.host, sizeof(fs.host) - 1) < 0)
 		strcpy(fs.host, "localhost");
 	pthread_mutex_init(&fs.closes_lock, NULL);
+	for (size_t i = 0; i < sizeof(fs.session_locks) / sizeof(fs.session_locks[0]); i++)
+		pthread_mutex_init(&fs.session_locks[i], NULL);
 	if (getrandom(fs.client_id, sizeof(fs.client_id), 0) != (ssize_t)sizeof(fs.client_id)) {
 		fprintf(stderr, "kvc-fuse: no random bytes for the client id: %s\n", strerror(errno));
 		return 1;

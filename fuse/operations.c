@@ -335,15 +335,22 @@ static void set_open_flags(struct fuse_file_info *fi)
 
 /* Open a file here: an open session with kvc-meta (so a removal anywhere
  * keeps its data while it is open here), then the inode table. */
+static pthread_mutex_t *session_lock(struct kvc_fuse *fs, uint64_t ino)
+{
+	return &fs->session_locks[ino % (sizeof(fs->session_locks) / sizeof(fs->session_locks[0]))];
+}
+
 static int open_inode(struct kvc_fuse *fs, uint64_t ino, struct kvc_attr *attr)
 {
+	pthread_mutex_lock(session_lock(fs, ino));
 	int rc = kvc_meta_client_open(&fs->meta, ino, fs->client_id, attr);
 	if (rc == 0 && S_ISDIR(attr->mode))
 		rc = -EISDIR;
 	if (rc == 0)
 		rc = kvc_inode_table_open(fs->inodes, attr);
-	if (rc < 0 && rc != -EISDIR && rc != -ENOENT)
+	if (rc < 0 && rc != -EISDIR && rc != -ENOENT && !kvc_inode_table_is_open(fs->inodes, ino))
 		kvc_meta_client_close(&fs->meta, ino, fs->client_id);
+	pthread_mutex_unlock(session_lock(fs, ino));
 	return rc;
 }
 
@@ -351,11 +358,12 @@ static int open_inode(struct kvc_fuse *fs, uint64_t ino, struct kvc_attr *attr)
  * here while open, and end the open session. */
 static void close_inode(struct kvc_fuse *fs, uint64_t ino)
 {
+	pthread_mutex_lock(session_lock(fs, ino));
 	if (kvc_inode_table_release(fs->inodes, ino))
 		remove_orphan(fs, ino);
-	if (kvc_inode_table_is_open(fs->inodes, ino))
-		return;
-	int rc = kvc_meta_client_close(&fs->meta, ino, fs->client_id);
+	int rc = kvc_inode_table_is_open(fs->inodes, ino) ? 0
+	       : kvc_meta_client_close(&fs->meta, ino, fs->client_id);
+	pthread_mutex_unlock(session_lock(fs, ino));
 	if (rc < 0 && rc != -ENOENT) {
 		kvc_log_warn("close of inode %" PRIu64 ": %s; will retry", ino, strerror(-rc));
 		pthread_mutex_lock(&fs->closes_lock);
@@ -371,8 +379,10 @@ static void retry_closes(struct kvc_fuse *fs)
 	pthread_mutex_lock(&fs->closes_lock);
 	for (int i = 0; i < fs->pending_close_count;) {
 		uint64_t ino = fs->pending_closes[i];
+		pthread_mutex_lock(session_lock(fs, ino));
 		int rc = kvc_inode_table_is_open(fs->inodes, ino) ? 0
 		       : kvc_meta_client_close(&fs->meta, ino, fs->client_id);
+		pthread_mutex_unlock(session_lock(fs, ino));
 		if (rc < 0 && rc != -ENOENT) {
 			i++;
 			continue;

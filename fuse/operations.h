@@ -36,6 +36,10 @@ struct kvc_fuse {
 	char host[64];
 	/* This kvc-fuse's id for kvc-meta's open sessions (random at start). */
 	uint8_t client_id[KVC_WIRE_CLIENT_ID];
+	/* Open and last close of one file, with their OPEN/CLOSE to kvc-meta,
+	 * run one at a time (striped by inode): a CLOSE never lands after a
+	 * newer OPEN of the same file. */
+	pthread_mutex_t session_locks[64];
 	/* CLOSEs kvc-meta did not take (it was down): retried every second,
 	 * or a removed file would be kept for as long as we live. */
 	pthread_mutex_t closes_lock;
