@@ -14,6 +14,7 @@ struct entry {
 	uint64_t committed_size; /* what kvc-meta has */
 	uint32_t open_count;
 	bool orphaned;           /* unlinked while open: remove at last close */
+	bool stale;              /* gone in kvc-meta while we were cut off */
 };
 
 struct kvc_inode_table {
@@ -128,13 +129,38 @@ int kvc_inode_table_get(struct kvc_inode_table *t, uint64_t ino, struct kvc_layo
 	int rc = -ENOENT;
 	pthread_mutex_lock(&t->lock);
 	struct entry *e = *slot(t, ino);
-	if (e) {
+	if (e && e->stale) {
+		rc = -ESTALE;
+	} else if (e) {
 		*layout = e->layout;
 		*size = e->size;
 		rc = 0;
 	}
 	pthread_mutex_unlock(&t->lock);
 	return rc;
+}
+
+void kvc_inode_table_mark_stale(struct kvc_inode_table *t, uint64_t ino)
+{
+	pthread_mutex_lock(&t->lock);
+	struct entry *e = *slot(t, ino);
+	if (e) {
+		e->stale = true;
+		e->size = e->committed_size; /* nothing left to commit */
+	}
+	pthread_mutex_unlock(&t->lock);
+}
+
+int kvc_inode_table_list_open(struct kvc_inode_table *t, uint64_t *inos, int max)
+{
+	int count = 0;
+	pthread_mutex_lock(&t->lock);
+	for (int b = 0; b < BUCKETS; b++)
+		for (struct entry *e = t->buckets[b]; e && count < max; e = e->next)
+			if (e->open_count > 0 && !e->stale)
+				inos[count++] = e->ino;
+	pthread_mutex_unlock(&t->lock);
+	return count;
 }
 
 void kvc_inode_table_wrote(struct kvc_inode_table *t, uint64_t ino, uint64_t end)

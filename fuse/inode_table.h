@@ -37,9 +37,18 @@ bool kvc_inode_table_is_open(struct kvc_inode_table *table, uint64_t ino);
 /* The file was unlinked while open (kept under the orphan directory). */
 void kvc_inode_table_mark_orphan(struct kvc_inode_table *table, uint64_t ino);
 
-/* Layout and known size of an open file. Returns 0 or -ENOENT. */
+/* Layout and known size of an open file. Returns 0, -ENOENT, or -ESTALE
+ * (the file is gone: see mark_stale). */
 int kvc_inode_table_get(struct kvc_inode_table *table, uint64_t ino,
                         struct kvc_layout *layout, uint64_t *size);
+
+/* The file went away in kvc-meta while this client was cut off (its open
+ * session dropped): its I/O fails with ESTALE from now on, never reading
+ * holes where its bytes were. */
+void kvc_inode_table_mark_stale(struct kvc_inode_table *table, uint64_t ino);
+
+/* Up to max inodes open here (not stale). */
+int kvc_inode_table_list_open(struct kvc_inode_table *table, uint64_t *inos, int max);
 
 /* A write ended at `end`: raise the size, mark dirty when it grew. */
 void kvc_inode_table_wrote(struct kvc_inode_table *table, uint64_t ino, uint64_t end);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/random.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -201,6 +202,9 @@ int main(int argc, char **argv)
 	if (gethostname(fs.host, sizeof(fs.host) - 1) < 0)
 		strcpy(fs.host, "localhost");
 	pthread_mutex_init(&fs.closes_lock, NULL);
+	struct timespec started;
+	clock_gettime(CLOCK_MONOTONIC, &started); /* the lease runs from the start */
+	atomic_init(&fs.renewed_ms, (int64_t)started.tv_sec * 1000 + started.tv_nsec / 1000000);
 	for (size_t i = 0; i < sizeof(fs.session_locks) / sizeof(fs.session_locks[0]); i++)
 		pthread_mutex_init(&fs.session_locks[i], NULL);
 	if (getrandom(fs.client_id, sizeof(fs.client_id), 0) != (ssize_t)sizeof(fs.client_id)) {

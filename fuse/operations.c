@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
+#include <time.h>
 
 #include "layout.h"
 #include "log.h"
@@ -373,6 +374,29 @@ static void close_inode(struct kvc_fuse *fs, uint64_t ino)
 	}
 }
 
+/* kvc-meta dropped our sessions (we were silent past its timeout): open
+ * every file again; one that is gone meanwhile turns stale, so its reads
+ * fail with ESTALE instead of returning holes. */
+static void reopen_all(struct kvc_fuse *fs)
+{
+	uint64_t inos[1024];
+	int count = kvc_inode_table_list_open(fs->inodes, inos, 1024);
+	kvc_log_warn("kvc-meta had given this client up (silent too long): reopening %d file(s)",
+	             count);
+	for (int i = 0; i < count; i++) {
+		struct kvc_attr attr;
+		pthread_mutex_lock(session_lock(fs, inos[i]));
+		int rc = kvc_inode_table_is_open(fs->inodes, inos[i])
+		       ? kvc_meta_client_open(&fs->meta, inos[i], fs->client_id, &attr) : 0;
+		if (rc == -ENOENT) {
+			kvc_inode_table_mark_stale(fs->inodes, inos[i]);
+			kvc_log_warn("inode %" PRIu64 " was removed meanwhile: its I/O fails with ESTALE",
+			             inos[i]);
+		}
+		pthread_mutex_unlock(session_lock(fs, inos[i]));
+	}
+}
+
 /* Retry the CLOSEs kvc-meta missed (files reopened since need none). */
 static void retry_closes(struct kvc_fuse *fs)
 {
@@ -435,9 +459,11 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct kvc_layout layout;
 	uint64_t file_size;
 	(void)fi;
-	int rc = kvc_inode_table_get(fs->inodes, ino, &layout, &file_size);
+	int rc = kvc_fuse_check_lease(fs);
+	if (rc == 0)
+		rc = kvc_inode_table_get(fs->inodes, ino, &layout, &file_size);
 	if (rc < 0 || off < 0) {
-		reply_error(req, rc < 0 ? -EBADF : -EINVAL);
+		reply_error(req, rc == -ESTALE || rc == -EIO ? rc : rc < 0 ? -EBADF : -EINVAL);
 		return;
 	}
 	if ((uint64_t)off >= file_size) {
@@ -463,7 +489,9 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	struct kvc_layout layout;
 	uint64_t file_size;
 	(void)fi;
-	int rc = kvc_inode_table_get(fs->inodes, ino, &layout, &file_size);
+	int rc = kvc_fuse_check_lease(fs);
+	if (rc == 0)
+		rc = kvc_inode_table_get(fs->inodes, ino, &layout, &file_size);
 	if (rc == 0 && off < 0)
 		rc = -EINVAL;
 	if (rc == 0)
@@ -774,10 +802,45 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
 }
 
+static int64_t monotonic_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* One RENEW; on success the lease starts again (after reopening our files
+ * when kvc-meta had given us up). */
+static int renew(struct kvc_fuse *fs)
+{
+	int64_t asked = monotonic_ms();
+	int rc = kvc_meta_client_renew(&fs->meta, fs->client_id);
+	if (rc == -ESTALE)
+		reopen_all(fs);
+	if (rc == 0 || rc == -ESTALE) {
+		atomic_store(&fs->renewed_ms, asked);
+		rc = 0;
+	}
+	return rc;
+}
+
+int kvc_fuse_check_lease(struct kvc_fuse *fs)
+{
+	int64_t now = monotonic_ms();
+	if (now - atomic_load(&fs->renewed_ms) <= (int64_t)fs->config.client_timeout_ms * 3 / 4)
+		return 0;
+	int64_t tried = atomic_load(&fs->renew_tried_ms);
+	if (now - tried >= 1000 && atomic_compare_exchange_strong(&fs->renew_tried_ms, &tried, now) &&
+	    renew(fs) == 0)
+		return 0;
+	return now - atomic_load(&fs->renewed_ms) <= (int64_t)fs->config.client_timeout_ms * 3 / 4
+	       ? 0 : -EIO;
+}
+
 void kvc_fuse_flush_sizes(struct kvc_fuse *fs)
 {
 	/* Also the sign of life that keeps this client's open sessions. */
-	if (kvc_meta_client_renew(&fs->meta, fs->client_id) == 0)
+	if (renew(fs) == 0)
 		retry_closes(fs);
 	uint64_t inos[256];
 	int count = kvc_inode_table_list_dirty(fs->inodes, inos, 256);

@@ -40,6 +40,9 @@ struct kvc_fuse {
 	 * run one at a time (striped by inode): a CLOSE never lands after a
 	 * newer OPEN of the same file. */
 	pthread_mutex_t session_locks[64];
+	/* The open-session lease: the last time kvc-meta took our RENEW, and
+	 * the last time I/O tried one itself (monotonic ms). */
+	_Atomic int64_t renewed_ms, renew_tried_ms;
 	/* CLOSEs kvc-meta did not take (it was down): retried every second,
 	 * or a removed file would be kept for as long as we live. */
 	pthread_mutex_t closes_lock;
@@ -60,6 +63,13 @@ extern const struct fuse_lowlevel_ops kvc_fuse_operations;
  * doing what a last close does (size committed, an orphan removed). */
 int kvc_fuse_hold_inode(struct kvc_fuse *fs, uint64_t ino);
 void kvc_fuse_drop_inode(struct kvc_fuse *fs, uint64_t ino);
+
+/* Before file I/O: 0 while this client's open sessions are surely held
+ * (kvc-meta heard from us within 3/4 of [meta] client_timeout_ms), else
+ * one RENEW now (at most one a second) and -EIO when kvc-meta cannot be
+ * reached: past its timeout it may have given our files away, and reading
+ * them could return holes where their bytes were. */
+int kvc_fuse_check_lease(struct kvc_fuse *fs);
 
 /* Send every dirty file size to kvc-meta, and renew this client's open
  * sessions (the background pass, every second). */

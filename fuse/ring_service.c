@@ -196,8 +196,9 @@ static int prepare_entry(struct kvc_fuse *fs, struct kvc_ring_server_ring *ring,
 	*io = (struct kvc_storage_io){.inode = file.ino, .offset = e->file_offset,
 	                              .length = e->length, .buf = memory,
 	                              .forbid_holes = (ring->flags & 2u) != 0};
-	if (kvc_inode_table_get(fs->inodes, file.ino, &io->layout, &size) < 0)
-		return -EBADF;
+	rc = kvc_inode_table_get(fs->inodes, file.ino, &io->layout, &size);
+	if (rc < 0) /* -ESTALE: the file went away while we were cut off */
+		return rc == -ESTALE ? rc : -EBADF;
 	*ino = file.ino;
 	if (read) /* a read stops at the end of the file, like pread */
 		io->length = e->file_offset >= size ? 0
@@ -262,8 +263,10 @@ static void execute(struct kvc_ring_service *svc, struct kvc_ring_server_ring *r
                     struct batch *b, uint32_t n)
 {
 	int count = 0;
+	int lease = kvc_fuse_check_lease(svc->fs); /* sessions held: no holes to read */
 	for (uint32_t i = 0; i < n; i++) {
-		int rc = prepare_entry(svc->fs, ring, &b->sqe[i], &b->io[count], &b->ino[count],
+		int rc = lease < 0 ? lease
+		       : prepare_entry(svc->fs, ring, &b->sqe[i], &b->io[count], &b->ino[count],
 		                       &b->device[count]);
 		b->result[i] = rc;
 		b->runnable[i] = rc == 0 && b->io[count].length > 0 ? count++ : -1;

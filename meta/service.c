@@ -174,6 +174,9 @@ static int handle_session(struct kvc_meta_service *svc, struct kvc_server_conn *
 	_Static_assert(KVC_WIRE_CLIENT_ID == KVC_META_CLIENT_ID, "");
 	if (!m)
 		return kvc_server_reply(conn, h, -EINVAL, NULL, 0);
+	if (h->type == KVC_MSG_RENEW)
+		return kvc_server_reply(conn, h, svc->sessions ? kvc_meta_sessions_renew(
+			svc->sessions, m->client, now_ms()) : 0, NULL, 0);
 	if (svc->sessions)
 		kvc_meta_sessions_touch(svc->sessions, m->client, now_ms());
 	if (h->type == KVC_MSG_OPEN)

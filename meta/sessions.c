@@ -9,6 +9,7 @@
 #include "log.h"
 
 #define MAX_CLIENTS 4096
+#define MAX_DROPPED 256 /* remembered to tell them when they come back */
 
 struct client {
 	uint8_t id[KVC_META_CLIENT_ID];
@@ -20,6 +21,8 @@ struct kvc_meta_sessions {
 	uint32_t timeout_ms;
 	struct client *clients;
 	int count, capacity;
+	uint8_t dropped[MAX_DROPPED][KVC_META_CLIENT_ID]; /* a ring: oldest overwritten */
+	int dropped_next;
 };
 
 int kvc_meta_sessions_create(uint32_t timeout_ms, struct kvc_meta_sessions **out)
@@ -80,6 +83,24 @@ void kvc_meta_sessions_touch(struct kvc_meta_sessions *s, const uint8_t id[KVC_M
 	pthread_mutex_unlock(&s->lock);
 }
 
+int kvc_meta_sessions_renew(struct kvc_meta_sessions *s, const uint8_t id[KVC_META_CLIENT_ID],
+                            uint64_t now_ms)
+{
+	static const uint8_t none[KVC_META_CLIENT_ID];
+	int rc = 0;
+	pthread_mutex_lock(&s->lock);
+	for (int i = 0; i < MAX_DROPPED; i++) {
+		if (memcmp(s->dropped[i], id, KVC_META_CLIENT_ID) == 0 &&
+		    memcmp(id, none, KVC_META_CLIENT_ID) != 0) {
+			memset(s->dropped[i], 0, KVC_META_CLIENT_ID); /* told once */
+			rc = -ESTALE;
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+	kvc_meta_sessions_touch(s, id, now_ms);
+	return rc;
+}
+
 /* Whether a client holding sessions is silent past the timeout; a client
  * not in the table (first seen now, e.g. after a restart) starts its
  * timeout now. */
@@ -90,8 +111,11 @@ static bool gone(struct kvc_meta_sessions *s, const uint8_t *id, uint64_t now_ms
 	if (!c)
 		add(s, id, now_ms);
 	bool silent = c && now_ms > c->last_ms && now_ms - c->last_ms > s->timeout_ms;
-	if (silent) /* forget it: it starts over if it ever comes back */
+	if (silent) { /* forget it, and tell it if it ever comes back */
+		memcpy(s->dropped[s->dropped_next], id, KVC_META_CLIENT_ID);
+		s->dropped_next = (s->dropped_next + 1) % MAX_DROPPED;
 		*c = s->clients[--s->count];
+	}
 	pthread_mutex_unlock(&s->lock);
 	return silent;
 }

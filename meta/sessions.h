@@ -25,6 +25,12 @@ void kvc_meta_sessions_destroy(struct kvc_meta_sessions *sessions);
 void kvc_meta_sessions_touch(struct kvc_meta_sessions *sessions,
                              const uint8_t id[KVC_META_CLIENT_ID], uint64_t now_ms);
 
+/* A client's periodic RENEW: touch, and -ESTALE (once) when its sessions
+ * were dropped while it was silent, so it opens its files again and
+ * learns which ones are gone. */
+int kvc_meta_sessions_renew(struct kvc_meta_sessions *sessions,
+                            const uint8_t id[KVC_META_CLIENT_ID], uint64_t now_ms);
+
 /* Drop the sessions of clients silent past the timeout. Returns how many
  * clients were dropped, or -errno. */
 int kvc_meta_sessions_sweep(struct kvc_meta_sessions *sessions, struct kvc_meta_store *store,

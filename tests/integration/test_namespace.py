@@ -3,6 +3,7 @@ rm -r, errors, permissions for other users."""
 import errno
 import os
 import pwd
+import signal
 import subprocess
 
 import pytest
@@ -185,6 +186,44 @@ def test_file_removed_while_open_on_another_client_keeps_its_data(cluster, workd
         os.close(fd)
         cluster.restart("meta", "KILL")
         assert wait_until(lambda: chunks() <= before - 8, timeout=30), "reclaimed after retry"
+
+        # The reader's kvc-fuse is frozen past the client timeout: kvc-meta
+        # gives its files away; awake again, its read fails, never zeros.
+        # (No child process while it is frozen: exec closes our fd on its
+        # mount, and that close would wait for the frozen daemon.)
+        def chunk_files():
+            return sum(len(files) for target in cluster.dir.glob("s*/t0/chunks")
+                       for _, _, files in os.walk(target))
+        import sys
+        from conftest import BUILD, ROOT
+        sys.path.insert(0, str(ROOT / "tools" / "python"))
+        os.environ.setdefault("KVC_LIB", str(BUILD / "libkvc.so"))
+        import kvcfs
+        (workdir / "frozen").write_bytes(data)
+        before = chunk_files()
+        path2 = os.path.join(mount2, relative, "frozen")
+        fd = os.open(path2, os.O_RDONLY | os.O_DIRECT)
+        kvcfs.register_fd(fd)
+        iov = kvcfs.Iov.create(mount2, 8 * CHUNK)
+        ring = kvcfs.Ring(mount2, 4, for_read=True)
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            os.unlink(workdir / "frozen")
+            assert wait_until(lambda: chunk_files() <= before - 8, timeout=30), "given away"
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        ring.prepare(iov, True, fd, 0, 8 * CHUNK)
+        ring.submit()
+        assert ring.wait(min_results=1)[0].result == -errno.ESTALE, "a ring read of holes"
+        with pytest.raises(OSError) as failure:
+            os.preadv(fd, [buf], 0)
+        # ENOENT when the kernel first asks for the size (the file is gone),
+        # ESTALE from kvc-fuse's data path: never the holes.
+        assert failure.value.errno in (errno.ESTALE, errno.ENOENT)
+        ring.close()
+        iov.close()
+        kvcfs.deregister_fd(fd)
+        os.close(fd)
 
         # The reader's kvc-fuse dies with the file open: reclaimed after the timeout.
         (workdir / "held").write_bytes(data)
