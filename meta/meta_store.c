@@ -732,15 +732,27 @@ int kvc_meta_store_extend(struct kvc_meta_store *s, uint64_t ino, uint64_t size,
 
 int kvc_meta_store_count_inodes(struct kvc_meta_store *s, uint64_t *inodes)
 {
+	struct kvc_meta_counts counts;
+	int rc = kvc_meta_store_counts(s, &counts);
+	if (rc == 0)
+		*inodes = counts.inodes;
+	return rc;
+}
+
+int kvc_meta_store_counts(struct kvc_meta_store *s, struct kvc_meta_counts *out)
+{
 	MDB_txn *txn;
-	MDB_stat st;
+	MDB_dbi tables[4] = {s->inodes, s->opens, s->orphans, s->gc};
+	uint64_t *fields[4] = {&out->inodes, &out->open_sessions, &out->orphans, &out->gc_pending};
 	int rc = begin(s, false, &txn);
 	if (rc < 0)
 		return rc;
-	rc = kvc_lmdb_errno(mdb_stat(txn, s->inodes, &st));
+	for (int i = 0; i < 4 && rc == 0; i++) {
+		MDB_stat st;
+		rc = kvc_lmdb_errno(mdb_stat(txn, tables[i], &st));
+		*fields[i] = rc == 0 ? st.ms_entries : 0;
+	}
 	mdb_txn_abort(txn);
-	if (rc == 0)
-		*inodes = st.ms_entries;
 	return rc;
 }
 

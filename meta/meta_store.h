@@ -109,6 +109,15 @@ int kvc_meta_store_extend(struct kvc_meta_store *store, uint64_t ino, uint64_t s
                           struct kvc_attr *attr);
 int kvc_meta_store_count_inodes(struct kvc_meta_store *store, uint64_t *inodes);
 
+/* Table sizes, for statfs and kvc-admin status. */
+struct kvc_meta_counts {
+	uint64_t inodes;        /* files and directories, orphans included */
+	uint64_t open_sessions; /* (file, client) pairs open */
+	uint64_t orphans;       /* removed while open somewhere: kept until closed */
+	uint64_t gc_pending;    /* removed files whose chunks are still to reclaim */
+};
+int kvc_meta_store_counts(struct kvc_meta_store *store, struct kvc_meta_counts *out);
+
 /* The collector's queue: up to max removed files (ino, layout). */
 int kvc_meta_store_gc_list(struct kvc_meta_store *store, uint64_t *inos,
                            struct kvc_layout *layouts, int max);

@@ -210,7 +210,14 @@ static int handle_simple(struct kvc_meta_service *svc, struct kvc_server_conn *c
 		                  &attr);
 	}
 	struct kvc_msg_statfs_reply reply = {.max_inodes = 1ull << 40};
-	int rc = kvc_meta_store_count_inodes(svc->store, &reply.inodes);
+	struct kvc_meta_counts counts;
+	int rc = kvc_meta_store_counts(svc->store, &counts);
+	if (rc == 0) {
+		reply.inodes = counts.inodes;
+		reply.open_sessions = counts.open_sessions;
+		reply.orphans = counts.orphans;
+		reply.gc_pending = counts.gc_pending;
+	}
 	return kvc_server_reply(conn, h, rc, &reply, sizeof(reply));
 }
 

@@ -247,6 +247,9 @@ struct kvc_msg_extend {
 struct kvc_msg_statfs_reply {
 	uint64_t inodes;
 	uint64_t max_inodes;
+	uint64_t open_sessions; /* (file, client) pairs open */
+	uint64_t orphans;       /* files removed while open somewhere */
+	uint64_t gc_pending;    /* removed files whose chunks are still to reclaim */
 };
 
 /* CHUNK_WRITE: data_len bytes follow; offset + data_len <= chunk_size. */

@@ -33,20 +33,25 @@ static int report_error(const char *what, int rc)
 
 static int cmd_status(struct admin *a)
 {
-	struct kvc_msg_statfs_reply names;
+	struct kvc_msg_statfs_reply names = {0};
 	int failures = 0;
 	int rc = kvc_meta_client_statfs(&a->meta, &names);
 	failures += rc < 0;
 	if (a->json)
-		printf("{\"meta\":{\"address\":\"%s\",\"up\":%s,\"inodes\":%" PRIu64 "},\"storage\":[",
-		       a->config.meta_address, rc == 0 ? "true" : "false", rc == 0 ? names.inodes : 0);
+		printf("{\"meta\":{\"address\":\"%s\",\"up\":%s,\"inodes\":%" PRIu64
+		       ",\"open_sessions\":%" PRIu64 ",\"removed_but_open\":%" PRIu64
+		       ",\"reclaim_pending\":%" PRIu64 "},\"storage\":[",
+		       a->config.meta_address, rc == 0 ? "true" : "false", names.inodes,
+		       names.open_sessions, names.orphans, names.gc_pending);
 	else
 		printf("%-8s %-10s %-22s %-6s %s\n%-8s %-10s %-22s %-6s %s\n", "ROLE", "NAME", "ADDRESS",
 		       "HEALTH", "DETAIL", "meta", "meta", a->config.meta_address,
 		       rc == 0 ? "up" : "DOWN",
 		       rc == 0 ? "namespace served" : strerror(-rc));
 	if (!a->json && rc == 0)
-		printf("%52s inodes: %" PRIu64 "\n", "", names.inodes);
+		printf("%52s inodes: %" PRIu64 "; files open: %" PRIu64 " (file, client) pairs\n"
+		       "%52s removed but still open: %" PRIu64 "; removed, chunks to reclaim: %" PRIu64
+		       "\n", "", names.inodes, names.open_sessions, "", names.orphans, names.gc_pending);
 	for (uint32_t s = 0; s < a->config.server_count; s++) {
 		struct kvc_msg_target_space t[KVC_WIRE_MAX_TARGETS];
 		int count = kvc_storage_client_server_space(&a->storage, s, t, KVC_WIRE_MAX_TARGETS);

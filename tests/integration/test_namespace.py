@@ -170,6 +170,8 @@ def test_file_removed_while_open_on_another_client_keeps_its_data(cluster, workd
         import time
         time.sleep(2.5)  # the collector passes every second
         assert chunks() == before, "chunks reclaimed under an open file"
+        meta = json.loads(cluster.admin("--json", "status").stdout)["meta"]
+        assert meta["removed_but_open"] >= 1 and meta["open_sessions"] >= 1
         import mmap
         buf = mmap.mmap(-1, 8 * CHUNK)
         assert os.preadv(fd, [buf], 0) == 8 * CHUNK

@@ -233,6 +233,11 @@ Test(meta_store, a_file_removed_while_open_stays_until_its_last_close)
 	cr_assert_eq(kvc_meta_store_getattr(store, f, &attr), 0, "the inode stays for its readers");
 	cr_assert_eq(attr.nlink, 0);
 	cr_assert_eq(gc_count(), 0, "its chunks are not reclaimed yet");
+	struct kvc_meta_counts counts;
+	cr_assert_eq(kvc_meta_store_counts(store, &counts), 0);
+	cr_assert_eq(counts.open_sessions, 2);
+	cr_assert_eq(counts.orphans, 1);
+	cr_assert_eq(counts.gc_pending, 0);
 	cr_assert_eq(kvc_meta_store_close_session(store, f, a), 0);
 	cr_assert_eq(gc_count(), 0, "b still has it open");
 	uint8_t clients[4][KVC_META_CLIENT_ID];
