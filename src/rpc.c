@@ -2,6 +2,7 @@
 #include "rpc.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -58,10 +59,25 @@ static int greet(struct kvc_rpc_pool *pool, int fd)
 	return rc < 0 ? rc : h.status;
 }
 
+/* An idle connection has nothing to read: anything there (EOF, a reset)
+ * means the server went away, e.g. it restarted. */
+static bool idle_is_dead(int fd)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+	return poll(&p, 1, 0) != 0;
+}
+
 int kvc_rpc_pool_get(struct kvc_rpc_pool *pool, bool *reused)
 {
+	int fd = -1;
 	pthread_mutex_lock(&pool->lock);
-	int fd = pool->idle_count > 0 ? pool->idle[--pool->idle_count] : -1;
+	while (fd < 0 && pool->idle_count > 0) {
+		fd = pool->idle[--pool->idle_count];
+		if (idle_is_dead(fd)) {
+			close(fd);
+			fd = -1;
+		}
+	}
 	pthread_mutex_unlock(&pool->lock);
 	*reused = fd >= 0;
 	if (fd >= 0)
@@ -106,12 +122,13 @@ bool kvc_rpc_is_transport_error(int rc)
 
 static int exchange(struct kvc_rpc_pool *pool, int fd, uint16_t type,
                     const void *body, uint32_t body_len, void *reply,
-                    uint32_t reply_cap, uint32_t *reply_len, int *status)
+                    uint32_t reply_cap, uint32_t *reply_len, int *status, bool *sent)
 {
 	struct kvc_wire_header h;
 	uint64_t id = kvc_rpc_next_id(pool);
 	kvc_wire_header_init(&h, type, id, 0, body_len, 0);
 	int rc = kvc_wire_send(fd, &h, body, NULL, 0);
+	*sent = rc == 0;
 	if (rc == 0)
 		rc = kvc_wire_recv(fd, &h, reply, reply_cap);
 	if (rc == 0 && (h.request_id != id || h.type != type || h.data_len != 0))
@@ -129,19 +146,21 @@ int kvc_rpc_call(struct kvc_rpc_pool *pool, uint16_t type, const void *body,
                  uint32_t *reply_len)
 {
 	for (int attempt = 0;; attempt++) {
-		bool reused;
+		bool reused, sent = false;
 		int status = 0;
 		int fd = kvc_rpc_pool_get(pool, &reused);
 		if (fd < 0)
 			return fd;
 		int rc = exchange(pool, fd, type, body, body_len, reply, reply_cap,
-		                  reply_len, &status);
+		                  reply_len, &status, &sent);
 		kvc_rpc_pool_put(pool, fd, rc == 0);
 		if (rc == 0)
 			return status;
-		/* A reused connection may have died with a restarted server; then
-		 * every idle one did too: drop them all and retry once. */
-		if (!(reused && attempt == 0 && (rc == -ECONNRESET || rc == -EPIPE)))
+		/* A reused connection that died under the request (its server
+		 * restarted after our liveness check): retry once, but only when
+		 * the request never left, so nothing is done twice (a create
+		 * retried after it happened would say EEXIST). */
+		if (!(reused && attempt == 0 && !sent && (rc == -ECONNRESET || rc == -EPIPE)))
 			return rc;
 		kvc_rpc_pool_drain(pool);
 	}
