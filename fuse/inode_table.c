@@ -13,7 +13,6 @@ struct entry {
 	uint64_t size;           /* what this daemon knows */
 	uint64_t committed_size; /* what kvc-meta has */
 	uint32_t open_count;
-	bool orphaned;           /* unlinked while open: remove at last close */
 	bool stale;              /* gone in kvc-meta while we were cut off */
 };
 
@@ -33,7 +32,7 @@ static struct entry **slot(struct kvc_inode_table *t, uint64_t ino)
 static void drop_if_unused(struct entry **p)
 {
 	struct entry *e = *p;
-	if (e && e->open_count == 0 && e->size <= e->committed_size && !e->orphaned) {
+	if (e && e->open_count == 0 && e->size <= e->committed_size) {
 		*p = e->next;
 		free(e);
 	}
@@ -89,20 +88,14 @@ out:
 	return rc;
 }
 
-int kvc_inode_table_release(struct kvc_inode_table *t, uint64_t ino)
+void kvc_inode_table_release(struct kvc_inode_table *t, uint64_t ino)
 {
-	int orphan_done = 0;
 	pthread_mutex_lock(&t->lock);
 	struct entry **p = slot(t, ino);
 	if (*p && (*p)->open_count > 0)
 		(*p)->open_count--;
-	if (*p && (*p)->open_count == 0 && (*p)->orphaned) {
-		(*p)->orphaned = false; /* the caller removes it now */
-		orphan_done = 1;
-	}
 	drop_if_unused(p);
 	pthread_mutex_unlock(&t->lock);
-	return orphan_done;
 }
 
 bool kvc_inode_table_is_open(struct kvc_inode_table *t, uint64_t ino)
@@ -112,15 +105,6 @@ bool kvc_inode_table_is_open(struct kvc_inode_table *t, uint64_t ino)
 	bool open = e && e->open_count > 0;
 	pthread_mutex_unlock(&t->lock);
 	return open;
-}
-
-void kvc_inode_table_mark_orphan(struct kvc_inode_table *t, uint64_t ino)
-{
-	pthread_mutex_lock(&t->lock);
-	struct entry *e = *slot(t, ino);
-	if (e)
-		e->orphaned = true;
-	pthread_mutex_unlock(&t->lock);
 }
 
 int kvc_inode_table_get(struct kvc_inode_table *t, uint64_t ino, struct kvc_layout *layout,

@@ -6,8 +6,9 @@
  * flush, fsync and release, and by a background pass every second, so
  * other clients see it soon and exactly after close.
  *
- * An entry lives while the file has open handles, a dirty size, or was
- * unlinked while open (an orphan, removed at its last close).
+ * An entry lives while the file has open handles or a dirty size. A file
+ * kvc-meta lost while this client was cut off is marked stale: its I/O
+ * fails with ESTALE.
  * Thread-safe: one mutex guards the table and every entry's fields.
  */
 #ifndef KVC_FUSE_INODE_TABLE_H
@@ -26,16 +27,12 @@ void kvc_inode_table_destroy(struct kvc_inode_table *table);
 
 /* Record an open of a file with the attributes kvc-meta returned. */
 int kvc_inode_table_open(struct kvc_inode_table *table, const struct kvc_attr *attr);
-/* Record a release; the entry goes when unused and clean. Returns 1 when
- * this was the last close of a file unlinked while open (the caller now
- * removes it for real), else 0. */
-int kvc_inode_table_release(struct kvc_inode_table *table, uint64_t ino);
+/* Record a release; the entry goes when unused and clean. */
+void kvc_inode_table_release(struct kvc_inode_table *table, uint64_t ino);
 
 /* Whether a file has open handles here. */
 bool kvc_inode_table_is_open(struct kvc_inode_table *table, uint64_t ino);
 
-/* The file was unlinked while open (kept under the orphan directory). */
-void kvc_inode_table_mark_orphan(struct kvc_inode_table *table, uint64_t ino);
 
 /* Layout and known size of an open file. Returns 0, -ENOENT, or -ESTALE
  * (the file is gone: see mark_stale). */

@@ -216,63 +216,15 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	reply_entry(req, rc, &attr);
 }
 
-/* The orphan directory's inode, made on first use. */
-static int orphan_dir(struct kvc_fuse *fs, uint64_t *ino)
-{
-	struct kvc_attr attr;
-	int rc = kvc_meta_client_lookup(&fs->meta, FUSE_ROOT_ID, KVC_FUSE_ORPHANS, &attr);
-	if (rc == -ENOENT) {
-		rc = kvc_meta_client_mkdir(&fs->meta, FUSE_ROOT_ID, KVC_FUSE_ORPHANS, 0700, 0, 0,
-		                           &attr);
-		if (rc == -EEXIST) /* another client made it meanwhile */
-			rc = kvc_meta_client_lookup(&fs->meta, FUSE_ROOT_ID, KVC_FUSE_ORPHANS, &attr);
-	}
-	if (rc == 0)
-		*ino = attr.ino;
-	return rc;
-}
-
-static void orphan_name(const struct kvc_fuse *fs, uint64_t ino, char *out, size_t size)
-{
-	snprintf(out, size, "%s.%" PRIu64, fs->host, ino);
-}
-
-/* A file open here keeps its data until its last close (POSIX): it moves
- * to the orphan directory instead of going; release removes it. */
+/* kvc-meta keeps a file removed while open anywhere (its open sessions):
+ * unlink is just unlink, and the data stays until the last close. */
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	struct kvc_fuse *fs = fs_of(req);
-	struct kvc_attr attr;
-	uint64_t orphans;
-	char orphan[96];
-	int rc = kvc_meta_client_lookup(&fs->meta, parent, name, &attr);
-	if (rc == 0 && S_ISREG(attr.mode) && kvc_inode_table_is_open(fs->inodes, attr.ino)) {
-		rc = orphan_dir(fs, &orphans);
-		orphan_name(fs, attr.ino, orphan, sizeof(orphan));
-		if (rc == 0)
-			rc = kvc_meta_client_rename(&fs->meta, parent, name, orphans, orphan, 0);
-		if (rc == 0)
-			kvc_inode_table_mark_orphan(fs->inodes, attr.ino);
-		reply_error(req, rc);
-		return;
-	}
-	reply_error(req, kvc_meta_client_unlink(&fs->meta, parent, name));
+	reply_error(req, kvc_meta_client_unlink(&fs_of(req)->meta, parent, name));
 }
 
-/* The last close of an orphan: now it goes. */
-static void remove_orphan(struct kvc_fuse *fs, uint64_t ino)
-{
-	uint64_t orphans;
-	char orphan[96];
-	orphan_name(fs, ino, orphan, sizeof(orphan));
-	int rc = orphan_dir(fs, &orphans);
-	if (rc == 0)
-		rc = kvc_meta_client_unlink(&fs->meta, orphans, orphan);
-	if (rc < 0)
-		kvc_log_warn("orphan %s not removed: %s (kvc-fuse's next start retries)", orphan,
-		             strerror(-rc));
-}
-
+/* Earlier versions renamed files removed while open into this directory;
+ * what a crash left there goes at start (open sessions replaced it). */
 void kvc_fuse_clean_orphans(struct kvc_fuse *fs)
 {
 	static struct kvc_meta_dirents page;
@@ -304,6 +256,7 @@ void kvc_fuse_clean_orphans(struct kvc_fuse *fs)
 		kvc_meta_client_unlink(&fs->meta, orphans, names[i]);
 	if (count)
 		kvc_log_info("removed %d file(s) a previous run left unlinked but open", count);
+	kvc_meta_client_rmdir(&fs->meta, FUSE_ROOT_ID, KVC_FUSE_ORPHANS); /* fails while not empty */
 	free(names);
 }
 
@@ -355,13 +308,12 @@ static int open_inode(struct kvc_fuse *fs, uint64_t ino, struct kvc_attr *attr)
 	return rc;
 }
 
-/* The last close here of a file: remove it for real when it was unlinked
- * here while open, and end the open session. */
+/* The last close here of a file ends its open session (a file removed
+ * meanwhile goes when no client has it open). */
 static void close_inode(struct kvc_fuse *fs, uint64_t ino)
 {
 	pthread_mutex_lock(session_lock(fs, ino));
-	if (kvc_inode_table_release(fs->inodes, ino))
-		remove_orphan(fs, ino);
+	kvc_inode_table_release(fs->inodes, ino);
 	int rc = kvc_inode_table_is_open(fs->inodes, ino) ? 0
 	       : kvc_meta_client_close(&fs->meta, ino, fs->client_id);
 	pthread_mutex_unlock(session_lock(fs, ino));

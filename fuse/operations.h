@@ -52,15 +52,16 @@ struct kvc_fuse {
 
 #define KVC_FUSE_ORPHANS ".kvc-orphans"
 
-/* Remove what a previous run of this host left in the orphan directory
- * (it crashed with files open). Call before mounting. */
+/* Remove what a run of an earlier version on this host left in the orphan
+ * directory (files removed while open now stay in kvc-meta, not there).
+ * Call before mounting. */
 void kvc_fuse_clean_orphans(struct kvc_fuse *fs);
 
 extern const struct fuse_lowlevel_ops kvc_fuse_operations;
 
 /* For USRBIO: hold an inode open inside kvc-fuse (a registered file keeps
  * working after the client closes its fd, as in 3FS), and drop the hold,
- * doing what a last close does (size committed, an orphan removed). */
+ * doing what a last close does (size committed, open session ended). */
 int kvc_fuse_hold_inode(struct kvc_fuse *fs, uint64_t ino);
 void kvc_fuse_drop_inode(struct kvc_fuse *fs, uint64_t ino);
 

@@ -86,15 +86,28 @@ Test(inode_table, reopen_takes_the_servers_size_when_clean)
 	cr_assert_eq(size, 8000, "a dirty local size is not lost to a stale one");
 }
 
-Test(inode_table, an_orphan_is_removed_at_its_last_close)
+Test(inode_table, the_entry_stays_until_the_last_close)
 {
 	kvc_inode_table_open(table, &file);
 	kvc_inode_table_open(table, &file);
 	cr_assert(kvc_inode_table_is_open(table, 42));
-	kvc_inode_table_mark_orphan(table, 42);
-	cr_assert_eq(kvc_inode_table_release(table, 42), 0, "still open once");
-	cr_assert_eq(kvc_inode_table_release(table, 42), 1, "last close: remove it now");
+	kvc_inode_table_release(table, 42);
+	cr_assert(kvc_inode_table_is_open(table, 42), "still open once");
+	kvc_inode_table_release(table, 42);
 	cr_assert_not(kvc_inode_table_is_open(table, 42));
+	kvc_inode_table_release(table, 42); /* an extra release is harmless */
+	cr_assert_not(kvc_inode_table_is_open(table, 42));
+}
+
+Test(inode_table, a_stale_file_fails_its_io)
+{
+	struct kvc_layout layout;
+	uint64_t size;
 	kvc_inode_table_open(table, &file);
-	cr_assert_eq(kvc_inode_table_release(table, 42), 0, "a plain file is not an orphan");
+	kvc_inode_table_mark_stale(table, 42);
+	cr_assert_eq(kvc_inode_table_get(table, 42, &layout, &size), -ESTALE);
+	uint64_t inos[4];
+	cr_assert_eq(kvc_inode_table_list_open(table, inos, 4), 0, "stale files are not reopened");
+	kvc_inode_table_release(table, 42);
+	cr_assert_not(kvc_inode_table_is_open(table, 42));
 }
