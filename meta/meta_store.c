@@ -19,7 +19,7 @@
 
 struct kvc_meta_store {
 	MDB_env *env;
-	MDB_dbi inodes, dirents, gc, state, opens, orphans;
+	MDB_dbi inodes, dirents, gc, state, opens, orphans, clients;
 	struct kvc_layout default_layout;
 };
 
@@ -215,6 +215,8 @@ static int open_tables(struct kvc_meta_store *s)
 		rc = kvc_lmdb_errno(mdb_dbi_open(txn, "opens", MDB_CREATE, &s->opens));
 	if (rc == 0)
 		rc = kvc_lmdb_errno(mdb_dbi_open(txn, "orphans", MDB_CREATE, &s->orphans));
+	if (rc == 0)
+		rc = kvc_lmdb_errno(mdb_dbi_open(txn, "clients", MDB_CREATE, &s->clients));
 	uint32_t format = 0;
 	int has = rc == 0 ? state_get(s, txn, "format", &format, sizeof(format)) : rc;
 	if (has == -ENOENT)
@@ -807,6 +809,35 @@ static MDB_val open_key(uint8_t *key, uint64_t ino, const uint8_t client[KVC_MET
 	return (MDB_val){8 + KVC_META_CLIENT_ID, key};
 }
 
+/* The same pair, client first: the `clients` index. */
+static MDB_val client_key(uint8_t *key, const uint8_t client[KVC_META_CLIENT_ID], uint64_t ino)
+{
+	memcpy(key, client, KVC_META_CLIENT_ID);
+	be64(key + KVC_META_CLIENT_ID, ino);
+	return (MDB_val){KVC_META_CLIENT_ID + 8, key};
+}
+
+/* Record or end the session (ino, client) in both tables. */
+static int session_put(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
+                       const uint8_t client[KVC_META_CLIENT_ID])
+{
+	uint8_t a[8 + KVC_META_CLIENT_ID], b[KVC_META_CLIENT_ID + 8];
+	MDB_val ka = open_key(a, ino, client), kb = client_key(b, client, ino), one = {1, "\1"};
+	int rc = kvc_lmdb_errno(mdb_put(txn, s->opens, &ka, &one, 0));
+	return rc < 0 ? rc : kvc_lmdb_errno(mdb_put(txn, s->clients, &kb, &one, 0));
+}
+
+static int session_del(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
+                       const uint8_t client[KVC_META_CLIENT_ID])
+{
+	uint8_t a[8 + KVC_META_CLIENT_ID], b[KVC_META_CLIENT_ID + 8];
+	MDB_val ka = open_key(a, ino, client), kb = client_key(b, client, ino);
+	int rc = mdb_del(txn, s->opens, &ka, NULL);
+	if (rc == 0 || rc == MDB_NOTFOUND)
+		rc = mdb_del(txn, s->clients, &kb, NULL);
+	return rc == MDB_NOTFOUND ? 0 : kvc_lmdb_errno(rc);
+}
+
 /* After a close: an orphan nobody has open any more goes to the gc queue. */
 static int settle_orphan(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino)
 {
@@ -833,15 +864,12 @@ int kvc_meta_store_open_session(struct kvc_meta_store *s, uint64_t ino,
 {
 	MDB_txn *txn;
 	struct kvc_inode_record rec;
-	uint8_t key[8 + KVC_META_CLIENT_ID];
 	int rc = begin(s, true, &txn);
 	if (rc < 0)
 		return rc;
 	rc = inode_get(s, txn, ino, &rec);
-	if (rc == 0 && S_ISREG(rec.attr.mode)) {
-		MDB_val k = open_key(key, ino, client), one = {1, "\1"};
-		rc = kvc_lmdb_errno(mdb_put(txn, s->opens, &k, &one, 0));
-	}
+	if (rc == 0 && S_ISREG(rec.attr.mode))
+		rc = session_put(s, txn, ino, client);
 	if (rc == 0)
 		*attr = rec.attr;
 	return kvc_lmdb_finish(txn, rc);
@@ -851,13 +879,10 @@ int kvc_meta_store_close_session(struct kvc_meta_store *s, uint64_t ino,
                                  const uint8_t client[KVC_META_CLIENT_ID])
 {
 	MDB_txn *txn;
-	uint8_t key[8 + KVC_META_CLIENT_ID];
 	int rc = begin(s, true, &txn);
 	if (rc < 0)
 		return rc;
-	MDB_val k = open_key(key, ino, client);
-	int del = mdb_del(txn, s->opens, &k, NULL);
-	rc = del == MDB_NOTFOUND ? 0 : kvc_lmdb_errno(del);
+	rc = session_del(s, txn, ino, client);
 	if (rc == 0)
 		rc = settle_orphan(s, txn, ino);
 	return kvc_lmdb_finish(txn, rc);
@@ -867,35 +892,34 @@ int kvc_meta_store_drop_client(struct kvc_meta_store *s, const uint8_t client[KV
 {
 	MDB_txn *txn;
 	MDB_cursor *cur;
-	MDB_val k, v;
 	int dropped = 0;
 	int rc = begin(s, true, &txn);
 	if (rc < 0)
 		return rc;
-	rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->opens, &cur));
-	int got = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_FIRST) : MDB_NOTFOUND;
-	while (got == 0 && rc == 0) {
-		uint8_t key[8 + KVC_META_CLIENT_ID];
-		bool mine = k.mv_size == sizeof(key) &&
-		            memcmp((uint8_t *)k.mv_data + 8, client, KVC_META_CLIENT_ID) == 0;
-		if (mine) {
-			memcpy(key, k.mv_data, sizeof(key));
-			MDB_val at = {sizeof(key), key};
-			rc = kvc_lmdb_errno(mdb_del(txn, s->opens, &at, NULL));
-			if (rc == 0)
-				rc = settle_orphan(s, txn, from_be64(key));
-			dropped++;
-			k = at; /* the tables changed: find our place again */
-			mdb_cursor_close(cur);
-			if (rc == 0)
-				rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->opens, &cur));
-			got = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE) : MDB_NOTFOUND;
-			continue;
-		}
-		got = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
-	}
-	if (rc == 0)
+	/* The client's sessions, one by one from the start of its range in
+	 * the index (each step changes the tables: look again each time). */
+	for (;;) {
+		uint8_t start[KVC_META_CLIENT_ID + 8];
+		MDB_val k = client_key(start, client, 0), v;
+		rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->clients, &cur));
+		if (rc < 0)
+			break;
+		int got = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+		bool mine = got == 0 && k.mv_size == sizeof(start) &&
+		            memcmp(k.mv_data, client, KVC_META_CLIENT_ID) == 0;
+		uint64_t ino = mine ? from_be64((const uint8_t *)k.mv_data + KVC_META_CLIENT_ID) : 0;
 		mdb_cursor_close(cur);
+		if (got != 0 && got != MDB_NOTFOUND)
+			rc = kvc_lmdb_errno(got);
+		if (!mine || rc < 0)
+			break;
+		rc = session_del(s, txn, ino, client);
+		if (rc == 0)
+			rc = settle_orphan(s, txn, ino);
+		if (rc < 0)
+			break;
+		dropped++;
+	}
 	rc = kvc_lmdb_finish(txn, rc);
 	return rc < 0 ? rc : dropped;
 }
@@ -910,16 +934,20 @@ int kvc_meta_store_session_clients(struct kvc_meta_store *s, uint8_t (*out)[KVC_
 	int rc = begin(s, false, &txn);
 	if (rc < 0)
 		return rc;
-	rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->opens, &cur));
+	rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->clients, &cur));
 	int got = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_FIRST) : MDB_NOTFOUND;
 	while (got == 0 && count < max) {
-		const uint8_t *id = (const uint8_t *)k.mv_data + 8;
-		bool known = k.mv_size != 8 + KVC_META_CLIENT_ID;
-		for (int i = 0; i < count && !known; i++)
-			known = memcmp(out[i], id, KVC_META_CLIENT_ID) == 0;
-		if (!known)
-			memcpy(out[count++], id, KVC_META_CLIENT_ID);
-		got = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+		if (k.mv_size != KVC_META_CLIENT_ID + 8)
+			break; /* not ours: the index has one shape */
+		memcpy(out[count++], k.mv_data, KVC_META_CLIENT_ID);
+		/* Jump past this client's sessions: the largest key it can have. */
+		uint8_t next[KVC_META_CLIENT_ID + 8];
+		memcpy(next, k.mv_data, KVC_META_CLIENT_ID);
+		memset(next + KVC_META_CLIENT_ID, 0xff, 8);
+		k = (MDB_val){sizeof(next), next};
+		got = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+		if (got == 0 && memcmp(k.mv_data, next, sizeof(next)) == 0)
+			got = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
 	}
 	if (rc == 0)
 		mdb_cursor_close(cur);

@@ -18,11 +18,13 @@
  *            chunks are still on the storage servers
  *   opens    key ino (u64 BE) + client id (16 bytes), value 1 byte: the
  *            client (a kvc-fuse) has the file open
+ *   clients  key client id + ino (u64 BE), value 1 byte: the same
+ *            sessions by client (listing clients, dropping one)
  *   orphans  key ino (u64 BE), value 1 byte: a file removed while open
  *            somewhere; its inode record stays (nlink 0) and it goes to gc
  *            when the last client closes it or is declared gone
- *            (opens and orphans came after the first release without a
- *            format change: older stores get them empty)
+ *            (opens, clients and orphans came after the first release
+ *            without a format change: older stores get them empty)
  *   state    "format"      u32 KVC_META_FORMAT
  *            "next_ino"    u64: the next inode id to give out
  *            "next_target" u32: round-robin start for the next file

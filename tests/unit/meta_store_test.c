@@ -262,3 +262,25 @@ Test(meta_store, a_file_removed_while_open_stays_until_its_last_close)
 	cr_assert_eq(kvc_meta_store_getattr(store, h, &attr), 0);
 	cr_assert_eq(kvc_meta_store_open_session(store, 999999, a, &attr), -ENOENT);
 }
+
+Test(meta_store, sessions_are_listed_and_dropped_per_client)
+{
+	uint8_t ids[3][KVC_META_CLIENT_ID] = {"client-1", "client-2", "client-3"};
+	struct kvc_attr attr;
+	char name[16];
+	for (int f = 0; f < 3; f++) {
+		snprintf(name, sizeof(name), "f%d", f);
+		uint64_t ino = mkfile(1, name);
+		for (int c = 0; c < 3; c++)
+			cr_assert_eq(kvc_meta_store_open_session(store, ino, ids[c], &attr), 0);
+	}
+	uint8_t got[8][KVC_META_CLIENT_ID];
+	cr_assert_eq(kvc_meta_store_session_clients(store, got, 8), 3, "each client once");
+	cr_assert_eq(kvc_meta_store_session_clients(store, got, 2), 2, "at most max");
+	cr_assert_eq(kvc_meta_store_drop_client(store, ids[1]), 3);
+	cr_assert_eq(kvc_meta_store_drop_client(store, ids[1]), 0, "nothing left of it");
+	cr_assert_eq(kvc_meta_store_session_clients(store, got, 8), 2);
+	struct kvc_meta_counts counts;
+	cr_assert_eq(kvc_meta_store_counts(store, &counts), 0);
+	cr_assert_eq(counts.open_sessions, 6);
+}
