@@ -202,6 +202,7 @@ int main(int argc, char **argv)
 	if (gethostname(fs.host, sizeof(fs.host) - 1) < 0)
 		strcpy(fs.host, "localhost");
 	pthread_mutex_init(&fs.closes_lock, NULL);
+	pthread_mutex_init(&fs.renew_lock, NULL);
 	struct timespec started;
 	clock_gettime(CLOCK_MONOTONIC, &started); /* the lease runs from the start */
 	atomic_init(&fs.renewed_ms, (int64_t)started.tv_sec * 1000 + started.tv_nsec / 1000000);

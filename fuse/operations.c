@@ -763,9 +763,14 @@ static int64_t monotonic_ms(void)
 
 /* One RENEW; on success the lease starts again (after reopening our files
  * when kvc-meta had given us up). */
-static int renew(struct kvc_fuse *fs)
+/* One RENEW; on success the lease starts again, after reopening our
+ * files when kvc-meta had given us up. renew_lock held: kvc-meta says
+ * ESTALE only once, so no one may see the lease fresh again before the
+ * renewer that heard it has marked the lost files stale. */
+static int renew_locked(struct kvc_fuse *fs)
 {
 	int64_t asked = monotonic_ms();
+	atomic_store(&fs->renew_tried_ms, asked);
 	int rc = kvc_meta_client_renew(&fs->meta, fs->client_id);
 	if (rc == -ESTALE)
 		reopen_all(fs);
@@ -776,23 +781,33 @@ static int renew(struct kvc_fuse *fs)
 	return rc;
 }
 
+static bool lease_fresh(struct kvc_fuse *fs, int64_t now)
+{
+	return now - atomic_load(&fs->renewed_ms) <= (int64_t)fs->config.client_timeout_ms * 3 / 4;
+}
+
 int kvc_fuse_check_lease(struct kvc_fuse *fs)
 {
+	if (lease_fresh(fs, monotonic_ms()))
+		return 0;
+	/* Wait for a renew in progress; then renew ourselves, at most once a
+	 * second, unless that one made the lease fresh. */
+	pthread_mutex_lock(&fs->renew_lock);
 	int64_t now = monotonic_ms();
-	if (now - atomic_load(&fs->renewed_ms) <= (int64_t)fs->config.client_timeout_ms * 3 / 4)
-		return 0;
-	int64_t tried = atomic_load(&fs->renew_tried_ms);
-	if (now - tried >= 1000 && atomic_compare_exchange_strong(&fs->renew_tried_ms, &tried, now) &&
-	    renew(fs) == 0)
-		return 0;
-	return now - atomic_load(&fs->renewed_ms) <= (int64_t)fs->config.client_timeout_ms * 3 / 4
-	       ? 0 : -EIO;
+	if (!lease_fresh(fs, now) && now - atomic_load(&fs->renew_tried_ms) >= 1000)
+		renew_locked(fs);
+	bool fresh = lease_fresh(fs, monotonic_ms());
+	pthread_mutex_unlock(&fs->renew_lock);
+	return fresh ? 0 : -EIO;
 }
 
 void kvc_fuse_flush_sizes(struct kvc_fuse *fs)
 {
 	/* Also the sign of life that keeps this client's open sessions. */
-	if (renew(fs) == 0)
+	pthread_mutex_lock(&fs->renew_lock);
+	int renewed = renew_locked(fs);
+	pthread_mutex_unlock(&fs->renew_lock);
+	if (renewed == 0)
 		retry_closes(fs);
 	uint64_t inos[256];
 	int count = kvc_inode_table_list_dirty(fs->inodes, inos, 256);
