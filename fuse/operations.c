@@ -770,7 +770,6 @@ static int64_t monotonic_ms(void)
 static int renew_locked(struct kvc_fuse *fs)
 {
 	int64_t asked = monotonic_ms();
-	atomic_store(&fs->renew_tried_ms, asked);
 	int rc = kvc_meta_client_renew(&fs->meta, fs->client_id);
 	if (rc == -ESTALE)
 		reopen_all(fs);
@@ -790,12 +789,15 @@ int kvc_fuse_check_lease(struct kvc_fuse *fs)
 {
 	if (lease_fresh(fs, monotonic_ms()))
 		return 0;
-	/* Wait for a renew in progress; then renew ourselves, at most once a
-	 * second, unless that one made the lease fresh. */
+	/* Wait for a renew in progress; then, unless that one made the lease
+	 * fresh, renew ourselves (I/O tries at most every 100 ms, so a kvc-meta
+	 * that is down costs few RPCs, and one that is back is seen at once). */
 	pthread_mutex_lock(&fs->renew_lock);
 	int64_t now = monotonic_ms();
-	if (!lease_fresh(fs, now) && now - atomic_load(&fs->renew_tried_ms) >= 1000)
+	if (!lease_fresh(fs, now) && now - atomic_load(&fs->renew_tried_ms) >= 100) {
+		atomic_store(&fs->renew_tried_ms, now);
 		renew_locked(fs);
+	}
 	bool fresh = lease_fresh(fs, monotonic_ms());
 	pthread_mutex_unlock(&fs->renew_lock);
 	return fresh ? 0 : -EIO;

@@ -68,7 +68,7 @@ void kvc_fuse_drop_inode(struct kvc_fuse *fs, uint64_t ino);
 
 /* Before file I/O: 0 while this client's open sessions are surely held
  * (kvc-meta heard from us within 3/4 of [meta] client_timeout_ms), else
- * one RENEW now (at most one a second) and -EIO when kvc-meta cannot be
+ * one RENEW now (I/O tries one at most every 100 ms) and -EIO when kvc-meta cannot be
  * reached: past its timeout it may have given our files away, and reading
  * them could return holes where their bytes were. */
 int kvc_fuse_check_lease(struct kvc_fuse *fs);
