@@ -1,6 +1,7 @@
 """Fixtures: a real kvcfs cluster (kvc-meta, three kvc-storage, kvc-fuse)
 started with tools/kvc-cluster in a private directory, on private ports,
 mounted at a private mountpoint."""
+import json
 import os
 import pathlib
 import shutil
@@ -69,6 +70,11 @@ class Cluster:
     def admin(self, *args, check=True):
         return subprocess.run([str(BUILD / "kvc-admin"), "--config", str(self.conf), *args],
                               check=check, capture_output=True, text=True, timeout=60)
+
+    def chunks(self):
+        """Chunks on every storage target, as kvc-admin status counts them."""
+        status = json.loads(self.admin("--json", "status").stdout)
+        return sum(t["chunks"] for s in status["storage"] for t in s["targets"])
 
 
 def _drop_caches():

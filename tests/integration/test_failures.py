@@ -110,9 +110,7 @@ def test_meta_down_gives_eio_not_a_hang(cluster, workdir):
 
 
 def test_removed_files_give_their_chunks_back(cluster, workdir):
-    def chunks():
-        status = json.loads(cluster.admin("--json", "status").stdout)
-        return sum(t["chunks"] for s in status["storage"] for t in s["targets"])
+    chunks = cluster.chunks
     before = chunks()
     (workdir / "big").write_bytes(os.urandom(12 * CHUNK))
     assert chunks() >= before + 12
@@ -123,9 +121,7 @@ def test_removed_files_give_their_chunks_back(cluster, workdir):
 def test_punched_hole_reads_zeros_and_gives_chunks_back(cluster, workdir):
     """fallocate -p: whole chunks in the range leave the storage servers,
     partial chunks at its edges read as zeros, the size stays."""
-    def chunks():
-        status = json.loads(cluster.admin("--json", "status").stdout)
-        return sum(t["chunks"] for s in status["storage"] for t in s["targets"])
+    chunks = cluster.chunks
     path = workdir / "holes"
     data = os.urandom(8 * CHUNK)
     path.write_bytes(data)

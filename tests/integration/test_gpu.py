@@ -11,12 +11,18 @@ from conftest import BUILD
 from test_usrbio import run
 
 
-def test_pinned_iov_to_gpu_and_back(workdir):
-    out = run(BUILD / "tests" / "usrbio" / "gpu_pinned", workdir / "gpu.pool")
+def run_gpu_program(*args):
+    """A GPU test program: skipped (exit 77, with its reason) where there is
+    no GPU, else every check of it must pass."""
+    out = run(*args)
     if out.returncode == 77:
         pytest.skip(out.stdout.strip())
     assert out.returncode == 0, out.stdout + out.stderr
     assert "not ok" not in out.stdout
+
+
+def test_pinned_iov_to_gpu_and_back(workdir):
+    run_gpu_program(BUILD / "tests" / "usrbio" / "gpu_pinned", workdir / "gpu.pool")
 
 
 def test_device_iov_filled_by_kvc_fuse(workdir):
@@ -24,21 +30,13 @@ def test_device_iov_filled_by_kvc_fuse(workdir):
     a read larger than the staging, a mixed batch), ring writes come from
     wrapped parts of one allocation, bad calls fail cleanly and a killed
     client leaves kvc-fuse healthy (tests/usrbio/gpu_device.c)."""
-    out = run(BUILD / "tests" / "usrbio" / "gpu_device", workdir / "gpu-device.pool")
-    if out.returncode == 77:
-        pytest.skip(out.stdout.strip())
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "not ok" not in out.stdout
+    run_gpu_program(BUILD / "tests" / "usrbio" / "gpu_device", workdir / "gpu-device.pool")
 
 
 def test_torch_views_of_pinned_and_device_iovs(workdir):
     """kvcfs.Iov.as_tensor / wrap_device with PyTorch (gpu_torch.py)."""
     script = pathlib.Path(__file__).with_name("gpu_torch.py")
-    out = run(sys.executable, script, workdir / "gpu-torch.pool")
-    if out.returncode == 77:
-        pytest.skip(out.stdout.strip())
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "not ok" not in out.stdout
+    run_gpu_program(sys.executable, script, workdir / "gpu-torch.pool")
 
 
 def test_without_a_gpu_device_iovs_say_enotsup(cluster):

@@ -160,9 +160,7 @@ def test_file_removed_while_open_on_another_client_keeps_its_data(cluster, workd
     import json
     from conftest import CHUNK, wait_until
 
-    def chunks():
-        status = json.loads(cluster.admin("--json", "status").stdout)
-        return sum(t["chunks"] for s in status["storage"] for t in s["targets"])
+    chunks = cluster.chunks
     proc, mount2 = second_mount(cluster)
     relative = workdir.relative_to(cluster.mount)
     try:

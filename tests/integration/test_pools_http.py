@@ -328,9 +328,7 @@ def test_bound_pool_punches_freed_pages_out_of_its_file(cluster, workdir):
                     {"written_keys_to_confirm": [[k, p] for (k, _), p in zip(keys, pages[rank])],
                      "pages_to_release": [], "namespace": "bound"})[0] == 204
 
-    def chunks():
-        status = json.loads(cluster.admin("--json", "status").stdout)
-        return sum(t["chunks"] for s in status["storage"] for t in s["targets"])
+    chunks = cluster.chunks
     before = chunks()
     assert post(cluster, "/0/delete_keys", {"keys": ["p1", "p4", "p6"],
                                             "namespace": "bound"})[0] == 204
