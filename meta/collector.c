@@ -74,13 +74,6 @@ static int punch(struct kvc_meta_collector *c)
 	return count == BATCH && done == count && rc == 0 ? -EAGAIN : done;
 }
 
-static uint64_t monotonic_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static void *collector_main(void *arg)
 {
 	struct kvc_meta_collector *c = arg;
@@ -88,7 +81,7 @@ static void *collector_main(void *arg)
 		/* Clients gone silent first: their removed-while-open files
 		 * join the queue below. */
 		int dropped = c->sessions ? kvc_meta_sessions_sweep(c->sessions, c->store,
-		                                                    monotonic_ms()) : 0;
+		                                                    kvc_meta_sessions_now_ms()) : 0;
 		if (dropped < 0)
 			kvc_log_warn("collector: sessions: %s", strerror(-dropped));
 		while (collect(c) == -EAGAIN)

@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "log.h"
 #include "meta/pool_service.h"
@@ -158,13 +157,6 @@ static int handle_setattr(struct kvc_meta_service *svc, struct kvc_server_conn *
 	return reply_attr(conn, h, rc, &attr);
 }
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* OPEN, CLOSE, RENEW: every one is also a sign of life of the client. */
 static int handle_session(struct kvc_meta_service *svc, struct kvc_server_conn *conn,
                           const struct kvc_wire_header *h)
@@ -176,9 +168,9 @@ static int handle_session(struct kvc_meta_service *svc, struct kvc_server_conn *
 		return kvc_server_reply(conn, h, -EINVAL, NULL, 0);
 	if (h->type == KVC_MSG_RENEW)
 		return kvc_server_reply(conn, h, svc->sessions ? kvc_meta_sessions_renew(
-			svc->sessions, m->client, now_ms()) : 0, NULL, 0);
+			svc->sessions, m->client, kvc_meta_sessions_now_ms()) : 0, NULL, 0);
 	if (svc->sessions)
-		kvc_meta_sessions_touch(svc->sessions, m->client, now_ms());
+		kvc_meta_sessions_touch(svc->sessions, m->client, kvc_meta_sessions_now_ms());
 	if (h->type == KVC_MSG_OPEN)
 		return reply_attr(conn, h, kvc_meta_store_open_session(svc->store, m->ino, m->client,
 		                                                       &attr), &attr);

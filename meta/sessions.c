@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "log.h"
 
@@ -24,6 +25,13 @@ struct kvc_meta_sessions {
 	uint8_t dropped[MAX_DROPPED][KVC_META_CLIENT_ID]; /* a ring: oldest overwritten */
 	int dropped_next;
 };
+
+uint64_t kvc_meta_sessions_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
 
 int kvc_meta_sessions_create(uint32_t timeout_ms, struct kvc_meta_sessions **out)
 {

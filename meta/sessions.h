@@ -21,6 +21,9 @@ struct kvc_meta_sessions;
 int kvc_meta_sessions_create(uint32_t timeout_ms, struct kvc_meta_sessions **out);
 void kvc_meta_sessions_destroy(struct kvc_meta_sessions *sessions);
 
+/* The clock every now_ms below is read on (CLOCK_MONOTONIC, ms). */
+uint64_t kvc_meta_sessions_now_ms(void);
+
 /* The client was heard from at now_ms. */
 void kvc_meta_sessions_touch(struct kvc_meta_sessions *sessions,
                              const uint8_t id[KVC_META_CLIENT_ID], uint64_t now_ms);
