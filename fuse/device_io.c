@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_api.h"
-#include "log.h"
+#include "core/cuda_api.h"
+#include "core/log.h"
 
 #if defined(KVC_HAVE_CUDA)
 

@@ -20,8 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "storage_client.h"
-#include "wire.h"
+#include "client/storage_client.h"
+#include "core/wire.h"
 
 struct kvc_device_imports;
 struct kvc_device_stager;

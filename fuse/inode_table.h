@@ -18,7 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "wire.h"
+#include "core/wire.h"
 
 struct kvc_inode_table;
 

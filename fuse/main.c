@@ -20,7 +20,7 @@
 
 #include "fuse/operations.h"
 #include "fuse/usrbio_service.h"
-#include "log.h"
+#include "core/log.h"
 
 static void usage(FILE *out)
 {

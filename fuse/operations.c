@@ -11,8 +11,8 @@
 #include <sys/xattr.h>
 #include <time.h>
 
-#include "layout.h"
-#include "log.h"
+#include "core/layout.h"
+#include "core/log.h"
 
 #define XATTR_LAYOUT "user.kvc.layout"
 #define XATTR_INODE "user.kvc.inode"

@@ -15,10 +15,10 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "config.h"
+#include "core/config.h"
 #include "fuse/inode_table.h"
-#include "meta_client.h"
-#include "storage_client.h"
+#include "client/meta_client.h"
+#include "client/storage_client.h"
 
 /* The daemon's state, owned by main; every operation reaches it through
  * fuse_req_userdata. */

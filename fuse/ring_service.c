@@ -1,4 +1,4 @@
-/* ring_service: see ring_service.h; ring layout and ordering: src/ring.h.
+/* ring_service: see ring_service.h; ring layout and ordering: src/core/ring.h.
  *
  * Wake-ups: every ring's doorbell eventfd is in one epoll set with
  * EPOLLONESHOT, and the worker threads wait in epoll themselves, so a
@@ -26,9 +26,9 @@
 #include <unistd.h>
 
 #include "fuse/device_io.h"
-#include "layout.h"
-#include "log.h"
-#include "ring.h"
+#include "core/layout.h"
+#include "core/log.h"
+#include "core/ring.h"
 
 #define MAX_BATCH 256
 #define MAX_IO_LENGTH (64ull << 20)
@@ -342,7 +342,7 @@ static bool linger(struct kvc_ring_server_ring *ring)
 			goto seen;
 		cpu_relax();
 	} while (now_ns() < until);
-	/* Stop watching, then look once more (see src/ring.h): a submission
+	/* Stop watching, then look once more (see src/core/ring.h): a submission
 	 * made before the client could see need_wakeup is caught here. */
 	atomic_store(&sh->need_wakeup, 1);
 	atomic_thread_fence(memory_order_seq_cst);

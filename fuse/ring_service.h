@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #include "fuse/usrbio_service.h"
-#include "wire.h"
+#include "core/wire.h"
 
 /* Start the dispatcher and `workers` worker threads. */
 int kvc_ring_service_start(struct kvc_fuse *fs, int workers, struct kvc_ring_service **out);

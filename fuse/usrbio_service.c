@@ -12,9 +12,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "control_socket.h"
+#include "core/control_socket.h"
 #include "fuse/ring_service.h"
-#include "log.h"
+#include "core/log.h"
 
 #define RING_WORKERS 8
 #define MAX_IOV_SIZE (1ull << 40)

@@ -1,6 +1,6 @@
 /*
  * usrbio_service: kvc-fuse's side of USRBIO registration. Serves the local
- * control socket (src/control_socket.h): each client process has one
+ * control socket (src/core/control_socket.h): each client process has one
  * connection, and what it registers (iovs, fds, rings) belongs to that
  * connection, so a process that exits or is killed leaves nothing behind.
  *
@@ -27,7 +27,7 @@
 
 #include "fuse/device_io.h"
 #include "fuse/operations.h"
-#include "server.h"
+#include "core/server.h"
 
 #define KVC_USRBIO_MAX_IOVS 1024
 #define KVC_USRBIO_MAX_RINGS 256

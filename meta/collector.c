@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "log.h"
+#include "core/log.h"
 
 #define BATCH 64
 

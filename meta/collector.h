@@ -16,7 +16,7 @@
 #include "meta/meta_store.h"
 #include "meta/pool_store.h"
 #include "meta/sessions.h"
-#include "storage_client.h"
+#include "client/storage_client.h"
 
 struct kvc_meta_collector;
 

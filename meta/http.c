@@ -12,8 +12,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "log.h"
-#include "net.h"
+#include "core/log.h"
+#include "core/net.h"
 
 enum route_id {
 	R_HEALTH, R_METRICS, R_V_INIT, R_V_ALLOC, R_V_CONFIRM, R_V_EXISTS, R_V_LOCATIONS,

@@ -16,12 +16,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "log.h"
+#include "core/config.h"
+#include "core/log.h"
 #include "meta/collector.h"
 #include "meta/http.h"
 #include "meta/service.h"
-#include "net.h"
+#include "core/net.h"
 
 static void usage(FILE *out)
 {

@@ -10,9 +10,9 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "fsutil.h"
-#include "layout.h"
-#include "lmdb_txn.h"
+#include "core/fsutil.h"
+#include "core/layout.h"
+#include "core/lmdb_txn.h"
 
 #define MAP_SIZE (16ull << 30)
 #define DIRENT_KEY_MAX (8 + KVC_WIRE_MAX_NAME)

@@ -45,7 +45,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "wire.h"
+#include "core/wire.h"
 
 #define KVC_META_FORMAT 1
 #define KVC_META_ROOT 1

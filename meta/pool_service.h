@@ -1,6 +1,6 @@
 /*
  * pool_service: kvc-meta's handlers of the page pool messages of the
- * binary protocol (wire types 32-46; src/wire.h). Decodes and checks each
+ * binary protocol (wire types 32-46; src/core/wire.h). Decodes and checks each
  * request (namespace, counts, key lengths against the limits) and runs it
  * on the pool store in one transaction. The HTTP front (http.c) serves the
  * same store for the vLLM and SGLang connectors.
@@ -10,7 +10,7 @@
 
 #include "meta/meta_store.h"
 #include "meta/pool_store.h"
-#include "server.h"
+#include "core/server.h"
 
 /* Handle one pool message; replies itself. namespace resolves the paths
  * of POOL_BIND. Returns 0 or -errno for a protocol error (the server then

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fsutil.h"
-#include "lmdb_txn.h"
+#include "core/fsutil.h"
+#include "core/lmdb_txn.h"
 
 #define MAP_SIZE (32ull << 30)
 #define WORLD_MAGIC 0x444c5257u /* "WRLD" */

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "log.h"
+#include "core/log.h"
 #include "meta/pool_service.h"
 
 /* Take a fixed message struct from the body, or fail the request. */

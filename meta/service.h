@@ -11,8 +11,8 @@
 #include "meta/meta_store.h"
 #include "meta/sessions.h"
 #include "meta/pool_store.h"
-#include "server.h"
-#include "storage_client.h"
+#include "core/server.h"
+#include "client/storage_client.h"
 
 struct kvc_meta_service {
 	struct kvc_meta_store *store;

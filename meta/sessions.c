@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "log.h"
+#include "core/log.h"
 
 #define MAX_CLIENTS 4096
 #define MAX_DROPPED 256 /* remembered to tell them when they come back */

@@ -11,11 +11,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "config.h"
+#include "core/config.h"
 #include "kvc/meta.h"
-#include "layout.h"
-#include "meta_client.h"
-#include "storage_client.h"
+#include "core/layout.h"
+#include "client/meta_client.h"
+#include "client/storage_client.h"
 
 struct admin {
 	struct kvc_config config;

@@ -15,11 +15,11 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "crc32c.h"
-#include "fsutil.h"
-#include "layout.h"
-#include "log.h"
-#include "lmdb_txn.h"
+#include "core/crc32c.h"
+#include "core/fsutil.h"
+#include "core/layout.h"
+#include "core/log.h"
+#include "core/lmdb_txn.h"
 
 #define FORMAT_LINE "kvc-target 1\n"
 #define LOCK_SLOTS 1024

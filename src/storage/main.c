@@ -11,10 +11,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "log.h"
-#include "net.h"
-#include "server.h"
+#include "core/config.h"
+#include "core/log.h"
+#include "core/net.h"
+#include "core/server.h"
 #include "storage/service.h"
 
 static void usage(FILE *out)

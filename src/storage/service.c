@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "layout.h"
-#include "log.h"
+#include "core/layout.h"
+#include "core/log.h"
 
 #define RING_ENTRIES 256
 

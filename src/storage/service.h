@@ -12,7 +12,7 @@
 
 #include <stdint.h>
 
-#include "server.h"
+#include "core/server.h"
 #include "storage/chunk_store.h"
 
 struct kvc_storage_service {

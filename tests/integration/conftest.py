@@ -17,6 +17,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD = pathlib.Path(os.environ.get("KVC_BUILD", ROOT / "build"))
 LAUNCHER = ROOT / "tools" / "kvc-cluster"
 CHUNK = 1 << 20
+# Several checkouts may run their suites side by side on distinct bases.
+PORT_BASE = int(os.environ.get("KVC_TEST_PORT_BASE", "19400"))
 
 
 class Cluster:
@@ -89,7 +91,7 @@ def _drop_caches():
 def cluster():
     base = tempfile.mkdtemp(prefix="kvc-it-")
     mount = tempfile.mkdtemp(prefix="kvc-mnt-")
-    c = Cluster(base, mount, 19400)
+    c = Cluster(base, mount, PORT_BASE)
     c.stop()
     c.start()
     yield c

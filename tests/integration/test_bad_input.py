@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 import kvcwire
-from conftest import BUILD, Cluster
+from conftest import BUILD, PORT_BASE, Cluster
 
 
 def send_raw(address, payload, greet=True):
@@ -128,7 +128,7 @@ def test_missing_config_file(tmp_path):
 def test_cluster_token_is_enforced(tmp_path):
     mount = tmp_path / "mnt"
     mount.mkdir()
-    c = Cluster(tmp_path / "tok", mount, 19500, token="s3cret")
+    c = Cluster(tmp_path / "tok", mount, PORT_BASE + 100, token="s3cret")
     c.stop()
     try:
         c.start()

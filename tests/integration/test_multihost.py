@@ -13,9 +13,9 @@ import uuid
 
 import pytest
 
-from conftest import BUILD, CHUNK, wait_until
+from conftest import BUILD, CHUNK, PORT_BASE, wait_until
 
-PORT = 19700
+PORT = PORT_BASE + 300
 HOSTS = 3
 HANG = 60
 

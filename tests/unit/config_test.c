@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "config.h"
+#include "core/config.h"
 
 static struct kvc_config config;
 static char err[512];

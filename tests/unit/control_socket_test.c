@@ -2,8 +2,8 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "control_socket.h"
-#include "ring.h"
+#include "core/control_socket.h"
+#include "core/ring.h"
 
 Test(control_socket, abstract_name_of_a_mount)
 {

@@ -2,7 +2,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "crc32c.h"
+#include "core/crc32c.h"
 
 Test(crc32c, check_value)
 {

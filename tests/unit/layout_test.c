@@ -2,7 +2,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 
-#include "layout.h"
+#include "core/layout.h"
 
 static const struct kvc_layout three = {.chunk_size = 1 << 20, .stripe = 3,
                                         .first_target = 1, .target_count = 4};

@@ -11,9 +11,9 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
-#include "net.h"
-#include "rpc.h"
-#include "server.h"
+#include "core/net.h"
+#include "core/rpc.h"
+#include "core/server.h"
 
 enum mode { ANSWER, ANSWER_THEN_CLOSE, CLOSE_UNANSWERED };
 

@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "wire.h"
+#include "core/wire.h"
 
 static int pair[2];
 

@@ -30,7 +30,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
-#include "cuda_api.h"
+#include "core/cuda_api.h"
 #include "kvc/gpu.h"
 #include "kvc/usrbio.h"
 

@@ -25,10 +25,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "control_socket.h"
+#include "core/control_socket.h"
 #include "kvc/usrbio.h"
-#include "ring.h"
-#include "wire.h"
+#include "core/ring.h"
+#include "core/wire.h"
 
 static int checks, failures;
 

@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "net.h"
+#include "core/net.h"
 
 double bench_now(void)
 {

@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "cuda_api.h"
+#include "core/cuda_api.h"
 #include "kvc/gpu.h"
 #include "kvc/usrbio.h"
 

@@ -25,9 +25,9 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "config.h"
+#include "core/config.h"
 #include "kvc/meta.h"
-#include "net.h"
+#include "core/net.h"
 
 /* One pool shared by every client (keys carry the client's number), the
  * same every run and cleared after each point: nothing piles up in

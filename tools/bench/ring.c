@@ -13,7 +13,7 @@
  * ceiling, against FUSE O_DIRECT 1 MiB reads, and 4 KiB ring IOPS against
  * FUSE.
  */
-#include "ring.h"
+#include "core/ring.h"
 
 #include <errno.h>
 #include <fcntl.h>

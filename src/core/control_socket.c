@@ -1,5 +1,5 @@
 /* control_socket: see control_socket.h. */
-#include "control_socket.h"
+#include "core/control_socket.h"
 
 #include <inttypes.h>
 #include <stddef.h>

@@ -1,6 +1,6 @@
 /*
- * iov_device: the hooks between libkvc's iov handles (src/usrbio.c) and
- * its GPU module (src/gpu.c), hidden inside libkvc. usrbio.c owns the iov
+ * iov_device: the hooks between libkvc's iov handles (src/client/usrbio.c) and
+ * its GPU module (src/client/gpu.c), hidden inside libkvc. usrbio.c owns the iov
  * handle and the registration with kvc-fuse; gpu.c owns everything CUDA:
  * the device allocation of an iov it created, and its IPC handle.
  */
@@ -11,7 +11,7 @@
 #include <stddef.h>
 
 #include "kvc/usrbio.h"
-#include "wire.h"
+#include "core/wire.h"
 
 /* Register GPU memory base..base+size (device memory of GPU `device`,
  * described to kvc-fuse by m) as an iov of mount. owned: destroy frees it

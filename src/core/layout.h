@@ -16,7 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "wire.h"
+#include "core/wire.h"
 
 #define KVC_LAYOUT_MIN_CHUNK (64u << 10)
 #define KVC_LAYOUT_MAX_CHUNK (16u << 20)

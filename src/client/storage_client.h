@@ -19,8 +19,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "config.h"
-#include "rpc.h"
+#include "core/config.h"
+#include "core/rpc.h"
 
 struct kvc_storage_receivers;
 

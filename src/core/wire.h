@@ -388,7 +388,7 @@ struct kvc_msg_fd_register_reply {
 };
 
 /* RING_REGISTER: two fds: the ring's shared memory and its doorbell
- * eventfd. The layout of the shared memory is src/ring.h's. */
+ * eventfd. The layout of the shared memory is src/core/ring.h's. */
 struct kvc_msg_ring_register {
 	uint32_t entries;
 	uint32_t for_read;

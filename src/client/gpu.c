@@ -1,9 +1,9 @@
 /*
  * gpu: GPU-registered iovs (include/kvc/gpu.h): pinned host iovs and
  * device-memory iovs shared with kvc-fuse over CUDA IPC. The CUDA runtime
- * comes from src/cuda_api.c (dlopen), so libkvc has no link-time CUDA
+ * comes from src/core/cuda_api.c (dlopen), so libkvc has no link-time CUDA
  * dependency. State: a per-thread error text; the iov handles own the
- * rest (src/usrbio.c, through src/iov_device.h).
+ * rest (src/client/usrbio.c, through src/client/iov_device.h).
  */
 #include "kvc/gpu.h"
 
@@ -12,8 +12,8 @@
 #include <string.h>
 #include <uuid/uuid.h>
 
-#include "cuda_api.h"
-#include "iov_device.h"
+#include "core/cuda_api.h"
+#include "client/iov_device.h"
 
 static _Thread_local char last_error[160];
 

@@ -1,5 +1,5 @@
 /* cuda_api: see cuda_api.h. */
-#include "cuda_api.h"
+#include "core/cuda_api.h"
 
 #include <errno.h>
 

@@ -40,8 +40,8 @@
 #include <limits.h>
 #include <stdint.h>
 
-#include "net.h"
-#include "wire.h"
+#include "core/net.h"
+#include "core/wire.h"
 
 #define KVC_CONFIG_MAX_SERVERS 32
 #define KVC_CONFIG_NAME_MAX 64

@@ -1,5 +1,5 @@
 /* log: see log.h. */
-#include "log.h"
+#include "core/log.h"
 
 #include <stdarg.h>
 #include <stdio.h>

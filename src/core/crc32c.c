@@ -1,5 +1,5 @@
 /* crc32c: see crc32c.h. */
-#include "crc32c.h"
+#include "core/crc32c.h"
 
 #include <pthread.h>
 #include <string.h>

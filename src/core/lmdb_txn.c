@@ -1,5 +1,5 @@
 /* lmdb_txn: see lmdb_txn.h. */
-#include "lmdb_txn.h"
+#include "core/lmdb_txn.h"
 
 #include <errno.h>
 

@@ -1,5 +1,5 @@
 /* config: see config.h. */
-#include "config.h"
+#include "core/config.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "layout.h"
+#include "core/layout.h"
 
 enum section { SECTION_GLOBAL, SECTION_META, SECTION_STORAGE, SECTION_FUSE };
 

@@ -29,10 +29,10 @@
 #include <unistd.h>
 #include <uuid/uuid.h>
 
-#include "control_socket.h"
-#include "iov_device.h"
-#include "ring.h"
-#include "wire.h"
+#include "core/control_socket.h"
+#include "client/iov_device.h"
+#include "core/ring.h"
+#include "core/wire.h"
 
 #define MAX_IO_LENGTH (64ull << 20)
 
@@ -64,8 +64,8 @@ struct kvc_iov {
 	int numa;
 	uint8_t id[16];
 	bool owned; /* we mapped it (create/open): unmap at destroy */
-	bool pinned; /* page-locked for the GPU (src/gpu.c) */
-	int device;  /* GPU memory of this device (src/gpu.c), or -1: host */
+	bool pinned; /* page-locked for the GPU (src/client/gpu.c) */
+	int device;  /* GPU memory of this device (src/client/gpu.c), or -1: host */
 	uint32_t handle;
 	struct control *control;
 	uint64_t generation; /* of control when registered */
@@ -683,7 +683,7 @@ int kvc_ring_submit(struct kvc_ring *ring)
 		return 0;
 	/* Release: the entries written above are visible before the tail.
 	 * The full fence orders the tail before the need_wakeup read (see
-	 * src/ring.h): a worker watching the ring needs no doorbell. */
+	 * src/core/ring.h): a worker watching the ring needs no doorbell. */
 	atomic_store_explicit(&ring->shared->sq_tail, ring->local_tail, memory_order_release);
 	atomic_thread_fence(memory_order_seq_cst);
 	if (!atomic_load_explicit(&ring->shared->need_wakeup, memory_order_relaxed))

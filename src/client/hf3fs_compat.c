@@ -9,7 +9,7 @@
 
 #include "kvc/gpu.h"
 #include "kvc/usrbio.h"
-#include "ring.h"
+#include "core/ring.h"
 
 bool hf3fs_is_hf3fs(int fd)
 {

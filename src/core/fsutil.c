@@ -1,5 +1,5 @@
 /* fsutil: see fsutil.h. */
-#include "fsutil.h"
+#include "core/fsutil.h"
 
 #include <errno.h>
 #include <limits.h>

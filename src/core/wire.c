@@ -1,5 +1,5 @@
 /* wire: framing, sending, receiving and checking; see wire.h. */
-#include "wire.h"
+#include "core/wire.h"
 
 #include <errno.h>
 #include <string.h>

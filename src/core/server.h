@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "wire.h"
+#include "core/wire.h"
 
 struct kvc_server_conn {
 	int fd;

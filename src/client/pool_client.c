@@ -1,13 +1,13 @@
 /* pool_client: the page pool API of include/kvc/meta.h over the binary
- * protocol (message bodies: src/wire.h). */
+ * protocol (message bodies: src/core/wire.h). */
 #include "kvc/meta.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "rpc.h"
+#include "core/config.h"
+#include "core/rpc.h"
 
 struct kvc_meta {
 	struct kvc_rpc_pool pool;

@@ -1,5 +1,5 @@
 /* net: see net.h. */
-#include "net.h"
+#include "core/net.h"
 
 #include <errno.h>
 #include <fcntl.h>

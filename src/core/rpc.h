@@ -18,8 +18,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "net.h"
-#include "wire.h"
+#include "core/net.h"
+#include "core/wire.h"
 
 #define KVC_RPC_MAX_IDLE 64
 

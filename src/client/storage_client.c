@@ -1,12 +1,12 @@
 /* storage_client: see storage_client.h. */
-#include "storage_client.h"
+#include "client/storage_client.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "layout.h"
+#include "core/layout.h"
 
 /* A read request to one server carries at most this much data and this
  * many pieces; up to READ_WAVE requests (each on its own connection) are in

@@ -1,6 +1,6 @@
 /*
  * ring: the shared-memory layout of a USRBIO ring, shared by libkvc (the
- * client side, src/usrbio.c) and kvc-fuse (the server side,
+ * client side, src/client/usrbio.c) and kvc-fuse (the server side,
  * fuse/ring_service.c). Nothing else reads or writes it.
  *
  * The client creates the memory (a memfd), registers it with kvc-fuse over

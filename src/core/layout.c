@@ -1,5 +1,5 @@
 /* layout: see layout.h. */
-#include "layout.h"
+#include "core/layout.h"
 
 #include <errno.h>
 

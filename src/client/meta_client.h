@@ -10,8 +10,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "config.h"
-#include "rpc.h"
+#include "core/config.h"
+#include "core/rpc.h"
 
 struct kvc_meta_client {
 	struct kvc_rpc_pool pool;

@@ -2,7 +2,7 @@
  * cuda_api: the CUDA runtime entry points kvcfs uses, loaded with dlopen
  * on first use (libcudart.so.13 or .12, and cuMemGetAddressRange from the
  * driver, libcuda.so.1), so nothing in kvcfs links against CUDA and every
- * binary runs where CUDA is absent. Used by libkvc (src/gpu.c), kvc-fuse
+ * binary runs where CUDA is absent. Used by libkvc (src/client/gpu.c), kvc-fuse
  * (fuse/device_io.c), kvc-bench gpu and the GPU test programs.
  *
  * Owns one process-wide table of entry points, written once under

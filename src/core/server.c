@@ -1,5 +1,5 @@
 /* server: see server.h. */
-#include "server.h"
+#include "core/server.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -9,8 +9,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "net.h"
+#include "core/log.h"
+#include "core/net.h"
 
 #define INITIAL_BODY (64u << 10)
 

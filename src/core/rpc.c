@@ -1,5 +1,5 @@
 /* rpc: see rpc.h. */
-#include "rpc.h"
+#include "core/rpc.h"
 
 #include <errno.h>
 #include <poll.h>

@@ -1,5 +1,5 @@
 /* meta_client: see meta_client.h. */
-#include "meta_client.h"
+#include "client/meta_client.h"
 
 #include <errno.h>
 #include <string.h>
