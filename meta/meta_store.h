@@ -10,7 +10,9 @@
  * integers in keys big-endian for ordering, values little-endian):
  *
  *   inodes   key ino (u64 BE)
- *            value struct kvc_inode_record (below, 96 bytes)
+ *            value struct kvc_inode_record (below, 96 bytes; records
+ *            written before device numbers existed are its first 88
+ *            bytes and read with rdev 0)
  *   dirents  key parent ino (u64 BE) + name bytes (1..255, no NUL)
  *            value child ino (u64 LE), child mode (u32 LE), 0 (u32)
  *   gc       key ino (u64 BE)
@@ -25,13 +27,25 @@
  *            when the last client closes it or is declared gone
  *            (opens, clients and orphans came after the first release
  *            without a format change: older stores get them empty)
+ *   symlinks key ino (u64 BE), value the target (1..4095 bytes, no NUL)
+ *   xattrs   key ino (u64 BE) + name ("user." ..., up to 255 bytes),
+ *            value the attribute's bytes (0..65536)
+ *            (symlinks and xattrs came without a format change too)
  *   state    "format"      u32 KVC_META_FORMAT
  *            "next_ino"    u64: the next inode id to give out
  *            "next_target" u32: round-robin start for the next file
  *
  * Inode 1 is the root directory. Directory nlink is 2 + subdirectories;
- * files have nlink 1 (no hard links yet). A directory's layout is the
- * layout its new files inherit (first_target aside).
+ * any other inode's nlink is its number of names (hard links). Regular
+ * files and directories have a layout (a directory's is what its new
+ * files inherit, first_target aside); symlinks, fifos, sockets and
+ * devices have none (zero), devices have rdev, a symlink's size is its
+ * target's length.
+ *
+ * The code: meta_store.c (environment, records, reads), meta_names.c
+ * (names and links), meta_opens.c (open sessions), meta_xattrs.c
+ * (symlink targets, xattrs); their shared helpers in
+ * meta_store_internal.h.
  *
  * Durability: the environment runs with MDB_NOSYNC, so a process crash
  * (kill -9) loses no committed transaction; kvc_meta_store_sync, called
@@ -59,8 +73,11 @@ struct kvc_inode_record {
 	uint64_t parent; /* directories: their parent, for cycle checks */
 	struct kvc_attr attr;
 };
-_Static_assert(sizeof(struct kvc_inode_record) == 88, "");
+_Static_assert(sizeof(struct kvc_inode_record) == 96, "");
 #define KVC_INODE_MAGIC 0x444f4e49u /* "INOD" */
+#define KVC_INODE_RECORD_V1_SIZE 88 /* before rdev */
+#define KVC_META_MAX_LINKS 65000u   /* names of one file; subdirectories of one directory */
+#define KVC_META_MAX_XATTR_BYTES (1u << 20) /* values of one inode's xattrs */
 
 /* Called by readdir for each entry; return non-zero to stop early. */
 typedef int (*kvc_meta_dirent_fn)(void *arg, const char *name, uint32_t name_len,
@@ -92,6 +109,25 @@ int kvc_meta_store_create(struct kvc_meta_store *store, uint64_t parent,
 int kvc_meta_store_mkdir(struct kvc_meta_store *store, uint64_t parent,
                          const char *name, uint32_t name_len, uint32_t mode,
                          uint32_t uid, uint32_t gid, struct kvc_attr *attr);
+/* mknod(2): a regular file (type 0 or S_IFREG), fifo, socket, or
+ * character or block device (rdev); -EINVAL for another type. */
+int kvc_meta_store_mknod(struct kvc_meta_store *store, uint64_t parent, const char *name,
+                         uint32_t name_len, uint32_t mode, uint64_t rdev, uint32_t uid,
+                         uint32_t gid, struct kvc_attr *attr);
+/* A symlink to target (1..KVC_WIRE_MAX_SYMLINK bytes, else -EINVAL or
+ * -ENAMETOOLONG). */
+int kvc_meta_store_symlink(struct kvc_meta_store *store, uint64_t parent, const char *name,
+                           uint32_t name_len, const char *target, uint32_t target_len,
+                           uint32_t uid, uint32_t gid, struct kvc_attr *attr);
+/* The target of symlink ino into out: its length, -EINVAL (not a
+ * symlink), -ERANGE (over cap). */
+int kvc_meta_store_readlink(struct kvc_meta_store *store, uint64_t ino, char *out,
+                            uint32_t cap);
+/* A new name for ino: -EPERM (a directory), -EMLINK (KVC_META_MAX_LINKS
+ * names), -EEXIST, -ENOENT (ino has no name left). */
+int kvc_meta_store_link(struct kvc_meta_store *store, uint64_t ino, uint64_t new_parent,
+                        const char *name, uint32_t name_len, struct kvc_attr *attr);
+/* Remove one name; the inode goes with its last (see meta_names.c). */
 int kvc_meta_store_unlink(struct kvc_meta_store *store, uint64_t parent,
                           const char *name, uint32_t name_len);
 int kvc_meta_store_rmdir(struct kvc_meta_store *store, uint64_t parent,
@@ -110,6 +146,23 @@ int kvc_meta_store_setattr(struct kvc_meta_store *store,
 int kvc_meta_store_extend(struct kvc_meta_store *store, uint64_t ino, uint64_t size,
                           struct kvc_attr *attr);
 int kvc_meta_store_count_inodes(struct kvc_meta_store *store, uint64_t *inodes);
+
+/* user.* extended attributes of regular files and directories (see
+ * meta_xattrs.c for the rules). set: flags KVC_XATTR_CREATE (-EEXIST) or
+ * KVC_XATTR_REPLACE (-ENODATA); -EOPNOTSUPP (another namespace), -EPERM
+ * (another file type), -E2BIG, -ENOSPC (the inode's limits). get: the
+ * value's length (copied to out unless out is NULL), -ENODATA, -ERANGE
+ * (over cap). list: the length of the names, each NUL-terminated (copied
+ * unless out is NULL), -ERANGE. remove: -ENODATA. */
+int kvc_meta_store_setxattr(struct kvc_meta_store *store, uint64_t ino, const char *name,
+                            uint32_t name_len, const void *value, uint32_t value_len,
+                            uint32_t flags);
+int kvc_meta_store_getxattr(struct kvc_meta_store *store, uint64_t ino, const char *name,
+                            uint32_t name_len, void *out, uint32_t cap);
+int kvc_meta_store_listxattr(struct kvc_meta_store *store, uint64_t ino, char *out,
+                             uint32_t cap);
+int kvc_meta_store_removexattr(struct kvc_meta_store *store, uint64_t ino, const char *name,
+                               uint32_t name_len);
 
 /* Table sizes, for statfs and kvc-admin status. */
 struct kvc_meta_counts {

@@ -9,80 +9,150 @@
 #include "core/log.h"
 #include "meta/pool_service.h"
 
-/* Take a fixed message struct from the body, or fail the request. */
-#define TAKE(conn, h, off, type) \
-	((const type *)kvc_wire_body_take((conn)->body, (h)->body_len, (off), sizeof(type)))
+/* A request: its fixed struct (checked to be in the body) and the offset
+ * of what follows it. Handlers take their variable parts with take() and
+ * must end exactly at the body's end (done()). */
+struct request {
+	struct kvc_meta_service *svc;
+	struct kvc_server_conn *conn;
+	const struct kvc_wire_header *h;
+	const void *msg;
+	uint32_t off;
+};
 
-static int reply_attr(struct kvc_server_conn *conn, const struct kvc_wire_header *h, int rc,
-                      const struct kvc_attr *attr)
+static const void *take(struct request *r, uint32_t len)
 {
-	return kvc_server_reply(conn, h, rc, attr, attr ? sizeof(*attr) : 0);
+	return kvc_wire_body_take(r->conn->body, r->h->body_len, &r->off, len);
 }
 
-static int handle_name_op(struct kvc_meta_service *svc, struct kvc_server_conn *conn,
-                          const struct kvc_wire_header *h)
+static bool done(const struct request *r)
 {
-	uint32_t off = 0;
-	const struct kvc_msg_name *m = TAKE(conn, h, &off, struct kvc_msg_name);
-	const char *name = m ? kvc_wire_body_take(conn->body, h->body_len, &off, m->name_len)
-	                     : NULL;
-	struct kvc_attr attr;
-	if (!name || off != h->body_len)
-		return kvc_server_reply(conn, h, -EINVAL, NULL, 0);
-	switch (h->type) {
-	case KVC_MSG_LOOKUP:
-		return reply_attr(conn, h,
-		                  kvc_meta_store_lookup(svc->store, m->parent, name, m->name_len,
-		                                        &attr), &attr);
-	case KVC_MSG_UNLINK: {
-		int rc = kvc_meta_store_unlink(svc->store, m->parent, name, m->name_len);
-		if (rc == 0)
-			kvc_meta_collector_wake(svc->collector);
-		return reply_attr(conn, h, rc, NULL);
-	}
-	default:
-		return reply_attr(conn, h,
-		                  kvc_meta_store_rmdir(svc->store, m->parent, name, m->name_len),
-		                  NULL);
-	}
+	return r->off == r->h->body_len;
 }
 
-static int handle_create(struct kvc_meta_service *svc, struct kvc_server_conn *conn,
-                         const struct kvc_wire_header *h)
+static int reply(struct request *r, int rc, const void *body, uint32_t len)
 {
-	uint32_t off = 0;
-	const struct kvc_msg_create *m = TAKE(conn, h, &off, struct kvc_msg_create);
-	const char *name = m ? kvc_wire_body_take(conn->body, h->body_len, &off, m->name_len)
-	                     : NULL;
+	return kvc_server_reply(r->conn, r->h, rc, rc < 0 ? NULL : body, rc < 0 ? 0 : len);
+}
+
+static int reply_attr(struct request *r, int rc, const struct kvc_attr *attr)
+{
+	return reply(r, rc, attr, attr ? sizeof(*attr) : 0);
+}
+
+static int bad(struct request *r)
+{
+	return reply(r, -EINVAL, NULL, 0);
+}
+
+/* (parent, name) messages. */
+static const char *name_of(struct request *r)
+{
+	const struct kvc_msg_name *m = r->msg;
+	const char *name = take(r, m->name_len);
+	return name && done(r) ? name : NULL;
+}
+
+static int h_lookup(struct request *r)
+{
+	const struct kvc_msg_name *m = r->msg;
+	const char *name = name_of(r);
 	struct kvc_attr attr;
+	if (!name)
+		return bad(r);
+	return reply_attr(r, kvc_meta_store_lookup(r->svc->store, m->parent, name, m->name_len,
+	                                           &attr), &attr);
+}
+
+static int h_unlink(struct request *r)
+{
+	const struct kvc_msg_name *m = r->msg;
+	const char *name = name_of(r);
+	if (!name)
+		return bad(r);
+	int rc = kvc_meta_store_unlink(r->svc->store, m->parent, name, m->name_len);
+	if (rc == 0)
+		kvc_meta_collector_wake(r->svc->collector);
+	return reply_attr(r, rc, NULL);
+}
+
+static int h_rmdir(struct request *r)
+{
+	const struct kvc_msg_name *m = r->msg;
+	const char *name = name_of(r);
+	if (!name)
+		return bad(r);
+	return reply_attr(r, kvc_meta_store_rmdir(r->svc->store, m->parent, name, m->name_len),
+	                  NULL);
+}
+
+/* CREATE, MKDIR, MKNOD. */
+static int h_create(struct request *r)
+{
+	const struct kvc_msg_create *m = r->msg;
+	const char *name = take(r, m->name_len);
+	struct kvc_attr attr;
+	struct kvc_meta_store *store = r->svc->store;
+	uint32_t flags = r->h->type == KVC_MSG_CREATE ? KVC_CREATE_EXCL : 0;
 	int rc;
-	if (!name || off != h->body_len || (m->flags & ~KVC_CREATE_EXCL))
-		return kvc_server_reply(conn, h, -EINVAL, NULL, 0);
-	if (h->type == KVC_MSG_MKDIR)
-		rc = kvc_meta_store_mkdir(svc->store, m->parent, name, m->name_len, m->mode,
+	if (!name || !done(r) || (m->flags & ~flags))
+		return bad(r);
+	if (r->h->type == KVC_MSG_MKDIR)
+		rc = kvc_meta_store_mkdir(store, m->parent, name, m->name_len, m->mode, m->uid,
+		                          m->gid, &attr);
+	else if (r->h->type == KVC_MSG_MKNOD)
+		rc = kvc_meta_store_mknod(store, m->parent, name, m->name_len, m->mode, m->rdev,
 		                          m->uid, m->gid, &attr);
 	else
-		rc = kvc_meta_store_create(svc->store, m->parent, name, m->name_len, m->mode,
-		                           m->uid, m->gid, m->flags & KVC_CREATE_EXCL, &attr);
-	return reply_attr(conn, h, rc, &attr);
+		rc = kvc_meta_store_create(store, m->parent, name, m->name_len, m->mode, m->uid,
+		                           m->gid, m->flags & KVC_CREATE_EXCL, &attr);
+	return reply_attr(r, rc, &attr);
 }
 
-static int handle_rename(struct kvc_meta_service *svc, struct kvc_server_conn *conn,
-                         const struct kvc_wire_header *h)
+static int h_symlink(struct request *r)
 {
-	uint32_t off = 0;
-	const struct kvc_msg_rename *m = TAKE(conn, h, &off, struct kvc_msg_rename);
-	const char *name = m ? kvc_wire_body_take(conn->body, h->body_len, &off, m->name_len)
-	                     : NULL;
-	const char *new_name =
-		name ? kvc_wire_body_take(conn->body, h->body_len, &off, m->new_name_len) : NULL;
-	if (!new_name || off != h->body_len)
-		return kvc_server_reply(conn, h, -EINVAL, NULL, 0);
-	int rc = kvc_meta_store_rename(svc->store, m->parent, name, m->name_len, m->new_parent,
+	const struct kvc_msg_symlink *m = r->msg;
+	const char *name = take(r, m->name_len);
+	const char *target = name ? take(r, m->target_len) : NULL;
+	struct kvc_attr attr;
+	if (!target || !done(r))
+		return bad(r);
+	return reply_attr(r, kvc_meta_store_symlink(r->svc->store, m->parent, name, m->name_len,
+	                                            target, m->target_len, m->uid, m->gid,
+	                                            &attr), &attr);
+}
+
+static int h_link(struct request *r)
+{
+	const struct kvc_msg_link *m = r->msg;
+	const char *name = take(r, m->name_len);
+	struct kvc_attr attr;
+	if (!name || !done(r))
+		return bad(r);
+	return reply_attr(r, kvc_meta_store_link(r->svc->store, m->ino, m->new_parent, name,
+	                                         m->name_len, &attr), &attr);
+}
+
+static int h_readlink(struct request *r)
+{
+	const struct kvc_msg_ino *m = r->msg;
+	char target[KVC_WIRE_MAX_SYMLINK];
+	int rc = kvc_meta_store_readlink(r->svc->store, m->ino, target, sizeof(target));
+	return reply(r, rc < 0 ? rc : 0, target, rc < 0 ? 0 : (uint32_t)rc);
+}
+
+static int h_rename(struct request *r)
+{
+	const struct kvc_msg_rename *m = r->msg;
+	const char *name = take(r, m->name_len);
+	const char *new_name = name ? take(r, m->new_name_len) : NULL;
+	if (!new_name || !done(r))
+		return bad(r);
+	int rc = kvc_meta_store_rename(r->svc->store, m->parent, name, m->name_len, m->new_parent,
 	                               new_name, m->new_name_len, m->flags);
 	if (rc == 0)
-		kvc_meta_collector_wake(svc->collector);
-	return reply_attr(conn, h, rc, NULL);
+		kvc_meta_collector_wake(r->svc->collector);
+	return reply_attr(r, rc, NULL);
 }
 
 struct readdir_out {
@@ -108,110 +178,169 @@ static int add_dirent(void *arg, const char *name, uint32_t name_len,
 	return 0;
 }
 
-static int handle_readdir(struct kvc_meta_service *svc, struct kvc_server_conn *conn,
-                          const struct kvc_wire_header *h)
+static int h_readdir(struct request *r)
 {
-	uint32_t off = 0;
-	const struct kvc_msg_readdir *m = TAKE(conn, h, &off, struct kvc_msg_readdir);
-	const char *after = m ? kvc_wire_body_take(conn->body, h->body_len, &off, m->after_len)
-	                      : NULL;
-	if (!after || off != h->body_len || m->after_len > KVC_WIRE_MAX_NAME)
-		return kvc_server_reply(conn, h, -EINVAL, NULL, 0);
+	const struct kvc_msg_readdir *m = r->msg;
+	const char *after = take(r, m->after_len);
+	if (!after || !done(r) || m->after_len > KVC_WIRE_MAX_NAME)
+		return bad(r);
 	uint32_t max = m->max_entries == 0 || m->max_entries > KVC_WIRE_MAX_DIRENTS
 	                       ? KVC_WIRE_MAX_DIRENTS : m->max_entries;
 	struct readdir_out out = {.cap = KVC_WIRE_MAX_BODY};
 	out.buf = malloc(out.cap);
 	if (!out.buf)
-		return kvc_server_reply(conn, h, -ENOMEM, NULL, 0);
+		return reply(r, -ENOMEM, NULL, 0);
 	out.len = sizeof(struct kvc_msg_readdir_reply);
 	bool more = false;
-	int rc = kvc_meta_store_readdir(svc->store, m->ino, after, m->after_len, max,
+	int rc = kvc_meta_store_readdir(r->svc->store, m->ino, after, m->after_len, max,
 	                                add_dirent, &out, &more);
 	/* Stopped early on a full page: there is more after the last entry. */
 	if (rc >= 0 && (uint32_t)rc > out.count)
 		more = true;
 	struct kvc_msg_readdir_reply head = {.count = out.count, .more = more};
 	memcpy(out.buf, &head, sizeof(head));
-	rc = kvc_server_reply(conn, h, rc < 0 ? rc : 0, out.buf, out.len);
+	rc = reply(r, rc < 0 ? rc : 0, out.buf, out.len);
 	free(out.buf);
 	return rc;
 }
 
-static int handle_setattr(struct kvc_meta_service *svc, struct kvc_server_conn *conn,
-                          const struct kvc_wire_header *h)
+static int h_setattr(struct request *r)
 {
-	uint32_t off = 0;
-	const struct kvc_msg_setattr *m = TAKE(conn, h, &off, struct kvc_msg_setattr);
+	const struct kvc_msg_setattr *m = r->msg;
 	struct kvc_attr attr;
-	if (!m || off != h->body_len)
-		return kvc_server_reply(conn, h, -EINVAL, NULL, 0);
 	int rc = 0;
 	if (m->mask & KVC_SETATTR_SIZE) {
-		rc = kvc_meta_store_getattr(svc->store, m->ino, &attr);
+		rc = kvc_meta_store_getattr(r->svc->store, m->ino, &attr);
 		/* Drop the cut-off bytes before the size says they are gone. */
 		if (rc == 0 && S_ISREG(attr.mode) && m->size < attr.size)
-			rc = kvc_storage_client_truncate(svc->storage, m->ino, &attr.layout, m->size);
+			rc = kvc_storage_client_truncate(r->svc->storage, m->ino, &attr.layout,
+			                                 m->size);
 	}
 	if (rc == 0)
-		rc = kvc_meta_store_setattr(svc->store, m, &attr);
-	return reply_attr(conn, h, rc, &attr);
+		rc = kvc_meta_store_setattr(r->svc->store, m, &attr);
+	return reply_attr(r, rc, &attr);
+}
+
+static int h_getattr(struct request *r)
+{
+	const struct kvc_msg_ino *m = r->msg;
+	struct kvc_attr attr;
+	return reply_attr(r, kvc_meta_store_getattr(r->svc->store, m->ino, &attr), &attr);
+}
+
+static int h_extend(struct request *r)
+{
+	const struct kvc_msg_extend *m = r->msg;
+	struct kvc_attr attr;
+	return reply_attr(r, kvc_meta_store_extend(r->svc->store, m->ino, m->size, &attr), &attr);
+}
+
+static int h_statfs(struct request *r)
+{
+	struct kvc_msg_statfs_reply out = {.max_inodes = 1ull << 40};
+	struct kvc_meta_counts counts;
+	int rc = kvc_meta_store_counts(r->svc->store, &counts);
+	if (rc == 0) {
+		out.inodes = counts.inodes;
+		out.open_sessions = counts.open_sessions;
+		out.orphans = counts.orphans;
+		out.gc_pending = counts.gc_pending;
+	}
+	return reply(r, rc, &out, sizeof(out));
 }
 
 /* OPEN, CLOSE, RENEW: every one is also a sign of life of the client. */
-static int handle_session(struct kvc_meta_service *svc, struct kvc_server_conn *conn,
-                          const struct kvc_wire_header *h)
+static int h_session(struct request *r)
 {
+	const struct kvc_msg_session *m = r->msg;
+	struct kvc_meta_service *svc = r->svc;
 	struct kvc_attr attr;
-	const struct kvc_msg_session *m = h->body_len == sizeof(*m) ? (const void *)conn->body : NULL;
 	_Static_assert(KVC_WIRE_CLIENT_ID == KVC_META_CLIENT_ID, "");
-	if (!m)
-		return kvc_server_reply(conn, h, -EINVAL, NULL, 0);
-	if (h->type == KVC_MSG_RENEW)
-		return kvc_server_reply(conn, h, svc->sessions ? kvc_meta_sessions_renew(
+	if (r->h->type == KVC_MSG_RENEW)
+		return reply(r, svc->sessions ? kvc_meta_sessions_renew(
 			svc->sessions, m->client, kvc_meta_sessions_now_ms()) : 0, NULL, 0);
 	if (svc->sessions)
 		kvc_meta_sessions_touch(svc->sessions, m->client, kvc_meta_sessions_now_ms());
-	if (h->type == KVC_MSG_OPEN)
-		return reply_attr(conn, h, kvc_meta_store_open_session(svc->store, m->ino, m->client,
-		                                                       &attr), &attr);
-	int rc = h->type == KVC_MSG_CLOSE
-	       ? kvc_meta_store_close_session(svc->store, m->ino, m->client) : 0;
-	if (rc == 0 && h->type == KVC_MSG_CLOSE && svc->collector)
+	if (r->h->type == KVC_MSG_OPEN)
+		return reply_attr(r, kvc_meta_store_open_session(svc->store, m->ino, m->client,
+		                                                 &attr), &attr);
+	int rc = kvc_meta_store_close_session(svc->store, m->ino, m->client);
+	if (rc == 0 && svc->collector)
 		kvc_meta_collector_wake(svc->collector); /* an orphan may be free now */
-	return kvc_server_reply(conn, h, rc, NULL, 0);
+	return reply(r, rc, NULL, 0);
 }
 
-static int handle_simple(struct kvc_meta_service *svc, struct kvc_server_conn *conn,
-                         const struct kvc_wire_header *h)
+/* SETXATTR, GETXATTR, REMOVEXATTR: the name, then SETXATTR's value. */
+static int h_xattr(struct request *r)
 {
-	uint32_t off = 0;
-	struct kvc_attr attr;
-	if (h->type == KVC_MSG_GETATTR) {
-		const struct kvc_msg_ino *m = TAKE(conn, h, &off, struct kvc_msg_ino);
-		if (!m || off != h->body_len)
-			return kvc_server_reply(conn, h, -EINVAL, NULL, 0);
-		return reply_attr(conn, h, kvc_meta_store_getattr(svc->store, m->ino, &attr), &attr);
-	}
-	if (h->type == KVC_MSG_OPEN || h->type == KVC_MSG_CLOSE || h->type == KVC_MSG_RENEW)
-		return handle_session(svc, conn, h);
-	if (h->type == KVC_MSG_EXTEND_SIZE) {
-		const struct kvc_msg_extend *m = TAKE(conn, h, &off, struct kvc_msg_extend);
-		if (!m || off != h->body_len)
-			return kvc_server_reply(conn, h, -EINVAL, NULL, 0);
-		return reply_attr(conn, h, kvc_meta_store_extend(svc->store, m->ino, m->size, &attr),
-		                  &attr);
-	}
-	struct kvc_msg_statfs_reply reply = {.max_inodes = 1ull << 40};
-	struct kvc_meta_counts counts;
-	int rc = kvc_meta_store_counts(svc->store, &counts);
-	if (rc == 0) {
-		reply.inodes = counts.inodes;
-		reply.open_sessions = counts.open_sessions;
-		reply.orphans = counts.orphans;
-		reply.gc_pending = counts.gc_pending;
-	}
-	return kvc_server_reply(conn, h, rc, &reply, sizeof(reply));
+	const struct kvc_msg_xattr *m = r->msg;
+	struct kvc_meta_store *store = r->svc->store;
+	const char *name = take(r, m->name_len);
+	uint32_t value_len = r->h->type == KVC_MSG_SETXATTR ? m->value_len : 0;
+	const char *value = name ? take(r, value_len) : NULL;
+	if (!value || !done(r))
+		return bad(r);
+	if (r->h->type == KVC_MSG_SETXATTR)
+		return reply(r, kvc_meta_store_setxattr(store, m->ino, name, m->name_len, value,
+		                                        value_len, m->flags), NULL, 0);
+	if (r->h->type == KVC_MSG_REMOVEXATTR)
+		return reply(r, kvc_meta_store_removexattr(store, m->ino, name, m->name_len),
+		             NULL, 0);
+	char *out = malloc(KVC_WIRE_MAX_XATTR_VALUE);
+	int rc = out ? kvc_meta_store_getxattr(store, m->ino, name, m->name_len, out,
+	                                       KVC_WIRE_MAX_XATTR_VALUE) : -ENOMEM;
+	rc = reply(r, rc < 0 ? rc : 0, out, rc < 0 ? 0 : (uint32_t)rc);
+	free(out);
+	return rc;
 }
+
+static int h_listxattr(struct request *r)
+{
+	const struct kvc_msg_ino *m = r->msg;
+	char *out = malloc(KVC_WIRE_MAX_XATTR_VALUE);
+	int rc = out ? kvc_meta_store_listxattr(r->svc->store, m->ino, out,
+	                                        KVC_WIRE_MAX_XATTR_VALUE) : -ENOMEM;
+	rc = reply(r, rc < 0 ? rc : 0, out, rc < 0 ? 0 : (uint32_t)rc);
+	free(out);
+	return rc;
+}
+
+/* The namespace's messages: the fixed struct each body starts with, and
+ * whether the body is exactly that (else the handler takes the rest and
+ * checks it ends at the body's end). A type not listed is refused. */
+struct op {
+	uint32_t size;
+	bool exact;
+	int (*handler)(struct request *r);
+};
+
+#define VAR(type, fn) {sizeof(type), false, fn}
+#define EXACT(type, fn) {sizeof(type), true, fn}
+
+static const struct op ops[] = {
+	[KVC_MSG_LOOKUP] = VAR(struct kvc_msg_name, h_lookup),
+	[KVC_MSG_UNLINK] = VAR(struct kvc_msg_name, h_unlink),
+	[KVC_MSG_RMDIR] = VAR(struct kvc_msg_name, h_rmdir),
+	[KVC_MSG_CREATE] = VAR(struct kvc_msg_create, h_create),
+	[KVC_MSG_MKDIR] = VAR(struct kvc_msg_create, h_create),
+	[KVC_MSG_MKNOD] = VAR(struct kvc_msg_create, h_create),
+	[KVC_MSG_SYMLINK] = VAR(struct kvc_msg_symlink, h_symlink),
+	[KVC_MSG_LINK] = VAR(struct kvc_msg_link, h_link),
+	[KVC_MSG_RENAME] = VAR(struct kvc_msg_rename, h_rename),
+	[KVC_MSG_READDIR] = VAR(struct kvc_msg_readdir, h_readdir),
+	[KVC_MSG_SETXATTR] = VAR(struct kvc_msg_xattr, h_xattr),
+	[KVC_MSG_GETXATTR] = VAR(struct kvc_msg_xattr, h_xattr),
+	[KVC_MSG_REMOVEXATTR] = VAR(struct kvc_msg_xattr, h_xattr),
+	[KVC_MSG_GETATTR] = EXACT(struct kvc_msg_ino, h_getattr),
+	[KVC_MSG_READLINK] = EXACT(struct kvc_msg_ino, h_readlink),
+	[KVC_MSG_LISTXATTR] = EXACT(struct kvc_msg_ino, h_listxattr),
+	[KVC_MSG_SETATTR] = EXACT(struct kvc_msg_setattr, h_setattr),
+	[KVC_MSG_EXTEND_SIZE] = EXACT(struct kvc_msg_extend, h_extend),
+	[KVC_MSG_OPEN] = EXACT(struct kvc_msg_session, h_session),
+	[KVC_MSG_CLOSE] = EXACT(struct kvc_msg_session, h_session),
+	[KVC_MSG_RENEW] = EXACT(struct kvc_msg_session, h_session),
+	[KVC_MSG_STATFS] = {0, true, h_statfs},
+};
 
 int kvc_meta_service_handle(void *service, struct kvc_server_conn *conn,
                             const struct kvc_wire_header *h)
@@ -221,28 +350,11 @@ int kvc_meta_service_handle(void *service, struct kvc_server_conn *conn,
 		return -EPROTO; /* no namespace message carries bulk data */
 	if (h->type >= KVC_MSG_POOL_INIT && h->type <= KVC_MSG_POOL_BINDING)
 		return kvc_pool_service_handle(svc->pools, svc->store, conn, h);
-	switch (h->type) {
-	case KVC_MSG_LOOKUP:
-	case KVC_MSG_UNLINK:
-	case KVC_MSG_RMDIR:
-		return handle_name_op(svc, conn, h);
-	case KVC_MSG_CREATE:
-	case KVC_MSG_MKDIR:
-		return handle_create(svc, conn, h);
-	case KVC_MSG_RENAME:
-		return handle_rename(svc, conn, h);
-	case KVC_MSG_READDIR:
-		return handle_readdir(svc, conn, h);
-	case KVC_MSG_SETATTR:
-		return handle_setattr(svc, conn, h);
-	case KVC_MSG_GETATTR:
-	case KVC_MSG_EXTEND_SIZE:
-	case KVC_MSG_STATFS:
-	case KVC_MSG_OPEN:
-	case KVC_MSG_CLOSE:
-	case KVC_MSG_RENEW:
-		return handle_simple(svc, conn, h);
-	default:
+	const struct op *op = h->type < sizeof(ops) / sizeof(ops[0]) ? &ops[h->type] : NULL;
+	if (!op || !op->handler)
 		return kvc_server_reply(conn, h, -EOPNOTSUPP, NULL, 0);
-	}
+	if (op->exact ? h->body_len != op->size : h->body_len < op->size)
+		return kvc_server_reply(conn, h, -EINVAL, NULL, 0);
+	struct request r = {.svc = svc, .conn = conn, .h = h, .msg = conn->body, .off = op->size};
+	return op->handler(&r);
 }

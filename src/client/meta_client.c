@@ -2,6 +2,7 @@
 #include "client/meta_client.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 int kvc_meta_client_init(struct kvc_meta_client *client, const struct kvc_config *config)
@@ -107,11 +108,11 @@ int kvc_meta_client_getattr(struct kvc_meta_client *client, uint64_t ino,
 
 static int call_create(struct kvc_meta_client *client, uint16_t type, uint64_t parent,
                        const char *name, uint32_t mode, uint32_t uid, uint32_t gid,
-                       uint32_t flags, struct kvc_attr *attr)
+                       uint32_t flags, uint64_t rdev, struct kvc_attr *attr)
 {
 	struct named_body b = {.len = 0};
 	struct kvc_msg_create m = {.parent = parent, .mode = mode, .uid = uid, .gid = gid,
-	                           .flags = flags};
+	                           .flags = flags, .rdev = rdev};
 	int rc = name_len(name, &m.name_len);
 	if (rc == 0)
 		rc = append(&b, &m, sizeof(m));
@@ -125,14 +126,146 @@ int kvc_meta_client_create(struct kvc_meta_client *client, uint64_t parent,
                            bool exclusive, struct kvc_attr *attr)
 {
 	return call_create(client, KVC_MSG_CREATE, parent, name, mode, uid, gid,
-	                   exclusive ? KVC_CREATE_EXCL : 0, attr);
+	                   exclusive ? KVC_CREATE_EXCL : 0, 0, attr);
 }
 
 int kvc_meta_client_mkdir(struct kvc_meta_client *client, uint64_t parent,
                           const char *name, uint32_t mode, uint32_t uid, uint32_t gid,
                           struct kvc_attr *attr)
 {
-	return call_create(client, KVC_MSG_MKDIR, parent, name, mode, uid, gid, 0, attr);
+	return call_create(client, KVC_MSG_MKDIR, parent, name, mode, uid, gid, 0, 0, attr);
+}
+
+int kvc_meta_client_mknod(struct kvc_meta_client *client, uint64_t parent,
+                          const char *name, uint32_t mode, uint64_t rdev, uint32_t uid,
+                          uint32_t gid, struct kvc_attr *attr)
+{
+	return call_create(client, KVC_MSG_MKNOD, parent, name, mode, uid, gid, 0, rdev, attr);
+}
+
+/* A call with a body of (fixed struct, up to two variable parts) that
+ * may be large (symlink targets, xattr values); the reply's bytes go to
+ * out (cap) and their length to *out_len. */
+static int call_parts(struct kvc_meta_client *client, uint16_t type, const void *fixed,
+                      uint32_t fixed_len, const void *a, uint32_t a_len, const void *b,
+                      uint32_t b_len, void *out, uint32_t cap, uint32_t *out_len)
+{
+	uint32_t len = fixed_len + a_len + b_len;
+	uint8_t *body = malloc(len);
+	uint32_t got = 0;
+	if (!body)
+		return -ENOMEM;
+	memcpy(body, fixed, fixed_len);
+	if (a_len)
+		memcpy(body + fixed_len, a, a_len);
+	if (b_len)
+		memcpy(body + fixed_len + a_len, b, b_len);
+	int rc = kvc_rpc_call(&client->pool, type, body, len, out, cap, &got);
+	free(body);
+	if (rc < 0)
+		return kvc_rpc_is_transport_error(rc) ? -EIO : rc;
+	if (out_len)
+		*out_len = got;
+	return 0;
+}
+
+int kvc_meta_client_symlink(struct kvc_meta_client *client, uint64_t parent,
+                            const char *name, const char *target, uint32_t uid,
+                            uint32_t gid, struct kvc_attr *attr)
+{
+	struct kvc_msg_symlink m = {.parent = parent, .uid = uid, .gid = gid};
+	size_t target_len = strlen(target);
+	uint32_t got = 0;
+	int rc = name_len(name, &m.name_len);
+	if (rc == 0 && target_len > KVC_WIRE_MAX_SYMLINK)
+		rc = -ENAMETOOLONG;
+	if (rc < 0)
+		return rc;
+	m.target_len = (uint32_t)target_len;
+	rc = call_parts(client, KVC_MSG_SYMLINK, &m, sizeof(m), name, m.name_len, target,
+	                m.target_len, attr, sizeof(*attr), &got);
+	return rc == 0 && got != sizeof(*attr) ? -EIO : rc;
+}
+
+int kvc_meta_client_readlink(struct kvc_meta_client *client, uint64_t ino, char *out,
+                             uint32_t cap)
+{
+	struct kvc_msg_ino m = {ino};
+	uint32_t got = 0;
+	if (cap == 0)
+		return -ERANGE;
+	int rc = call_parts(client, KVC_MSG_READLINK, &m, sizeof(m), NULL, 0, NULL, 0, out,
+	                    cap - 1, &got);
+	if (rc < 0)
+		return rc == -EMSGSIZE ? -ERANGE : rc;
+	out[got] = '\0';
+	return (int)got;
+}
+
+int kvc_meta_client_link(struct kvc_meta_client *client, uint64_t ino, uint64_t new_parent,
+                         const char *name, struct kvc_attr *attr)
+{
+	struct kvc_msg_link m = {.ino = ino, .new_parent = new_parent};
+	uint32_t got = 0;
+	int rc = name_len(name, &m.name_len);
+	if (rc == 0)
+		rc = call_parts(client, KVC_MSG_LINK, &m, sizeof(m), name, m.name_len, NULL, 0,
+		                attr, sizeof(*attr), &got);
+	return rc == 0 && got != sizeof(*attr) ? -EIO : rc;
+}
+
+int kvc_meta_client_setxattr(struct kvc_meta_client *client, uint64_t ino, const char *name,
+                             const void *value, uint32_t value_len, uint32_t flags)
+{
+	struct kvc_msg_xattr m = {.ino = ino, .value_len = value_len, .flags = flags};
+	int rc = name_len(name, &m.name_len);
+	if (rc == 0 && value_len > KVC_WIRE_MAX_XATTR_VALUE)
+		rc = -E2BIG;
+	return rc < 0 ? rc : call_parts(client, KVC_MSG_SETXATTR, &m, sizeof(m), name,
+	                                m.name_len, value, value_len, NULL, 0, NULL);
+}
+
+/* GETXATTR and LISTXATTR: the whole answer (at most 64 KiB), then what
+ * the caller asked: its length, or a copy when it fits. */
+static int call_xattr_read(struct kvc_meta_client *client, uint16_t type, const void *fixed,
+                           uint32_t fixed_len, const char *name, uint32_t name_len_,
+                           void *out, uint32_t cap)
+{
+	uint8_t *buf = malloc(KVC_WIRE_MAX_XATTR_VALUE);
+	uint32_t got = 0;
+	int rc = buf ? call_parts(client, type, fixed, fixed_len, name, name_len_, NULL, 0, buf,
+	                          KVC_WIRE_MAX_XATTR_VALUE, &got) : -ENOMEM;
+	if (rc == 0 && cap && got > cap)
+		rc = -ERANGE;
+	if (rc == 0 && cap)
+		memcpy(out, buf, got);
+	free(buf);
+	return rc < 0 ? rc : (int)got;
+}
+
+int kvc_meta_client_getxattr(struct kvc_meta_client *client, uint64_t ino, const char *name,
+                             void *out, uint32_t cap)
+{
+	struct kvc_msg_xattr m = {.ino = ino};
+	int rc = name_len(name, &m.name_len);
+	return rc < 0 ? rc : call_xattr_read(client, KVC_MSG_GETXATTR, &m, sizeof(m), name,
+	                                     m.name_len, out, cap);
+}
+
+int kvc_meta_client_listxattr(struct kvc_meta_client *client, uint64_t ino, char *out,
+                              uint32_t cap)
+{
+	struct kvc_msg_ino m = {ino};
+	return call_xattr_read(client, KVC_MSG_LISTXATTR, &m, sizeof(m), NULL, 0, out, cap);
+}
+
+int kvc_meta_client_removexattr(struct kvc_meta_client *client, uint64_t ino,
+                                const char *name)
+{
+	struct kvc_msg_xattr m = {.ino = ino};
+	int rc = name_len(name, &m.name_len);
+	return rc < 0 ? rc : call_parts(client, KVC_MSG_REMOVEXATTR, &m, sizeof(m), name,
+	                                m.name_len, NULL, 0, NULL, 0, NULL);
 }
 
 int kvc_meta_client_unlink(struct kvc_meta_client *client, uint64_t parent,

@@ -49,6 +49,30 @@ int kvc_meta_client_create(struct kvc_meta_client *client, uint64_t parent,
 int kvc_meta_client_mkdir(struct kvc_meta_client *client, uint64_t parent,
                           const char *name, uint32_t mode, uint32_t uid, uint32_t gid,
                           struct kvc_attr *attr);
+/* mknod(2): mode carries the type (regular, fifo, socket, device). */
+int kvc_meta_client_mknod(struct kvc_meta_client *client, uint64_t parent,
+                          const char *name, uint32_t mode, uint64_t rdev, uint32_t uid,
+                          uint32_t gid, struct kvc_attr *attr);
+int kvc_meta_client_symlink(struct kvc_meta_client *client, uint64_t parent,
+                            const char *name, const char *target, uint32_t uid,
+                            uint32_t gid, struct kvc_attr *attr);
+/* The target of symlink ino, NUL-terminated in out (cap bytes): its
+ * length or -errno. */
+int kvc_meta_client_readlink(struct kvc_meta_client *client, uint64_t ino, char *out,
+                             uint32_t cap);
+int kvc_meta_client_link(struct kvc_meta_client *client, uint64_t ino, uint64_t new_parent,
+                         const char *name, struct kvc_attr *attr);
+/* Extended attributes. get and list return the length kvc-meta has
+ * (copied when it fits cap; -ERANGE when it does not); flags of set are
+ * KVC_XATTR_CREATE / KVC_XATTR_REPLACE. */
+int kvc_meta_client_setxattr(struct kvc_meta_client *client, uint64_t ino, const char *name,
+                             const void *value, uint32_t value_len, uint32_t flags);
+int kvc_meta_client_getxattr(struct kvc_meta_client *client, uint64_t ino, const char *name,
+                             void *out, uint32_t cap);
+int kvc_meta_client_listxattr(struct kvc_meta_client *client, uint64_t ino, char *out,
+                              uint32_t cap);
+int kvc_meta_client_removexattr(struct kvc_meta_client *client, uint64_t ino,
+                                const char *name);
 int kvc_meta_client_unlink(struct kvc_meta_client *client, uint64_t parent,
                            const char *name);
 int kvc_meta_client_rmdir(struct kvc_meta_client *client, uint64_t parent,

@@ -309,6 +309,14 @@ const char *kvc_wire_type_name(uint16_t type)
 	case KVC_MSG_OPEN: return "open";
 	case KVC_MSG_CLOSE: return "close";
 	case KVC_MSG_RENEW: return "renew";
+	case KVC_MSG_MKNOD: return "mknod";
+	case KVC_MSG_SYMLINK: return "symlink";
+	case KVC_MSG_LINK: return "link";
+	case KVC_MSG_READLINK: return "readlink";
+	case KVC_MSG_SETXATTR: return "setxattr";
+	case KVC_MSG_GETXATTR: return "getxattr";
+	case KVC_MSG_LISTXATTR: return "listxattr";
+	case KVC_MSG_REMOVEXATTR: return "removexattr";
 	case KVC_MSG_POOL_BIND: return "pool_bind";
 	case KVC_MSG_POOL_BINDING: return "pool_binding";
 	case KVC_MSG_CHUNK_PUNCH: return "chunk_punch";

@@ -32,6 +32,9 @@
  *
  * Version changelog:
  *   1  first version (namespace, chunk I/O, space, sync, USRBIO control).
+ *   2  every POSIX object type and user xattrs: kvc_attr carries rdev (80
+ *      bytes), kvc_msg_create carries rdev (40 bytes); new MKNOD, SYMLINK,
+ *      LINK, READLINK, SETXATTR, GETXATTR, LISTXATTR, REMOVEXATTR.
  */
 #ifndef KVC_WIRE_H
 #define KVC_WIRE_H
@@ -45,7 +48,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "kvcfs wire structs are little-endian in memory");
 
 #define KVC_WIRE_MAGIC 0x3143564bu /* "KVC1" */
-#define KVC_WIRE_VERSION 1
+#define KVC_WIRE_VERSION 2
 #define KVC_WIRE_MAX_BODY (1u << 20)
 #define KVC_WIRE_MAX_DATA (64u << 20)
 #define KVC_WIRE_MAX_NAME 255
@@ -53,6 +56,8 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 #define KVC_WIRE_MAX_PIECES 1024
 #define KVC_WIRE_MAX_DIRENTS 1024
 #define KVC_WIRE_MAX_TARGETS 64
+#define KVC_WIRE_MAX_SYMLINK 4095      /* target bytes (PATH_MAX - 1) */
+#define KVC_WIRE_MAX_XATTR_VALUE 65536 /* XATTR_SIZE_MAX */
 
 enum kvc_wire_type {
 	KVC_MSG_HELLO = 1,
@@ -71,6 +76,8 @@ enum kvc_wire_type {
 	KVC_MSG_OPEN = 27,
 	KVC_MSG_CLOSE = 28,
 	KVC_MSG_RENEW = 29,
+	KVC_MSG_MKNOD = 30,
+	KVC_MSG_SYMLINK = 31,
 	/* page pools (kvc-meta) */
 	KVC_MSG_POOL_INIT = 32,
 	KVC_MSG_POOL_WORLD = 33,
@@ -87,6 +94,13 @@ enum kvc_wire_type {
 	KVC_MSG_POOL_KEYS = 44,
 	KVC_MSG_POOL_BIND = 45,
 	KVC_MSG_POOL_BINDING = 46,
+	/* namespace, continued (kvc-meta) */
+	KVC_MSG_LINK = 48,
+	KVC_MSG_READLINK = 49,
+	KVC_MSG_SETXATTR = 50,
+	KVC_MSG_GETXATTR = 51,
+	KVC_MSG_LISTXATTR = 52,
+	KVC_MSG_REMOVEXATTR = 53,
 	/* chunks (kvc-storage) */
 	KVC_MSG_CHUNK_WRITE = 64,
 	KVC_MSG_CHUNK_READ = 65,
@@ -147,9 +161,10 @@ struct kvc_attr {
 	uint32_t uid;
 	uint32_t gid;
 	uint32_t nlink;
-	struct kvc_layout layout;
+	struct kvc_layout layout; /* regular files and directories; else zero */
+	uint64_t rdev;            /* character and block devices: dev_t */
 };
-_Static_assert(sizeof(struct kvc_attr) == 72, "");
+_Static_assert(sizeof(struct kvc_attr) == 80, "");
 
 /* LOOKUP, UNLINK, RMDIR: (parent, name). Reply to LOOKUP: kvc_attr. */
 struct kvc_msg_name {
@@ -173,18 +188,59 @@ struct kvc_msg_session {
 	uint8_t client[KVC_WIRE_CLIENT_ID];
 };
 
-/* CREATE, MKDIR: followed by the name. Reply: kvc_attr. */
+/* CREATE, MKDIR, MKNOD: followed by the name. Reply: kvc_attr. CREATE
+ * makes a regular file (mode's type bits ignored), MKDIR a directory,
+ * MKNOD the type mode names (regular, fifo, socket, character or block
+ * device with rdev). */
 struct kvc_msg_create {
 	uint64_t parent;
 	uint32_t name_len;
 	uint32_t mode;
 	uint32_t uid;
 	uint32_t gid;
-	uint32_t flags; /* KVC_CREATE_EXCL */
+	uint32_t flags; /* KVC_CREATE_EXCL (CREATE only) */
+	uint32_t reserved;
+	uint64_t rdev; /* MKNOD of a device */
+};
+_Static_assert(sizeof(struct kvc_msg_create) == 40, "");
+#define KVC_CREATE_EXCL 1u
+
+/* SYMLINK: followed by the name, then target_len bytes of target (1 ..
+ * KVC_WIRE_MAX_SYMLINK, no NUL). Reply: kvc_attr. READLINK: kvc_msg_ino;
+ * reply: the target bytes. */
+struct kvc_msg_symlink {
+	uint64_t parent;
+	uint32_t name_len;
+	uint32_t target_len;
+	uint32_t uid;
+	uint32_t gid;
+};
+_Static_assert(sizeof(struct kvc_msg_symlink) == 24, "");
+
+/* LINK: a new name (new_parent, name) for the non-directory ino; followed
+ * by the name. Reply: kvc_attr (nlink raised). */
+struct kvc_msg_link {
+	uint64_t ino;
+	uint64_t new_parent;
+	uint32_t name_len;
 	uint32_t reserved;
 };
-_Static_assert(sizeof(struct kvc_msg_create) == 32, "");
-#define KVC_CREATE_EXCL 1u
+_Static_assert(sizeof(struct kvc_msg_link) == 24, "");
+
+/* SETXATTR, GETXATTR, REMOVEXATTR: followed by the name (user.*, 1 ..
+ * KVC_WIRE_MAX_NAME bytes), then for SETXATTR value_len bytes of value
+ * (<= KVC_WIRE_MAX_XATTR_VALUE). GETXATTR's reply: the value. LISTXATTR:
+ * kvc_msg_ino; reply: the names, each followed by a NUL. */
+struct kvc_msg_xattr {
+	uint64_t ino;
+	uint32_t name_len;
+	uint32_t value_len;
+	uint32_t flags; /* SETXATTR: KVC_XATTR_CREATE or KVC_XATTR_REPLACE */
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct kvc_msg_xattr) == 24, "");
+#define KVC_XATTR_CREATE 1u  /* fail with EEXIST when it exists */
+#define KVC_XATTR_REPLACE 2u /* fail with ENODATA when it does not */
 
 /* RENAME: followed by name then new_name. */
 struct kvc_msg_rename {
@@ -215,7 +271,7 @@ struct kvc_msg_dirent {
 	uint32_t name_len;
 	uint32_t reserved;
 };
-_Static_assert(sizeof(struct kvc_msg_dirent) == 80, "");
+_Static_assert(sizeof(struct kvc_msg_dirent) == 88, "");
 
 /* SETATTR: fields chosen by mask. Reply: kvc_attr. */
 struct kvc_msg_setattr {

@@ -5,7 +5,7 @@ import socket
 import struct
 
 MAGIC = 0x3143564B
-VERSION = 1
+VERSION = 2
 HEADER = struct.Struct("<IHHQiIQ")  # magic version type id status body_len data_len
 
 HELLO, LOOKUP, GETATTR, CREATE, STATFS = 1, 16, 17, 18, 26

@@ -135,9 +135,13 @@ def test_layout_xattr(cluster, workdir):
                          capture_output=True, text=True, check=True)
     assert out.stdout.startswith(f"chunk_size={CHUNK} stripe=3 targets=")
     assert sorted(out.stdout.split("targets=")[1].split(",")) == ["0", "1", "2"]
-    listed = subprocess.run(["getfattr", "-d", "-m", "user.kvc", str(path)],
+    inode = subprocess.run(["getfattr", "-n", "user.kvc.inode", "--only-values", str(path)],
+                           capture_output=True, text=True, check=True).stdout
+    assert int(inode) == os.stat(path).st_ino
+    # Read by name, never listed: copying tools must not try to copy them.
+    listed = subprocess.run(["getfattr", "-d", "-m", "-", str(path)],
                             capture_output=True, text=True, check=True).stdout
-    assert "user.kvc.inode=" in listed
+    assert "user.kvc" not in listed
     setx = subprocess.run(["setfattr", "-n", "user.kvc.layout", "-v", "x", str(path)],
                           capture_output=True, text=True)
     assert setx.returncode != 0

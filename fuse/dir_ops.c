@@ -1,0 +1,147 @@
+/*
+ * dir_ops: directory listing in kvc-fuse: a handle per open directory
+ * holds one page of kvc-meta's entries and continues by name, so a
+ * listing stays correct while entries come and go.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "fuse/ops_internal.h"
+
+#define READDIR_PAGE 512
+
+/* A directory handle: the current page of entries and where it starts, so
+ * sequential readdir continues by name and a seek back restarts. */
+struct dir_handle {
+	pthread_mutex_t lock;
+	struct kvc_meta_dirents *page;
+	off_t page_start; /* offset of the page's first entry */
+	uint32_t page_count;
+	bool loaded;
+	char last_name[KVC_WIRE_MAX_NAME + 1];
+};
+
+void kvc_fuse_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct kvc_attr attr;
+	int rc = kvc_meta_client_getattr(&kvc_fuse_of(req)->meta, ino, &attr);
+	if (rc == 0 && !S_ISDIR(attr.mode))
+		rc = -ENOTDIR;
+	struct dir_handle *d = rc == 0 ? calloc(1, sizeof(*d)) : NULL;
+	if (rc == 0 && !d)
+		rc = -ENOMEM;
+	if (rc < 0) {
+		kvc_fuse_reply_error(req, rc);
+		return;
+	}
+	pthread_mutex_init(&d->lock, NULL);
+	fi->fh = (uint64_t)(uintptr_t)d;
+	if (fuse_reply_open(req, fi) != 0) {
+		pthread_mutex_destroy(&d->lock);
+		free(d);
+	}
+}
+
+/* Load the page that holds entry offset `off` (0-based index). */
+static int load_page(struct kvc_fuse *fs, fuse_ino_t ino, struct dir_handle *d, off_t off)
+{
+	if (!d->page) {
+		d->page = malloc(sizeof(*d->page));
+		if (!d->page)
+			return -ENOMEM;
+	}
+	if (!d->loaded || off < d->page_start) {
+		d->page_start = 0;
+		d->last_name[0] = '\0';
+		d->loaded = false;
+	}
+	for (;;) {
+		if (d->loaded && off < d->page_start + (off_t)d->page_count)
+			return 0;
+		if (d->loaded && !d->page->more)
+			return 0; /* off is past the end */
+		off_t next_start = d->loaded ? d->page_start + d->page_count : 0;
+		int rc = kvc_meta_client_readdir(&fs->meta, ino, d->last_name, READDIR_PAGE, d->page);
+		if (rc < 0)
+			return rc;
+		d->loaded = true;
+		d->page_start = next_start;
+		d->page_count = d->page->count;
+		/* Remember the last name to continue after it. */
+		const char *name;
+		uint32_t len;
+		struct kvc_attr attr;
+		while ((rc = kvc_meta_client_dirent_next(d->page, &name, &len, &attr)) == 1) {
+			memcpy(d->last_name, name, len);
+			d->last_name[len] = '\0';
+		}
+		if (rc < 0)
+			return rc;
+		if (d->page_count == 0)
+			return 0;
+	}
+}
+
+void kvc_fuse_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                           struct fuse_file_info *fi)
+{
+	struct kvc_fuse *fs = kvc_fuse_of(req);
+	struct dir_handle *d = (struct dir_handle *)(uintptr_t)fi->fh;
+	char *buf = malloc(size);
+	size_t used = 0;
+	if (!buf) {
+		kvc_fuse_reply_error(req, -ENOMEM);
+		return;
+	}
+	pthread_mutex_lock(&d->lock);
+	int rc = 0;
+	while (rc == 0) {
+		rc = load_page(fs, ino, d, off);
+		if (rc < 0 || off >= d->page_start + (off_t)d->page_count)
+			break;
+		d->page->cursor = sizeof(struct kvc_msg_readdir_reply);
+		const char *name;
+		uint32_t len;
+		struct kvc_attr attr;
+		for (off_t i = d->page_start; rc == 0 && i <= off; i++)
+			rc = kvc_meta_client_dirent_next(d->page, &name, &len, &attr) == 1 ? 0 : -EIO;
+		while (rc == 0) {
+			char cname[KVC_WIRE_MAX_NAME + 1];
+			struct fuse_entry_param e;
+			memcpy(cname, name, len);
+			cname[len] = '\0';
+			kvc_fuse_fill_entry(fs, &attr, &e);
+			size_t need = fuse_add_direntry_plus(req, buf + used, size - used, cname, &e,
+			                                     off + 1);
+			if (need > size - used)
+				goto full;
+			used += need;
+			off++;
+			int more = kvc_meta_client_dirent_next(d->page, &name, &len, &attr);
+			if (more <= 0) {
+				rc = more < 0 ? -EIO : 0;
+				break;
+			}
+		}
+	}
+full:
+	pthread_mutex_unlock(&d->lock);
+	if (rc < 0 && used == 0)
+		kvc_fuse_reply_error(req, rc);
+	else
+		fuse_reply_buf(req, buf, used);
+	free(buf);
+}
+
+void kvc_fuse_op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct dir_handle *d = (struct dir_handle *)(uintptr_t)fi->fh;
+	(void)ino;
+	pthread_mutex_destroy(&d->lock);
+	free(d->page);
+	free(d);
+	fuse_reply_err(req, 0);
+}
+

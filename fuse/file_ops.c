@@ -1,0 +1,391 @@
+/*
+ * file_ops: kvc-fuse's open files: open (with O_TRUNC), create, read,
+ * write, flush, fsync, release and fallocate, the open sessions they hold
+ * in kvc-meta, and the lease that keeps those sessions (see
+ * operations.h: kvc_fuse_check_lease).
+ *
+ * Lock order: a session lock (by inode) before the inode table's lock;
+ * renew_lock before a session lock (reopen_all); closes_lock before a
+ * session lock (retry_closes). The session locks are held across
+ * kvc-meta's OPEN/CLOSE on purpose: a CLOSE must never overtake a newer
+ * OPEN of the same file.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "core/log.h"
+#include "fuse/ops_internal.h"
+
+/* Commit a dirty size first, so a truncate or chmod never races it. */
+int kvc_fuse_commit_size(struct kvc_fuse *fs, uint64_t ino)
+{
+	uint64_t size;
+	struct kvc_attr attr;
+	if (!kvc_inode_table_take_dirty(fs->inodes, ino, &size))
+		return 0;
+	int rc = kvc_meta_client_extend(&fs->meta, ino, size, &attr);
+	if (rc == 0)
+		kvc_inode_table_committed(fs->inodes, ino, size);
+	return rc;
+}
+
+/* Raise the committed size of ino to at least size. */
+static int extend_to(struct kvc_fuse *fs, uint64_t ino, uint64_t size)
+{
+	struct kvc_msg_setattr m = {.ino = ino, .mask = KVC_SETATTR_SIZE, .size = size};
+	struct kvc_attr attr;
+	int rc = kvc_fuse_commit_size(fs, ino);
+	if (rc == 0)
+		rc = kvc_meta_client_getattr(&fs->meta, ino, &attr);
+	if (rc == 0 && attr.size < size)
+		rc = kvc_meta_client_setattr(&fs->meta, &m, &attr);
+	if (rc == 0)
+		kvc_inode_table_set_size(fs->inodes, ino, attr.size);
+	return rc;
+}
+
+/* fallocate: punching holes returns the chunks' space (fallocate -p,
+ * hf3fs_punchhole); plain allocation only sets the size, since chunks are
+ * allocated when written. Other modes: EOPNOTSUPP. */
+void kvc_fuse_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
+                         struct fuse_file_info *fi)
+{
+	struct kvc_fuse *fs = kvc_fuse_of(req);
+	struct kvc_layout layout;
+	uint64_t size;
+	(void)fi;
+	int rc = offset < 0 || length <= 0 ? -EINVAL
+	       : kvc_inode_table_get(fs->inodes, ino, &layout, &size);
+	if (rc == 0 && mode == (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE))
+		rc = kvc_storage_client_punch(&fs->storage, ino, &layout, (uint64_t)offset,
+		                              (uint64_t)length, size);
+	else if (rc == 0 && mode == 0)
+		rc = (uint64_t)offset + (uint64_t)length > size
+		   ? extend_to(fs, ino, (uint64_t)offset + (uint64_t)length) : 0;
+	else if (rc == 0 && mode != FALLOC_FL_KEEP_SIZE)
+		rc = -EOPNOTSUPP;
+	kvc_fuse_reply_error(req, rc);
+}
+
+static void set_open_flags(struct fuse_file_info *fi)
+{
+	/* Mutable files: no page cache kept across opens, so every open sees
+	 * what other clients wrote and closed. */
+	fi->keep_cache = 0;
+	fi->direct_io = 0;
+}
+
+/* Open a file here: an open session with kvc-meta (so a removal anywhere
+ * keeps its data while it is open here), then the inode table. */
+static pthread_mutex_t *session_lock(struct kvc_fuse *fs, uint64_t ino)
+{
+	return &fs->session_locks[ino % (sizeof(fs->session_locks) / sizeof(fs->session_locks[0]))];
+}
+
+static int open_inode(struct kvc_fuse *fs, uint64_t ino, struct kvc_attr *attr)
+{
+	pthread_mutex_lock(session_lock(fs, ino));
+	int rc = kvc_meta_client_open(&fs->meta, ino, fs->client_id, attr);
+	if (rc == 0 && S_ISDIR(attr->mode))
+		rc = -EISDIR;
+	if (rc == 0)
+		rc = kvc_inode_table_open(fs->inodes, attr);
+	if (rc < 0 && rc != -EISDIR && rc != -ENOENT && !kvc_inode_table_is_open(fs->inodes, ino))
+		kvc_meta_client_close(&fs->meta, ino, fs->client_id);
+	pthread_mutex_unlock(session_lock(fs, ino));
+	return rc;
+}
+
+/* The last close here of a file ends its open session (a file removed
+ * meanwhile goes when no client has it open). */
+static void close_inode(struct kvc_fuse *fs, uint64_t ino)
+{
+	pthread_mutex_lock(session_lock(fs, ino));
+	kvc_inode_table_release(fs->inodes, ino);
+	int rc = kvc_inode_table_is_open(fs->inodes, ino) ? 0
+	       : kvc_meta_client_close(&fs->meta, ino, fs->client_id);
+	pthread_mutex_unlock(session_lock(fs, ino));
+	if (rc < 0 && rc != -ENOENT) {
+		kvc_log_warn("close of inode %" PRIu64 ": %s; will retry", ino, strerror(-rc));
+		pthread_mutex_lock(&fs->closes_lock);
+		if (fs->pending_close_count < (int)(sizeof(fs->pending_closes) / 8))
+			fs->pending_closes[fs->pending_close_count++] = ino;
+		pthread_mutex_unlock(&fs->closes_lock); /* beyond: kept until we exit */
+	}
+}
+
+/* kvc-meta dropped our sessions (we were silent past its timeout): open
+ * every file again; one that is gone meanwhile turns stale, so its reads
+ * fail with ESTALE instead of returning holes. */
+static void reopen_all(struct kvc_fuse *fs)
+{
+	uint64_t inos[1024];
+	int count = kvc_inode_table_list_open(fs->inodes, inos, 1024);
+	kvc_log_warn("kvc-meta had given this client up (silent too long): reopening %d file(s)",
+	             count);
+	for (int i = 0; i < count; i++) {
+		struct kvc_attr attr;
+		pthread_mutex_lock(session_lock(fs, inos[i]));
+		int rc = kvc_inode_table_is_open(fs->inodes, inos[i])
+		       ? kvc_meta_client_open(&fs->meta, inos[i], fs->client_id, &attr) : 0;
+		if (rc == -ENOENT) {
+			kvc_inode_table_mark_stale(fs->inodes, inos[i]);
+			kvc_log_warn("inode %" PRIu64 " was removed meanwhile: its I/O fails with ESTALE",
+			             inos[i]);
+		}
+		pthread_mutex_unlock(session_lock(fs, inos[i]));
+	}
+}
+
+/* Retry the CLOSEs kvc-meta missed (files reopened since need none). */
+static void retry_closes(struct kvc_fuse *fs)
+{
+	pthread_mutex_lock(&fs->closes_lock);
+	for (int i = 0; i < fs->pending_close_count;) {
+		uint64_t ino = fs->pending_closes[i];
+		pthread_mutex_lock(session_lock(fs, ino));
+		int rc = kvc_inode_table_is_open(fs->inodes, ino) ? 0
+		       : kvc_meta_client_close(&fs->meta, ino, fs->client_id);
+		pthread_mutex_unlock(session_lock(fs, ino));
+		if (rc < 0 && rc != -ENOENT) {
+			i++;
+			continue;
+		}
+		fs->pending_closes[i] = fs->pending_closes[--fs->pending_close_count];
+	}
+	pthread_mutex_unlock(&fs->closes_lock);
+}
+
+
+/* open(O_TRUNC) (libfuse asks for atomic O_TRUNC, so no separate
+ * truncate comes): the size goes to 0 in kvc-meta, which first drops the
+ * chunks on the storage servers, and mtime and ctime change, even for a
+ * file that was empty already (as on local filesystems). */
+static int truncate_on_open(struct kvc_fuse *fs, uint64_t ino, struct kvc_attr *attr)
+{
+	struct kvc_msg_setattr m = {.ino = ino, .mask = KVC_SETATTR_SIZE, .size = 0};
+	int rc = kvc_fuse_commit_size(fs, ino);
+	if (rc == 0)
+		rc = kvc_meta_client_setattr(&fs->meta, &m, attr);
+	if (rc == 0)
+		kvc_inode_table_set_size(fs->inodes, ino, 0);
+	return rc;
+}
+
+void kvc_fuse_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+                      struct fuse_file_info *fi)
+{
+	struct kvc_fuse *fs = kvc_fuse_of(req);
+	struct kvc_attr attr, dir;
+	struct fuse_entry_param e;
+	int rc = kvc_meta_client_getattr(&fs->meta, parent, &dir);
+	if (rc == 0)
+		rc = kvc_meta_client_create(&fs->meta, parent, name, mode, fuse_req_ctx(req)->uid,
+		                            kvc_fuse_caller_gid(req, &dir), (fi->flags & O_EXCL) != 0, &attr);
+	if (rc == 0)
+		rc = open_inode(fs, attr.ino, &attr);
+	/* An existing file (created meanwhile by another client) is opened. */
+	if (rc == 0 && (fi->flags & O_TRUNC) && attr.size > 0) {
+		rc = truncate_on_open(fs, attr.ino, &attr);
+		if (rc < 0)
+			close_inode(fs, attr.ino);
+	}
+	if (rc < 0) {
+		kvc_fuse_reply_error(req, rc);
+		return;
+	}
+	set_open_flags(fi);
+	kvc_fuse_fill_entry(fs, &attr, &e);
+	if (fuse_reply_create(req, &e, fi) != 0)
+		close_inode(fs, attr.ino);
+}
+
+void kvc_fuse_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct kvc_fuse *fs = kvc_fuse_of(req);
+	struct kvc_attr attr;
+	int rc = open_inode(fs, ino, &attr);
+	if (rc == 0 && (fi->flags & O_TRUNC) && S_ISREG(attr.mode)) {
+		rc = truncate_on_open(fs, ino, &attr);
+		if (rc < 0)
+			close_inode(fs, ino);
+	}
+	if (rc < 0) {
+		kvc_fuse_reply_error(req, rc);
+		return;
+	}
+	set_open_flags(fi);
+	if (fuse_reply_open(req, fi) != 0)
+		close_inode(fs, ino);
+}
+
+void kvc_fuse_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                    struct fuse_file_info *fi)
+{
+	struct kvc_fuse *fs = kvc_fuse_of(req);
+	struct kvc_layout layout;
+	uint64_t file_size;
+	(void)fi;
+	int rc = kvc_fuse_check_lease(fs);
+	if (rc == 0)
+		rc = kvc_inode_table_get(fs->inodes, ino, &layout, &file_size);
+	if (rc < 0 || off < 0) {
+		kvc_fuse_reply_error(req, rc == -ESTALE || rc == -EIO ? rc : rc < 0 ? -EBADF : -EINVAL);
+		return;
+	}
+	if ((uint64_t)off >= file_size) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	if (size > file_size - (uint64_t)off)
+		size = (size_t)(file_size - (uint64_t)off);
+	void *buf = malloc(size);
+	rc = buf ? kvc_storage_client_read(&fs->storage, ino, &layout, (uint64_t)off, size, buf)
+	         : -ENOMEM;
+	if (rc == 0)
+		fuse_reply_buf(req, buf, size);
+	else
+		kvc_fuse_reply_error(req, rc);
+	free(buf);
+}
+
+void kvc_fuse_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
+                     off_t off, struct fuse_file_info *fi)
+{
+	struct kvc_fuse *fs = kvc_fuse_of(req);
+	struct kvc_layout layout;
+	uint64_t file_size;
+	(void)fi;
+	int rc = kvc_fuse_check_lease(fs);
+	if (rc == 0)
+		rc = kvc_inode_table_get(fs->inodes, ino, &layout, &file_size);
+	if (rc == 0 && off < 0)
+		rc = -EINVAL;
+	if (rc == 0)
+		rc = kvc_storage_client_write(&fs->storage, ino, &layout, (uint64_t)off, size, buf);
+	if (rc < 0) {
+		kvc_fuse_reply_error(req, rc == -ENOENT ? -EBADF : rc);
+		return;
+	}
+	kvc_inode_table_wrote(fs->inodes, ino, (uint64_t)off + size);
+	fuse_reply_write(req, size);
+}
+
+void kvc_fuse_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)fi;
+	kvc_fuse_reply_error(req, kvc_fuse_commit_size(kvc_fuse_of(req), ino));
+}
+
+void kvc_fuse_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	struct kvc_fuse *fs = kvc_fuse_of(req);
+	struct kvc_layout layout;
+	uint64_t size;
+	(void)datasync, (void)fi;
+	int rc = kvc_inode_table_get(fs->inodes, ino, &layout, &size);
+	if (rc == 0)
+		rc = kvc_storage_client_sync(&fs->storage, &layout);
+	if (rc == 0)
+		rc = kvc_fuse_commit_size(fs, ino);
+	kvc_fuse_reply_error(req, rc);
+}
+
+int kvc_fuse_hold_inode(struct kvc_fuse *fs, uint64_t ino)
+{
+	struct kvc_attr attr;
+	return open_inode(fs, ino, &attr);
+}
+
+void kvc_fuse_drop_inode(struct kvc_fuse *fs, uint64_t ino)
+{
+	int rc = kvc_fuse_commit_size(fs, ino);
+	if (rc < 0)
+		kvc_log_warn("inode %" PRIu64 ": size not committed yet: %s", ino, strerror(-rc));
+	close_inode(fs, ino);
+}
+
+void kvc_fuse_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct kvc_fuse *fs = kvc_fuse_of(req);
+	(void)fi;
+	int rc = kvc_fuse_commit_size(fs, ino);
+	if (rc < 0)
+		kvc_log_warn("release of inode %" PRIu64 ": size not committed yet: %s",
+		             (uint64_t)ino, strerror(-rc));
+	close_inode(fs, ino);
+	kvc_fuse_reply_error(req, 0);
+}
+
+static int64_t monotonic_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* One RENEW; on success the lease starts again (after reopening our files
+ * when kvc-meta had given us up). */
+/* One RENEW; on success the lease starts again, after reopening our
+ * files when kvc-meta had given us up. renew_lock held: kvc-meta says
+ * ESTALE only once, so no one may see the lease fresh again before the
+ * renewer that heard it has marked the lost files stale. */
+static int renew_locked(struct kvc_fuse *fs)
+{
+	int64_t asked = monotonic_ms();
+	int rc = kvc_meta_client_renew(&fs->meta, fs->client_id);
+	if (rc == -ESTALE)
+		reopen_all(fs);
+	if (rc == 0 || rc == -ESTALE) {
+		atomic_store(&fs->renewed_ms, asked);
+		rc = 0;
+	}
+	return rc;
+}
+
+static bool lease_fresh(struct kvc_fuse *fs, int64_t now)
+{
+	return now - atomic_load(&fs->renewed_ms) <= (int64_t)fs->config.client_timeout_ms * 3 / 4;
+}
+
+int kvc_fuse_check_lease(struct kvc_fuse *fs)
+{
+	if (lease_fresh(fs, monotonic_ms()))
+		return 0;
+	/* Wait for a renew in progress; then, unless that one made the lease
+	 * fresh, renew ourselves (I/O tries at most every 100 ms, so a kvc-meta
+	 * that is down costs few RPCs, and one that is back is seen at once). */
+	pthread_mutex_lock(&fs->renew_lock);
+	int64_t now = monotonic_ms();
+	if (!lease_fresh(fs, now) && now - atomic_load(&fs->renew_tried_ms) >= 100) {
+		atomic_store(&fs->renew_tried_ms, now);
+		renew_locked(fs);
+	}
+	bool fresh = lease_fresh(fs, monotonic_ms());
+	pthread_mutex_unlock(&fs->renew_lock);
+	return fresh ? 0 : -EIO;
+}
+
+void kvc_fuse_flush_sizes(struct kvc_fuse *fs)
+{
+	/* Also the sign of life that keeps this client's open sessions. */
+	pthread_mutex_lock(&fs->renew_lock);
+	int renewed = renew_locked(fs);
+	pthread_mutex_unlock(&fs->renew_lock);
+	if (renewed == 0)
+		retry_closes(fs);
+	uint64_t inos[256];
+	int count = kvc_inode_table_list_dirty(fs->inodes, inos, 256);
+	for (int i = 0; i < count; i++) {
+		int rc = kvc_fuse_commit_size(fs, inos[i]);
+		if (rc < 0)
+			kvc_log_warn("size of inode %" PRIu64 ": %s; will retry", inos[i], strerror(-rc));
+	}
+}
+

@@ -1,0 +1,61 @@
+/*
+ * ops_internal: what kvc-fuse's operation files share (operations.c:
+ * names, attributes and the operation table; file_ops.c: open files,
+ * their I/O, the open-session lease; dir_ops.c: directory listing;
+ * xattr_ops.c: extended attributes). Private to kvc-fuse.
+ */
+#ifndef KVC_FUSE_OPS_INTERNAL_H
+#define KVC_FUSE_OPS_INTERNAL_H
+
+#include "fuse/operations.h"
+
+static inline struct kvc_fuse *kvc_fuse_of(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+/* The one place -errno becomes FUSE's positive errno. */
+static inline void kvc_fuse_reply_error(fuse_req_t req, int rc)
+{
+	fuse_reply_err(req, rc < 0 ? -rc : rc);
+}
+
+/* An entry (lookup, create, mkdir, ...) for attr, with this client's
+ * knowledge of an open file's size applied. */
+void kvc_fuse_fill_entry(struct kvc_fuse *fs, struct kvc_attr *attr,
+                         struct fuse_entry_param *e);
+void kvc_fuse_reply_entry(fuse_req_t req, int rc, struct kvc_attr *attr);
+/* The group of a new entry: a setgid directory's, else the caller's. */
+uint32_t kvc_fuse_caller_gid(fuse_req_t req, const struct kvc_attr *parent);
+
+/* file_ops.c: send ino's dirty size to kvc-meta (0 when clean). */
+int kvc_fuse_commit_size(struct kvc_fuse *fs, uint64_t ino);
+
+void kvc_fuse_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+                        struct fuse_file_info *fi);
+void kvc_fuse_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void kvc_fuse_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                      struct fuse_file_info *fi);
+void kvc_fuse_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
+                       off_t off, struct fuse_file_info *fi);
+void kvc_fuse_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void kvc_fuse_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
+                       struct fuse_file_info *fi);
+void kvc_fuse_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void kvc_fuse_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
+                           off_t length, struct fuse_file_info *fi);
+
+/* dir_ops.c */
+void kvc_fuse_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void kvc_fuse_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                             struct fuse_file_info *fi);
+void kvc_fuse_op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+
+/* xattr_ops.c */
+void kvc_fuse_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size);
+void kvc_fuse_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
+void kvc_fuse_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+                          const char *value, size_t size, int flags);
+void kvc_fuse_op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name);
+
+#endif

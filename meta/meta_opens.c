@@ -1,0 +1,186 @@
+/*
+ * meta_opens: open sessions in the meta store. A client (one kvc-fuse, by
+ * a random 16-byte id) records that it has a regular file open, in two
+ * tables that always change together: `opens` (ino, client) and `clients`
+ * (client, ino). A file whose last name goes while some client has it
+ * open is an orphan (nlink 0, data kept) until the last close or until
+ * its clients are dropped; then it goes to the gc queue.
+ */
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/lmdb_txn.h"
+#include "meta/meta_store_internal.h"
+
+/* Whether some client has ino open (an `opens` entry with its prefix). */
+int kvc_meta_has_opens(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino)
+{
+	uint8_t key[8];
+	kvc_meta_be64(key, ino);
+	MDB_cursor *cur;
+	MDB_val k = {8, key}, v;
+	int rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->opens, &cur));
+	if (rc < 0)
+		return rc;
+	int got = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+	bool open = got == 0 && k.mv_size == 8 + KVC_META_CLIENT_ID &&
+	            memcmp(k.mv_data, key, 8) == 0;
+	mdb_cursor_close(cur);
+	return got != 0 && got != MDB_NOTFOUND ? kvc_lmdb_errno(got) : open;
+}
+
+/* ---- open sessions: files kept while clients have them open ---- */
+
+static MDB_val open_key(uint8_t *key, uint64_t ino, const uint8_t client[KVC_META_CLIENT_ID])
+{
+	kvc_meta_be64(key, ino);
+	memcpy(key + 8, client, KVC_META_CLIENT_ID);
+	return (MDB_val){8 + KVC_META_CLIENT_ID, key};
+}
+
+/* The same pair, client first: the `clients` index. */
+static MDB_val client_key(uint8_t *key, const uint8_t client[KVC_META_CLIENT_ID], uint64_t ino)
+{
+	memcpy(key, client, KVC_META_CLIENT_ID);
+	kvc_meta_be64(key + KVC_META_CLIENT_ID, ino);
+	return (MDB_val){KVC_META_CLIENT_ID + 8, key};
+}
+
+/* Record or end the session (ino, client) in both tables. */
+static int session_put(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
+                       const uint8_t client[KVC_META_CLIENT_ID])
+{
+	uint8_t a[8 + KVC_META_CLIENT_ID], b[KVC_META_CLIENT_ID + 8];
+	MDB_val ka = open_key(a, ino, client), kb = client_key(b, client, ino), one = {1, "\1"};
+	int rc = kvc_lmdb_errno(mdb_put(txn, s->opens, &ka, &one, 0));
+	return rc < 0 ? rc : kvc_lmdb_errno(mdb_put(txn, s->clients, &kb, &one, 0));
+}
+
+static int session_del(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
+                       const uint8_t client[KVC_META_CLIENT_ID])
+{
+	uint8_t a[8 + KVC_META_CLIENT_ID], b[KVC_META_CLIENT_ID + 8];
+	MDB_val ka = open_key(a, ino, client), kb = client_key(b, client, ino);
+	int rc = mdb_del(txn, s->opens, &ka, NULL);
+	if (rc == 0 || rc == MDB_NOTFOUND)
+		rc = mdb_del(txn, s->clients, &kb, NULL);
+	return rc == MDB_NOTFOUND ? 0 : kvc_lmdb_errno(rc);
+}
+
+/* After a close: an orphan nobody has open any more goes to the gc queue. */
+static int settle_orphan(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino)
+{
+	uint8_t key[8];
+	kvc_meta_be64(key, ino);
+	MDB_val k = {8, key}, v;
+	struct kvc_inode_record rec;
+	int open = kvc_meta_has_opens(s, txn, ino);
+	if (open != 0)
+		return open < 0 ? open : 0;
+	int rc = mdb_get(txn, s->orphans, &k, &v);
+	if (rc == MDB_NOTFOUND)
+		return 0;
+	rc = kvc_lmdb_errno(rc);
+	if (rc == 0)
+		rc = kvc_lmdb_errno(mdb_del(txn, s->orphans, &k, NULL));
+	if (rc == 0)
+		rc = kvc_meta_inode_get(s, txn, ino, &rec);
+	return rc == 0 ? kvc_meta_inode_unlinked(s, txn, &rec) : (rc == -ENOENT ? 0 : rc);
+}
+
+int kvc_meta_store_open_session(struct kvc_meta_store *s, uint64_t ino,
+                                const uint8_t client[KVC_META_CLIENT_ID], struct kvc_attr *attr)
+{
+	MDB_txn *txn;
+	struct kvc_inode_record rec;
+	int rc = kvc_meta_begin(s, true, &txn);
+	if (rc < 0)
+		return rc;
+	rc = kvc_meta_inode_get(s, txn, ino, &rec);
+	if (rc == 0 && S_ISREG(rec.attr.mode))
+		rc = session_put(s, txn, ino, client);
+	if (rc == 0)
+		*attr = rec.attr;
+	return kvc_lmdb_finish(txn, rc);
+}
+
+int kvc_meta_store_close_session(struct kvc_meta_store *s, uint64_t ino,
+                                 const uint8_t client[KVC_META_CLIENT_ID])
+{
+	MDB_txn *txn;
+	int rc = kvc_meta_begin(s, true, &txn);
+	if (rc < 0)
+		return rc;
+	rc = session_del(s, txn, ino, client);
+	if (rc == 0)
+		rc = settle_orphan(s, txn, ino);
+	return kvc_lmdb_finish(txn, rc);
+}
+
+int kvc_meta_store_drop_client(struct kvc_meta_store *s, const uint8_t client[KVC_META_CLIENT_ID])
+{
+	MDB_txn *txn;
+	MDB_cursor *cur;
+	int dropped = 0;
+	int rc = kvc_meta_begin(s, true, &txn);
+	if (rc < 0)
+		return rc;
+	/* The client's sessions, one by one from the start of its range in
+	 * the index (each step changes the tables: look again each time). */
+	for (;;) {
+		uint8_t start[KVC_META_CLIENT_ID + 8];
+		MDB_val k = client_key(start, client, 0), v;
+		rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->clients, &cur));
+		if (rc < 0)
+			break;
+		int got = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+		bool mine = got == 0 && k.mv_size == sizeof(start) &&
+		            memcmp(k.mv_data, client, KVC_META_CLIENT_ID) == 0;
+		uint64_t ino = mine ? kvc_meta_from_be64((const uint8_t *)k.mv_data + KVC_META_CLIENT_ID) : 0;
+		mdb_cursor_close(cur);
+		if (got != 0 && got != MDB_NOTFOUND)
+			rc = kvc_lmdb_errno(got);
+		if (!mine || rc < 0)
+			break;
+		rc = session_del(s, txn, ino, client);
+		if (rc == 0)
+			rc = settle_orphan(s, txn, ino);
+		if (rc < 0)
+			break;
+		dropped++;
+	}
+	rc = kvc_lmdb_finish(txn, rc);
+	return rc < 0 ? rc : dropped;
+}
+
+int kvc_meta_store_session_clients(struct kvc_meta_store *s, uint8_t (*out)[KVC_META_CLIENT_ID],
+                                   int max)
+{
+	MDB_txn *txn;
+	MDB_cursor *cur;
+	MDB_val k, v;
+	int count = 0;
+	int rc = kvc_meta_begin(s, false, &txn);
+	if (rc < 0)
+		return rc;
+	rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->clients, &cur));
+	int got = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_FIRST) : MDB_NOTFOUND;
+	while (got == 0 && count < max) {
+		if (k.mv_size != KVC_META_CLIENT_ID + 8)
+			break; /* not ours: the index has one shape */
+		memcpy(out[count++], k.mv_data, KVC_META_CLIENT_ID);
+		/* Jump past this client's sessions: the largest key it can have. */
+		uint8_t next[KVC_META_CLIENT_ID + 8];
+		memcpy(next, k.mv_data, KVC_META_CLIENT_ID);
+		memset(next + KVC_META_CLIENT_ID, 0xff, 8);
+		k = (MDB_val){sizeof(next), next};
+		got = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+		if (got == 0 && memcmp(k.mv_data, next, sizeof(next)) == 0)
+			got = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+	}
+	if (rc == 0)
+		mdb_cursor_close(cur);
+	mdb_txn_abort(txn);
+	return rc < 0 ? rc : count;
+}

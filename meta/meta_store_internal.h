@@ -1,0 +1,72 @@
+/*
+ * meta_store_internal: what the parts of the meta store share, private to
+ * them (meta_store.c: the environment, the records and the read paths;
+ * meta_names.c: names and links; meta_opens.c: open sessions;
+ * meta_xattrs.c: an inode's extra records, symlink targets and xattrs).
+ * The tables and their formats are in meta_store.h.
+ *
+ * Every helper here works inside the caller's LMDB transaction and
+ * returns 0 or -errno (-ENOENT for a missing record, -EIO for a corrupt
+ * one); none commits.
+ */
+#ifndef KVC_META_STORE_INTERNAL_H
+#define KVC_META_STORE_INTERNAL_H
+
+#include <lmdb.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "meta/meta_store.h"
+
+struct kvc_meta_store {
+	MDB_env *env;
+	MDB_dbi inodes, dirents, gc, state, opens, orphans, clients, symlinks, xattrs;
+	struct kvc_layout default_layout;
+};
+
+/* A directory entry's value: the child and its type. */
+struct kvc_meta_dirent {
+	uint64_t ino;
+	uint32_t mode;
+	uint32_t reserved;
+};
+
+#define KVC_META_DIRENT_KEY_MAX (8 + KVC_WIRE_MAX_NAME)
+
+int64_t kvc_meta_now_ns(void);
+void kvc_meta_be64(uint8_t *out, uint64_t v);
+uint64_t kvc_meta_from_be64(const uint8_t *in);
+int kvc_meta_begin(struct kvc_meta_store *s, bool write, MDB_txn **txn);
+
+int kvc_meta_inode_get(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
+                       struct kvc_inode_record *rec);
+int kvc_meta_inode_put(struct kvc_meta_store *s, MDB_txn *txn,
+                       const struct kvc_inode_record *rec);
+/* The directory `parent`, checked to be one (-ENOTDIR). */
+int kvc_meta_parent_get(struct kvc_meta_store *s, MDB_txn *txn, uint64_t parent,
+                        struct kvc_inode_record *rec);
+size_t kvc_meta_dirent_key(uint8_t *key, uint64_t parent, const char *name, uint32_t len);
+int kvc_meta_dirent_get(struct kvc_meta_store *s, MDB_txn *txn, uint64_t parent,
+                        const char *name, uint32_t len, struct kvc_meta_dirent *out);
+int kvc_meta_state_get(struct kvc_meta_store *s, MDB_txn *txn, const char *name, void *out,
+                       size_t size);
+int kvc_meta_state_put(struct kvc_meta_store *s, MDB_txn *txn, const char *name,
+                       const void *value, size_t size);
+
+/* An inode lost one name (unlink, or a rename over it). Directories and
+ * inodes with no name left go: a regular file to the gc queue, or, while
+ * some client has it open, to the orphans (nlink 0, data kept); others
+ * keep their remaining names with nlink - 1 and a new ctime. */
+int kvc_meta_inode_unlinked(struct kvc_meta_store *s, MDB_txn *txn,
+                            const struct kvc_inode_record *rec);
+
+/* meta_opens.c: 1 when some client has ino open, 0 when none. */
+int kvc_meta_has_opens(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino);
+
+/* meta_xattrs.c: an inode's extra records. */
+int kvc_meta_symlink_put(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
+                         const char *target, uint32_t len);
+/* Remove the symlink target and every xattr of ino (the inode is gone). */
+int kvc_meta_extras_del(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino);
+
+#endif
