@@ -41,6 +41,9 @@
  * Thread-safe (LMDB serializes writers). Times are passed in (now_ms,
  * CLOCK_REALTIME milliseconds) so leases survive restarts and tests can
  * move time.
+ *
+ * The implementation is one file per concept (meta/pool_store*.c);
+ * meta/pool_store_internal.h lists them and holds what they share.
  */
 #ifndef KVC_POOL_STORE_H
 #define KVC_POOL_STORE_H

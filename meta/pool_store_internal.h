@@ -1,0 +1,260 @@
+/*
+ * pool_store_internal: what the parts of the page-pool store share; for
+ * meta/pool_store*.c only. meta/pool_store.h stays the interface (the
+ * model, the rules and the tables); this header holds the store's handle,
+ * the layouts of the records in its tables, the encoding of their keys,
+ * and the helpers that more than one part needs. One concept per part:
+ *
+ *   pool_store.c         the environment, its tables and format word,
+ *                        transactions; the namespaces' world records and
+ *                        the pools' records (init, world, info, list)
+ *   pool_store_pages.c   the free list and the page table: taking and
+ *                        freeing pages, a batch's free counts, allocation
+ *   pool_store_keys.c    key records and their LRU entries: confirmation
+ *                        and completeness, release after a failed write,
+ *                        exists, locations (touch and lease), listing, stats
+ *   pool_store_evict.c   how keys go away: eviction, delete and clear
+ *                        (leased keys retired), ending leases, the sweep
+ *   pool_store_punch.c   bindings of pools to files and the punch lists
+ *   pool_store_fsck.c    the accounting check and its repair
+ *
+ * The helpers declared here work inside a transaction their caller owns
+ * and never commit or abort it; they return 0 or -errno unless they say
+ * otherwise. The handle is not changed after kvc_pool_store_open, so it
+ * needs no lock; LMDB serializes the writers, and every public function
+ * is one transaction (kvc_pool_clear: a series of them).
+ */
+#ifndef KVC_POOL_STORE_INTERNAL_H
+#define KVC_POOL_STORE_INTERNAL_H
+
+#include <errno.h>
+#include <lmdb.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "core/lmdb_txn.h"
+#include "meta/pool_store.h"
+
+#define WORLD_MAGIC 0x444c5257u /* "WRLD" */
+#define KEY_MAGIC 0x5945594bu   /* "KEYY" */
+#define SLOT_NONE 0
+#define SLOT_ALLOCATED 1
+#define SLOT_CONFIRMED 2
+#define LRU_BASE (1ull << 62)   /* retired keys use seqs below: they go first */
+/* Room for any table's key: ns, NUL, then a key's bytes or integers. */
+#define KEYBUF (KVC_POOL_MAX_NAMESPACE + 1 + KVC_POOL_MAX_KEY + 16)
+
+/* The tables of pool_store.h; set by kvc_pool_store_open, then constant. */
+struct kvc_pool_store {
+	MDB_env *env;
+	MDB_dbi worlds, pools, free, pages, keys, lru, bindings, punch, punching;
+};
+
+/* worlds: ns -> a namespace's world and counters. */
+struct pool_world {
+	uint32_t magic;
+	uint32_t world_size; /* 0: unknown */
+	uint32_t ranks;      /* initialized pools */
+	uint32_t reserved;
+	uint64_t next_lru;
+	uint64_t next_retired;
+	uint64_t evictions;
+	uint64_t hits;
+	uint64_t misses;
+	/* After a scan found nothing to evict: no eviction can succeed before
+	 * this time (the earliest lease end seen) unless a lease or key goes
+	 * first. Spares a full, leased pool a scan per allocation. */
+	uint64_t no_eviction_before_ms;
+};
+
+/* pools: ns,rank -> the pool's size and free count. */
+struct pool_info {
+	uint32_t num_pages;
+	uint32_t free_pages;
+};
+
+/* keys: ns,key -> a head and then world slots (the record's size follows
+ * from the head: records never change size). */
+struct key_head {
+	uint32_t magic;
+	uint32_t world;
+	uint64_t lru_seq;       /* 0 while not complete */
+	uint64_t lease_until;   /* ms */
+	uint32_t confirmed;
+	uint32_t retired;
+};
+
+struct slot {
+	int32_t page;
+	uint32_t state;         /* SLOT_* */
+};
+
+struct key_record {
+	struct key_head head;
+	struct slot slots[KVC_POOL_MAX_WORLD];
+};
+
+/* The free counts of a namespace's pools as one transaction changes them:
+ * read on first use, written back once by kvc_pool_counts_flush. Callers
+ * allocate it zeroed (calloc: it is too big for a stack). */
+struct counts {
+	uint64_t loaded[KVC_POOL_MAX_WORLD / 64];
+	uint64_t dirty[KVC_POOL_MAX_WORLD / 64];
+	struct pool_info info[KVC_POOL_MAX_WORLD];
+	/* The free list's cursor of an allocation batch: after taking a page
+	 * it rests on the next free one, so the next take needs no descent. */
+	MDB_cursor *free_cursor;
+	bool free_positioned;
+	uint8_t bound[KVC_POOL_MAX_WORLD]; /* 0: not looked up, 1: no, 2: bound to a file */
+};
+
+/* ---- keys of the tables: ns NUL then big-endian integers or bytes ---- */
+
+static inline size_t key_ns(uint8_t *out, const char *ns)
+{
+	size_t n = strlen(ns);
+	memcpy(out, ns, n);
+	out[n] = 0;
+	return n + 1;
+}
+
+static inline void put_be32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (24 - 8 * i));
+}
+
+static inline void put_be64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (56 - 8 * i));
+}
+
+static inline uint32_t get_be32(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static inline uint64_t get_be64(const uint8_t *p)
+{
+	return (uint64_t)get_be32(p) << 32 | get_be32(p + 4);
+}
+
+static inline MDB_val page_key(uint8_t *buf, const char *ns, uint32_t rank, uint32_t page)
+{
+	size_t n = key_ns(buf, ns);
+	put_be32(buf + n, rank);
+	put_be32(buf + n + 4, page);
+	return (MDB_val){n + 8, buf};
+}
+
+static inline MDB_val rank_key(uint8_t *buf, const char *ns, uint32_t rank)
+{
+	size_t n = key_ns(buf, ns);
+	put_be32(buf + n, rank);
+	return (MDB_val){n + 4, buf};
+}
+
+static inline MDB_val record_key(uint8_t *buf, const char *ns, const struct kvc_pool_key *k)
+{
+	size_t n = key_ns(buf, ns);
+	memcpy(buf + n, k->bytes, k->length);
+	return (MDB_val){n + k->length, buf};
+}
+
+static inline MDB_val lru_key(uint8_t *buf, const char *ns, uint64_t seq)
+{
+	size_t n = key_ns(buf, ns);
+	put_be64(buf + n, seq);
+	return (MDB_val){n + 8, buf};
+}
+
+/* The inverse of key_ns for a key of `suffix` more bytes: copies the
+ * namespace out and points *rest past its NUL. False when k has another
+ * shape. */
+static inline bool ns_key_decode(const MDB_val *k, size_t suffix,
+                                 char ns[KVC_POOL_MAX_NAMESPACE + 1], const uint8_t **rest)
+{
+	const uint8_t *key = k->mv_data;
+	size_t n = strnlen((const char *)key, k->mv_size);
+	if (n + 1 + suffix != k->mv_size || n > KVC_POOL_MAX_NAMESPACE)
+		return false;
+	memcpy(ns, key, n);
+	ns[n] = '\0';
+	*rest = key + n + 1;
+	return true;
+}
+
+/* Delete k from db when it is there: 0 also when it was not. */
+static inline int del_if_present(MDB_txn *txn, MDB_dbi db, MDB_val *k)
+{
+	int rc = mdb_del(txn, db, k, NULL);
+	return rc == MDB_NOTFOUND ? 0 : kvc_lmdb_errno(rc);
+}
+
+/* ---- pool_store.c: transactions, names, worlds and pools ---- */
+
+int kvc_pool_txn_begin(struct kvc_pool_store *s, bool write, MDB_txn **txn);
+/* Begin a write batch on the pool (ns, rank): the transaction and the
+ * namespace's world. Returns 0, or -ENOENT (no such pool) or -errno with
+ * nothing left open. */
+int kvc_pool_batch_begin(struct kvc_pool_store *s, const char *ns, uint32_t rank,
+                         MDB_txn **txn, struct pool_world *w);
+/* -EINVAL for a namespace that is empty or too long. */
+int kvc_pool_check_ns(const char *ns);
+/* -EINVAL for a key that is empty, too long or starts with byte 1. */
+int kvc_pool_check_key(const struct kvc_pool_key *k);
+/* The world of ns; -ENOENT (with *w a fresh world) when it has none. */
+int kvc_pool_world_get(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
+                       struct pool_world *w);
+int kvc_pool_world_put(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
+                       const struct pool_world *w);
+/* The record of the pool (ns, rank); -ENOENT when there is no such pool. */
+int kvc_pool_info_get(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint32_t rank,
+                      struct pool_info *p);
+int kvc_pool_info_put(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint32_t rank,
+                      const struct pool_info *p);
+/* An entry of the pools table as (ns, rank, record); false for an entry
+ * of another shape. */
+bool kvc_pool_entry_decode(const MDB_val *k, const MDB_val *v,
+                           char ns[KVC_POOL_MAX_NAMESPACE + 1], uint32_t *rank,
+                           struct pool_info *p);
+
+/* ---- pool_store_pages.c: the free list and the page table ---- */
+
+/* Give a page back to its rank's free list (and c's count of its pool);
+ * a bound pool's page is also listed for punching. */
+int kvc_pool_page_free(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint32_t rank,
+                       uint32_t page, struct counts *c);
+/* Write back the free counts c changed. */
+int kvc_pool_counts_flush(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
+                          struct counts *c);
+
+/* ---- pool_store_keys.c: key records and LRU entries ---- */
+
+int kvc_pool_record_get(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
+                        const struct kvc_pool_key *key, struct key_record *r);
+int kvc_pool_record_put(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
+                        const struct kvc_pool_key *key, const struct key_record *r);
+int kvc_pool_record_del(struct kvc_pool_store *s, MDB_txn *txn, const char *ns,
+                        const struct kvc_pool_key *key);
+int kvc_pool_lru_put(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint64_t seq,
+                     const struct kvc_pool_key *key);
+/* 0 also when there was no such entry. */
+int kvc_pool_lru_del(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint64_t seq);
+
+/* ---- pool_store_evict.c: eviction ---- */
+
+/* Evict LRU keys (retired first) not under lease until `rank` has a free
+ * page. Returns 0 when one was freed, -ENOSPC when nothing can go. */
+int kvc_pool_evict_for(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint32_t rank,
+                       uint64_t now_ms, struct pool_world *w, struct counts *c);
+
+/* ---- pool_store_punch.c: punch lists ---- */
+
+/* At open: pages a crash left in `punching` go back, listed again. */
+int kvc_pool_punching_recover(struct kvc_pool_store *s, MDB_txn *txn);
+
+#endif
