@@ -364,17 +364,39 @@ struct metrics_out {
 	struct kvc_pool_store *pools;
 };
 
-static int metrics_pool(void *arg, const char *ns, uint32_t rank, uint32_t num_pages,
+/* A namespace as a Prometheus label value: backslash, double quote and
+ * newline escaped, other control bytes dropped (namespaces are bytes a
+ * client chose). */
+static void label_value(const char *ns, char *out, size_t cap)
+{
+	size_t n = 0;
+	for (const unsigned char *p = (const unsigned char *)ns; *p && n + 3 < cap; p++) {
+		if (*p == '\\' || *p == '"') {
+			out[n++] = '\\';
+			out[n++] = (char)*p;
+		} else if (*p == '\n') {
+			out[n++] = '\\';
+			out[n++] = 'n';
+		} else if (*p >= 0x20 && *p != 0x7f) {
+			out[n++] = (char)*p;
+		}
+	}
+	out[n] = '\0';
+}
+
+static int metrics_pool(void *arg, const char *raw_ns, uint32_t rank, uint32_t num_pages,
                         uint32_t free_pages)
 {
 	struct metrics_out *m = arg;
+	char ns[2 * KVC_POOL_MAX_NAMESPACE + 1];
+	label_value(raw_ns, ns, sizeof(ns));
 	fprintf(m->out, "kvc_pool_pages{namespace=\"%s\",rank=\"%u\"} %u\n", ns, rank, num_pages);
 	fprintf(m->out, "kvc_pool_pages_free{namespace=\"%s\",rank=\"%u\"} %u\n", ns, rank,
 	        free_pages);
 	fprintf(m->out, "kvc_pool_pages_used{namespace=\"%s\",rank=\"%u\"} %u\n", ns, rank,
 	        num_pages - free_pages);
 	struct kvc_pool_stats st;
-	if (rank == 0 && kvc_pool_stats(m->pools, ns, 0, now_ms(), &st) == 0) {
+	if (rank == 0 && kvc_pool_stats(m->pools, raw_ns, 0, now_ms(), &st) == 0) {
 		fprintf(m->out, "kvc_pool_keys{namespace=\"%s\"} %llu\n", ns,
 		        (unsigned long long)st.keys);
 		fprintf(m->out, "kvc_pool_keys_complete{namespace=\"%s\"} %llu\n", ns,
@@ -465,59 +487,151 @@ static enum route_id route_of(const char *method, const char *url, uint32_t *ran
 	return R_UNKNOWN;
 }
 
+/* One routed request: what its handler needs. */
+struct call {
+	struct kvc_http_server *s;
+	const char *ns;     /* vLLM's configured namespace or SGLang's from the body */
+	uint32_t rank;      /* from the path, or the body's for vLLM's key routes */
+	json_t *body;
+	struct reply *r;
+};
+
+static void r_v_init(struct call *c) { do_init(c->s, c->ns, c->rank, c->body, true, c->r); }
+static void r_v_alloc(struct call *c) { do_allocate(c->s, c->ns, c->rank, c->body, true, c->r); }
+static void r_v_confirm(struct call *c)
+{
+	do_confirm(c->s, c->ns, c->rank, c->body, "confirmations", c->r);
+}
+static void r_exists(struct call *c) { do_exists(c->s, c->ns, c->body, c->r); }
+static void r_v_locations(struct call *c)
+{
+	do_locations(c->s, c->ns, c->rank, c->body, "locations", c->r);
+}
+static void r_clear(struct call *c) { do_clear(c->s, c->ns, c->r); }
+static void r_s_init(struct call *c) { do_init(c->s, c->ns, c->rank, c->body, false, c->r); }
+static void r_s_reserve(struct call *c)
+{
+	do_allocate(c->s, c->ns, c->rank, c->body, false, c->r);
+}
+static void r_s_confirm(struct call *c)
+{
+	do_confirm(c->s, c->ns, c->rank, c->body, "written_keys_to_confirm", c->r);
+}
+static void r_s_delete(struct call *c) { do_delete(c->s, c->ns, c->body, c->r); }
+static void r_s_indices(struct call *c)
+{
+	do_locations(c->s, c->ns, c->rank, c->body, "indices", c->r);
+}
+
+/* The pool routes: whose (SGLang's take their namespace from the body and
+ * answer 404 for an unknown rank), where the rank comes from (the body's
+ * "rank" for vLLM's key routes), and the handler. Health, metrics and
+ * unknown routes are answered before this table. */
+static const struct {
+	bool sglang;
+	bool body_rank;
+	void (*fn)(struct call *c);
+} routes[R_COUNT] = {
+	[R_V_INIT] = {false, false, r_v_init},
+	[R_V_ALLOC] = {false, true, r_v_alloc},
+	[R_V_CONFIRM] = {false, true, r_v_confirm},
+	[R_V_EXISTS] = {false, false, r_exists},
+	[R_V_LOCATIONS] = {false, true, r_v_locations},
+	[R_V_CLEAR] = {false, false, r_clear},
+	[R_S_INIT] = {true, false, r_s_init},
+	[R_S_EXISTS] = {true, false, r_exists},
+	[R_S_RESERVE] = {true, false, r_s_reserve},
+	[R_S_CONFIRM] = {true, false, r_s_confirm},
+	[R_S_DELETE] = {true, false, r_s_delete},
+	[R_S_CLEAR] = {true, false, r_clear},
+	[R_S_INDICES] = {true, false, r_s_indices},
+};
+
 static void dispatch(struct kvc_http_server *s, enum route_id id, uint32_t path_rank,
                      json_t *body, struct reply *r)
 {
-	const char *vns = s->vllm_namespace;
-	const char *sns = sglang_namespace(body);
-	uint32_t rank = 0;
-	bool sglang = id >= R_S_INIT && id <= R_S_INDICES;
-	bool needs_rank = id == R_V_ALLOC || id == R_V_CONFIRM || id == R_V_LOCATIONS;
-	if (needs_rank && !get_rank(body, &rank)) {
+	struct call c = {.s = s, .rank = path_rank, .body = body, .r = r};
+	if (!routes[id].fn) {
+		fail(r, 404, "no such route");
+		return;
+	}
+	c.ns = routes[id].sglang ? sglang_namespace(body) : s->vllm_namespace;
+	if (routes[id].body_rank && !get_rank(body, &c.rank)) {
 		fail(r, 400, "need 'rank': an integer in [0, %d)", KVC_POOL_MAX_WORLD);
 		return;
 	}
-	if (sglang && (strlen(sns) == 0 || strlen(sns) > KVC_POOL_MAX_NAMESPACE)) {
+	if (routes[id].sglang && (strlen(c.ns) == 0 || strlen(c.ns) > KVC_POOL_MAX_NAMESPACE)) {
 		fail(r, 400, "'namespace' must be 1 to %d bytes", KVC_POOL_MAX_NAMESPACE);
 		return;
 	}
-	if (sglang && id != R_S_INIT && !rank_known(s, sns, path_rank, r))
+	if (routes[id].sglang && id != R_S_INIT && !rank_known(s, c.ns, path_rank, r))
 		return;
-	switch (id) {
-	case R_V_INIT: do_init(s, vns, path_rank, body, true, r); break;
-	case R_V_ALLOC: do_allocate(s, vns, rank, body, true, r); break;
-	case R_V_CONFIRM: do_confirm(s, vns, rank, body, "confirmations", r); break;
-	case R_V_EXISTS: do_exists(s, vns, body, r); break;
-	case R_V_LOCATIONS: do_locations(s, vns, rank, body, "locations", r); break;
-	case R_V_CLEAR: do_clear(s, vns, r); break;
-	case R_S_INIT: do_init(s, sns, path_rank, body, false, r); break;
-	case R_S_EXISTS: do_exists(s, sns, body, r); break;
-	case R_S_RESERVE: do_allocate(s, sns, path_rank, body, false, r); break;
-	case R_S_CONFIRM: do_confirm(s, sns, path_rank, body, "written_keys_to_confirm", r); break;
-	case R_S_DELETE: do_delete(s, sns, body, r); break;
-	case R_S_CLEAR: do_clear(s, sns, r); break;
-	case R_S_INDICES: do_locations(s, sns, path_rank, body, "indices", r); break;
-	default: fail(r, 404, "no such route"); break;
-	}
+	routes[id].fn(&c);
 }
 
-static enum MHD_Result send_reply(struct MHD_Connection *conn, struct reply *r)
+/* A reply as text: JSON or Prometheus text, owned by the caller. */
+static void render(struct reply *r, struct kvc_http_answer *out)
 {
-	char *text = r->text;
-	const char *type = "text/plain; version=0.0.4";
+	out->status = r->status;
+	out->text = r->text;
+	out->content_type = "text/plain; version=0.0.4";
 	if (r->json) {
-		text = json_dumps(r->json, JSON_COMPACT);
-		type = "application/json";
+		out->text = json_dumps(r->json, JSON_COMPACT);
+		out->content_type = "application/json";
 		json_decref(r->json);
 	}
+	if (!out->text)
+		out->content_type = NULL;
+}
+
+void kvc_http_serve(struct kvc_http_server *s, const char *method, const char *url,
+                    const char *data, size_t length, bool too_big,
+                    struct kvc_http_answer *out)
+{
+	uint64_t start = monotonic_us();
+	uint32_t path_rank = 0;
+	enum route_id id = route_of(method, url, &path_rank);
+	struct reply r = {0};
+	json_error_t error;
+	json_t *body = NULL;
+	if (too_big) {
+		fail(&r, 413, "request body over %u bytes", s->options.max_body);
+	} else if (id == R_HEALTH) {
+		r.status = 200;
+		r.json = json_pack("{s:s}", "status", "ok");
+	} else if (id == R_METRICS) {
+		do_metrics(s, &r);
+	} else if (id == R_UNKNOWN) {
+		fail(&r, 404, "no route %s %s", method, url);
+	} else {
+		body = length ? json_loadb(data, length, 0, &error) : json_object();
+		if (!body)
+			fail(&r, 400, "malformed JSON: %s", error.text);
+		else if (!json_is_object(body))
+			fail(&r, 400, "the body must be a JSON object");
+		else
+			dispatch(s, id, path_rank, body, &r);
+		json_decref(body);
+	}
+	atomic_fetch_add(&s->requests[id], 1);
+	if (r.status >= 400)
+		atomic_fetch_add(&s->errors[id], 1);
+	atomic_fetch_add(&s->latency_us[id], monotonic_us() - start);
+	render(&r, out);
+}
+
+static enum MHD_Result send_answer(struct MHD_Connection *conn, struct kvc_http_answer *a)
+{
 	struct MHD_Response *resp = MHD_create_response_from_buffer(
-		text ? strlen(text) : 0, text ? text : (void *)"",
-		text ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
-	if (!resp)
+		a->text ? strlen(a->text) : 0, a->text ? a->text : (void *)"",
+		a->text ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+	if (!resp) {
+		free(a->text);
 		return MHD_NO;
-	if (text)
-		MHD_add_response_header(resp, "Content-Type", type);
-	enum MHD_Result ok = MHD_queue_response(conn, r->status, resp);
+	}
+	if (a->content_type)
+		MHD_add_response_header(resp, "Content-Type", a->content_type);
+	enum MHD_Result ok = MHD_queue_response(conn, a->status, resp);
 	MHD_destroy_response(resp);
 	return ok;
 }
@@ -548,36 +662,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 		*data_size = 0;
 		return MHD_YES;
 	}
-	uint64_t start = monotonic_us();
-	uint32_t path_rank = 0;
-	enum route_id id = route_of(method, url, &path_rank);
-	struct reply r = {0};
-	json_error_t error;
-	json_t *body = NULL;
-	if (up->too_big) {
-		fail(&r, 413, "request body over %u bytes", s->options.max_body);
-	} else if (id == R_HEALTH) {
-		r.status = 200;
-		r.json = json_pack("{s:s}", "status", "ok");
-	} else if (id == R_METRICS) {
-		do_metrics(s, &r);
-	} else if (id == R_UNKNOWN) {
-		fail(&r, 404, "no route %s %s", method, url);
-	} else {
-		body = up->length ? json_loadb(up->data, up->length, 0, &error) : json_object();
-		if (!body)
-			fail(&r, 400, "malformed JSON: %s", error.text);
-		else if (!json_is_object(body))
-			fail(&r, 400, "the body must be a JSON object");
-		else
-			dispatch(s, id, path_rank, body, &r);
-		json_decref(body);
-	}
-	atomic_fetch_add(&s->requests[id], 1);
-	if (r.status >= 400)
-		atomic_fetch_add(&s->errors[id], 1);
-	atomic_fetch_add(&s->latency_us[id], monotonic_us() - start);
-	return send_reply(conn, &r);
+	struct kvc_http_answer answer;
+	kvc_http_serve(s, method, url, up->data, up->length, up->too_big, &answer);
+	return send_answer(conn, &answer);
 }
 
 static void request_done(void *cls, struct MHD_Connection *conn, void **state,
@@ -592,10 +679,25 @@ static void request_done(void *cls, struct MHD_Connection *conn, void **state,
 	}
 }
 
+int kvc_http_create(const struct kvc_http_options *options, struct kvc_pool_store *pools,
+                    struct kvc_http_server **out)
+{
+	struct kvc_http_server *s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->pools = pools;
+	s->options = *options;
+	snprintf(s->vllm_namespace, sizeof(s->vllm_namespace), "%s", options->vllm_namespace);
+	s->options.vllm_namespace = s->vllm_namespace;
+	*out = s;
+	return 0;
+}
+
 int kvc_http_start(const struct kvc_http_options *options, struct kvc_pool_store *pools,
                    struct kvc_http_server **out)
 {
 	char host[KVC_NET_ADDRESS_MAX];
+	struct kvc_http_server *s;
 	const char *colon = strrchr(options->address, ':');
 	if (!colon || (size_t)(colon - options->address) >= sizeof(host))
 		return -EINVAL;
@@ -607,13 +709,9 @@ int kvc_http_start(const struct kvc_http_options *options, struct kvc_pool_store
 	              &addr.sin_addr) != 1 || port <= 0 || port > 65535)
 		return -EINVAL;
 	addr.sin_port = htons((uint16_t)port);
-	struct kvc_http_server *s = calloc(1, sizeof(*s));
-	if (!s)
-		return -ENOMEM;
-	s->pools = pools;
-	s->options = *options;
-	snprintf(s->vllm_namespace, sizeof(s->vllm_namespace), "%s", options->vllm_namespace);
-	s->options.vllm_namespace = s->vllm_namespace;
+	int rc = kvc_http_create(options, pools, &s);
+	if (rc < 0)
+		return rc;
 	s->daemon = MHD_start_daemon(
 		MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_TURBO | MHD_USE_ERROR_LOG, 0,
 		NULL, NULL,
@@ -633,6 +731,7 @@ void kvc_http_stop(struct kvc_http_server *s)
 {
 	if (!s)
 		return;
-	MHD_stop_daemon(s->daemon);
+	if (s->daemon)
+		MHD_stop_daemon(s->daemon);
 	free(s);
 }

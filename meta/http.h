@@ -14,6 +14,8 @@
 #define KVC_META_HTTP_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "meta/pool_store.h"
@@ -33,6 +35,24 @@ struct kvc_http_server;
  * -EADDRINUSE or -errno. */
 int kvc_http_start(const struct kvc_http_options *options, struct kvc_pool_store *pools,
                    struct kvc_http_server **out);
+/* Stop serving and free (either kind of server); safe on NULL. */
 void kvc_http_stop(struct kvc_http_server *server);
+
+/* A server that answers kvc_http_serve only (no socket): for tests and
+ * fuzzing. Returns 0 or -ENOMEM. */
+int kvc_http_create(const struct kvc_http_options *options, struct kvc_pool_store *pools,
+                    struct kvc_http_server **out);
+
+/* One request, transport aside: method, URL and body (length bytes;
+ * too_big: the body was over max_body and is not given). The answer's
+ * text (JSON or Prometheus text, NULL for none) is the caller's to free. */
+struct kvc_http_answer {
+	unsigned status;
+	char *text;
+	const char *content_type; /* NULL when there is no text */
+};
+void kvc_http_serve(struct kvc_http_server *server, const char *method, const char *url,
+                    const char *data, size_t length, bool too_big,
+                    struct kvc_http_answer *out);
 
 #endif

@@ -71,7 +71,7 @@ static int h_unlink(struct request *r)
 	if (!name)
 		return bad(r);
 	int rc = kvc_meta_store_unlink(r->svc->store, m->parent, name, m->name_len);
-	if (rc == 0)
+	if (rc == 0 && r->svc->collector)
 		kvc_meta_collector_wake(r->svc->collector);
 	return reply_attr(r, rc, NULL);
 }
@@ -150,7 +150,7 @@ static int h_rename(struct request *r)
 		return bad(r);
 	int rc = kvc_meta_store_rename(r->svc->store, m->parent, name, m->name_len, m->new_parent,
 	                               new_name, m->new_name_len, m->flags);
-	if (rc == 0)
+	if (rc == 0 && r->svc->collector)
 		kvc_meta_collector_wake(r->svc->collector);
 	return reply_attr(r, rc, NULL);
 }
