@@ -147,6 +147,9 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	struct kvc_fuse *fs = kvc_fuse_of(req);
 	struct kvc_attr attr, dir;
 	int rc = kvc_meta_client_getattr(&fs->meta, parent, &dir);
+	/* A setgid directory's subdirectories are setgid too (as on ext4). */
+	if (rc == 0 && (dir.mode & S_ISGID))
+		mode |= S_ISGID;
 	if (rc == 0)
 		rc = kvc_meta_client_mkdir(&fs->meta, parent, name, mode, fuse_req_ctx(req)->uid,
 		                           kvc_fuse_caller_gid(req, &dir), &attr);
