@@ -6,7 +6,6 @@
  *   kvc-fuse --config FILE [--mountpoint DIR] [--foreground] [--verbose]
  */
 #include <errno.h>
-#include <getopt.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -20,13 +19,18 @@
 
 #include "fuse/operations.h"
 #include "fuse/usrbio_service.h"
+#include "core/cli.h"
 #include "core/log.h"
 
-static void usage(FILE *out)
-{
-	fprintf(out, "usage: kvc-fuse --config FILE [--mountpoint DIR] [--verbose]\n"
-	             "Mounts the cluster described by FILE (runs in the foreground).\n");
-}
+static const char usage[] =
+	"usage: kvc-fuse --config FILE [--mountpoint DIR] [--verbose] [--debug]\n"
+	"Mounts the cluster described by FILE (runs in the foreground).\n"
+	"  -c, --config FILE      the cluster file\n"
+	"  -m, --mountpoint DIR   mount there instead of at [fuse] mountpoint\n"
+	"  -f, --foreground       accepted; kvc-fuse always runs in the foreground\n"
+	"  -v, --verbose          log debug records too\n"
+	"  -d, --debug            libfuse's debug output (every request)\n"
+	"  -h, --help             this text\n";
 
 /* Receiving threads: as configured, or (auto) half the cores up to 8 on
  * machines of 4 cores or more; a 2-core machine gains nothing from them. */
@@ -146,32 +150,32 @@ destroy:
 
 int main(int argc, char **argv)
 {
-	static struct option options[] = {{"config", required_argument, 0, 'c'},
-	                                  {"mountpoint", required_argument, 0, 'm'},
-	                                  {"foreground", no_argument, 0, 'f'},
-	                                  {"debug", no_argument, 0, 'd'},
-	                                  {"verbose", no_argument, 0, 'v'},
-	                                  {"help", no_argument, 0, 'h'},
-	                                  {0, 0, 0, 0}};
+	static const struct option options[] = {{"config", required_argument, 0, 'c'},
+	                                        {"mountpoint", required_argument, 0, 'm'},
+	                                        {"foreground", no_argument, 0, 'f'},
+	                                        {"debug", no_argument, 0, 'd'},
+	                                        {"verbose", no_argument, 0, 'v'},
+	                                        {0, 0, 0, 0}};
+	static const struct kvc_cli cli = {"kvc-fuse", usage, "c:m:fdv", options, 0};
 	const char *config_path = NULL, *mountpoint = NULL;
 	enum kvc_log_level level = KVC_LOG_INFO;
 	bool debug = false;
 	int opt;
-	while ((opt = getopt_long(argc, argv, "c:m:fdvh", options, NULL)) != -1) {
+	while ((opt = kvc_cli_next(&cli, argc, argv)) > 0) {
 		switch (opt) {
 		case 'c': config_path = optarg; break;
 		case 'm': mountpoint = optarg; break;
 		case 'f': break; /* always in the foreground; kept for habit */
 		case 'd': debug = true; break;
 		case 'v': level = KVC_LOG_DEBUG; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
 		}
 	}
-	if (!config_path) {
-		usage(stderr);
-		return 2;
-	}
+	if (opt != KVC_CLI_END)
+		return kvc_cli_status(opt);
+	if (!config_path)
+		return kvc_cli_fail(&cli, "--config FILE is required");
+	if (optind < argc)
+		return kvc_cli_fail(&cli, "unexpected argument '%s'", argv[optind]);
 	kvc_log_setup("kvc-fuse", level);
 	static struct kvc_fuse fs;
 	if (kvc_config_load_reported("kvc-fuse", config_path, &fs.config) < 0)

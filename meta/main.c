@@ -6,7 +6,6 @@
  *   kvc-meta --config FILE [--verbose]
  */
 #include <errno.h>
-#include <getopt.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -16,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/cli.h"
 #include "core/config.h"
 #include "core/log.h"
 #include "meta/collector.h"
@@ -23,14 +23,17 @@
 #include "meta/service.h"
 #include "core/net.h"
 
-static void usage(FILE *out)
-{
-	fprintf(out, "usage: kvc-meta --config FILE [--verbose]\n"
-	             "       kvc-meta --config FILE --fsck [--repair]\n"
-	             "Serves the namespace and page pools of the cluster described by FILE;\n"
-	             "--fsck checks the page pools' accounting of a stopped kvc-meta (and\n"
-	             "with --repair fixes it), then exits: 0 clean, 1 problems found.\n");
-}
+static const char usage[] =
+	"usage: kvc-meta --config FILE [--verbose]\n"
+	"       kvc-meta --config FILE --fsck [--repair]\n"
+	"Serves the namespace and page pools of the cluster described by FILE;\n"
+	"--fsck checks the page pools' accounting of a stopped kvc-meta (and\n"
+	"with --repair fixes it), then exits: 0 clean, 1 problems found.\n"
+	"  -c, --config FILE   the cluster file\n"
+	"  -f, --fsck          check the page pools and exit\n"
+	"  -r, --repair        with --fsck: fix what it finds\n"
+	"  -v, --verbose       log debug records too\n"
+	"  -h, --help          this text\n";
 
 /* Offline: check (or repair) the page pools and report. */
 static int run_fsck(const struct kvc_config *config, bool repair)
@@ -118,30 +121,32 @@ static int start_pools(const struct kvc_config *config, struct kvc_meta_service 
 
 int main(int argc, char **argv)
 {
-	static struct option options[] = {{"config", required_argument, 0, 'c'},
-	                                  {"fsck", no_argument, 0, 'f'},
-	                                  {"repair", no_argument, 0, 'r'},
-	                                  {"verbose", no_argument, 0, 'v'},
-	                                  {"help", no_argument, 0, 'h'},
-	                                  {0, 0, 0, 0}};
+	static const struct option options[] = {{"config", required_argument, 0, 'c'},
+	                                        {"fsck", no_argument, 0, 'f'},
+	                                        {"repair", no_argument, 0, 'r'},
+	                                        {"verbose", no_argument, 0, 'v'},
+	                                        {0, 0, 0, 0}};
+	static const struct kvc_cli cli = {"kvc-meta", usage, "c:frv", options, 0};
 	const char *config_path = NULL;
 	enum kvc_log_level level = KVC_LOG_INFO;
 	bool fsck = false, repair = false;
 	int opt;
-	while ((opt = getopt_long(argc, argv, "c:frvh", options, NULL)) != -1) {
+	while ((opt = kvc_cli_next(&cli, argc, argv)) > 0) {
 		switch (opt) {
 		case 'c': config_path = optarg; break;
 		case 'f': fsck = true; break;
 		case 'r': repair = true; break;
 		case 'v': level = KVC_LOG_DEBUG; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
 		}
 	}
-	if (!config_path) {
-		usage(stderr);
-		return 2;
-	}
+	if (opt != KVC_CLI_END)
+		return kvc_cli_status(opt);
+	if (!config_path)
+		return kvc_cli_fail(&cli, "--config FILE is required");
+	if (repair && !fsck)
+		return kvc_cli_fail(&cli, "--repair goes with --fsck");
+	if (optind < argc)
+		return kvc_cli_fail(&cli, "unexpected argument '%s'", argv[optind]);
 	kvc_log_setup("kvc-meta", level);
 
 	static struct kvc_config config;

@@ -1,16 +1,18 @@
 /*
- * kvc-admin: the administrator's command line (see usage() and
+ * kvc-admin: the administrator's command line (the commands table below,
  * docs/operations.md). Every command prints a human table, or JSON with
- * --json, and exits non-zero with a clear message on failure.
+ * --json, and exits non-zero with a clear message on failure: 1 when the
+ * cluster said no, 2 for a wrong use. `kvc-admin [COMMAND] --help` prints
+ * the usage of all commands, of a group (pool, key) or of one.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/cli.h"
 #include "core/config.h"
 #include "kvc/meta.h"
 #include "core/layout.h"
@@ -23,6 +25,10 @@ struct admin {
 	struct kvc_storage_client storage;
 	struct kvc_meta *pools;
 	bool json;
+	const struct kvc_cli *cli; /* of the command being run */
+	char **args;               /* its operands */
+	int nargs;
+	bool repair;               /* fsck --repair */
 };
 
 static int report_error(const char *what, int rc)
@@ -107,8 +113,9 @@ static int resolve(struct admin *a, const char *path, struct kvc_attr *attr)
 	return rc;
 }
 
-static int cmd_stat(struct admin *a, const char *path)
+static int cmd_stat(struct admin *a)
 {
+	const char *path = a->args[0];
 	struct kvc_attr attr;
 	int rc = resolve(a, path, &attr);
 	if (rc < 0) {
@@ -154,8 +161,28 @@ static int cmd_pool_list(struct admin *a)
 	return 0;
 }
 
-static int cmd_pool_show(struct admin *a, const char *ns, uint32_t rank)
+/* A RANK or N operand: 0 and the number in *out, or 2 (reported). The
+ * callers read *out after a 0, so 2 is returned here, where the compiler
+ * sees it, not through kvc_cli_fail(). */
+static int parse_number(struct admin *a, const char *what, const char *s, uint32_t *out)
 {
+	char *end;
+	errno = 0;
+	unsigned long v = strtoul(s, &end, 10);
+	if (errno || end == s || *end != '\0' || *s == '-' || v > UINT32_MAX) {
+		kvc_cli_fail(a->cli, "%s must be a number, not '%s'", what, s);
+		return 2;
+	}
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int cmd_pool_show(struct admin *a)
+{
+	const char *ns = a->args[0];
+	uint32_t rank = 0;
+	if (a->nargs > 1 && parse_number(a, "RANK", a->args[1], &rank))
+		return 2;
 	struct kvc_meta_pool_stats st;
 	int rc = kvc_meta_pool_stats(a->pools, ns, rank, &st);
 	if (rc == -ENOENT) {
@@ -214,46 +241,78 @@ static uint64_t parse_size(const char *s)
 	return end == s || v > (UINT64_MAX >> shift) ? 0 : (uint64_t)v << shift;
 }
 
-static int cmd_pool_bind(struct admin *a, int argc, char **argv)
+static int cmd_pool_bind(struct admin *a)
 {
-	const char *ns = argv[2];
-	uint32_t rank = (uint32_t)atoi(argv[3]);
-	if (strcmp(argv[1], "unbind") == 0) {
-		int rc = kvc_meta_pool_bind(a->pools, ns, rank, NULL, 0);
-		return rc < 0 ? report_error("pool unbind", rc) : 0;
-	}
-	uint64_t page_size = argc == 6 ? parse_size(argv[5]) : 0;
-	if (page_size == 0) {
-		fprintf(stderr, "kvc-admin: pool bind NS RANK PATH PAGE_SIZE (e.g. 2M)\n");
+	const char *ns = a->args[0], *path = a->args[2];
+	uint32_t rank;
+	if (parse_number(a, "RANK", a->args[1], &rank))
 		return 2;
-	}
-	int rc = kvc_meta_pool_bind(a->pools, ns, rank, argv[4], page_size);
+	uint64_t page_size = parse_size(a->args[3]);
+	if (page_size == 0)
+		return kvc_cli_fail(a->cli, "PAGE_SIZE must be a size (e.g. 2M), not '%s'",
+		                    a->args[3]);
+	int rc = kvc_meta_pool_bind(a->pools, ns, rank, path, page_size);
 	if (rc == -ENOENT)
 		fprintf(stderr, "kvc-admin: pool bind: no pool %s/%u or no file %s in the namespace\n",
-		        ns, rank, argv[4]);
+		        ns, rank, path);
 	else if (rc < 0)
 		return report_error("pool bind", rc);
 	return rc < 0 ? 1 : 0;
 }
 
-static int cmd_keys(struct admin *a, const char *verb, const char *ns, int count, char **names)
+static int cmd_pool_unbind(struct admin *a)
 {
-	struct kvc_meta_key keys[KVC_META_MAX_BATCH];
-	bool found[KVC_META_MAX_BATCH];
-	if (count <= 0 || count > KVC_META_MAX_BATCH) {
-		fprintf(stderr, "kvc-admin: give 1 to %d keys\n", KVC_META_MAX_BATCH);
+	uint32_t rank;
+	if (parse_number(a, "RANK", a->args[1], &rank))
+		return 2;
+	int rc = kvc_meta_pool_bind(a->pools, a->args[0], rank, NULL, 0);
+	return rc < 0 ? report_error("pool unbind", rc) : 0;
+}
+
+static int cmd_pool_world(struct admin *a)
+{
+	uint32_t world;
+	if (parse_number(a, "N", a->args[1], &world))
+		return 2;
+	int rc = kvc_meta_pool_set_world(a->pools, a->args[0], world);
+	return rc < 0 ? report_error("pool world", rc) : 0;
+}
+
+/* The keys of a `key stat|delete|evict NS KEY...` command. Returns 0 (keys
+ * filled) or 2 (reported; as in parse_number). */
+static int key_operands(struct admin *a, struct kvc_meta_key *keys)
+{
+	int count = a->nargs - 1;
+	if (count < 1 || count > KVC_META_MAX_BATCH) {
+		kvc_cli_fail(a->cli, "give 1 to %d keys", KVC_META_MAX_BATCH);
 		return 2;
 	}
 	for (int i = 0; i < count; i++)
-		keys[i] = (struct kvc_meta_key){names[i], (uint32_t)strlen(names[i])};
-	if (strcmp(verb, "delete") == 0 || strcmp(verb, "evict") == 0) {
-		int rc = kvc_meta_delete(a->pools, ns, keys, (uint32_t)count);
-		if (rc < 0)
-			return report_error("key delete", rc);
-		printf(a->json ? "{\"deleted\":%d}\n" : "%d key(s) deleted\n", rc);
-		return 0;
-	}
-	int rc = kvc_meta_exists(a->pools, ns, keys, (uint32_t)count, found);
+		keys[i] = (struct kvc_meta_key){a->args[1 + i], (uint32_t)strlen(a->args[1 + i])};
+	return 0;
+}
+
+static int cmd_key_delete(struct admin *a)
+{
+	struct kvc_meta_key keys[KVC_META_MAX_BATCH];
+	if (key_operands(a, keys))
+		return 2;
+	int rc = kvc_meta_delete(a->pools, a->args[0], keys, (uint32_t)(a->nargs - 1));
+	if (rc < 0)
+		return report_error("key delete", rc);
+	printf(a->json ? "{\"deleted\":%d}\n" : "%d key(s) deleted\n", rc);
+	return 0;
+}
+
+static int cmd_key_stat(struct admin *a)
+{
+	struct kvc_meta_key keys[KVC_META_MAX_BATCH];
+	bool found[KVC_META_MAX_BATCH];
+	int count = a->nargs - 1;
+	char **names = a->args + 1;
+	if (key_operands(a, keys))
+		return 2;
+	int rc = kvc_meta_exists(a->pools, a->args[0], keys, (uint32_t)count, found);
 	if (rc < 0)
 		return report_error("key stat", rc);
 	for (int i = 0; i < count; i++)
@@ -262,8 +321,9 @@ static int cmd_keys(struct admin *a, const char *verb, const char *ns, int count
 	return 0;
 }
 
-static int cmd_key_ls(struct admin *a, const char *ns)
+static int cmd_key_ls(struct admin *a)
 {
+	const char *ns = a->args[0];
 	static struct kvc_meta_key_info keys[1024];
 	struct kvc_meta_key after = {0};
 	char last[KVC_META_MAX_KEY];
@@ -300,46 +360,26 @@ static int cmd_key_ls(struct admin *a, const char *ns)
 	return 0;
 }
 
-static int cmd_pools(struct admin *a, int argc, char **argv)
+static int cmd_clear(struct admin *a)
 {
-	const char *cmd = argv[0];
-	if (strcmp(cmd, "pool") == 0 && argc >= 2 && strcmp(argv[1], "list") == 0)
-		return cmd_pool_list(a);
-	if (strcmp(cmd, "pool") == 0 && argc >= 3 && strcmp(argv[1], "show") == 0)
-		return cmd_pool_show(a, argv[2], argc >= 4 ? (uint32_t)atoi(argv[3]) : 0);
-	if (strcmp(cmd, "rank") == 0 && argc >= 4 && strcmp(argv[1], "show") == 0)
-		return cmd_pool_show(a, argv[2], (uint32_t)atoi(argv[3]));
-	if (strcmp(cmd, "pool") == 0 && ((argc >= 5 && strcmp(argv[1], "bind") == 0) ||
-	                                 (argc == 4 && strcmp(argv[1], "unbind") == 0)))
-		return cmd_pool_bind(a, argc, argv);
-	if (strcmp(cmd, "pool") == 0 && argc == 4 && strcmp(argv[1], "world") == 0) {
-		int rc = kvc_meta_pool_set_world(a->pools, argv[2], (uint32_t)atoi(argv[3]));
-		return rc < 0 ? report_error("pool world", rc) : 0;
-	}
-	if (strcmp(cmd, "key") == 0 && argc == 3 && strcmp(argv[1], "ls") == 0)
-		return cmd_key_ls(a, argv[2]);
-	if (strcmp(cmd, "key") == 0 && argc >= 4)
-		return cmd_keys(a, argv[1], argv[2], argc - 3, argv + 3);
-	if (strcmp(cmd, "clear") == 0 && argc == 2) {
-		int rc = kvc_meta_clear(a->pools, argv[1]);
-		return rc < 0 ? report_error("clear", rc) : 0;
-	}
-	if (strcmp(cmd, "fsck") == 0) {
-		bool repair = argc >= 2 && strcmp(argv[1], "--repair") == 0;
-		int64_t problems = kvc_meta_pool_fsck(a->pools, repair);
-		if (problems < 0)
-			return report_error("fsck", (int)problems);
-		printf(a->json ? "{\"problems\":%lld,\"repaired\":%s}\n"
-		               : "page pools: %lld problem(s)%s\n",
-		       (long long)problems,
-		       a->json ? (repair ? "true" : "false") : (problems && repair ? ", repaired" : ""));
-		return problems && !repair ? 1 : 0;
-	}
-	return -1;
+	int rc = kvc_meta_clear(a->pools, a->args[0]);
+	return rc < 0 ? report_error("clear", rc) : 0;
 }
 
-static int cmd_ls(struct admin *a, const char *path)
+static int cmd_fsck(struct admin *a)
 {
+	int64_t problems = kvc_meta_pool_fsck(a->pools, a->repair);
+	if (problems < 0)
+		return report_error("fsck", (int)problems);
+	printf(a->json ? "{\"problems\":%lld,\"repaired\":%s}\n" : "page pools: %lld problem(s)%s\n",
+	       (long long)problems,
+	       a->json ? (a->repair ? "true" : "false") : (problems && a->repair ? ", repaired" : ""));
+	return problems && !a->repair ? 1 : 0;
+}
+
+static int cmd_ls(struct admin *a)
+{
+	const char *path = a->nargs ? a->args[0] : "/";
 	struct kvc_attr attr;
 	static struct kvc_meta_dirents page;
 	int rc = resolve(a, path, &attr);
@@ -363,53 +403,221 @@ static int cmd_ls(struct admin *a, const char *path)
 	return rc < 0 ? report_error(path, rc) : 0;
 }
 
-static void usage(FILE *out)
+/* One row per command: adding a command is adding a row. */
+static const struct command {
+	const char *name;     /* one word, or a group's word and a verb */
+	const char *operands; /* as usage shows them */
+	int min, max;         /* operand count; max -1: any */
+	int (*run)(struct admin *a);
+	const char *heading;  /* in usage, before this row */
+	const char *help;     /* '\n' continues the text on the next line */
+} commands[] = {
+	{"status", "", 0, 0, cmd_status, "cluster", "every daemon: address, health, capacity"},
+	{"ls", "[PATH]", 0, 1, cmd_ls, "namespace",
+	 "entries of a directory (PATH inside the\nnamespace; \"\" or / is the root, the default)"},
+	{"stat", "PATH", 1, 1, cmd_stat, NULL, "attributes and layout of PATH"},
+	{"layout", "PATH", 1, 1, cmd_stat, NULL, "the same as stat"},
+	{"pool list", "", 0, 0, cmd_pool_list, "page pools", "every pool: pages, free, used"},
+	{"pool show", "NS [RANK]", 1, 2, cmd_pool_show, NULL,
+	 "world, pages, keys, leases, evictions"},
+	{"pool world", "NS N", 2, 2, cmd_pool_world, NULL, "set the namespace's TP world size"},
+	{"pool bind", "NS RANK PATH PAGE_SIZE", 4, 4, cmd_pool_bind, NULL,
+	 "the pool's pages live in file PATH (of the\nnamespace): freed pages are punched out of it"},
+	{"pool unbind", "NS RANK", 2, 2, cmd_pool_unbind, NULL, "stop punching"},
+	{"rank show", "NS RANK", 2, 2, cmd_pool_show, NULL, "one rank's pool"},
+	{"key ls", "NS", 1, 1, cmd_key_ls, NULL, "every key: state, ranks confirmed, lease"},
+	{"key stat", "NS KEY...", 2, -1, cmd_key_stat, NULL, "whether keys are complete"},
+	{"key delete", "NS KEY...", 2, -1, cmd_key_delete, NULL,
+	 "delete keys (leased ones retire)"},
+	{"key evict", "NS KEY...", 2, -1, cmd_key_delete, NULL, "the same as delete"},
+	{"clear", "NS", 1, 1, cmd_clear, NULL, "delete every key of a namespace"},
+	{"fsck", "[--repair]", 0, 0, cmd_fsck, NULL, "cross-check page accounting (and fix it)"},
+};
+#define COMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+static const struct option common_options[] = {{"config", required_argument, 0, 'c'},
+                                               {"json", no_argument, 0, 'j'},
+                                               {0, 0, 0, 0}};
+static const struct option fsck_options[] = {{"config", required_argument, 0, 'c'},
+                                             {"json", no_argument, 0, 'j'},
+                                             {"repair", no_argument, 0, 'r'},
+                                             {0, 0, 0, 0}};
+
+/* Whether command c's name starts with word (its group or its name). */
+static bool in_group(const struct command *c, const char *word)
 {
-	fprintf(out, "usage: kvc-admin [--config FILE] [--json] COMMAND\n"
-	             "cluster:\n"
-	             "  status                    every daemon: address, health, capacity\n"
-	             "namespace:\n"
-	             "  ls PATH | stat PATH       entries / attributes and layout (PATH inside\n"
-	             "  layout PATH               the namespace; \"\" or / is the root)\n"
-	             "page pools:\n"
-	             "  pool list                 every pool: pages, free, used\n"
-	             "  pool show NS [RANK]       world, pages, keys, leases, evictions\n"
-	             "  pool world NS N           set the namespace's TP world size\n"
-	             "  pool bind NS RANK PATH PAGE_SIZE\n"
-	             "                            the pool's pages live in file PATH (of the\n"
-	             "                            namespace): freed pages are punched out of it\n"
-	             "  pool unbind NS RANK       stop punching\n"
-	             "  rank show NS RANK         one rank's pool\n"
-	             "  key ls NS                 every key: state, ranks confirmed, lease\n"
-	             "  key stat NS KEY...        whether keys are complete\n"
-	             "  key delete NS KEY...      delete keys (leased ones retire)\n"
-	             "  key evict NS KEY...       the same as delete\n"
-	             "  clear NS                  delete every key of a namespace\n"
-	             "  fsck [--repair]           cross-check page accounting\n"
-	             "FILE defaults to $KVC_CONFIG, then /var/lib/kvc/cluster.conf.\n");
+	size_t n = strlen(word);
+	return strncmp(c->name, word, n) == 0 && (c->name[n] == ' ' || c->name[n] == '\0');
+}
+
+/* One command's lines of usage. */
+static void print_command(FILE *out, const struct command *c)
+{
+	char synopsis[64];
+	snprintf(synopsis, sizeof(synopsis), "%s%s%s", c->name, *c->operands ? " " : "",
+	         c->operands);
+	if (strlen(synopsis) <= 25)
+		fprintf(out, "  %-26s", synopsis);
+	else
+		fprintf(out, "  %s\n%28s", synopsis, "");
+	for (const char *h = c->help;;) {
+		const char *nl = strchr(h, '\n');
+		fprintf(out, "%.*s", nl ? (int)(nl - h) : (int)strlen(h), h);
+		if (!nl)
+			break;
+		fprintf(out, "\n%28s", "");
+		h = nl + 1;
+	}
+	fputc('\n', out);
+}
+
+/* The --help text: of every command (word NULL), of a group (word "pool")
+ * or of one command (one set). Owned by the caller; NULL without memory. */
+static char *make_usage(const char *word, const struct command *one)
+{
+	char *text = NULL;
+	size_t size = 0;
+	FILE *out = open_memstream(&text, &size);
+	if (!out)
+		return NULL;
+	if (one)
+		fprintf(out, "usage: kvc-admin %s%s%s [--config FILE] [--json]\n", one->name,
+		        *one->operands ? " " : "", one->operands);
+	else if (word)
+		fprintf(out, "usage: kvc-admin %s VERB ... [--config FILE] [--json]\n", word);
+	else
+		fprintf(out, "usage: kvc-admin [--config FILE] [--json] COMMAND ...\n");
+	for (size_t i = 0; i < COMMANDS; i++) {
+		const struct command *c = &commands[i];
+		if ((one && c != one) || (word && !in_group(c, word)))
+			continue;
+		if (c->heading && !word && !one)
+			fprintf(out, "%s:\n", c->heading);
+		print_command(out, c);
+	}
+	fprintf(out, "FILE defaults to $KVC_CONFIG, then /var/lib/kvc/cluster.conf; --json\n"
+	             "prints JSON. 'kvc-admin COMMAND --help' describes one command.\n");
+	fclose(out);
+	return text;
+}
+
+/* The command named by argv[0] (and argv[1]), or NULL. *words: how many
+ * words its name took. */
+static const struct command *find_command(int argc, char **argv, int *words)
+{
+	for (size_t i = 0; i < COMMANDS; i++) {
+		const struct command *c = &commands[i];
+		const char *space = strchr(c->name, ' ');
+		if (!space && strcmp(c->name, argv[0]) == 0) {
+			*words = 1;
+			return c;
+		}
+		if (space && argc >= 2 && in_group(c, argv[0]) && strcmp(space + 1, argv[1]) == 0) {
+			*words = 2;
+			return c;
+		}
+	}
+	return NULL;
+}
+
+/* Whether word names a group of commands (pool, rank, key). */
+static bool is_group(const char *word)
+{
+	for (size_t i = 0; i < COMMANDS; i++)
+		if (strchr(commands[i].name, ' ') && in_group(&commands[i], word))
+			return true;
+	return false;
+}
+
+/* A group's word without a known verb after it (argv[0] the group): the
+ * group's usage on --help, else what is wrong. Returns the exit status. */
+static int group_only(int argc, char **argv)
+{
+	char name[64];
+	snprintf(name, sizeof(name), "kvc-admin %s", argv[0]);
+	char *usage = make_usage(argv[0], NULL);
+	struct kvc_cli cli = {name, usage ? usage : "", "c:j", common_options, 1};
+	int opt;
+	optind = 0;
+	while ((opt = kvc_cli_next(&cli, argc, argv)) > 0)
+		;
+	int status = opt != KVC_CLI_END ? kvc_cli_status(opt)
+	             : optind < argc   ? kvc_cli_fail(&cli, "unknown command '%s %s'", argv[0],
+	                                              argv[optind])
+	                               : kvc_cli_fail(&cli, "which one? (--help lists them)");
+	free(usage);
+	return status;
+}
+
+/* Options and operands of command c (argv[0] the last word of its name)
+ * into a. Returns KVC_CLI_END when the command is to run, else
+ * KVC_CLI_HELP (usage printed) or KVC_CLI_BAD (reported). */
+static int parse_command(struct admin *a, const struct command *c, int argc, char **argv,
+                         const char **config_path)
+{
+	static char name[64];
+	static struct kvc_cli cli; /* a->cli: the command's errors name it */
+	bool fsck = c->run == cmd_fsck;
+	char *usage = make_usage(NULL, c);
+	snprintf(name, sizeof(name), "kvc-admin %s", c->name);
+	cli = (struct kvc_cli){name, usage ? usage : "", fsck ? "c:jr" : "c:j",
+	                       fsck ? fsck_options : common_options, 0};
+	a->cli = &cli;
+	int opt;
+	optind = 0;
+	while ((opt = kvc_cli_next(&cli, argc, argv)) > 0) {
+		switch (opt) {
+		case 'c': *config_path = optarg; break;
+		case 'j': a->json = true; break;
+		case 'r': a->repair = true; break;
+		}
+	}
+	free(usage);
+	cli.usage = ""; /* freed; what follows only reports errors */
+	a->args = argv + optind;
+	a->nargs = argc - optind;
+	if (opt != KVC_CLI_END)
+		return opt;
+	if (c->max == 0 && a->nargs > 0) {
+		kvc_cli_fail(&cli, "takes no operand, not '%s'", a->args[0]);
+		return KVC_CLI_BAD;
+	}
+	if (a->nargs < c->min || (c->max >= 0 && a->nargs > c->max)) {
+		kvc_cli_fail(&cli, "operands: %s", c->operands);
+		return KVC_CLI_BAD;
+	}
+	return KVC_CLI_END;
 }
 
 int main(int argc, char **argv)
 {
-	static struct option options[] = {{"config", required_argument, 0, 'c'},
-	                                  {"json", no_argument, 0, 'j'},
-	                                  {"help", no_argument, 0, 'h'},
-	                                  {0, 0, 0, 0}};
 	static struct admin a;
 	const char *config_path = getenv("KVC_CONFIG");
+	char *usage = make_usage(NULL, NULL);
+	struct kvc_cli cli = {"kvc-admin", usage ? usage : "", "c:j", common_options, 1};
 	int opt;
-	while ((opt = getopt_long(argc, argv, "c:jh", options, NULL)) != -1) {
+	while ((opt = kvc_cli_next(&cli, argc, argv)) > 0) {
 		switch (opt) {
 		case 'c': config_path = optarg; break;
 		case 'j': a.json = true; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
 		}
 	}
-	if (optind >= argc) {
-		usage(stderr);
-		return 2;
-	}
+	free(usage);
+	cli.usage = "";
+	if (opt != KVC_CLI_END)
+		return kvc_cli_status(opt);
+	if (optind >= argc)
+		return kvc_cli_fail(&cli, "a COMMAND is required");
+	int first = optind, words = 0;
+	const struct command *c = find_command(argc - first, argv + first, &words);
+	if (!c && is_group(argv[first]))
+		return group_only(argc - first, argv + first);
+	if (!c)
+		return kvc_cli_fail(&cli, "unknown command '%s'", argv[first]);
+	first += words - 1;
+	opt = parse_command(&a, c, argc - first, argv + first, &config_path);
+	if (opt != KVC_CLI_END)
+		return kvc_cli_status(opt);
 	if (!config_path)
 		config_path = "/var/lib/kvc/cluster.conf";
 	if (kvc_config_load_reported("kvc-admin", config_path, &a.config) < 0)
@@ -420,16 +628,5 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvc-admin: cannot set up clients\n");
 		return 1;
 	}
-	const char *cmd = argv[optind];
-	if (strcmp(cmd, "status") == 0)
-		return cmd_status(&a);
-	if ((strcmp(cmd, "stat") == 0 || strcmp(cmd, "layout") == 0) && optind + 1 < argc)
-		return cmd_stat(&a, argv[optind + 1]);
-	if (strcmp(cmd, "ls") == 0)
-		return cmd_ls(&a, optind + 1 < argc ? argv[optind + 1] : "/");
-	int rc = cmd_pools(&a, argc - optind, argv + optind);
-	if (rc >= 0)
-		return rc;
-	usage(stderr);
-	return 2;
+	return c->run(&a);
 }

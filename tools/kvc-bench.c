@@ -6,6 +6,8 @@
  *   kvc-bench ring [options]   USRBIO rings against FUSE and TCP
  *   kvc-bench meta [options]   page pools over HTTP and the binary protocol
  *   kvc-bench gpu  [options]   KV pages into GPU memory by each path
+ *
+ * `kvc-bench COMMAND --help` lists a command's options.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -15,23 +17,44 @@
 #include "bench/gpu.h"
 #include "bench/meta.h"
 #include "bench/ring.h"
+#include "core/cli.h"
+
+static const struct command {
+	const char *name;
+	int (*main)(int argc, char **argv);
+} commands[] = {
+	{"fs", bench_fs_main},
+	{"ring", bench_ring_main},
+	{"meta", bench_meta_main},
+	{"gpu", bench_gpu_main},
+};
+
+static const char usage[] =
+	"usage: kvc-bench COMMAND [options]\n"
+	"Benchmarks of a running kvcfs cluster; each prints a table (JSON with\n"
+	"--json FILE) and measures its baseline in the same run.\n"
+	"  fs      the FUSE path against the raw loopback TCP ceiling\n"
+	"  ring    USRBIO rings against FUSE and TCP\n"
+	"  meta    page pools over HTTP and the binary protocol\n"
+	"  gpu     KV pages into GPU memory by each path\n"
+	"'kvc-bench COMMAND --help' lists a command's options.\n";
 
 int main(int argc, char **argv)
 {
-	signal(SIGPIPE, SIG_IGN);
-	if (argc >= 2 && strcmp(argv[1], "fs") == 0)
-		return bench_fs_main(argc - 1, argv + 1);
-	if (argc >= 2 && strcmp(argv[1], "ring") == 0)
-		return bench_ring_main(argc - 1, argv + 1);
-	if (argc >= 2 && strcmp(argv[1], "meta") == 0)
-		return bench_meta_main(argc - 1, argv + 1);
-	if (argc >= 2 && strcmp(argv[1], "gpu") == 0)
-		return bench_gpu_main(argc - 1, argv + 1);
-	fprintf(stderr,
-	        "usage: kvc-bench fs   [--mount DIR] [--size BYTES] [--random-seconds S] [--json FILE]\n"
-	        "       kvc-bench ring [--mount DIR] [--file-size BYTES] [--seconds S] [--json FILE]\n"
-	        "       kvc-bench meta [--config FILE] [--http HOST:PORT] [--seconds S] [--json FILE]\n"
-	        "       kvc-bench gpu  [--mount DIR] [--pages N] [--page-size BYTES] [--depth D]\n"
-	        "                      [--repeat R] [--json FILE]\n");
-	return 2;
+	static const struct kvc_cli cli = {"kvc-bench", usage, "", NULL, 1};
+	int opt = kvc_cli_next(&cli, argc, argv);
+	if (opt != KVC_CLI_END)
+		return kvc_cli_status(opt);
+	if (optind >= argc)
+		return kvc_cli_fail(&cli, "a COMMAND is required (fs, ring, meta or gpu)");
+	const char *name = argv[optind];
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+		if (strcmp(name, commands[i].name) != 0)
+			continue;
+		signal(SIGPIPE, SIG_IGN);
+		int first = optind;
+		optind = 0; /* the command parses its own options from scratch */
+		return commands[i].main(argc - first, argv + first);
+	}
+	return kvc_cli_fail(&cli, "unknown command '%s'", name);
 }

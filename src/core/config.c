@@ -59,9 +59,12 @@ static int parse_int(struct parser *p, const char *key, const char *value,
 	char *end;
 	errno = 0;
 	long v = strtol(value, &end, 0);
-	if (errno || end == value || *end != '\0' || v < min || v > max)
-		return fail(p, "%s must be an integer in [%ld, %ld], not '%s'", key, min,
-		            max, value);
+	if (errno || end == value || *end != '\0' || v < min || v > max) {
+		/* Not `return fail(...)`: the caller reads *out when this returns 0,
+		 * and the compiler cannot see that fail() never does. */
+		fail(p, "%s must be an integer in [%ld, %ld], not '%s'", key, min, max, value);
+		return -EINVAL;
+	}
 	*out = v;
 	return 0;
 }
@@ -103,24 +106,29 @@ static int global_key(struct parser *p, const char *key, const char *value)
 		return copy_string(p, c->token, sizeof(c->token), key, value);
 	if (strcmp(key, "chunk_size") == 0) {
 		rc = parse_int(p, key, value, KVC_LAYOUT_MIN_CHUNK, KVC_LAYOUT_MAX_CHUNK, &v);
-		if (rc == 0 && (v & (v - 1)))
+		if (rc < 0)
+			return rc;
+		if (v & (v - 1))
 			return fail(p, "chunk_size must be a power of two, not %ld", v);
 		c->chunk_size = (uint32_t)v;
-		return rc;
+		return 0;
 	}
 	if (strcmp(key, "stripe") == 0) {
 		rc = parse_int(p, key, value, 1, KVC_WIRE_MAX_TARGETS, &v);
-		c->stripe = (uint32_t)v;
+		if (rc == 0)
+			c->stripe = (uint32_t)v;
 		return rc;
 	}
 	if (strcmp(key, "connect_timeout_ms") == 0) {
 		rc = parse_int(p, key, value, 1, 600000, &v);
-		c->connect_timeout_ms = (int)v;
+		if (rc == 0)
+			c->connect_timeout_ms = (int)v;
 		return rc;
 	}
 	if (strcmp(key, "io_timeout_ms") == 0) {
 		rc = parse_int(p, key, value, 1, 600000, &v);
-		c->io_timeout_ms = (int)v;
+		if (rc == 0)
+			c->io_timeout_ms = (int)v;
 		return rc;
 	}
 	return fail(p, "unknown key '%s'", key);
@@ -141,7 +149,8 @@ static int section_key(struct parser *p, const char *key, const char *value)
 			return copy_string(p, c->meta_data, sizeof(c->meta_data), key, value);
 		if (strcmp(key, "sync_interval_ms") == 0) {
 			rc = parse_int(p, key, value, 0, 3600000, &v);
-			c->sync_interval_ms = (int)v;
+			if (rc == 0)
+				c->sync_interval_ms = (int)v;
 			return rc;
 		}
 		if (strcmp(key, "http") == 0)
@@ -149,27 +158,32 @@ static int section_key(struct parser *p, const char *key, const char *value)
 			                   strcmp(value, "off") == 0 ? "" : value);
 		if (strcmp(key, "http_max_body") == 0) {
 			rc = parse_int(p, key, value, 1024, 1 << 30, &v);
-			c->http_max_body = (uint32_t)v;
+			if (rc == 0)
+				c->http_max_body = (uint32_t)v;
 			return rc;
 		}
 		if (strcmp(key, "http_threads") == 0) {
 			rc = parse_int(p, key, value, 1, 256, &v);
-			c->http_threads = (int)v;
+			if (rc == 0)
+				c->http_threads = (int)v;
 			return rc;
 		}
 		if (strcmp(key, "client_timeout_ms") == 0) {
 			rc = parse_int(p, key, value, 1000, 3600000, &v);
-			c->client_timeout_ms = (uint32_t)v;
+			if (rc == 0)
+				c->client_timeout_ms = (uint32_t)v;
 			return rc;
 		}
 		if (strcmp(key, "lease_ms") == 0) {
 			rc = parse_int(p, key, value, 0, 3600000, &v);
-			c->lease_ms = (uint32_t)v;
+			if (rc == 0)
+				c->lease_ms = (uint32_t)v;
 			return rc;
 		}
 		if (strcmp(key, "world_size") == 0) {
 			rc = parse_int(p, key, value, 0, 256, &v);
-			c->world_size = (uint32_t)v;
+			if (rc == 0)
+				c->world_size = (uint32_t)v;
 			return rc;
 		}
 		if (strcmp(key, "vllm_namespace") == 0) {
@@ -201,17 +215,20 @@ static int section_key(struct parser *p, const char *key, const char *value)
 				return 0;
 			}
 			rc = parse_int(p, key, value, 0, 64, &v);
-			c->receive_threads = (int)v;
+			if (rc == 0)
+				c->receive_threads = (int)v;
 			return rc;
 		}
 		if (strcmp(key, "gpu_staging_mb") == 0) {
 			rc = parse_int(p, key, value, 2, 4096, &v);
-			c->gpu_staging_mb = (uint32_t)v;
+			if (rc == 0)
+				c->gpu_staging_mb = (uint32_t)v;
 			return rc;
 		}
 		if (strcmp(key, "readahead_kb") == 0) {
 			rc = parse_int(p, key, value, 0, 1 << 20, &v);
-			c->readahead_kb = (int)v;
+			if (rc == 0)
+				c->readahead_kb = (int)v;
 			return rc;
 		}
 		break;

@@ -5,23 +5,25 @@
  *   kvc-storage --config FILE --name NAME [--verbose]
  */
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "core/cli.h"
 #include "core/config.h"
 #include "core/log.h"
 #include "core/net.h"
 #include "core/server.h"
 #include "storage/service.h"
 
-static void usage(FILE *out)
-{
-	fprintf(out, "usage: kvc-storage --config FILE --name NAME [--verbose]\n"
-	             "Serves the targets of section [storage NAME] of the cluster file.\n");
-}
+static const char usage[] =
+	"usage: kvc-storage --config FILE --name NAME [--verbose]\n"
+	"Serves the targets of section [storage NAME] of the cluster file FILE.\n"
+	"  -c, --config FILE   the cluster file\n"
+	"  -n, --name NAME     which [storage NAME] section this server is\n"
+	"  -v, --verbose       log debug records too\n"
+	"  -h, --help          this text\n";
 
 static void stop_service(void *arg)
 {
@@ -32,27 +34,27 @@ static void stop_service(void *arg)
 
 int main(int argc, char **argv)
 {
-	static struct option options[] = {{"config", required_argument, 0, 'c'},
-	                                  {"name", required_argument, 0, 'n'},
-	                                  {"verbose", no_argument, 0, 'v'},
-	                                  {"help", no_argument, 0, 'h'},
-	                                  {0, 0, 0, 0}};
+	static const struct option options[] = {{"config", required_argument, 0, 'c'},
+	                                        {"name", required_argument, 0, 'n'},
+	                                        {"verbose", no_argument, 0, 'v'},
+	                                        {0, 0, 0, 0}};
+	static const struct kvc_cli cli = {"kvc-storage", usage, "c:n:v", options, 0};
 	const char *config_path = NULL, *name = NULL;
 	enum kvc_log_level level = KVC_LOG_INFO;
 	int opt;
-	while ((opt = getopt_long(argc, argv, "c:n:vh", options, NULL)) != -1) {
+	while ((opt = kvc_cli_next(&cli, argc, argv)) > 0) {
 		switch (opt) {
 		case 'c': config_path = optarg; break;
 		case 'n': name = optarg; break;
 		case 'v': level = KVC_LOG_DEBUG; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
 		}
 	}
-	if (!config_path || !name) {
-		usage(stderr);
-		return 2;
-	}
+	if (opt != KVC_CLI_END)
+		return kvc_cli_status(opt);
+	if (!config_path || !name)
+		return kvc_cli_fail(&cli, "--config FILE and --name NAME are required");
+	if (optind < argc)
+		return kvc_cli_fail(&cli, "unexpected argument '%s'", argv[optind]);
 	kvc_log_setup("kvc-storage", level);
 
 	static struct kvc_config config;

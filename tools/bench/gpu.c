@@ -18,7 +18,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,13 +25,21 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "core/cli.h"
 #include "core/cuda_api.h"
 #include "kvc/gpu.h"
 #include "kvc/usrbio.h"
 
-#if defined(KVC_HAVE_CUDA)
-
 #define MAX_DEPTH 128
+
+/* What the command line asks for. */
+struct gpu_options {
+	const char *mount, *json;
+	uint64_t page;
+	int pages, depth, repeat;
+};
+
+#if defined(KVC_HAVE_CUDA)
 
 enum path { DEVICE_IOV, PINNED_IOV, CONNECTOR, FUSE_READ, HOST_TO_DEVICE, PATHS };
 
@@ -289,36 +296,13 @@ static int compare(const void *x, const void *y)
 	return a < c ? -1 : a > c;
 }
 
-int bench_gpu_main(int argc, char **argv)
+static int run(const struct gpu_options *o)
 {
-	static struct option options[] = {{"mount", required_argument, 0, 'm'},
-	                                  {"pages", required_argument, 0, 'n'},
-	                                  {"page-size", required_argument, 0, 'p'},
-	                                  {"depth", required_argument, 0, 'd'},
-	                                  {"repeat", required_argument, 0, 'r'},
-	                                  {"json", required_argument, 0, 'j'},
-	                                  {0, 0, 0, 0}};
-	static struct gpu_bench b = {.mount = "/mnt/kvc", .page = 8 * MIB, .pages = 256,
-	                             .depth = 32};
-	const char *json = NULL;
-	int repeat = 3, opt;
-	while ((opt = getopt_long(argc, argv, "m:n:p:d:r:j:", options, NULL)) != -1) {
-		switch (opt) {
-		case 'm': b.mount = optarg; break;
-		case 'n': b.pages = atoi(optarg); break;
-		case 'p': b.page = bench_parse_size(optarg); break;
-		case 'd': b.depth = atoi(optarg); break;
-		case 'r': repeat = atoi(optarg); break;
-		case 'j': json = optarg; break;
-		default: return 2;
-		}
-	}
-	if (b.pages < 3 || b.pages > 65535 || b.depth < 2 || b.depth > MAX_DEPTH ||
-	    b.page < 4096 || b.page % 4096 || repeat < 1 || repeat > 100) {
-		fprintf(stderr, "kvc-bench gpu: --pages 3..65535, --depth 2..%d, --page-size a "
-		                "multiple of 4 KiB, --repeat 1..100\n", MAX_DEPTH);
-		return 2;
-	}
+	static struct gpu_bench b;
+	b = (struct gpu_bench){.mount = o->mount, .page = o->page, .pages = o->pages,
+	                       .depth = o->depth};
+	const char *json = o->json;
+	int repeat = o->repeat;
 	b.cuda = kvc_cuda_get();
 	if (!b.cuda) {
 		fprintf(stderr, "kvc-bench gpu: no GPU here: %s\n", kvc_cuda_unavailable_reason());
@@ -362,11 +346,59 @@ int bench_gpu_main(int argc, char **argv)
 
 #else
 
-int bench_gpu_main(int argc, char **argv)
+static int run(const struct gpu_options *o)
 {
-	(void)argc, (void)argv;
+	(void)o;
 	fprintf(stderr, "kvc-bench gpu: %s\n", kvc_cuda_unavailable_reason());
 	return 77;
 }
 
 #endif
+
+static const char usage[] =
+	"usage: kvc-bench gpu [--mount DIR] [--pages N] [--page-size BYTES] [--depth D]\n"
+	"                     [--repeat R] [--json FILE]\n"
+	"KV pages of a kvcfs file into GPU memory by each path (device iov,\n"
+	"pinned iov, today's connectors, FUSE read) against the pinned\n"
+	"host-to-device copy; exits 77 where there is no GPU.\n"
+	"  -m, --mount DIR            the kvcfs mount (default /mnt/kvc)\n"
+	"  -n, --pages N              pages, 3..65535 (default 256)\n"
+	"  -p, --page-size BYTES      a multiple of 4 KiB (default 8M)\n"
+	"  -d, --depth D              reads in flight, 2..128 (default 32)\n"
+	"  -r, --repeat R             runs of each path, 1..100; the median counts (default 3)\n"
+	"  -j, --json FILE            write the table as JSON too\n"
+	"  -h, --help                 this text\n";
+
+int bench_gpu_main(int argc, char **argv)
+{
+	static const struct option options[] = {{"mount", required_argument, 0, 'm'},
+	                                        {"pages", required_argument, 0, 'n'},
+	                                        {"page-size", required_argument, 0, 'p'},
+	                                        {"depth", required_argument, 0, 'd'},
+	                                        {"repeat", required_argument, 0, 'r'},
+	                                        {"json", required_argument, 0, 'j'},
+	                                        {0, 0, 0, 0}};
+	static const struct kvc_cli cli = {"kvc-bench gpu", usage, "m:n:p:d:r:j:", options, 0};
+	struct gpu_options o = {.mount = "/mnt/kvc", .page = 8 * MIB, .pages = 256, .depth = 32,
+	                        .repeat = 3};
+	int opt;
+	while ((opt = kvc_cli_next(&cli, argc, argv)) > 0) {
+		switch (opt) {
+		case 'm': o.mount = optarg; break;
+		case 'n': o.pages = atoi(optarg); break;
+		case 'p': o.page = bench_parse_size(optarg); break;
+		case 'd': o.depth = atoi(optarg); break;
+		case 'r': o.repeat = atoi(optarg); break;
+		case 'j': o.json = optarg; break;
+		}
+	}
+	if (opt != KVC_CLI_END)
+		return kvc_cli_status(opt);
+	if (optind < argc)
+		return kvc_cli_fail(&cli, "unexpected argument '%s'", argv[optind]);
+	if (o.pages < 3 || o.pages > 65535 || o.depth < 2 || o.depth > MAX_DEPTH ||
+	    o.page < 4096 || o.page % 4096 || o.repeat < 1 || o.repeat > 100)
+		return kvc_cli_fail(&cli, "--pages 3..65535, --depth 2..%d, --page-size a multiple "
+		                    "of 4 KiB, --repeat 1..100", MAX_DEPTH);
+	return run(&o);
+}

@@ -15,7 +15,6 @@
 #include "meta.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +24,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "core/cli.h"
 #include "core/config.h"
 #include "kvc/meta.h"
 #include "core/net.h"
@@ -223,21 +223,37 @@ static int run_point(struct bench_table *t, struct kvc_meta *meta, const char *h
 	return 0;
 }
 
+static const char usage[] =
+	"usage: kvc-bench meta [--config FILE] [--http HOST:PORT] [--seconds S]\n"
+	"                      [--protocol http|native] [--batch N] [--clients N] [--json FILE]\n"
+	"Page pools under a connector-like load (allocate, confirm, exists,\n"
+	"locations) over HTTP and the binary protocol, at batch 8 and 256 with\n"
+	"1, 8 and 32 clients.\n"
+	"  -c, --config FILE          the cluster file (default /var/lib/kvc/cluster.conf)\n"
+	"  -H, --http HOST:PORT       kvc-meta's HTTP address (default: [meta] http)\n"
+	"  -s, --seconds S            how long each point runs (default 2)\n"
+	"  -p, --protocol P           only http or only native\n"
+	"  -b, --batch N              only batch N\n"
+	"  -n, --clients N            only N clients\n"
+	"  -j, --json FILE            write the table as JSON too\n"
+	"  -h, --help                 this text\n";
+
 int bench_meta_main(int argc, char **argv)
 {
-	static struct option options[] = {{"config", required_argument, 0, 'c'},
-	                                  {"http", required_argument, 0, 'H'},
-	                                  {"seconds", required_argument, 0, 's'},
-	                                  {"json", required_argument, 0, 'j'},
-	                                  {"protocol", required_argument, 0, 'p'},
-	                                  {"batch", required_argument, 0, 'b'},
-	                                  {"clients", required_argument, 0, 'n'},
-	                                  {0, 0, 0, 0}};
+	static const struct option options[] = {{"config", required_argument, 0, 'c'},
+	                                        {"http", required_argument, 0, 'H'},
+	                                        {"seconds", required_argument, 0, 's'},
+	                                        {"json", required_argument, 0, 'j'},
+	                                        {"protocol", required_argument, 0, 'p'},
+	                                        {"batch", required_argument, 0, 'b'},
+	                                        {"clients", required_argument, 0, 'n'},
+	                                        {0, 0, 0, 0}};
+	static const struct kvc_cli cli = {"kvc-bench meta", usage, "c:H:s:j:p:b:n:", options, 0};
 	const char *config_path = "/var/lib/kvc/cluster.conf", *json = NULL, *http = NULL;
 	const char *only_protocol = NULL;
 	double seconds = 2;
 	int opt, only_batch = 0, only_clients = 0;
-	while ((opt = getopt_long(argc, argv, "c:H:s:j:p:b:n:", options, NULL)) != -1) {
+	while ((opt = kvc_cli_next(&cli, argc, argv)) > 0) {
 		switch (opt) {
 		case 'c': config_path = optarg; break;
 		case 'H': http = optarg; break;
@@ -246,16 +262,17 @@ int bench_meta_main(int argc, char **argv)
 		case 'p': only_protocol = optarg; break;
 		case 'b': only_batch = atoi(optarg); break;
 		case 'n': only_clients = atoi(optarg); break;
-		default: return 2;
 		}
 	}
+	if (opt != KVC_CLI_END)
+		return kvc_cli_status(opt);
+	if (optind < argc)
+		return kvc_cli_fail(&cli, "unexpected argument '%s'", argv[optind]);
 	if ((only_protocol && strcmp(only_protocol, "http") != 0 &&
 	     strcmp(only_protocol, "native") != 0) || only_batch < 0 ||
-	    only_batch > KVC_META_MAX_BATCH || only_clients < 0 || only_clients > MAX_CLIENTS) {
-		fprintf(stderr, "kvc-bench meta: --protocol http|native, --batch 1..%d, "
-		                "--clients 1..%d\n", KVC_META_MAX_BATCH, MAX_CLIENTS);
-		return 2;
-	}
+	    only_batch > KVC_META_MAX_BATCH || only_clients < 0 || only_clients > MAX_CLIENTS)
+		return kvc_cli_fail(&cli, "--protocol http|native, --batch 1..%d, --clients 1..%d",
+		                    KVC_META_MAX_BATCH, MAX_CLIENTS);
 	static struct kvc_config config;
 	if (kvc_config_load_reported("kvc-bench", config_path, &config) < 0)
 		return 1;

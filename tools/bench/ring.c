@@ -17,13 +17,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "core/cli.h"
 #include "fs.h"
 #include "kvc/usrbio.h"
 
@@ -144,30 +144,42 @@ static void setup(struct ring_setup *s, const char *path)
 	check(kvc_fd_sync(s->fd), "fsync");
 }
 
+static const char usage[] =
+	"usage: kvc-bench ring [--mount DIR] [--file-size BYTES] [--seconds S] [--json FILE]\n"
+	"USRBIO rings against FUSE and the raw loopback TCP ceiling: reads and\n"
+	"writes of 1, 4 and 16 MiB at depths 1 to 128, 4 KiB random reads.\n"
+	"  -m, --mount DIR            the kvcfs mount (default /mnt/kvc)\n"
+	"  -f, --file-size BYTES      the test file's size, at least 64M (default 1G)\n"
+	"  -s, --seconds S            how long each point runs (default 1.5)\n"
+	"  -j, --json FILE            write the table as JSON too\n"
+	"  -h, --help                 this text\n";
+
 int bench_ring_main(int argc, char **argv)
 {
-	static struct option options[] = {{"mount", required_argument, 0, 'm'},
-	                                  {"file-size", required_argument, 0, 'f'},
-	                                  {"seconds", required_argument, 0, 's'},
-	                                  {"json", required_argument, 0, 'j'},
-	                                  {0, 0, 0, 0}};
+	static const struct option options[] = {{"mount", required_argument, 0, 'm'},
+	                                        {"file-size", required_argument, 0, 'f'},
+	                                        {"seconds", required_argument, 0, 's'},
+	                                        {"json", required_argument, 0, 'j'},
+	                                        {0, 0, 0, 0}};
+	static const struct kvc_cli cli = {"kvc-bench ring", usage, "m:f:s:j:", options, 0};
 	const char *json = NULL;
 	struct ring_setup s = {.mount = "/mnt/kvc", .file_size = 1ull << 30};
 	double seconds = 1.5;
 	int opt;
-	while ((opt = getopt_long(argc, argv, "m:f:s:j:", options, NULL)) != -1) {
+	while ((opt = kvc_cli_next(&cli, argc, argv)) > 0) {
 		switch (opt) {
 		case 'm': s.mount = optarg; break;
 		case 'f': s.file_size = bench_parse_size(optarg) / (16 * MIB) * (16 * MIB); break;
 		case 's': seconds = atof(optarg); break;
 		case 'j': json = optarg; break;
-		default: return 2;
 		}
 	}
-	if (s.file_size < 64 * MIB) {
-		fprintf(stderr, "kvc-bench: --file-size must be at least 64M\n");
-		return 2;
-	}
+	if (opt != KVC_CLI_END)
+		return kvc_cli_status(opt);
+	if (optind < argc)
+		return kvc_cli_fail(&cli, "unexpected argument '%s'", argv[optind]);
+	if (s.file_size < 64 * MIB)
+		return kvc_cli_fail(&cli, "--file-size must be at least 64M");
 	char path[4096];
 	snprintf(path, sizeof(path), "%s/.kvc-bench-ring-%d", s.mount, (int)getpid());
 	static struct bench_table t = {.ratio_label = "ratio"};

@@ -94,6 +94,9 @@ static int kvc_fio_iomem_alloc(struct thread_data *td, size_t total)
 		log_err("fio_kvc: iov of %zu bytes: %s\n", total, strerror(-rc));
 		return -rc;
 	}
+	/* No other process opens this iov by name: drop the name now, so no
+	 * /dev/shm entry outlives the job, even one that fio kills. */
+	kvc_iov_unlink(k->iov);
 	td->orig_buffer = kvc_iov_base(k->iov);
 	return 0;
 }
