@@ -78,8 +78,10 @@ static int call(struct kvc_meta *m, uint16_t type, const char *ns, struct kvc_ms
 	              : 0;
 	uint64_t extra = ((uint64_t)a_count + b_count) * 8u;
 	if (rc == 0) {
-		memcpy(body + off, a, a_count * 8u);
-		memcpy(body + off + a_count * 8u, b, b_count * 8u);
+		if (a_count)
+			memcpy(body + off, a, a_count * 8u);
+		if (b_count)
+			memcpy(body + off + a_count * 8u, b, b_count * 8u);
 		off += (uint32_t)extra;
 		rc = kvc_rpc_call(&m->pool, type, body, off, reply, reply_cap, reply_len);
 		if (kvc_rpc_is_transport_error(rc) && rc != -ECONNREFUSED && rc != -ETIMEDOUT)
