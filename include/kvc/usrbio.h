@@ -89,8 +89,10 @@ void kvc_ring_destroy(struct kvc_ring *ring);
 int kvc_ring_entries(const struct kvc_ring *ring);
 
 /* Queue one I/O: `length` bytes at `file_offset` of registered fd into
- * (read) or from (write) iov memory at ptr. Returns the slot index, or
- * -EINVAL (direction differs from the ring's, zero or oversized length),
+ * (read) or from (write) iov memory at ptr. Any length the iov holds:
+ * kvc-fuse cuts it into chunk pieces and completes the entry once, with
+ * the total. Returns the slot index, or
+ * -EINVAL (direction differs from the ring's, zero length),
  * -EFAULT (ptr..ptr+length outside the iov), -EBADF (fd not registered),
  * -EACCES (fd not open for that direction), -EAGAIN (ring full: wait for
  * completions first). Takes effect at kvc_ring_submit. */

@@ -34,8 +34,6 @@
 #include "core/ring.h"
 #include "core/wire.h"
 
-#define MAX_IO_LENGTH (64ull << 20)
-
 struct control {
 	struct control *next;
 	char mount[PATH_MAX];
@@ -652,7 +650,8 @@ int kvc_ring_entries(const struct kvc_ring *ring)
 int kvc_ring_prep(struct kvc_ring *ring, const struct kvc_iov *iov, bool read, void *ptr,
                   int fd, uint64_t file_offset, uint64_t length, const void *userdata)
 {
-	if (read != ring->for_read || length == 0 || length > MAX_IO_LENGTH)
+	/* Any length the iov holds: kvc-fuse cuts an entry into chunk pieces. */
+	if (read != ring->for_read || length == 0)
 		return -EINVAL;
 	uintptr_t p = (uintptr_t)ptr, base = (uintptr_t)iov->base;
 	if (iov->control != ring->control || p < base || p - base > iov->size ||

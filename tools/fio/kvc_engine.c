@@ -5,7 +5,8 @@
  *   fio --ioengine=external:/path/to/fio_kvc.so --filename=/mnt/kvc/f ...
  *
  * fio's I/O buffers are allocated inside one kvcfs iov (the iomem hooks),
- * so every read lands in shared memory that kvc-fuse fills directly. Each
+ * so every read lands in shared memory that kvc-fuse fills directly; any
+ * block size works (an I/O may be as long as the iov). Each
  * job thread has a read ring and a write ring of iodepth entries; files
  * are registered with kvc-fuse when fio opens them. Built against the
  * headers of the installed fio's source (tools/fio/build.sh).
