@@ -743,8 +743,9 @@ int kvc_ring_wait(struct kvc_ring *ring, struct kvc_completion *out, int max, in
 		}
 		/* Release: kvc-fuse may reuse the slots once it sees the head. */
 		atomic_store_explicit(&sh->cq_head, head, memory_order_release);
-		/* More than can ever come (fewer I/Os in flight): all of them. */
-		if ((uint32_t)(min_results - got) > ring->outstanding)
+		/* More than can ever come (fewer I/Os in flight): all of them.
+		 * (got may exceed min_results: then nothing more is needed.) */
+		if (min_results > got && (uint32_t)(min_results - got) > ring->outstanding)
 			min_results = got + (int)ring->outstanding;
 		if (got >= min_results)
 			return got;

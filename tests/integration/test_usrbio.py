@@ -404,3 +404,33 @@ def test_handles_from_before_a_kvc_fuse_restart_are_harmless(cluster, workdir):
         new.close()
         kvcfs.deregister_fd(fd)
         os.close(fd)
+
+
+MORE_THAN_ENOUGH = """
+import os, sys
+sys.path.insert(0, sys.argv[3])
+import kvcfs
+fd = os.open(sys.argv[1], os.O_RDONLY)
+kvcfs.register_fd(fd)
+iov = kvcfs.Iov.create(sys.argv[2], 1 << 20)
+iov.unlink()  # killed if it hangs: leave no name in /dev/shm
+ring = kvcfs.Ring(sys.argv[2], 8, for_read=True)
+for i in range(3):
+    ring.prepare(iov, True, fd, i * 4096, 4096, iov_offset=i * 4096, userdata=i)
+ring.submit()
+first = ring.wait(max_results=2, min_results=1)  # no timeout
+rest = ring.wait(min_results=3 - len(first))
+print(sorted(c.userdata for c in first + rest), len(first))
+"""
+
+
+def test_wait_returns_with_more_than_min_results(cluster, workdir):
+    """Three completions posted at once, collected two at most and one at
+    least: the wait returns what it took (it used to wait on for the one
+    it had left in the ring, forever)."""
+    path = workdir / "three"
+    path.write_bytes(os.urandom(3 * 4096))
+    out = run(sys.executable, "-c", MORE_THAN_ENOUGH, path, cluster.mount,
+              ROOT / "tools" / "python", timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("]")[0] == "[0, 1, 2"
