@@ -47,7 +47,9 @@ struct kvc_completion {
 
 /* Create a new shared-memory iov of size bytes on the mount (any path in
  * it) and register it. id_out (may be NULL) receives its 16-byte id, by
- * which another process of the same uid may open it. Errors: -EINVAL,
+ * which another process of the same uid may open it while the name
+ * /dev/shm/kvc-iov-<id> exists: this handle removes it at kvc_iov_unlink
+ * or kvc_iov_destroy (a killed process leaves it behind). Errors: -EINVAL,
  * -ENOENT (not a kvcfs mount), -ECONNREFUSED (kvc-fuse not serving),
  * -ENOMEM, -EACCES. */
 int kvc_iov_create(struct kvc_iov **out, const char *mount, size_t size,
@@ -71,11 +73,14 @@ void kvc_iov_set_pinned(struct kvc_iov *iov, int pinned);
 size_t kvc_iov_size(const struct kvc_iov *iov);
 void kvc_iov_id(const struct kvc_iov *iov, uint8_t id[16]);
 
-/* Remove the iov's name (kvc_iov_open by id no longer finds it). */
+/* Remove the name of an iov this handle created (kvc_iov_open by id no
+ * longer finds it; mappings stay valid). An iov opened by id, wrapped or
+ * of GPU memory has no name of ours: 0, nothing done. */
 int kvc_iov_unlink(struct kvc_iov *iov);
 
-/* Deregister and unmap (memory from kvc_iov_wrap stays the caller's).
- * Waits for the ring I/O that still uses it. Safe on NULL. */
+/* Deregister and unmap (memory from kvc_iov_wrap stays the caller's), and
+ * remove the name if this handle created it. Waits for the ring I/O that
+ * still uses it. Safe on NULL. */
 void kvc_iov_destroy(struct kvc_iov *iov);
 
 /* Create and register a ring of `entries` slots (1..4096, rounded up to a

@@ -6,6 +6,12 @@
  * registered fds (fd -> mount connection, access mode). 3FS's API
  * registers fds without naming a mount, so this state cannot live in a
  * caller's handle. Everything else belongs to iov and ring handles.
+ *
+ * Names in /dev/shm: kvc_iov_create makes /dev/shm/kvc-iov-<id> so that
+ * other processes can open the iov by id; the handle that created it
+ * removes the name at kvc_iov_unlink or kvc_iov_destroy, whichever comes
+ * first (as 3FS does), so nothing is left behind unless the process is
+ * killed. Rings live in memfds and have no name.
  */
 #include "kvc/usrbio.h"
 #include "kvc/gpu.h"
@@ -62,6 +68,7 @@ struct kvc_iov {
 	int numa;
 	uint8_t id[16];
 	bool owned; /* we mapped it (create/open): unmap at destroy */
+	bool named; /* we created its /dev/shm name and it is still there */
 	bool pinned; /* page-locked for the GPU (src/client/gpu.c) */
 	int device;  /* GPU memory of this device (src/client/gpu.c), or -1: host */
 	uint32_t handle;
@@ -306,7 +313,7 @@ static int iov_map_named(struct kvc_iov **out, const uint8_t id[16], const char 
 		return -EINVAL;
 	}
 	*iov = (struct kvc_iov){.size = size, .block_size = block_size, .numa = numa,
-	                        .owned = true, .device = -1};
+	                        .owned = true, .named = create, .device = -1};
 	memcpy(iov->id, id, 16);
 	id_to_name(id, name, sizeof(name));
 	int fd = shm_open(name, create ? O_RDWR | O_CREAT | O_EXCL : O_RDWR, 0600);
@@ -458,8 +465,9 @@ void kvc_iov_id(const struct kvc_iov *iov, uint8_t id[16]) { memcpy(id, iov->id,
 int kvc_iov_unlink(struct kvc_iov *iov)
 {
 	char name[64];
-	if (iov->device >= 0)
-		return 0; /* GPU memory has no name to remove */
+	if (!iov->named)
+		return 0; /* opened, wrapped, GPU memory, or unlinked already */
+	iov->named = false;
 	id_to_name(iov->id, name, sizeof(name));
 	return shm_unlink(name) < 0 ? -errno : 0;
 }
@@ -472,6 +480,7 @@ void kvc_iov_destroy(struct kvc_iov *iov)
 		kvc_iov_unpin(iov); /* a registered range must not outlive its mapping */
 	/* kvc-fuse answers once no ring I/O uses the memory any more. */
 	control_deregister(iov->control, KVC_MSG_IOV_DEREGISTER, iov->generation, iov->handle);
+	kvc_iov_unlink(iov); /* the name this handle created goes with it */
 	if (iov->owned && iov->device >= 0)
 		kvc_gpu_device_free(iov->base, iov->device);
 	else if (iov->owned)

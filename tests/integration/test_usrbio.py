@@ -318,6 +318,7 @@ import kvcfs
 fd = os.open(sys.argv[1], os.O_RDONLY)
 kvcfs.register_fd(fd)
 iov = kvcfs.Iov.create(sys.argv[2], 1 << 20)
+iov.unlink()  # this process is killed: leave no name in /dev/shm
 ring = kvcfs.Ring(sys.argv[2], 4, for_read=True)
 print("ready", flush=True)
 sys.stdin.readline()

@@ -95,6 +95,9 @@ static int kvc_fio_iomem_alloc(struct thread_data *td, size_t total)
 		log_err("fio_kvc: iov of %zu bytes: %s\n", total, strerror(-rc));
 		return -rc;
 	}
+	/* Nothing opens it by id: its /dev/shm name goes now, so not even a
+	 * killed fio leaves it behind. */
+	kvc_iov_unlink(k->iov);
 	td->orig_buffer = kvc_iov_base(k->iov);
 	return 0;
 }
