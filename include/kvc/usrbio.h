@@ -83,8 +83,9 @@ int kvc_iov_unlink(struct kvc_iov *iov);
  * still uses it. Safe on NULL. */
 void kvc_iov_destroy(struct kvc_iov *iov);
 
-/* Create and register a ring of `entries` slots (1..4096, rounded up to a
- * power of two) for reads or writes. io_depth: > 0 run exactly that many
+/* Create and register a ring of `entries` slots (1..4096: at most that
+ * many I/Os outstanding; its shared memory holds the next power of two)
+ * for reads or writes. io_depth: > 0 run exactly that many
  * per batch (waiting up to timeout_ms for them, 0 = no limit), 0 run all
  * pending entries at once, < 0 at most -io_depth per batch. flags:
  * KVC_RING_FORBID_READ_HOLES (reading a hole fails with -ENODATA). */

@@ -79,8 +79,9 @@ struct kvc_iov {
 struct kvc_ring {
 	struct kvc_ring_shared *shared;
 	size_t bytes;
-	uint32_t entries;
+	uint32_t entries;      /* slots in the shared memory: a power of two */
 	uint32_t mask;
+	uint32_t limit;        /* entries asked for: at most this many outstanding */
 	bool for_read;
 	uint32_t local_tail;   /* prepared, not yet published */
 	uint32_t outstanding;  /* prepared and not yet reaped */
@@ -587,6 +588,7 @@ int kvc_ring_create(struct kvc_ring **out, const char *mount, int entries, bool 
 	struct kvc_ring *ring = calloc(1, sizeof(*ring));
 	if (!ring)
 		return -ENOMEM;
+	ring->limit = (uint32_t)entries;
 	ring->entries = round_up_pow2((uint32_t)entries);
 	ring->mask = ring->entries - 1;
 	ring->for_read = for_read;
@@ -653,7 +655,7 @@ void kvc_ring_destroy(struct kvc_ring *ring)
 
 int kvc_ring_entries(const struct kvc_ring *ring)
 {
-	return (int)ring->entries;
+	return (int)ring->limit;
 }
 
 int kvc_ring_prep(struct kvc_ring *ring, const struct kvc_iov *iov, bool read, void *ptr,
@@ -671,7 +673,7 @@ int kvc_ring_prep(struct kvc_ring *ring, const struct kvc_iov *iov, bool read, v
 		return access;
 	if ((read && access == O_WRONLY) || (!read && access == O_RDONLY))
 		return -EACCES;
-	if (ring->outstanding == ring->entries)
+	if (ring->outstanding == ring->limit)
 		return -EAGAIN;
 	uint32_t slot = ring->local_tail & ring->mask;
 	kvc_ring_sqes(ring->shared)[slot] = (struct kvc_ring_sqe){

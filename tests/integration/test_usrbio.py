@@ -435,3 +435,26 @@ def test_wait_returns_with_more_than_min_results(cluster, workdir):
               ROOT / "tools" / "python", timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("]")[0] == "[0, 1, 2"
+
+
+def test_ring_holds_the_entries_asked_for(cluster, workdir):
+    """As in 3FS, a ring of 5 entries takes 5 I/Os and refuses the 6th
+    (its memory holds 8 slots)."""
+    fd = os.open(workdir / "five", os.O_RDWR | os.O_CREAT)
+    kvcfs.register_fd(fd)
+    iov = kvcfs.Iov.create(str(cluster.mount), 1 << 20)
+    ring = kvcfs.Ring(str(cluster.mount), 5, for_read=True)
+    try:
+        assert ring.entries == 5
+        for i in range(5):
+            ring.prepare(iov, True, fd, 0, 4096, iov_offset=i * 4096)
+        with pytest.raises(OSError) as e:
+            ring.prepare(iov, True, fd, 0, 4096)
+        assert e.value.errno == errno.EAGAIN
+        ring.submit()
+        assert len(ring.wait(min_results=5)) == 5
+    finally:
+        ring.close()
+        iov.close()
+        kvcfs.deregister_fd(fd)
+        os.close(fd)
