@@ -118,7 +118,11 @@ int kvc_ring_submit(struct kvc_ring *ring);
 int kvc_ring_wait(struct kvc_ring *ring, struct kvc_completion *out, int max,
                   int min_results, const struct timespec *abs_timeout);
 
-/* Register fd (open on a kvcfs mount) for ring I/O; deregister it. */
+/* Register fd (open on a kvcfs mount) for ring I/O: -EBADF (not a
+ * regular file of a kvcfs mount), -EINVAL (the number is registered
+ * already: as in 3FS, a registered number stays registered after close
+ * until kvc_fd_deregister), -ECONNREFUSED, -ENOMEM. Deregister: 0, -EBADF
+ * (not registered). */
 int kvc_fd_register(int fd, uint64_t flags);
 int kvc_fd_deregister(int fd);
 

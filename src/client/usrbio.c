@@ -51,8 +51,9 @@ struct control {
 
 struct registered_fd {
 	int fd;
-	int access;
+	int access;          /* O_ACCMODE bits; -1 while the registration is being made */
 	struct control *control;
+	uint64_t generation; /* of control when registered: older means kvc-fuse forgot it */
 };
 
 /* The process-wide table (see the header comment). */
@@ -489,14 +490,61 @@ void kvc_iov_destroy(struct kvc_iov *iov)
 	free(iov);
 }
 
+/* The table index of fd, or -1. Table lock held. */
+static ssize_t fd_find(int fd)
+{
+	for (size_t i = 0; i < fd_count; i++)
+		if (fds[i].fd == fd)
+			return (ssize_t)i;
+	return -1;
+}
+
+/* Tell kvc-fuse an entry taken out of the table is gone, unless kvc-fuse
+ * restarted since (and forgot it) or it was never registered. */
+static int fd_release(const struct registered_fd *f)
+{
+	struct kvc_msg_fd_register m = {.client_fd = f->fd};
+	pthread_mutex_lock(&f->control->lock);
+	bool current = f->control->generation == f->generation;
+	pthread_mutex_unlock(&f->control->lock);
+	if (!current || f->access < 0)
+		return 0;
+	return control_call(f->control, KVC_MSG_FD_DEREGISTER, &m, sizeof(m), NULL, 0, NULL, 0);
+}
+
+/* Claim fd's entry (access -1 while kvc-fuse registers it): -EINVAL when
+ * fd is registered already, -ENOMEM. An entry from before a kvc-fuse
+ * restart is replaced. */
+static int fd_claim(int fd, struct control *control)
+{
+	int rc = 0;
+	pthread_mutex_lock(&table_lock);
+	ssize_t i = fd_find(fd);
+	if (i >= 0 && fds[i].generation == fds[i].control->generation)
+		rc = -EINVAL;
+	if (rc == 0 && i < 0 && fd_count == fd_capacity) {
+		size_t cap = fd_capacity ? fd_capacity * 2 : 16;
+		struct registered_fd *grown = realloc(fds, cap * sizeof(*fds));
+		if (grown) {
+			fds = grown;
+			fd_capacity = cap;
+		} else {
+			rc = -ENOMEM;
+		}
+	}
+	if (rc == 0)
+		fds[i >= 0 ? (size_t)i : fd_count++] = (struct registered_fd){
+			.fd = fd, .access = -1, .control = control, .generation = control->generation};
+	pthread_mutex_unlock(&table_lock);
+	return rc;
+}
+
 int kvc_fd_register(int fd, uint64_t flags)
 {
 	char path[64], target[PATH_MAX];
 	struct control *control;
-	int access = fcntl(fd, F_GETFL);
-	if (access < 0)
+	if (fcntl(fd, F_GETFL) < 0)
 		return -EBADF;
-	access &= O_ACCMODE;
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	ssize_t n = readlink(path, target, sizeof(target) - 1);
 	if (n < 0)
@@ -505,52 +553,35 @@ int kvc_fd_register(int fd, uint64_t flags)
 	if (!kvc_is_kvcfs(fd))
 		return -EBADF;
 	int rc = control_get(target, &control);
+	if (rc == 0)
+		rc = fd_claim(fd, control);
 	if (rc < 0)
 		return rc;
 	struct kvc_msg_fd_register m = {.client_fd = fd, .flags = (uint32_t)flags};
 	struct kvc_msg_fd_register_reply reply;
 	rc = control_call(control, KVC_MSG_FD_REGISTER, &m, sizeof(m), &fd, 1, &reply,
 	                  sizeof(reply));
-	if (rc < 0)
-		return rc;
 	pthread_mutex_lock(&table_lock);
-	size_t i = 0;
-	while (i < fd_count && fds[i].fd != fd)
-		i++;
-	if (i == fd_count) {
-		if (fd_count == fd_capacity) {
-			size_t cap = fd_capacity ? fd_capacity * 2 : 16;
-			struct registered_fd *grown = realloc(fds, cap * sizeof(*fds));
-			if (!grown) {
-				pthread_mutex_unlock(&table_lock);
-				return -ENOMEM;
-			}
-			fds = grown;
-			fd_capacity = cap;
-		}
-		fd_count++;
-	}
-	fds[i] = (struct registered_fd){fd, (int)reply.access, control};
+	ssize_t i = fd_find(fd);
+	if (i >= 0 && rc == 0)
+		fds[i].access = (int)reply.access;
+	else if (i >= 0)
+		fds[i] = fds[--fd_count];
 	pthread_mutex_unlock(&table_lock);
-	return 0;
+	return rc;
 }
 
 int kvc_fd_deregister(int fd)
 {
-	struct control *control = NULL;
+	struct registered_fd taken;
 	pthread_mutex_lock(&table_lock);
-	for (size_t i = 0; i < fd_count; i++) {
-		if (fds[i].fd == fd) {
-			control = fds[i].control;
-			fds[i] = fds[--fd_count];
-			break;
-		}
+	ssize_t i = fd_find(fd);
+	if (i >= 0) {
+		taken = fds[i];
+		fds[i] = fds[--fd_count];
 	}
 	pthread_mutex_unlock(&table_lock);
-	if (!control)
-		return -EBADF;
-	struct kvc_msg_fd_register m = {.client_fd = fd};
-	return control_call(control, KVC_MSG_FD_DEREGISTER, &m, sizeof(m), NULL, 0, NULL, 0);
+	return i >= 0 ? fd_release(&taken) : -EBADF;
 }
 
 int kvc_fd_sync(int fd)
@@ -564,9 +595,9 @@ static int fd_access(int fd, const struct control *control)
 {
 	int access = -EBADF;
 	pthread_mutex_lock(&table_lock);
-	for (size_t i = 0; i < fd_count; i++)
-		if (fds[i].fd == fd && fds[i].control == control)
-			access = fds[i].access;
+	ssize_t i = fd_find(fd);
+	if (i >= 0 && fds[i].control == control && fds[i].access >= 0)
+		access = fds[i].access;
 	pthread_mutex_unlock(&table_lock);
 	return access;
 }

@@ -458,3 +458,27 @@ def test_ring_holds_the_entries_asked_for(cluster, workdir):
         iov.close()
         kvcfs.deregister_fd(fd)
         os.close(fd)
+
+
+def test_an_fd_number_registers_once(cluster, workdir):
+    """As in 3FS: a registered number is refused (EINVAL) until it is
+    deregistered, also after the fd was closed and the number reused."""
+    path = workdir / "once"
+    path.write_bytes(b"x" * 4096)
+    fd = os.open(path, os.O_RDONLY)
+    kvcfs.register_fd(fd)
+    with pytest.raises(OSError) as e:
+        kvcfs.register_fd(fd)
+    assert e.value.errno == errno.EINVAL
+    os.close(fd)
+    again = os.open(path, os.O_RDONLY)  # the lowest free number: the same
+    try:
+        assert again == fd
+        with pytest.raises(OSError) as e:
+            kvcfs.register_fd(again)
+        assert e.value.errno == errno.EINVAL
+        kvcfs.deregister_fd(fd)
+        kvcfs.register_fd(again)
+        kvcfs.deregister_fd(again)
+    finally:
+        os.close(again)
