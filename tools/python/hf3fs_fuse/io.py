@@ -134,8 +134,8 @@ def punch_hole(fd, start, end, flags=0):
     array = ctypes.c_size_t * len(starts)
     rc = _punchhole(fd if isinstance(fd, int) else fd.fileno(), len(starts), array(*starts),
                     array(*ends), flags)
-    if rc < 0:
-        raise OSError(-rc, f"punch_hole: {os.strerror(-rc)}")
+    if rc != 0:  # a positive errno, as 3FS's hf3fs_punchhole
+        raise OSError(rc, f"punch_hole: {os.strerror(rc)}")
 
 
 def read_file(fn, hf3fs_mount_point=None, block_size=1 << 30, off=0, priority=None, cb=None):
