@@ -263,8 +263,10 @@ def test_read_file_helper(workdir):
     (workdir / "whole").write_bytes(data)
     assert h3io.read_file(str(workdir / "whole"), block_size=1 << 20) == data
     chunks = []
-    h3io.read_file(str(workdir / "whole"), block_size=3 << 20, cb=lambda v: chunks.append(bytes(v)))
-    assert b"".join(chunks) == data
+    h3io.read_file(str(workdir / "whole"), block_size=3 << 20,
+                   cb=lambda v, at: chunks.append((at, bytes(v))))
+    assert [at for at, _ in chunks] == [0, 3 << 20]
+    assert b"".join(c for _, c in chunks) == data
     assert h3io.extract_mount_point("/proc") is None
 
 
