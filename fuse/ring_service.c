@@ -31,7 +31,6 @@
 #include "core/ring.h"
 
 #define MAX_BATCH 256
-#define MAX_IO_LENGTH (64ull << 20)
 #define MAX_RINGS 65536
 /* After a batch, a worker watches its ring this long for the next
  * submission before going back to sleep in epoll: a client at depth 1
@@ -177,8 +176,8 @@ static int prepare_entry(struct kvc_fuse *fs, struct kvc_ring_server_ring *ring,
 	bool read = e->op == KVC_RING_READ;
 	if ((e->op != KVC_RING_READ && e->op != KVC_RING_WRITE) || read != ring->for_read)
 		return -EINVAL;
-	if (e->length == 0 || e->length > MAX_IO_LENGTH)
-		return -EINVAL;
+	if (e->length == 0)
+		return -EINVAL; /* any other length the iov holds: see run_ios */
 	if (e->file_offset > KVC_LAYOUT_MAX_FILE_SIZE ||
 	    e->length > KVC_LAYOUT_MAX_FILE_SIZE - e->file_offset)
 		return -EFBIG;
@@ -227,7 +226,12 @@ static void run_storage(struct kvc_ring_service *svc, bool read, struct kvc_stor
 }
 
 /* Run a batch's ios: those of device iovs through device_io (the storage
- * client cannot address GPU memory), the others straight. */
+ * client cannot address GPU memory), the others straight. An entry may be
+ * as long as its iov (3FS has no limit either): both cut each io into
+ * chunk pieces and move them in requests of at most a few MiB per server
+ * (device_io through its staging halves), so no frame nears the wire's
+ * KVC_WIRE_MAX_DATA, and the entry completes once, with its total. */
+_Static_assert(KVC_LAYOUT_MAX_CHUNK <= KVC_WIRE_MAX_DATA, "a chunk piece fits one frame");
 static void run_ios(struct kvc_ring_service *svc, struct kvc_ring_server_ring *ring,
                     struct batch *b, int count)
 {

@@ -1,16 +1,26 @@
 /*
  * hf3fs_usrbio.h: 3FS's USRBIO API, implemented by libkvc on kvcfs's own
  * (include/kvc/usrbio.h), so code written against 3FS's header builds and
- * runs against kvcfs unchanged: link with -lkvc.
+ * runs against kvcfs unchanged: link with -lkvc. docs/usrbio.md compares
+ * every name with 3FS's.
  *
  * Return values follow 3FS: functions returning int give 0 (or a count /
- * slot) on success and -errno on failure, except hf3fs_reg_fd, which
- * gives 0 on success and a positive errno on failure. Differences from
- * 3FS: `priority` and `numa` are accepted and recorded but do not change
- * scheduling yet; HF3FS_IOR_ALLOW_READ_UNCOMMITTED is accepted and has no
- * effect (kvcfs reads are always of committed data); hf3fs_punchhole
- * punches [start[i], end[i]) (end exclusive) with fallocate: the ranges
- * read as zeros and their whole chunks' space is returned.
+ * slot) on success and -errno on failure, except three that give a
+ * positive errno on failure: hf3fs_reg_fd (on success minus a duplicate
+ * of the fd that libkvc keeps open and registers too: prep_io takes the
+ * fd, the duplicate or that value; hf3fs_dereg_fd of either number drops
+ * both and closes the duplicate; registering a registered number is
+ * EINVAL), hf3fs_hardlink and hf3fs_punchhole. One I/O may be as long as
+ * its iov. An iov made by hf3fs_iovcreate is named in /dev/shm (so that
+ * hf3fs_iovopen finds it by id) until hf3fs_iovunlink or hf3fs_iovdestroy
+ * of that iov, as in 3FS.
+ *
+ * Differences from 3FS: `priority` and `numa` are accepted and recorded
+ * but do not change scheduling yet; HF3FS_IOR_ALLOW_READ_UNCOMMITTED is
+ * accepted and has no effect (kvcfs reads are always of committed data);
+ * hf3fs_punchhole punches [start[i], end[i]) (end exclusive) with
+ * fallocate, at any alignment (3FS: chunk-aligned only): the ranges read
+ * as zeros and their whole chunks' space is returned.
  *
  * GPU memory (3FS's newer names): hf3fs_iovcreate_device and
  * hf3fs_iovwrap_device make device iovs (kvc/gpu.h: CUDA IPC to kvc-fuse,
@@ -34,6 +44,10 @@ extern "C" {
 
 /* libkvc is built with hidden visibility; these are its exports. */
 #pragma GCC visibility push(default)
+
+/* 3FS's value. A FUSE mount's statfs f_type is always FUSE's own, so
+ * hf3fs_is_hf3fs asks kvc-fuse instead (an xattr of the file). */
+#define HF3FS_SUPER_MAGIC 0x8f3f5fff
 
 #define HF3FS_IOR_ALLOW_READ_UNCOMMITTED 1
 #define HF3FS_IOR_FORBID_READ_HOLES 2

@@ -47,7 +47,9 @@ struct kvc_completion {
 
 /* Create a new shared-memory iov of size bytes on the mount (any path in
  * it) and register it. id_out (may be NULL) receives its 16-byte id, by
- * which another process of the same uid may open it. Errors: -EINVAL,
+ * which another process of the same uid may open it while the name
+ * /dev/shm/kvc-iov-<id> exists: this handle removes it at kvc_iov_unlink
+ * or kvc_iov_destroy (a killed process leaves it behind). Errors: -EINVAL,
  * -ENOENT (not a kvcfs mount), -ECONNREFUSED (kvc-fuse not serving),
  * -ENOMEM, -EACCES. */
 int kvc_iov_create(struct kvc_iov **out, const char *mount, size_t size,
@@ -71,15 +73,19 @@ void kvc_iov_set_pinned(struct kvc_iov *iov, int pinned);
 size_t kvc_iov_size(const struct kvc_iov *iov);
 void kvc_iov_id(const struct kvc_iov *iov, uint8_t id[16]);
 
-/* Remove the iov's name (kvc_iov_open by id no longer finds it). */
+/* Remove the name of an iov this handle created (kvc_iov_open by id no
+ * longer finds it; mappings stay valid). An iov opened by id, wrapped or
+ * of GPU memory has no name of ours: 0, nothing done. */
 int kvc_iov_unlink(struct kvc_iov *iov);
 
-/* Deregister and unmap (memory from kvc_iov_wrap stays the caller's).
- * Waits for the ring I/O that still uses it. Safe on NULL. */
+/* Deregister and unmap (memory from kvc_iov_wrap stays the caller's), and
+ * remove the name if this handle created it. Waits for the ring I/O that
+ * still uses it. Safe on NULL. */
 void kvc_iov_destroy(struct kvc_iov *iov);
 
-/* Create and register a ring of `entries` slots (1..4096, rounded up to a
- * power of two) for reads or writes. io_depth: > 0 run exactly that many
+/* Create and register a ring of `entries` slots (1..4096: at most that
+ * many I/Os outstanding; its shared memory holds the next power of two)
+ * for reads or writes. io_depth: > 0 run exactly that many
  * per batch (waiting up to timeout_ms for them, 0 = no limit), 0 run all
  * pending entries at once, < 0 at most -io_depth per batch. flags:
  * KVC_RING_FORBID_READ_HOLES (reading a hole fails with -ENODATA). */
@@ -89,8 +95,10 @@ void kvc_ring_destroy(struct kvc_ring *ring);
 int kvc_ring_entries(const struct kvc_ring *ring);
 
 /* Queue one I/O: `length` bytes at `file_offset` of registered fd into
- * (read) or from (write) iov memory at ptr. Returns the slot index, or
- * -EINVAL (direction differs from the ring's, zero or oversized length),
+ * (read) or from (write) iov memory at ptr. Any length the iov holds:
+ * kvc-fuse cuts it into chunk pieces and completes the entry once, with
+ * the total. Returns the slot index, or
+ * -EINVAL (direction differs from the ring's, zero length),
  * -EFAULT (ptr..ptr+length outside the iov), -EBADF (fd not registered),
  * -EACCES (fd not open for that direction), -EAGAIN (ring full: wait for
  * completions first). Takes effect at kvc_ring_submit. */
@@ -110,7 +118,11 @@ int kvc_ring_submit(struct kvc_ring *ring);
 int kvc_ring_wait(struct kvc_ring *ring, struct kvc_completion *out, int max,
                   int min_results, const struct timespec *abs_timeout);
 
-/* Register fd (open on a kvcfs mount) for ring I/O; deregister it. */
+/* Register fd (open on a kvcfs mount) for ring I/O: -EBADF (not a
+ * regular file of a kvcfs mount), -EINVAL (the number is registered
+ * already: as in 3FS, a registered number stays registered after close
+ * until kvc_fd_deregister), -ECONNREFUSED, -ENOMEM. Deregister: 0, -EBADF
+ * (not registered). */
 int kvc_fd_register(int fd, uint64_t flags);
 int kvc_fd_deregister(int fd);
 

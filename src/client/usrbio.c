@@ -6,6 +6,12 @@
  * registered fds (fd -> mount connection, access mode). 3FS's API
  * registers fds without naming a mount, so this state cannot live in a
  * caller's handle. Everything else belongs to iov and ring handles.
+ *
+ * Names in /dev/shm: kvc_iov_create makes /dev/shm/kvc-iov-<id> so that
+ * other processes can open the iov by id; the handle that created it
+ * removes the name at kvc_iov_unlink or kvc_iov_destroy, whichever comes
+ * first (as 3FS does), so nothing is left behind unless the process is
+ * killed. Rings live in memfds and have no name.
  */
 #include "kvc/usrbio.h"
 #include "kvc/gpu.h"
@@ -34,8 +40,6 @@
 #include "core/ring.h"
 #include "core/wire.h"
 
-#define MAX_IO_LENGTH (64ull << 20)
-
 struct control {
 	struct control *next;
 	char mount[PATH_MAX];
@@ -47,8 +51,9 @@ struct control {
 
 struct registered_fd {
 	int fd;
-	int access;
+	int access;          /* O_ACCMODE bits; -1 while the registration is being made */
 	struct control *control;
+	uint64_t generation; /* of control when registered: older means kvc-fuse forgot it */
 };
 
 /* The process-wide table (see the header comment). */
@@ -64,6 +69,7 @@ struct kvc_iov {
 	int numa;
 	uint8_t id[16];
 	bool owned; /* we mapped it (create/open): unmap at destroy */
+	bool named; /* we created its /dev/shm name and it is still there */
 	bool pinned; /* page-locked for the GPU (src/client/gpu.c) */
 	int device;  /* GPU memory of this device (src/client/gpu.c), or -1: host */
 	uint32_t handle;
@@ -74,8 +80,9 @@ struct kvc_iov {
 struct kvc_ring {
 	struct kvc_ring_shared *shared;
 	size_t bytes;
-	uint32_t entries;
+	uint32_t entries;      /* slots in the shared memory: a power of two */
 	uint32_t mask;
+	uint32_t limit;        /* entries asked for: at most this many outstanding */
 	bool for_read;
 	uint32_t local_tail;   /* prepared, not yet published */
 	uint32_t outstanding;  /* prepared and not yet reaped */
@@ -308,7 +315,7 @@ static int iov_map_named(struct kvc_iov **out, const uint8_t id[16], const char 
 		return -EINVAL;
 	}
 	*iov = (struct kvc_iov){.size = size, .block_size = block_size, .numa = numa,
-	                        .owned = true, .device = -1};
+	                        .owned = true, .named = create, .device = -1};
 	memcpy(iov->id, id, 16);
 	id_to_name(id, name, sizeof(name));
 	int fd = shm_open(name, create ? O_RDWR | O_CREAT | O_EXCL : O_RDWR, 0600);
@@ -460,8 +467,9 @@ void kvc_iov_id(const struct kvc_iov *iov, uint8_t id[16]) { memcpy(id, iov->id,
 int kvc_iov_unlink(struct kvc_iov *iov)
 {
 	char name[64];
-	if (iov->device >= 0)
-		return 0; /* GPU memory has no name to remove */
+	if (!iov->named)
+		return 0; /* opened, wrapped, GPU memory, or unlinked already */
+	iov->named = false;
 	id_to_name(iov->id, name, sizeof(name));
 	return shm_unlink(name) < 0 ? -errno : 0;
 }
@@ -474,6 +482,7 @@ void kvc_iov_destroy(struct kvc_iov *iov)
 		kvc_iov_unpin(iov); /* a registered range must not outlive its mapping */
 	/* kvc-fuse answers once no ring I/O uses the memory any more. */
 	control_deregister(iov->control, KVC_MSG_IOV_DEREGISTER, iov->generation, iov->handle);
+	kvc_iov_unlink(iov); /* the name this handle created goes with it */
 	if (iov->owned && iov->device >= 0)
 		kvc_gpu_device_free(iov->base, iov->device);
 	else if (iov->owned)
@@ -481,14 +490,61 @@ void kvc_iov_destroy(struct kvc_iov *iov)
 	free(iov);
 }
 
+/* The table index of fd, or -1. Table lock held. */
+static ssize_t fd_find(int fd)
+{
+	for (size_t i = 0; i < fd_count; i++)
+		if (fds[i].fd == fd)
+			return (ssize_t)i;
+	return -1;
+}
+
+/* Tell kvc-fuse an entry taken out of the table is gone, unless kvc-fuse
+ * restarted since (and forgot it) or it was never registered. */
+static int fd_release(const struct registered_fd *f)
+{
+	struct kvc_msg_fd_register m = {.client_fd = f->fd};
+	pthread_mutex_lock(&f->control->lock);
+	bool current = f->control->generation == f->generation;
+	pthread_mutex_unlock(&f->control->lock);
+	if (!current || f->access < 0)
+		return 0;
+	return control_call(f->control, KVC_MSG_FD_DEREGISTER, &m, sizeof(m), NULL, 0, NULL, 0);
+}
+
+/* Claim fd's entry (access -1 while kvc-fuse registers it): -EINVAL when
+ * fd is registered already, -ENOMEM. An entry from before a kvc-fuse
+ * restart is replaced. */
+static int fd_claim(int fd, struct control *control)
+{
+	int rc = 0;
+	pthread_mutex_lock(&table_lock);
+	ssize_t i = fd_find(fd);
+	if (i >= 0 && fds[i].generation == fds[i].control->generation)
+		rc = -EINVAL;
+	if (rc == 0 && i < 0 && fd_count == fd_capacity) {
+		size_t cap = fd_capacity ? fd_capacity * 2 : 16;
+		struct registered_fd *grown = realloc(fds, cap * sizeof(*fds));
+		if (grown) {
+			fds = grown;
+			fd_capacity = cap;
+		} else {
+			rc = -ENOMEM;
+		}
+	}
+	if (rc == 0)
+		fds[i >= 0 ? (size_t)i : fd_count++] = (struct registered_fd){
+			.fd = fd, .access = -1, .control = control, .generation = control->generation};
+	pthread_mutex_unlock(&table_lock);
+	return rc;
+}
+
 int kvc_fd_register(int fd, uint64_t flags)
 {
 	char path[64], target[PATH_MAX];
 	struct control *control;
-	int access = fcntl(fd, F_GETFL);
-	if (access < 0)
+	if (fcntl(fd, F_GETFL) < 0)
 		return -EBADF;
-	access &= O_ACCMODE;
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	ssize_t n = readlink(path, target, sizeof(target) - 1);
 	if (n < 0)
@@ -497,52 +553,35 @@ int kvc_fd_register(int fd, uint64_t flags)
 	if (!kvc_is_kvcfs(fd))
 		return -EBADF;
 	int rc = control_get(target, &control);
+	if (rc == 0)
+		rc = fd_claim(fd, control);
 	if (rc < 0)
 		return rc;
 	struct kvc_msg_fd_register m = {.client_fd = fd, .flags = (uint32_t)flags};
 	struct kvc_msg_fd_register_reply reply;
 	rc = control_call(control, KVC_MSG_FD_REGISTER, &m, sizeof(m), &fd, 1, &reply,
 	                  sizeof(reply));
-	if (rc < 0)
-		return rc;
 	pthread_mutex_lock(&table_lock);
-	size_t i = 0;
-	while (i < fd_count && fds[i].fd != fd)
-		i++;
-	if (i == fd_count) {
-		if (fd_count == fd_capacity) {
-			size_t cap = fd_capacity ? fd_capacity * 2 : 16;
-			struct registered_fd *grown = realloc(fds, cap * sizeof(*fds));
-			if (!grown) {
-				pthread_mutex_unlock(&table_lock);
-				return -ENOMEM;
-			}
-			fds = grown;
-			fd_capacity = cap;
-		}
-		fd_count++;
-	}
-	fds[i] = (struct registered_fd){fd, (int)reply.access, control};
+	ssize_t i = fd_find(fd);
+	if (i >= 0 && rc == 0)
+		fds[i].access = (int)reply.access;
+	else if (i >= 0)
+		fds[i] = fds[--fd_count];
 	pthread_mutex_unlock(&table_lock);
-	return 0;
+	return rc;
 }
 
 int kvc_fd_deregister(int fd)
 {
-	struct control *control = NULL;
+	struct registered_fd taken;
 	pthread_mutex_lock(&table_lock);
-	for (size_t i = 0; i < fd_count; i++) {
-		if (fds[i].fd == fd) {
-			control = fds[i].control;
-			fds[i] = fds[--fd_count];
-			break;
-		}
+	ssize_t i = fd_find(fd);
+	if (i >= 0) {
+		taken = fds[i];
+		fds[i] = fds[--fd_count];
 	}
 	pthread_mutex_unlock(&table_lock);
-	if (!control)
-		return -EBADF;
-	struct kvc_msg_fd_register m = {.client_fd = fd};
-	return control_call(control, KVC_MSG_FD_DEREGISTER, &m, sizeof(m), NULL, 0, NULL, 0);
+	return i >= 0 ? fd_release(&taken) : -EBADF;
 }
 
 int kvc_fd_sync(int fd)
@@ -556,9 +595,9 @@ static int fd_access(int fd, const struct control *control)
 {
 	int access = -EBADF;
 	pthread_mutex_lock(&table_lock);
-	for (size_t i = 0; i < fd_count; i++)
-		if (fds[i].fd == fd && fds[i].control == control)
-			access = fds[i].access;
+	ssize_t i = fd_find(fd);
+	if (i >= 0 && fds[i].control == control && fds[i].access >= 0)
+		access = fds[i].access;
 	pthread_mutex_unlock(&table_lock);
 	return access;
 }
@@ -580,6 +619,7 @@ int kvc_ring_create(struct kvc_ring **out, const char *mount, int entries, bool 
 	struct kvc_ring *ring = calloc(1, sizeof(*ring));
 	if (!ring)
 		return -ENOMEM;
+	ring->limit = (uint32_t)entries;
 	ring->entries = round_up_pow2((uint32_t)entries);
 	ring->mask = ring->entries - 1;
 	ring->for_read = for_read;
@@ -646,13 +686,14 @@ void kvc_ring_destroy(struct kvc_ring *ring)
 
 int kvc_ring_entries(const struct kvc_ring *ring)
 {
-	return (int)ring->entries;
+	return (int)ring->limit;
 }
 
 int kvc_ring_prep(struct kvc_ring *ring, const struct kvc_iov *iov, bool read, void *ptr,
                   int fd, uint64_t file_offset, uint64_t length, const void *userdata)
 {
-	if (read != ring->for_read || length == 0 || length > MAX_IO_LENGTH)
+	/* Any length the iov holds: kvc-fuse cuts an entry into chunk pieces. */
+	if (read != ring->for_read || length == 0)
 		return -EINVAL;
 	uintptr_t p = (uintptr_t)ptr, base = (uintptr_t)iov->base;
 	if (iov->control != ring->control || p < base || p - base > iov->size ||
@@ -663,7 +704,7 @@ int kvc_ring_prep(struct kvc_ring *ring, const struct kvc_iov *iov, bool read, v
 		return access;
 	if ((read && access == O_WRONLY) || (!read && access == O_RDONLY))
 		return -EACCES;
-	if (ring->outstanding == ring->entries)
+	if (ring->outstanding == ring->limit)
 		return -EAGAIN;
 	uint32_t slot = ring->local_tail & ring->mask;
 	kvc_ring_sqes(ring->shared)[slot] = (struct kvc_ring_sqe){
@@ -744,8 +785,9 @@ int kvc_ring_wait(struct kvc_ring *ring, struct kvc_completion *out, int max, in
 		}
 		/* Release: kvc-fuse may reuse the slots once it sees the head. */
 		atomic_store_explicit(&sh->cq_head, head, memory_order_release);
-		/* More than can ever come (fewer I/Os in flight): all of them. */
-		if ((uint32_t)(min_results - got) > ring->outstanding)
+		/* More than can ever come (fewer I/Os in flight): all of them.
+		 * (got may exceed min_results: then nothing more is needed.) */
+		if (min_results > got && (uint32_t)(min_results - got) > ring->outstanding)
 			min_results = got + (int)ring->outstanding;
 		if (got >= min_results)
 			return got;

@@ -263,8 +263,10 @@ def test_read_file_helper(workdir):
     (workdir / "whole").write_bytes(data)
     assert h3io.read_file(str(workdir / "whole"), block_size=1 << 20) == data
     chunks = []
-    h3io.read_file(str(workdir / "whole"), block_size=3 << 20, cb=lambda v: chunks.append(bytes(v)))
-    assert b"".join(chunks) == data
+    h3io.read_file(str(workdir / "whole"), block_size=3 << 20,
+                   cb=lambda v, at: chunks.append((at, bytes(v))))
+    assert [at for at, _ in chunks] == [0, 3 << 20]
+    assert b"".join(c for _, c in chunks) == data
     assert h3io.extract_mount_point("/proc") is None
 
 
@@ -318,6 +320,7 @@ import kvcfs
 fd = os.open(sys.argv[1], os.O_RDONLY)
 kvcfs.register_fd(fd)
 iov = kvcfs.Iov.create(sys.argv[2], 1 << 20)
+iov.unlink()  # this process is killed: leave no name in /dev/shm
 ring = kvcfs.Ring(sys.argv[2], 4, for_read=True)
 print("ready", flush=True)
 sys.stdin.readline()
@@ -404,3 +407,80 @@ def test_handles_from_before_a_kvc_fuse_restart_are_harmless(cluster, workdir):
         new.close()
         kvcfs.deregister_fd(fd)
         os.close(fd)
+
+
+MORE_THAN_ENOUGH = """
+import os, sys
+sys.path.insert(0, sys.argv[3])
+import kvcfs
+fd = os.open(sys.argv[1], os.O_RDONLY)
+kvcfs.register_fd(fd)
+iov = kvcfs.Iov.create(sys.argv[2], 1 << 20)
+iov.unlink()  # killed if it hangs: leave no name in /dev/shm
+ring = kvcfs.Ring(sys.argv[2], 8, for_read=True)
+for i in range(3):
+    ring.prepare(iov, True, fd, i * 4096, 4096, iov_offset=i * 4096, userdata=i)
+ring.submit()
+first = ring.wait(max_results=2, min_results=1)  # no timeout
+rest = ring.wait(min_results=3 - len(first))
+print(sorted(c.userdata for c in first + rest), len(first))
+"""
+
+
+def test_wait_returns_with_more_than_min_results(cluster, workdir):
+    """Three completions posted at once, collected two at most and one at
+    least: the wait returns what it took (it used to wait on for the one
+    it had left in the ring, forever)."""
+    path = workdir / "three"
+    path.write_bytes(os.urandom(3 * 4096))
+    out = run(sys.executable, "-c", MORE_THAN_ENOUGH, path, cluster.mount,
+              ROOT / "tools" / "python", timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("]")[0] == "[0, 1, 2"
+
+
+def test_ring_holds_the_entries_asked_for(cluster, workdir):
+    """As in 3FS, a ring of 5 entries takes 5 I/Os and refuses the 6th
+    (its memory holds 8 slots)."""
+    fd = os.open(workdir / "five", os.O_RDWR | os.O_CREAT)
+    kvcfs.register_fd(fd)
+    iov = kvcfs.Iov.create(str(cluster.mount), 1 << 20)
+    ring = kvcfs.Ring(str(cluster.mount), 5, for_read=True)
+    try:
+        assert ring.entries == 5
+        for i in range(5):
+            ring.prepare(iov, True, fd, 0, 4096, iov_offset=i * 4096)
+        with pytest.raises(OSError) as e:
+            ring.prepare(iov, True, fd, 0, 4096)
+        assert e.value.errno == errno.EAGAIN
+        ring.submit()
+        assert len(ring.wait(min_results=5)) == 5
+    finally:
+        ring.close()
+        iov.close()
+        kvcfs.deregister_fd(fd)
+        os.close(fd)
+
+
+def test_an_fd_number_registers_once(cluster, workdir):
+    """As in 3FS: a registered number is refused (EINVAL) until it is
+    deregistered, also after the fd was closed and the number reused."""
+    path = workdir / "once"
+    path.write_bytes(b"x" * 4096)
+    fd = os.open(path, os.O_RDONLY)
+    kvcfs.register_fd(fd)
+    with pytest.raises(OSError) as e:
+        kvcfs.register_fd(fd)
+    assert e.value.errno == errno.EINVAL
+    os.close(fd)
+    again = os.open(path, os.O_RDONLY)  # the lowest free number: the same
+    try:
+        assert again == fd
+        with pytest.raises(OSError) as e:
+            kvcfs.register_fd(again)
+        assert e.value.errno == errno.EINVAL
+        kvcfs.deregister_fd(fd)
+        kvcfs.register_fd(again)
+        kvcfs.deregister_fd(again)
+    finally:
+        os.close(again)

@@ -62,6 +62,9 @@ int main(int argc, char **argv)
 	}
 	int len = hf3fs_extract_mount_point(mount, sizeof(mount), argv[1]);
 	CHECK(len == (int)strlen(mount) + 1, "extract_mount_point gives length + 1");
+	char tiny[2] = "x";
+	CHECK(hf3fs_extract_mount_point(tiny, sizeof(tiny), argv[1]) == len && tiny[0] == 'x',
+	      "a buffer too small: the length + 1 all the same, buffer untouched");
 	CHECK(hf3fs_extract_mount_point(mount, sizeof(mount), "/proc") == -1,
 	      "extract_mount_point outside kvcfs gives -1");
 	hf3fs_extract_mount_point(mount, sizeof(mount), argv[1]);
@@ -69,7 +72,7 @@ int main(int argc, char **argv)
 	CHECK(fd >= 0 && ftruncate(fd, (off_t)PAGES * PAGE * 2) == 0, "open and ftruncate the pool");
 	CHECK(hf3fs_is_hf3fs(fd), "is_hf3fs");
 	CHECK(!hf3fs_is_hf3fs(0) || isatty(0) == 0, "stdin is not hf3fs");
-	CHECK(hf3fs_reg_fd(fd, 0) == 0, "reg_fd");
+	CHECK(hf3fs_reg_fd(fd, 0) <= 0, "reg_fd gives a value <= 0");
 	CHECK(hf3fs_reg_fd(-1, 0) > 0, "reg_fd of a bad fd gives a positive errno");
 
 	struct hf3fs_iov iov;
@@ -83,6 +86,16 @@ int main(int argc, char **argv)
 	}
 	CHECK(hf3fs_io_entries(&wior) == BATCH, "io_entries");
 	CHECK(hf3fs_ior_size(BATCH) > 0, "ior_size");
+	CHECK(HF3FS_SUPER_MAGIC == 0x8f3f5fff, "HF3FS_SUPER_MAGIC is 3FS's");
+	/* As in 3FS, a ring holds exactly the entries asked for. */
+	struct hf3fs_ior odd;
+	CHECK(hf3fs_iorcreate(&odd, mount, 5, true, 0, -1) == 0 && hf3fs_io_entries(&odd) == 5,
+	      "a ring of 5 entries has 5");
+	int preps = 0;
+	while (preps < 6 && hf3fs_prep_io(&odd, &iov, true, iov.base, fd, 0, 1, NULL) >= 0)
+		preps++;
+	CHECK(preps == 5, "5 preps fit, the 6th is refused (-EAGAIN)");
+	hf3fs_iordestroy(&odd);
 	for (size_t i = 0; i < (size_t)PAGES * PAGE; i++)
 		iov.base[i] = (uint8_t)(i * 13 + i / PAGE);
 	uint8_t *expect = malloc((size_t)PAGES * PAGE);
@@ -131,7 +144,8 @@ int main(int argc, char **argv)
 	}
 	CHECK(same, "punched ranges read as zeros, the rest is intact");
 	free(back);
-	CHECK(hf3fs_punchhole(fd, 1, to, from, 0) == -EINVAL, "punchhole with end < start: EINVAL");
+	CHECK(hf3fs_punchhole(fd, 1, to, from, 0) == EINVAL,
+	      "punchhole with end < start: EINVAL (positive, as 3FS)");
 
 	/* 3FS's GPU names: a host iov says so; without a GPU, device iovs are
 	 * refused with -ENOTSUP, never made of host memory. */

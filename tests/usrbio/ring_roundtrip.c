@@ -52,6 +52,8 @@ static void *run(void *arg)
 	struct kvc_ring *ring = NULL;
 	size_t slot_size = MAX_IO + 4096;
 	int rc = kvc_iov_create(&iov, j->mount, slot_size * DEPTH, 0, -1, NULL);
+	if (rc == 0) /* no other process opens it: a killed run leaves no name behind */
+		rc = kvc_iov_unlink(iov);
 	if (rc == 0)
 		rc = kvc_ring_create(&ring, j->mount, DEPTH, j->read, 0, 0, 0, -1, 0);
 	if (rc < 0) {

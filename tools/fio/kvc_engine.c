@@ -5,7 +5,8 @@
  *   fio --ioengine=external:/path/to/fio_kvc.so --filename=/mnt/kvc/f ...
  *
  * fio's I/O buffers are allocated inside one kvcfs iov (the iomem hooks),
- * so every read lands in shared memory that kvc-fuse fills directly. Each
+ * so every read lands in shared memory that kvc-fuse fills directly; any
+ * block size works (an I/O may be as long as the iov). Each
  * job thread has a read ring and a write ring of iodepth entries; files
  * are registered with kvc-fuse when fio opens them. Built against the
  * headers of the installed fio's source (tools/fio/build.sh).
@@ -94,8 +95,8 @@ static int kvc_fio_iomem_alloc(struct thread_data *td, size_t total)
 		log_err("fio_kvc: iov of %zu bytes: %s\n", total, strerror(-rc));
 		return -rc;
 	}
-	/* No other process opens this iov by name: drop the name now, so no
-	 * /dev/shm entry outlives the job, even one that fio kills. */
+	/* Nothing opens it by id: its /dev/shm name goes now, so not even a
+	 * killed fio leaves it behind. */
 	kvc_iov_unlink(k->iov);
 	td->orig_buffer = kvc_iov_base(k->iov);
 	return 0;
