@@ -10,6 +10,7 @@ import sys
 import textwrap
 
 from conftest import BUILD, ROOT
+from test_fio import engine, fio  # noqa: F401 (fixtures)
 
 TOOLS = BUILD / "tests" / "usrbio"
 SHM = "/dev/shm"
@@ -560,13 +561,11 @@ def test_reg_fd_returns_what_prep_io_takes(workdir):
     program(TOOLS / "hf3fs_semantics", "regfd", workdir / "reg.bin")
 
 
-def test_fio_with_128_mib_blocks(workdir):
+def test_fio_with_128_mib_blocks(workdir, engine, fio):
     """One fio I/O per 128 MiB block (3FS's fio engine runs with such
-    sizes): written, then read back and checked by fio's verify."""
-    from test_fio import ENGINE, fio
-    subprocess.run([str(ROOT / "tools" / "fio" / "build.sh"), str(BUILD)], check=True,
-                   capture_output=True, timeout=600)
-    job = fio("--name=big", f"--ioengine=external:{ENGINE}", f"--filename={workdir}/fio-big",
+    sizes): written, then read back and checked by fio's verify. fio runs
+    in a temporary working directory (test_fio's fixtures)."""
+    job = fio("--name=big", f"--ioengine=external:{engine}", f"--filename={workdir}/fio-big",
               "--size=256M", "--bs=128M", "--rw=write", "--iodepth=2", "--verify=crc32c",
               "--do_verify=1", "--verify_state_save=0")
     assert job["write"]["io_bytes"] == 256 << 20
