@@ -15,6 +15,12 @@ import kvcwire
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD = pathlib.Path(os.environ.get("KVC_BUILD", ROOT / "build"))
+# The build whose libkvc is loaded into processes that are not built with
+# the sanitizers (Python, fio): BUILD itself, except in the sanitizer pass
+# of the suite, where the daemons come from an ASan build and these from a
+# plain one.
+CLIENT_BUILD = pathlib.Path(os.environ.get("KVC_CLIENT_BUILD", BUILD))
+LIBKVC = CLIENT_BUILD / "libkvc.so"
 LAUNCHER = ROOT / "tools" / "kvc-cluster"
 CHUNK = 1 << 20
 # Several checkouts may run their suites side by side on distinct bases.

@@ -10,14 +10,14 @@ import subprocess
 
 import pytest
 
-from conftest import BUILD, ROOT
+from conftest import BUILD, CLIENT_BUILD, ROOT
 
-ENGINE = BUILD / "fio_kvc.so"
+ENGINE = CLIENT_BUILD / "fio_kvc.so"
 
 
 @pytest.fixture(scope="module")
 def engine():
-    out = subprocess.run([str(ROOT / "tools" / "fio" / "build.sh"), str(BUILD)],
+    out = subprocess.run([str(ROOT / "tools" / "fio" / "build.sh"), str(CLIENT_BUILD)],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
     assert ENGINE.exists()

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 
-from conftest import BUILD, ROOT
+from conftest import BUILD, LIBKVC, ROOT
 from test_fio import engine, fio  # noqa: F401 (fixtures)
 
 TOOLS = BUILD / "tests" / "usrbio"
@@ -19,7 +19,7 @@ SHM = "/dev/shm"
 def python(script, *args, timeout=300):
     """Run script in a fresh interpreter with kvcfs's Python packages."""
     env = dict(os.environ, PYTHONPATH=str(ROOT / "tools" / "python"),
-               KVC_LIB=str(BUILD / "libkvc.so"))
+               KVC_LIB=str(LIBKVC))
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(script), *map(str, args)],
                          capture_output=True, text=True, timeout=timeout, env=env)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

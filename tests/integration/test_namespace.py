@@ -200,9 +200,9 @@ def test_file_removed_while_open_on_another_client_keeps_its_data(cluster, workd
             return sum(len(files) for target in cluster.dir.glob("s*/t0/chunks")
                        for _, _, files in os.walk(target))
         import sys
-        from conftest import BUILD, ROOT
+        from conftest import BUILD, LIBKVC, ROOT
         sys.path.insert(0, str(ROOT / "tools" / "python"))
-        os.environ.setdefault("KVC_LIB", str(BUILD / "libkvc.so"))
+        os.environ.setdefault("KVC_LIB", str(LIBKVC))
         import kvcfs
         (workdir / "frozen").write_bytes(data)
         before = chunk_files()

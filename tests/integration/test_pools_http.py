@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from conftest import BUILD, wait_until
+from conftest import BUILD, LIBKVC, wait_until
 
 
 def post(cluster, path, body=None, raw=None):
@@ -259,7 +259,7 @@ def test_native_api_through_libkvc(cluster):
     """include/kvc/meta.h from Python (ctypes over libkvc.so): allocate,
     confirm, exists, locations with a lease, lease release, world size."""
     import ctypes
-    lib = ctypes.CDLL(str(BUILD / "libkvc.so"))
+    lib = ctypes.CDLL(str(LIBKVC))
 
     class Key(ctypes.Structure):
         _fields_ = [("bytes", ctypes.c_char_p), ("length", ctypes.c_uint32)]

@@ -16,10 +16,10 @@ from multiprocessing import shared_memory
 
 import pytest
 
-from conftest import BUILD, ROOT, wait_until
+from conftest import BUILD, LIBKVC, ROOT, wait_until
 
 sys.path.insert(0, str(ROOT / "tools" / "python"))
-os.environ.setdefault("KVC_LIB", str(BUILD / "libkvc.so"))
+os.environ.setdefault("KVC_LIB", str(LIBKVC))
 
 import kvcfs  # noqa: E402
 from hf3fs_fuse import io as h3io  # noqa: E402
