@@ -37,6 +37,31 @@ static int report_error(const char *what, int rc)
 	return 1;
 }
 
+/* s (len bytes) as the inside of a JSON string: quotes, backslashes and
+ * control bytes escaped (names, keys and paths are bytes a client
+ * chose). Bytes >= 0x80 pass as they are. Returns out. */
+static const char *json_escape(char *out, size_t cap, const char *s, size_t len)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < len && n + 7 < cap; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c == '"' || c == '\\') {
+			out[n++] = '\\';
+			out[n++] = (char)c;
+		} else if (c < 0x20 || c == 0x7f) {
+			n += (size_t)snprintf(out + n, cap - n, "\\u%04x", c);
+		} else {
+			out[n++] = (char)c;
+		}
+	}
+	out[n] = '\0';
+	return out;
+}
+
+/* An escaped copy that lives until the end of the enclosing block. */
+#define JSON_STR(s) json_escape((char[6 * 4096 + 8]){0}, 6 * 4096 + 8, (s), strlen(s))
+#define JSON_STRN(s, n) json_escape((char[6 * 4096 + 8]){0}, 6 * 4096 + 8, (s), (n))
+
 static int cmd_status(struct admin *a)
 {
 	struct kvc_msg_statfs_reply names = {0};
@@ -47,7 +72,7 @@ static int cmd_status(struct admin *a)
 		printf("{\"meta\":{\"address\":\"%s\",\"up\":%s,\"inodes\":%" PRIu64
 		       ",\"open_sessions\":%" PRIu64 ",\"removed_but_open\":%" PRIu64
 		       ",\"reclaim_pending\":%" PRIu64 "},\"storage\":[",
-		       a->config.meta_address, rc == 0 ? "true" : "false", names.inodes,
+		       JSON_STR(a->config.meta_address), rc == 0 ? "true" : "false", names.inodes,
 		       names.open_sessions, names.orphans, names.gc_pending);
 	else
 		printf("%-8s %-10s %-22s %-6s %s\n%-8s %-10s %-22s %-6s %s\n", "ROLE", "NAME", "ADDRESS",
@@ -65,7 +90,7 @@ static int cmd_status(struct admin *a)
 		failures += count < 0;
 		if (a->json) {
 			printf("%s{\"name\":\"%s\",\"address\":\"%s\",\"up\":%s,\"targets\":[", s ? "," : "",
-			       srv->name, srv->address, count >= 0 ? "true" : "false");
+			       JSON_STR(srv->name), JSON_STR(srv->address), count >= 0 ? "true" : "false");
 			for (int i = 0; i < count; i++)
 				printf("%s{\"id\":%u,\"total_bytes\":%" PRIu64 ",\"free_bytes\":%" PRIu64
 				       ",\"chunks\":%" PRIu64 "}",
@@ -88,7 +113,7 @@ static int cmd_status(struct admin *a)
 		printf("],\"pools\":[");
 		for (int i = 0; i < npools; i++)
 			printf("%s{\"namespace\":\"%s\",\"rank\":%u,\"pages\":%u,\"free\":%u}",
-			       i ? "," : "", pools[i].ns, pools[i].rank, pools[i].num_pages,
+			       i ? "," : "", JSON_STR(pools[i].ns), pools[i].rank, pools[i].num_pages,
 			       pools[i].free_pages);
 		printf("],\"healthy\":%s}\n", failures ? "false" : "true");
 	} else if (npools > 0) {
@@ -151,7 +176,7 @@ static int cmd_pool_list(struct admin *a)
 		const struct kvc_meta_pool_entry *e = &entries[i];
 		if (a->json)
 			printf("%s{\"namespace\":\"%s\",\"rank\":%u,\"pages\":%u,\"free\":%u}",
-			       i ? "," : "", e->ns, e->rank, e->num_pages, e->free_pages);
+			       i ? "," : "", JSON_STR(e->ns), e->rank, e->num_pages, e->free_pages);
 		else
 			printf("%-20s %5u %10u %10u %10u\n", e->ns, e->rank, e->num_pages, e->free_pages,
 			       e->num_pages - e->free_pages);
@@ -199,12 +224,12 @@ static int cmd_pool_show(struct admin *a)
 		printf("{\"namespace\":\"%s\",\"rank\":%u,\"world_size\":%u,\"ranks\":%u,"
 		       "\"pages\":%llu,\"free\":%llu,\"keys\":%llu,\"complete\":%llu,"
 		       "\"leased\":%llu,\"retired\":%llu,\"evictions\":%llu",
-		       ns, rank, st.world_size, st.ranks, (unsigned long long)st.num_pages,
+		       JSON_STR(ns), rank, st.world_size, st.ranks, (unsigned long long)st.num_pages,
 		       (unsigned long long)st.free_pages, (unsigned long long)st.keys,
 		       (unsigned long long)st.complete_keys, (unsigned long long)st.leased_keys,
 		       (unsigned long long)st.retired_keys, (unsigned long long)st.evictions);
 		if (bound == 0)
-			printf(",\"file\":\"%s\",\"page_size\":%llu,\"punch_pending\":%llu", b.path,
+			printf(",\"file\":\"%s\",\"page_size\":%llu,\"punch_pending\":%llu", JSON_STR(b.path),
 			       (unsigned long long)b.page_size, (unsigned long long)b.punch_pending);
 		printf("}\n");
 		return 0;
@@ -316,7 +341,8 @@ static int cmd_key_stat(struct admin *a)
 	if (rc < 0)
 		return report_error("key stat", rc);
 	for (int i = 0; i < count; i++)
-		printf(a->json ? "{\"key\":\"%s\",\"complete\":%s}\n" : "%-40s %s\n", names[i],
+		printf(a->json ? "{\"key\":\"%s\",\"complete\":%s}\n" : "%-40s %s\n",
+		       a->json ? JSON_STR(names[i]) : names[i],
 		       found[i] ? (a->json ? "true" : "complete") : (a->json ? "false" : "absent"));
 	return 0;
 }
@@ -392,9 +418,10 @@ static int cmd_ls(struct admin *a)
 		uint32_t len;
 		struct kvc_attr child;
 		while (rc == 0 && kvc_meta_client_dirent_next(&page, &name, &len, &child) == 1) {
+			const char *shown = a->json ? JSON_STRN(name, len) : name;
 			printf(a->json ? "{\"name\":\"%.*s\",\"inode\":%llu,\"size\":%llu,\"mode\":\"%o\"}\n"
 			               : "%.*s\t%llu\t%llu\t%o\n",
-			       (int)len, name, (unsigned long long)child.ino,
+			       a->json ? (int)strlen(shown) : (int)len, shown, (unsigned long long)child.ino,
 			       (unsigned long long)child.size, child.mode);
 			memcpy(after, name, len);
 			after[len] = '\0';

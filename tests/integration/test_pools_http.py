@@ -3,6 +3,7 @@ SGLang's hf3fs connectors (Python's standard library as the client), bad
 input, and kill -9 under a write load."""
 import json
 import os
+import re
 import subprocess
 import threading
 import urllib.error
@@ -348,3 +349,24 @@ def test_bound_pool_punches_freed_pages_out_of_its_file(cluster, workdir):
     assert "0 problem" in admin(cluster, "fsck").stdout
     admin(cluster, "pool", "unbind", "bound", "0")
     assert "not bound" in admin(cluster, "pool", "show", "bound", "0").stdout
+
+
+def test_hostile_names_are_escaped_in_json_and_metrics(cluster, workdir):
+    """Namespaces, keys and file names are bytes a client chose: kvc-admin's
+    --json output and the Prometheus labels stay well-formed with quotes,
+    backslashes and newlines in them."""
+    ns = 'we"ird\\ns\n'
+    status, _ = post(cluster, "/0/initialize", {"namespace": ns, "num_pages": 4})
+    assert status in (200, 204)
+    listed = json.loads(admin(cluster, "--json", "pool", "list").stdout)
+    assert ns in [e["namespace"] for e in listed]
+    shown = json.loads(admin(cluster, "--json", "pool", "show", ns).stdout)
+    assert shown["namespace"] == ns
+    (workdir / 'a"b\\c').write_bytes(b"x")
+    out = admin(cluster, "--json", "ls", "/" + workdir.name).stdout
+    assert [json.loads(line)["name"] for line in out.splitlines()] == ['a"b\\c']
+    text = get(cluster, "/metrics")[1]
+    escaped = 'we\\"ird\\\\ns\\n'
+    assert f'kvc_pool_pages{{namespace="{escaped}",rank="0"}} 4' in text
+    for line in text.splitlines():  # every label value closes on its line
+        assert re.sub(r'\\.', "", line).count('"') % 2 == 0, line
