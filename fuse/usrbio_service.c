@@ -437,7 +437,7 @@ int kvc_usrbio_start(struct kvc_usrbio *u, struct kvc_fuse *fs, const char *moun
 		close(fd);
 		return rc;
 	}
-	u->server = (struct kvc_server){.listen_fd = fd, .token = "", .max_connections = 4096,
+	u->server = (struct kvc_server){.listen_fd = fd, .auth = NULL, .max_connections = 4096,
 	                                .handle = handle, .cleanup = cleanup, .service = u,
 	                                .name = "usrbio"};
 	rc = pthread_create(&thread, NULL, listener_main, u);

@@ -158,6 +158,18 @@ int main(int argc, char **argv)
 	}
 	if (fsck)
 		return run_fsck(&config, repair);
+	/* The cluster secret opens everything (and is what kvc-meta proves to
+	 * the storage servers); the pool secret, when the file names one,
+	 * opens the page-pool messages only (meta/service.c). */
+	static struct kvc_auth_keys keys;
+	if (config.pool_secret_file[0]) {
+		if (kvc_config_load_secret_reported("kvc-meta", &config, KVC_AUTH_POOL) < 0)
+			return 1;
+		keys.keys[KVC_AUTH_POOL] = config.cred.key;
+	}
+	if (kvc_config_load_secret_reported("kvc-meta", &config, KVC_AUTH_CLUSTER) < 0)
+		return 1;
+	keys.keys[KVC_AUTH_CLUSTER] = config.cred.key;
 	struct kvc_layout defaults = {.chunk_size = config.chunk_size, .stripe = config.stripe,
 	                              .target_count = config.target_count};
 	static struct kvc_meta_service svc;
@@ -200,7 +212,7 @@ int main(int argc, char **argv)
 	kvc_log_info("serving the namespace from %s on %s", config.meta_data,
 	             config.meta_address);
 	static struct kvc_server server;
-	server = (struct kvc_server){.listen_fd = listen_fd, .token = config.token,
+	server = (struct kvc_server){.listen_fd = listen_fd, .auth = &keys,
 	                             .max_connections = 4096,
 	                             .handle = kvc_meta_service_handle, .service = &svc,
 	                             .name = "kvc-meta"};

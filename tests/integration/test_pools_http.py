@@ -265,7 +265,9 @@ def test_native_api_through_libkvc(cluster):
         _fields_ = [("bytes", ctypes.c_char_p), ("length", ctypes.c_uint32)]
 
     handle = ctypes.c_void_p()
-    assert lib.kvc_meta_open(ctypes.byref(handle), cluster.meta_address.encode(), b"") == 0
+    # The pool secret, as a connector holds it (the file's text).
+    assert lib.kvc_meta_open(ctypes.byref(handle), cluster.meta_address.encode(),
+                             cluster.pool_secret_file.read_bytes()) == 0
     ns = b"native"
     assert lib.kvc_meta_pool_init(handle, ns, 0, 2, 2) == 0
     assert lib.kvc_meta_pool_init(handle, ns, 1, 2, 2) == 0
