@@ -103,12 +103,24 @@ static int start_pools(const struct kvc_config *config, struct kvc_meta_service 
 	}
 	if (config->http_address[0] == '\0')
 		return 0;
+	static struct kvc_auth_key token;
+	char err[PATH_MAX + 128];
+	if (config->http_token_file[0]) {
+		rc = kvc_auth_key_load(config->http_token_file, true, &token, err, sizeof(err));
+		if (rc < 0) {
+			fprintf(stderr, "kvc-meta: cannot use the HTTP token: %s\n", err);
+			return rc;
+		}
+	}
 	struct kvc_http_options http = {.address = config->http_address,
 	                                 .max_body = config->http_max_body,
 	                                 .lease_ms = config->lease_ms,
 	                                 .world_size = config->world_size,
 	                                 .vllm_namespace = config->vllm_namespace,
-	                                 .threads = config->http_threads};
+	                                 .threads = config->http_threads,
+	                                 .token = token.length ? (const char *)token.bytes : NULL,
+	                                 .token_length = token.length,
+	                                 .destructive = config->http_destructive};
 	static struct kvc_http_server *server;
 	rc = kvc_http_start(&http, svc->pools, &server);
 	if (rc < 0)

@@ -173,6 +173,18 @@ static int section_key(struct parser *p, const char *key, const char *value)
 				c->http_threads = (int)v;
 			return rc;
 		}
+		if (strcmp(key, "http_token_file") == 0)
+			return copy_string(p, c->http_token_file, sizeof(c->http_token_file), key,
+			                   value);
+		if (strcmp(key, "http_destructive") == 0) {
+			static const char *const modes[] = {"loopback", "any", "none"};
+			for (int i = 0; i < 3; i++)
+				if (strcmp(value, modes[i]) == 0) {
+					c->http_destructive = i;
+					return 0;
+				}
+			return fail(p, "http_destructive must be loopback, any or none, not '%s'", value);
+		}
 		if (strcmp(key, "client_timeout_ms") == 0) {
 			rc = parse_int(p, key, value, 1000, 3600000, &v);
 			if (rc == 0)

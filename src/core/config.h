@@ -16,6 +16,10 @@
  *   http = 127.0.0.1:18000      # page pools over HTTP ("off": none)
  *   http_max_body = 1048576     # larger request bodies get 413
  *   http_threads = 4
+ *   http_token_file = PATH      # optional: every HTTP route but /health
+ *                               # needs "Authorization: Bearer <its text>"
+ *   http_destructive = loopback # who may clear and delete over HTTP:
+ *                               # loopback (default), any or none
  *   lease_ms = 5000             # read lease of a location lookup
  *   client_timeout_ms = 30000   # a kvc-fuse silent this long is gone: the
  *                               # files it had open are released
@@ -64,6 +68,13 @@ struct kvc_config_target {
 	uint32_t server; /* index into servers */
 };
 
+/* [meta] http_destructive: where clear and delete routes are taken from. */
+enum kvc_config_http_destructive {
+	KVC_HTTP_DESTRUCTIVE_LOOPBACK = 0,
+	KVC_HTTP_DESTRUCTIVE_ANY,
+	KVC_HTTP_DESTRUCTIVE_NONE,
+};
+
 struct kvc_config {
 	char secret_file[PATH_MAX];      /* "" when the file names none */
 	char pool_secret_file[PATH_MAX]; /* "" when none */
@@ -79,6 +90,8 @@ struct kvc_config {
 	char http_address[KVC_NET_ADDRESS_MAX]; /* "" when off */
 	uint32_t http_max_body;
 	int http_threads;
+	char http_token_file[PATH_MAX]; /* "" when none */
+	int http_destructive;           /* enum kvc_config_http_destructive */
 	uint32_t lease_ms;
 	uint32_t client_timeout_ms;
 	uint32_t world_size;
