@@ -169,7 +169,10 @@ static int fd_register(struct kvc_usrbio *u, struct kvc_usrbio_client *c,
 	if (fd < 0)
 		return fd;
 	int rc = 0, access = fcntl(fd, F_GETFL);
-	if (m->client_fd < 0 || access < 0)
+	/* O_PATH opens without read or write access (search permission on the
+	 * directory is enough): its access mode reads as O_RDONLY, but it is
+	 * no readable file, or any user could read a file closed to them. */
+	if (m->client_fd < 0 || access < 0 || (access & O_PATH))
 		rc = -EBADF;
 	else if (fstat(fd, &st) < 0)
 		rc = -errno;
