@@ -148,10 +148,9 @@ static int handshake(struct kvc_server *server, struct kvc_server_conn *conn)
 	if (h.type != KVC_MSG_HELLO || !hello || h.data_len)
 		return refuse(server, conn, &h, -EACCES, "first frame is %s, not HELLO",
 		              kvc_wire_type_name(h.type));
-	if (hello->version != KVC_WIRE_VERSION) {
-		kvc_server_reply(conn, &h, -EPROTO, NULL, 0);
-		return -EPROTO;
-	}
+	if (hello->version != KVC_WIRE_VERSION)
+		return refuse(server, conn, &h, -EPROTO, "wire version %u, not %u", hello->version,
+		              KVC_WIRE_VERSION);
 	uint32_t role = hello->role;
 	if (!server->auth) {
 		if (role != KVC_AUTH_NONE || off != h.body_len)
