@@ -178,7 +178,8 @@ int main(int argc, char **argv)
 		return kvc_cli_fail(&cli, "unexpected argument '%s'", argv[optind]);
 	kvc_log_setup("kvc-fuse", level);
 	static struct kvc_fuse fs;
-	if (kvc_config_load_reported("kvc-fuse", config_path, &fs.config) < 0)
+	if (kvc_config_load_reported("kvc-fuse", config_path, &fs.config) < 0 ||
+	    kvc_config_load_secret_reported("kvc-fuse", &fs.config, KVC_AUTH_CLUSTER) < 0)
 		return 1;
 	if (!mountpoint)
 		mountpoint = fs.config.mountpoint;

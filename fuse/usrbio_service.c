@@ -169,7 +169,10 @@ static int fd_register(struct kvc_usrbio *u, struct kvc_usrbio_client *c,
 	if (fd < 0)
 		return fd;
 	int rc = 0, access = fcntl(fd, F_GETFL);
-	if (m->client_fd < 0 || access < 0)
+	/* O_PATH opens without read or write access (search permission on the
+	 * directory is enough): its access mode reads as O_RDONLY, but it is
+	 * no readable file, or any user could read a file closed to them. */
+	if (m->client_fd < 0 || access < 0 || (access & O_PATH))
 		rc = -EBADF;
 	else if (fstat(fd, &st) < 0)
 		rc = -errno;
@@ -437,7 +440,7 @@ int kvc_usrbio_start(struct kvc_usrbio *u, struct kvc_fuse *fs, const char *moun
 		close(fd);
 		return rc;
 	}
-	u->server = (struct kvc_server){.listen_fd = fd, .token = "", .max_connections = 4096,
+	u->server = (struct kvc_server){.listen_fd = fd, .auth = NULL, .max_connections = 4096,
 	                                .handle = handle, .cleanup = cleanup, .service = u,
 	                                .name = "usrbio"};
 	rc = pthread_create(&thread, NULL, listener_main, u);

@@ -10,8 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
+#include "core/auth.h"
+#include "core/config.h"
 #include "core/log.h"
 #include "core/net.h"
 
@@ -32,6 +35,7 @@ struct kvc_http_server {
 	struct kvc_pool_store *pools;
 	struct kvc_http_options options;
 	char vllm_namespace[KVC_POOL_MAX_NAMESPACE + 1];
+	char token[KVC_AUTH_MAX_KEY]; /* options.token's bytes; token_length of them */
 	atomic_uint_fast64_t requests[R_COUNT];
 	atomic_uint_fast64_t errors[R_COUNT];
 	atomic_uint_fast64_t latency_us[R_COUNT];
@@ -525,27 +529,48 @@ static void r_s_indices(struct call *c)
 
 /* The pool routes: whose (SGLang's take their namespace from the body and
  * answer 404 for an unknown rank), where the rank comes from (the body's
- * "rank" for vLLM's key routes), and the handler. Health, metrics and
- * unknown routes are answered before this table. */
+ * "rank" for vLLM's key routes), whether it destroys keys (taken only from
+ * the peers [meta] http_destructive allows), and the handler. Health,
+ * metrics and unknown routes are answered before this table. */
 static const struct {
 	bool sglang;
 	bool body_rank;
+	bool destructive;
 	void (*fn)(struct call *c);
 } routes[R_COUNT] = {
-	[R_V_INIT] = {false, false, r_v_init},
-	[R_V_ALLOC] = {false, true, r_v_alloc},
-	[R_V_CONFIRM] = {false, true, r_v_confirm},
-	[R_V_EXISTS] = {false, false, r_exists},
-	[R_V_LOCATIONS] = {false, true, r_v_locations},
-	[R_V_CLEAR] = {false, false, r_clear},
-	[R_S_INIT] = {true, false, r_s_init},
-	[R_S_EXISTS] = {true, false, r_exists},
-	[R_S_RESERVE] = {true, false, r_s_reserve},
-	[R_S_CONFIRM] = {true, false, r_s_confirm},
-	[R_S_DELETE] = {true, false, r_s_delete},
-	[R_S_CLEAR] = {true, false, r_clear},
-	[R_S_INDICES] = {true, false, r_s_indices},
+	[R_V_INIT] = {false, false, false, r_v_init},
+	[R_V_ALLOC] = {false, true, false, r_v_alloc},
+	[R_V_CONFIRM] = {false, true, false, r_v_confirm},
+	[R_V_EXISTS] = {false, false, false, r_exists},
+	[R_V_LOCATIONS] = {false, true, false, r_v_locations},
+	[R_V_CLEAR] = {false, false, true, r_clear},
+	[R_S_INIT] = {true, false, false, r_s_init},
+	[R_S_EXISTS] = {true, false, false, r_exists},
+	[R_S_RESERVE] = {true, false, false, r_s_reserve},
+	[R_S_CONFIRM] = {true, false, false, r_s_confirm},
+	[R_S_DELETE] = {true, false, true, r_s_delete},
+	[R_S_CLEAR] = {true, false, true, r_clear},
+	[R_S_INDICES] = {true, false, false, r_s_indices},
 };
+
+/* With a token, "Bearer <token>" (the scheme in any case). */
+static bool authorized(const struct kvc_http_server *s, const char *header)
+{
+	if (!s->options.token_length)
+		return true;
+	if (!header || strncasecmp(header, "Bearer ", 7) != 0)
+		return false;
+	const char *token = header + 7;
+	while (*token == ' ')
+		token++;
+	return kvc_auth_equal(token, strlen(token), s->token, s->options.token_length);
+}
+
+static bool destructive_allowed(const struct kvc_http_server *s, bool loopback)
+{
+	return s->options.destructive == KVC_HTTP_DESTRUCTIVE_ANY ||
+	       (s->options.destructive == KVC_HTTP_DESTRUCTIVE_LOOPBACK && loopback);
+}
 
 static void dispatch(struct kvc_http_server *s, enum route_id id, uint32_t path_rank,
                      json_t *body, struct reply *r)
@@ -584,17 +609,21 @@ static void render(struct reply *r, struct kvc_http_answer *out)
 		out->content_type = NULL;
 }
 
-void kvc_http_serve(struct kvc_http_server *s, const char *method, const char *url,
-                    const char *data, size_t length, bool too_big,
+void kvc_http_serve(struct kvc_http_server *s, const struct kvc_http_request *q,
                     struct kvc_http_answer *out)
 {
 	uint64_t start = monotonic_us();
 	uint32_t path_rank = 0;
-	enum route_id id = route_of(method, url, &path_rank);
+	enum route_id id = route_of(q->method, q->url, &path_rank);
 	struct reply r = {0};
 	json_error_t error;
 	json_t *body = NULL;
-	if (too_big) {
+	if (id != R_HEALTH && !authorized(s, q->authorization)) {
+		fail(&r, 401, "this server needs \"Authorization: Bearer <token>\"");
+	} else if (routes[id].destructive && !destructive_allowed(s, q->loopback)) {
+		fail(&r, 403, "%s is refused from this peer ([meta] http_destructive)",
+		     route_names[id]);
+	} else if (q->too_big) {
 		fail(&r, 413, "request body over %u bytes", s->options.max_body);
 	} else if (id == R_HEALTH) {
 		r.status = 200;
@@ -602,9 +631,9 @@ void kvc_http_serve(struct kvc_http_server *s, const char *method, const char *u
 	} else if (id == R_METRICS) {
 		do_metrics(s, &r);
 	} else if (id == R_UNKNOWN) {
-		fail(&r, 404, "no route %s %s", method, url);
+		fail(&r, 404, "no route %s %s", q->method, q->url);
 	} else {
-		body = length ? json_loadb(data, length, 0, &error) : json_object();
+		body = q->length ? json_loadb(q->data, q->length, 0, &error) : json_object();
 		if (!body)
 			fail(&r, 400, "malformed JSON: %s", error.text);
 		else if (!json_is_object(body))
@@ -631,9 +660,23 @@ static enum MHD_Result send_answer(struct MHD_Connection *conn, struct kvc_http_
 	}
 	if (a->content_type)
 		MHD_add_response_header(resp, "Content-Type", a->content_type);
+	if (a->status == 401)
+		MHD_add_response_header(resp, "WWW-Authenticate", "Bearer realm=\"kvcfs\"");
 	enum MHD_Result ok = MHD_queue_response(conn, a->status, resp);
 	MHD_destroy_response(resp);
 	return ok;
+}
+
+/* 127.0.0.0/8, ::1 or ::ffff:127.0.0.0/104. */
+static bool is_loopback(const struct sockaddr *sa)
+{
+	if (sa && sa->sa_family == AF_INET)
+		return ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24 == 127;
+	if (sa && sa->sa_family == AF_INET6) {
+		const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+		return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+	}
+	return false;
 }
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char *url,
@@ -662,8 +705,15 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 		*data_size = 0;
 		return MHD_YES;
 	}
+	const union MHD_ConnectionInfo *peer =
+		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	struct kvc_http_request request = {
+		.method = method, .url = url, .data = up->data, .length = up->length,
+		.too_big = up->too_big, .loopback = peer && is_loopback(peer->client_addr),
+		.authorization = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+		                                             MHD_HTTP_HEADER_AUTHORIZATION)};
 	struct kvc_http_answer answer;
-	kvc_http_serve(s, method, url, up->data, up->length, up->too_big, &answer);
+	kvc_http_serve(s, &request, &answer);
 	return send_answer(conn, &answer);
 }
 
@@ -682,6 +732,8 @@ static void request_done(void *cls, struct MHD_Connection *conn, void **state,
 int kvc_http_create(const struct kvc_http_options *options, struct kvc_pool_store *pools,
                     struct kvc_http_server **out)
 {
+	if (options->token_length > KVC_AUTH_MAX_KEY)
+		return -EINVAL;
 	struct kvc_http_server *s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
@@ -689,6 +741,9 @@ int kvc_http_create(const struct kvc_http_options *options, struct kvc_pool_stor
 	s->options = *options;
 	snprintf(s->vllm_namespace, sizeof(s->vllm_namespace), "%s", options->vllm_namespace);
 	s->options.vllm_namespace = s->vllm_namespace;
+	if (options->token_length)
+		memcpy(s->token, options->token, options->token_length);
+	s->options.token = s->token;
 	*out = s;
 	return 0;
 }

@@ -9,6 +9,12 @@
  * JSON. Every request is bounded: a body over max_body bytes is refused
  * with 413, malformed JSON or a missing field with 400, an unknown rank
  * or namespace with 404; the server keeps serving everyone else.
+ *
+ * Access (docs/operations.md "Security model"): with a token, every route
+ * but GET /health needs "Authorization: Bearer <token>" (else 401); the
+ * destructive routes (vLLM's /clear, SGLang's clear and delete_keys) are
+ * taken from loopback peers only, from any peer, or from none, as
+ * `destructive` says (else 403).
  */
 #ifndef KVC_META_HTTP_H
 #define KVC_META_HTTP_H
@@ -27,6 +33,9 @@ struct kvc_http_options {
 	uint32_t world_size;        /* default world for namespaces (0: infer) */
 	const char *vllm_namespace; /* the namespace vLLM's routes use */
 	int threads;
+	const char *token;          /* bearer token (token_length bytes); NULL: none */
+	uint32_t token_length;
+	int destructive;            /* enum kvc_config_http_destructive */
 };
 
 struct kvc_http_server;
@@ -39,20 +48,30 @@ int kvc_http_start(const struct kvc_http_options *options, struct kvc_pool_store
 void kvc_http_stop(struct kvc_http_server *server);
 
 /* A server that answers kvc_http_serve only (no socket): for tests and
- * fuzzing. Returns 0 or -ENOMEM. */
+ * fuzzing. Returns 0, -ENOMEM or -EINVAL (a token over 256 bytes). */
 int kvc_http_create(const struct kvc_http_options *options, struct kvc_pool_store *pools,
                     struct kvc_http_server **out);
 
 /* One request, transport aside: method, URL and body (length bytes;
- * too_big: the body was over max_body and is not given). The answer's
- * text (JSON or Prometheus text, NULL for none) is the caller's to free. */
+ * too_big: the body was over max_body and is not given), whether the
+ * peer is on this host, and its Authorization header. */
+struct kvc_http_request {
+	const char *method;
+	const char *url;
+	const char *data;
+	size_t length;
+	bool too_big;
+	bool loopback;             /* the peer's address is 127.0.0.0/8 or ::1 */
+	const char *authorization; /* the header's value; NULL when absent */
+};
+/* The answer's text (JSON or Prometheus text, NULL for none) is the
+ * caller's to free. */
 struct kvc_http_answer {
 	unsigned status;
 	char *text;
 	const char *content_type; /* NULL when there is no text */
 };
-void kvc_http_serve(struct kvc_http_server *server, const char *method, const char *url,
-                    const char *data, size_t length, bool too_big,
+void kvc_http_serve(struct kvc_http_server *server, const struct kvc_http_request *request,
                     struct kvc_http_answer *out);
 
 #endif

@@ -103,12 +103,24 @@ static int start_pools(const struct kvc_config *config, struct kvc_meta_service 
 	}
 	if (config->http_address[0] == '\0')
 		return 0;
+	static struct kvc_auth_key token;
+	char err[PATH_MAX + 128];
+	if (config->http_token_file[0]) {
+		rc = kvc_auth_key_load(config->http_token_file, true, &token, err, sizeof(err));
+		if (rc < 0) {
+			fprintf(stderr, "kvc-meta: cannot use the HTTP token: %s\n", err);
+			return rc;
+		}
+	}
 	struct kvc_http_options http = {.address = config->http_address,
 	                                 .max_body = config->http_max_body,
 	                                 .lease_ms = config->lease_ms,
 	                                 .world_size = config->world_size,
 	                                 .vllm_namespace = config->vllm_namespace,
-	                                 .threads = config->http_threads};
+	                                 .threads = config->http_threads,
+	                                 .token = token.length ? (const char *)token.bytes : NULL,
+	                                 .token_length = token.length,
+	                                 .destructive = config->http_destructive};
 	static struct kvc_http_server *server;
 	rc = kvc_http_start(&http, svc->pools, &server);
 	if (rc < 0)
@@ -158,6 +170,18 @@ int main(int argc, char **argv)
 	}
 	if (fsck)
 		return run_fsck(&config, repair);
+	/* The cluster secret opens everything (and is what kvc-meta proves to
+	 * the storage servers); the pool secret, when the file names one,
+	 * opens the page-pool messages only (meta/service.c). */
+	static struct kvc_auth_keys keys;
+	if (config.pool_secret_file[0]) {
+		if (kvc_config_load_secret_reported("kvc-meta", &config, KVC_AUTH_POOL) < 0)
+			return 1;
+		keys.keys[KVC_AUTH_POOL] = config.cred.key;
+	}
+	if (kvc_config_load_secret_reported("kvc-meta", &config, KVC_AUTH_CLUSTER) < 0)
+		return 1;
+	keys.keys[KVC_AUTH_CLUSTER] = config.cred.key;
 	struct kvc_layout defaults = {.chunk_size = config.chunk_size, .stripe = config.stripe,
 	                              .target_count = config.target_count};
 	static struct kvc_meta_service svc;
@@ -200,7 +224,7 @@ int main(int argc, char **argv)
 	kvc_log_info("serving the namespace from %s on %s", config.meta_data,
 	             config.meta_address);
 	static struct kvc_server server;
-	server = (struct kvc_server){.listen_fd = listen_fd, .token = config.token,
+	server = (struct kvc_server){.listen_fd = listen_fd, .auth = &keys,
 	                             .max_connections = 4096,
 	                             .handle = kvc_meta_service_handle, .service = &svc,
 	                             .name = "kvc-meta"};

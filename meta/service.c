@@ -342,12 +342,23 @@ static const struct op ops[] = {
 	[KVC_MSG_STATFS] = {0, true, h_statfs},
 };
 
+/* What a connection of the pool secret may send: the page-pool messages,
+ * except POOL_BIND, which names a file of the namespace whose pages the
+ * collector will punch (that takes the cluster secret, like the namespace). */
+static bool pool_role_may_send(uint16_t type)
+{
+	return type >= KVC_MSG_POOL_INIT && type <= KVC_MSG_POOL_BINDING &&
+	       type != KVC_MSG_POOL_BIND;
+}
+
 int kvc_meta_service_handle(void *service, struct kvc_server_conn *conn,
                             const struct kvc_wire_header *h)
 {
 	struct kvc_meta_service *svc = service;
 	if (h->data_len)
 		return -EPROTO; /* no namespace message carries bulk data */
+	if (conn->role == KVC_AUTH_POOL && !pool_role_may_send(h->type))
+		return kvc_server_reply(conn, h, -EACCES, NULL, 0);
 	if (h->type >= KVC_MSG_POOL_INIT && h->type <= KVC_MSG_POOL_BINDING)
 		return kvc_pool_service_handle(svc->pools, svc->store, conn, h);
 	const struct op *op = h->type < sizeof(ops) / sizeof(ops[0]) ? &ops[h->type] : NULL;

@@ -17,6 +17,7 @@
 #include "kvc/meta.h"
 #include "core/layout.h"
 #include "client/meta_client.h"
+#include "client/pool_client.h"
 #include "client/storage_client.h"
 
 struct admin {
@@ -649,9 +650,16 @@ int main(int argc, char **argv)
 		config_path = "/var/lib/kvc/cluster.conf";
 	if (kvc_config_load_reported("kvc-admin", config_path, &a.config) < 0)
 		return 1;
+	/* The cluster secret opens every command; a user who may read only
+	 * the pool secret gets the page-pool commands (not pool bind). */
+	char err[512];
+	if (kvc_config_load_secret(&a.config, KVC_AUTH_CLUSTER, err, sizeof(err)) < 0 &&
+	    kvc_config_load_secret(&a.config, KVC_AUTH_POOL, err, sizeof(err)) < 0 &&
+	    kvc_config_load_secret_reported("kvc-admin", &a.config, KVC_AUTH_CLUSTER) < 0)
+		return 1;
 	if (kvc_meta_client_init(&a.meta, &a.config) < 0 ||
 	    kvc_storage_client_init(&a.storage, &a.config) < 0 ||
-	    kvc_meta_open(&a.pools, a.config.meta_address, a.config.token) < 0) {
+	    kvc_meta_open_cred(&a.pools, a.config.meta_address, &a.config.cred) < 0) {
 		fprintf(stderr, "kvc-admin: cannot set up clients\n");
 		return 1;
 	}

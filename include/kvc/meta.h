@@ -9,7 +9,9 @@
  * returns 0 (or a count) on success and -errno on failure: -ENOENT (pool
  * not initialized), -EINVAL (bad namespace, key, count or world),
  * -EMSGSIZE (batch too large for one request), -ECONNREFUSED / -ETIMEDOUT
- * / -EIO (kvc-meta unreachable), -EACCES (wrong cluster token).
+ * / -EIO (kvc-meta unreachable), -EACCES (no or a wrong pool secret, or
+ * a message the secret does not open, or a kvc-meta that could not prove
+ * it holds the secret).
  */
 #ifndef KVC_META_H
 #define KVC_META_H
@@ -54,9 +56,15 @@ struct kvc_meta_pool_entry {
 	uint32_t reserved;
 };
 
-/* Connect to kvc-meta at "host:port" (token: the cluster token or ""),
- * or to the one a cluster file names. */
-int kvc_meta_open(struct kvc_meta **out, const char *address, const char *token);
+/* Connect to kvc-meta at "host:port", proving pool_secret: the text of
+ * the cluster's pool_secret_file (a trailing newline is ignored; NULL or
+ * "": no credentials, which kvc-meta refuses). Or to the kvc-meta a
+ * cluster file names, proving its pool secret (or, for a user who can
+ * read only that, its cluster secret). Connections open lazily, so a
+ * refused secret shows as -EACCES from the first call. Returns 0,
+ * -ENOMEM, -EINVAL (a secret of the wrong length) or the errors of
+ * reading the cluster file and the secret (-ENOENT, -EACCES, -EINVAL). */
+int kvc_meta_open(struct kvc_meta **out, const char *address, const char *pool_secret);
 int kvc_meta_open_config(struct kvc_meta **out, const char *config_path);
 void kvc_meta_close(struct kvc_meta *meta);
 

@@ -7,7 +7,7 @@
 
 int kvc_meta_client_init(struct kvc_meta_client *client, const struct kvc_config *config)
 {
-	return kvc_rpc_pool_init(&client->pool, config->meta_address, config->token,
+	return kvc_rpc_pool_init(&client->pool, config->meta_address, &config->cred,
 	                         config->connect_timeout_ms, config->io_timeout_ms);
 }
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "client/pool_client.h"
 #include "core/config.h"
 #include "core/rpc.h"
 
@@ -13,18 +14,35 @@ struct kvc_meta {
 	struct kvc_rpc_pool pool;
 };
 
-int kvc_meta_open(struct kvc_meta **out, const char *address, const char *token)
+int kvc_meta_open_cred(struct kvc_meta **out, const char *address,
+                       const struct kvc_auth_cred *cred)
 {
 	struct kvc_meta *m = calloc(1, sizeof(*m));
 	if (!m)
 		return -ENOMEM;
-	int rc = kvc_rpc_pool_init(&m->pool, address, token ? token : "", 2000, 10000);
+	int rc = kvc_rpc_pool_init(&m->pool, address, cred, 2000, 10000);
 	if (rc < 0) {
 		free(m);
 		return rc;
 	}
 	*out = m;
 	return 0;
+}
+
+int kvc_meta_open(struct kvc_meta **out, const char *address, const char *pool_secret)
+{
+	struct kvc_auth_cred cred = {.role = KVC_AUTH_NONE};
+	size_t length = pool_secret ? strlen(pool_secret) : 0;
+	if (length && pool_secret[length - 1] == '\n')
+		length--; /* the file's text as read */
+	if (length) {
+		if (length < KVC_AUTH_MIN_KEY || length > KVC_AUTH_MAX_KEY)
+			return -EINVAL;
+		cred.role = KVC_AUTH_POOL;
+		cred.key.length = (uint32_t)length;
+		memcpy(cred.key.bytes, pool_secret, length);
+	}
+	return kvc_meta_open_cred(out, address, &cred);
 }
 
 int kvc_meta_open_config(struct kvc_meta **out, const char *config_path)
@@ -34,8 +52,15 @@ int kvc_meta_open_config(struct kvc_meta **out, const char *config_path)
 	if (!config)
 		return -ENOMEM;
 	int rc = kvc_config_load(config_path, config, err, sizeof(err));
+	/* The pool secret is what a pool client needs; a process that holds
+	 * only the cluster secret (root tools) proves that instead. */
+	if (rc == 0) {
+		rc = kvc_config_load_secret(config, KVC_AUTH_POOL, err, sizeof(err));
+		if (rc < 0 && kvc_config_load_secret(config, KVC_AUTH_CLUSTER, err, sizeof(err)) == 0)
+			rc = 0;
+	}
 	if (rc == 0)
-		rc = kvc_meta_open(out, config->meta_address, config->token);
+		rc = kvc_meta_open_cred(out, config->meta_address, &config->cred);
 	free(config);
 	return rc;
 }

@@ -28,7 +28,7 @@ int kvc_storage_client_init(struct kvc_storage_client *client,
 	for (uint32_t i = 0; i < config->server_count; i++) {
 		strcpy(client->server_address[i], config->servers[i].address);
 		int rc = kvc_rpc_pool_init(&client->pools[i], config->servers[i].address,
-		                           config->token, config->connect_timeout_ms,
+		                           &config->cred, config->connect_timeout_ms,
 		                           config->io_timeout_ms);
 		if (rc < 0) {
 			client->server_count = i;

@@ -102,8 +102,13 @@ static int global_key(struct parser *p, const char *key, const char *value)
 	struct kvc_config *c = p->config;
 	long v;
 	int rc;
+	if (strcmp(key, "secret_file") == 0)
+		return copy_string(p, c->secret_file, sizeof(c->secret_file), key, value);
+	if (strcmp(key, "pool_secret_file") == 0)
+		return copy_string(p, c->pool_secret_file, sizeof(c->pool_secret_file), key, value);
 	if (strcmp(key, "token") == 0)
-		return copy_string(p, c->token, sizeof(c->token), key, value);
+		return fail(p, "'token' is gone: name a secret file instead (secret_file = PATH, "
+		               "0600; kvc-cluster start creates it)");
 	if (strcmp(key, "chunk_size") == 0) {
 		rc = parse_int(p, key, value, KVC_LAYOUT_MIN_CHUNK, KVC_LAYOUT_MAX_CHUNK, &v);
 		if (rc < 0)
@@ -167,6 +172,18 @@ static int section_key(struct parser *p, const char *key, const char *value)
 			if (rc == 0)
 				c->http_threads = (int)v;
 			return rc;
+		}
+		if (strcmp(key, "http_token_file") == 0)
+			return copy_string(p, c->http_token_file, sizeof(c->http_token_file), key,
+			                   value);
+		if (strcmp(key, "http_destructive") == 0) {
+			static const char *const modes[] = {"loopback", "any", "none"};
+			for (int i = 0; i < 3; i++)
+				if (strcmp(value, modes[i]) == 0) {
+					c->http_destructive = i;
+					return 0;
+				}
+			return fail(p, "http_destructive must be loopback, any or none, not '%s'", value);
 		}
 		if (strcmp(key, "client_timeout_ms") == 0) {
 			rc = parse_int(p, key, value, 1000, 3600000, &v);
@@ -351,11 +368,39 @@ const struct kvc_config_server *kvc_config_server_find(const struct kvc_config *
 	return NULL;
 }
 
+int kvc_config_load_secret(struct kvc_config *config, uint32_t role, char *err,
+                           size_t err_size)
+{
+	const char *path = role == KVC_AUTH_CLUSTER ? config->secret_file
+	                   : role == KVC_AUTH_POOL  ? config->pool_secret_file : NULL;
+	if (!path || !*path) {
+		snprintf(err, err_size, "the cluster file names no %s",
+		         role == KVC_AUTH_POOL ? "pool_secret_file" : "secret_file");
+		return -ENOENT;
+	}
+	struct kvc_auth_cred cred = {.role = role};
+	int rc = kvc_auth_key_load(path, role == KVC_AUTH_POOL, &cred.key, err, err_size);
+	if (rc == 0)
+		config->cred = cred;
+	return rc;
+}
+
 int kvc_config_load_reported(const char *program, const char *path, struct kvc_config *config)
 {
 	char err[512];
 	int rc = kvc_config_load(path, config, err, sizeof(err));
 	if (rc < 0)
 		fprintf(stderr, "%s: bad config: %s\n", program, err);
+	return rc;
+}
+
+int kvc_config_load_secret_reported(const char *program, struct kvc_config *config,
+                                    uint32_t role)
+{
+	char err[PATH_MAX + 128];
+	int rc = kvc_config_load_secret(config, role, err, sizeof(err));
+	if (rc < 0)
+		fprintf(stderr, "%s: cannot use the %s secret: %s\n", program,
+		        kvc_auth_role_name(role), err);
 	return rc;
 }

@@ -1,7 +1,10 @@
 /*
  * config: the cluster file every daemon and tool reads. An INI-like text:
  *
- *   token = s3cret              # optional shared cluster token
+ *   secret_file = /var/lib/kvc/secret       # the cluster secret (0600):
+ *                               # daemons and root tools prove it
+ *   pool_secret_file = /var/lib/kvc/pool.secret  # optional (0640): opens
+ *                               # kvc-meta's page-pool messages only
  *   chunk_size = 1048576        # default layout for new files
  *   stripe = 3
  *   connect_timeout_ms = 2000   # client side bounds: nothing hangs
@@ -13,6 +16,10 @@
  *   http = 127.0.0.1:18000      # page pools over HTTP ("off": none)
  *   http_max_body = 1048576     # larger request bodies get 413
  *   http_threads = 4
+ *   http_token_file = PATH      # optional: every HTTP route but /health
+ *                               # needs "Authorization: Bearer <its text>"
+ *   http_destructive = loopback # who may clear and delete over HTTP:
+ *                               # loopback (default), any or none
  *   lease_ms = 5000             # read lease of a location lookup
  *   client_timeout_ms = 30000   # a kvc-fuse silent this long is gone: the
  *                               # files it had open are released
@@ -33,6 +40,8 @@
  * Target ids are the order in which targets appear in the file; the table
  * may only grow (existing files keep their layout). kvc_config_load checks
  * everything and says what is wrong, with the line, in the error buffer.
+ * The file names the secret files but holds no secret itself, so it may be
+ * world-readable; the secrets are read only by kvc_config_load_secret.
  */
 #ifndef KVC_CONFIG_H
 #define KVC_CONFIG_H
@@ -40,6 +49,7 @@
 #include <limits.h>
 #include <stdint.h>
 
+#include "core/auth.h"
 #include "core/net.h"
 #include "core/wire.h"
 
@@ -58,8 +68,18 @@ struct kvc_config_target {
 	uint32_t server; /* index into servers */
 };
 
+/* [meta] http_destructive: where clear and delete routes are taken from. */
+enum kvc_config_http_destructive {
+	KVC_HTTP_DESTRUCTIVE_LOOPBACK = 0,
+	KVC_HTTP_DESTRUCTIVE_ANY,
+	KVC_HTTP_DESTRUCTIVE_NONE,
+};
+
 struct kvc_config {
-	char token[KVC_WIRE_MAX_TOKEN + 1];
+	char secret_file[PATH_MAX];      /* "" when the file names none */
+	char pool_secret_file[PATH_MAX]; /* "" when none */
+	struct kvc_auth_cred cred;       /* what this process proves: role none
+	                                    until kvc_config_load_secret */
 	uint32_t chunk_size;
 	uint32_t stripe;
 	int connect_timeout_ms;
@@ -70,6 +90,8 @@ struct kvc_config {
 	char http_address[KVC_NET_ADDRESS_MAX]; /* "" when off */
 	uint32_t http_max_body;
 	int http_threads;
+	char http_token_file[PATH_MAX]; /* "" when none */
+	int http_destructive;           /* enum kvc_config_http_destructive */
 	uint32_t lease_ms;
 	uint32_t client_timeout_ms;
 	uint32_t world_size;
@@ -96,6 +118,19 @@ int kvc_config_load_reported(const char *program, const char *path, struct kvc_c
 /* Parse from a string (tests); `origin` names it in messages. */
 int kvc_config_parse(const char *text, const char *origin,
                      struct kvc_config *config, char *err, size_t err_size);
+
+/* Read the secret of role (KVC_AUTH_CLUSTER: secret_file, KVC_AUTH_POOL:
+ * pool_secret_file) into config->cred, which the daemon clients then
+ * prove. Returns 0, -ENOENT (the file names no such secret, or it does
+ * not exist), -EACCES (not readable by this user), -EINVAL (a bad mode or
+ * content); err says what. */
+int kvc_config_load_secret(struct kvc_config *config, uint32_t role, char *err,
+                           size_t err_size);
+
+/* kvc_config_load_secret for a program's main: on failure prints
+ * "PROGRAM: cannot use the ROLE secret: what" on stderr. */
+int kvc_config_load_secret_reported(const char *program, struct kvc_config *config,
+                                    uint32_t role);
 
 /* The storage server named `name`, or NULL. */
 const struct kvc_config_server *kvc_config_server_find(const struct kvc_config *config,

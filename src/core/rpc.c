@@ -7,13 +7,15 @@
 #include <unistd.h>
 
 int kvc_rpc_pool_init(struct kvc_rpc_pool *pool, const char *address,
-                      const char *token, int connect_timeout_ms, int io_timeout_ms)
+                      const struct kvc_auth_cred *cred, int connect_timeout_ms,
+                      int io_timeout_ms)
 {
 	memset(pool, 0, sizeof(*pool));
-	if (strlen(address) >= sizeof(pool->address) || strlen(token) >= sizeof(pool->token))
+	if (strlen(address) >= sizeof(pool->address) || cred->role >= KVC_AUTH_ROLES ||
+	    (cred->role != KVC_AUTH_NONE && cred->key.length == 0))
 		return -EINVAL;
 	strcpy(pool->address, address);
-	strcpy(pool->token, token);
+	pool->cred = *cred;
 	pool->connect_timeout_ms = connect_timeout_ms;
 	pool->io_timeout_ms = io_timeout_ms;
 	atomic_init(&pool->next_request_id, 1);
@@ -40,23 +42,53 @@ uint64_t kvc_rpc_next_id(struct kvc_rpc_pool *pool)
 	return atomic_fetch_add(&pool->next_request_id, 1);
 }
 
+/* One handshake frame out and its reply in (reply: exactly reply_len
+ * bytes, or none on a refusal). Returns the server's status or -errno. */
+static int handshake_step(struct kvc_rpc_pool *pool, int fd, uint16_t type, const void *body,
+                          uint32_t body_len, void *reply, uint32_t reply_len)
+{
+	struct kvc_wire_header h;
+	uint64_t id = kvc_rpc_next_id(pool);
+	kvc_wire_header_init(&h, type, id, 0, body_len, 0);
+	int rc = kvc_wire_send(fd, &h, body, NULL, 0);
+	if (rc == 0)
+		rc = kvc_wire_recv(fd, &h, reply, reply_len);
+	if (rc == 0 && (h.type != type || h.request_id != id || h.data_len))
+		rc = -EBADMSG;
+	if (rc == 0 && h.status)
+		rc = h.status < 0 ? h.status : -EBADMSG;
+	if (rc == 0 && h.body_len != reply_len)
+		rc = -EBADMSG;
+	return rc;
+}
+
+/* The client side of the handshake (core/auth.h): HELLO with our nonce,
+ * AUTH with our proof, then the server must prove the same secret. */
 static int greet(struct kvc_rpc_pool *pool, int fd)
 {
+	const struct kvc_auth_cred *cred = &pool->cred;
 	struct {
 		struct kvc_msg_hello hello;
-		char token[KVC_WIRE_MAX_TOKEN];
-	} body;
-	uint32_t token_len = (uint32_t)strlen(pool->token);
-	body.hello = (struct kvc_msg_hello){KVC_WIRE_VERSION, token_len};
-	memcpy(body.token, pool->token, token_len);
-
-	struct kvc_wire_header h;
-	kvc_wire_header_init(&h, KVC_MSG_HELLO, kvc_rpc_next_id(pool), 0,
-	                     (uint32_t)sizeof(body.hello) + token_len, 0);
-	int rc = kvc_wire_send(fd, &h, &body, NULL, 0);
+		struct kvc_msg_auth_nonce nonce;
+	} hello = {.hello = {KVC_WIRE_VERSION, cred->role}};
+	struct kvc_msg_auth_nonce theirs;
+	struct kvc_msg_auth_proof proof;
+	if (cred->role == KVC_AUTH_NONE)
+		return handshake_step(pool, fd, KVC_MSG_HELLO, &hello, sizeof(hello.hello), NULL, 0);
+	int rc = kvc_auth_nonce(hello.nonce.nonce);
 	if (rc == 0)
-		rc = kvc_wire_recv(fd, &h, NULL, 0);
-	return rc < 0 ? rc : h.status;
+		rc = handshake_step(pool, fd, KVC_MSG_HELLO, &hello, sizeof(hello), &theirs,
+		                    sizeof(theirs));
+	if (rc < 0)
+		return rc;
+	kvc_auth_proof(&cred->key, false, cred->role, hello.nonce.nonce, theirs.nonce, proof.mac);
+	rc = handshake_step(pool, fd, KVC_MSG_AUTH, &proof, sizeof(proof), &proof, sizeof(proof));
+	/* A server that cannot prove the secret is no server of this cluster:
+	 * nothing is sent to it. */
+	if (rc == 0 && !kvc_auth_proof_check(&cred->key, true, cred->role, hello.nonce.nonce,
+	                                     theirs.nonce, proof.mac))
+		rc = -EACCES;
+	return rc;
 }
 
 /* An idle connection has nothing to read: anything there (EOF, a reset)

@@ -1,6 +1,7 @@
 /*
  * rpc: client connections to one kvcfs server (kvc-meta or a kvc-storage).
- * A pool keeps idle, already greeted connections to one address; a caller
+ * A pool keeps idle, already authenticated connections (the handshake of
+ * core/auth.h, with the pool's credential) to one address; a caller
  * takes one for a request and gives it back when the exchange completed
  * cleanly, or drops it after any transport error, so a connection is never
  * reused in an unknown state. Thread-safe; many requests to one server run
@@ -18,6 +19,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/auth.h"
 #include "core/net.h"
 #include "core/wire.h"
 
@@ -25,7 +27,7 @@
 
 struct kvc_rpc_pool {
 	char address[KVC_NET_ADDRESS_MAX];
-	char token[KVC_WIRE_MAX_TOKEN + 1];
+	struct kvc_auth_cred cred; /* what this pool proves to the server */
 	int connect_timeout_ms;
 	int io_timeout_ms;
 	pthread_mutex_t lock; /* protects idle and idle_count */
@@ -34,13 +36,19 @@ struct kvc_rpc_pool {
 	atomic_uint_fast64_t next_request_id;
 };
 
+/* cred (copied) is what every connection proves; role none only for a
+ * server that takes no credentials. Returns 0 or -EINVAL (address too
+ * long, a role without its key). */
 int kvc_rpc_pool_init(struct kvc_rpc_pool *pool, const char *address,
-                      const char *token, int connect_timeout_ms, int io_timeout_ms);
+                      const struct kvc_auth_cred *cred, int connect_timeout_ms,
+                      int io_timeout_ms);
 void kvc_rpc_pool_destroy(struct kvc_rpc_pool *pool);
 
-/* A greeted connection: an idle one, or a new one (connect + HELLO).
- * *reused says which. Returns the fd, or -ECONNREFUSED, -ETIMEDOUT,
- * -EACCES (token refused), -EPROTO (version refused), -errno. */
+/* An authenticated connection: an idle one, or a new one (connect and
+ * handshake). *reused says which. Returns the fd, or -ECONNREFUSED,
+ * -ETIMEDOUT, -EACCES (the server refused our proof, or did not prove
+ * that it holds the secret: then it is no server of this cluster, and
+ * nothing was sent to it), -EPROTO (version refused), -EBADMSG, -errno. */
 int kvc_rpc_pool_get(struct kvc_rpc_pool *pool, bool *reused);
 
 /* Give a connection back (healthy) or close it (after any error). */

@@ -1,9 +1,13 @@
 /* server: see server.h. */
 #include "core/server.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -63,10 +67,78 @@ static int recv_frame(struct kvc_server_conn *conn, struct kvc_wire_header *h)
 	return rc;
 }
 
-/* HELLO: version and token must match. Returns 0 when accepted. */
+/* The peer's address for logs: "host:port", or "local" (Unix socket). */
+static void peer_name(int fd, char *out, size_t cap)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	char host[INET6_ADDRSTRLEN] = "?";
+	snprintf(out, cap, "local");
+	if (getpeername(fd, (struct sockaddr *)&ss, &len) < 0)
+		return;
+	if (ss.ss_family == AF_INET) {
+		const struct sockaddr_in *sin = (const struct sockaddr_in *)&ss;
+		inet_ntop(AF_INET, &sin->sin_addr, host, sizeof(host));
+		snprintf(out, cap, "%s:%u", host, ntohs(sin->sin_port));
+	} else if (ss.ss_family == AF_INET6) {
+		const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)&ss;
+		inet_ntop(AF_INET6, &sin6->sin6_addr, host, sizeof(host));
+		snprintf(out, cap, "[%s]:%u", host, ntohs(sin6->sin6_port));
+	}
+}
+
+/* Answer a refused handshake frame with status, say why in the log, and
+ * return status: the caller closes the connection. */
+__attribute__((format(printf, 5, 6)))
+static int refuse(struct kvc_server *server, struct kvc_server_conn *conn,
+                  const struct kvc_wire_header *h, int status, const char *why, ...)
+{
+	char peer[INET6_ADDRSTRLEN + 16], reason[160];
+	va_list ap;
+	va_start(ap, why);
+	vsnprintf(reason, sizeof(reason), why, ap);
+	va_end(ap);
+	peer_name(conn->fd, peer, sizeof(peer));
+	kvc_log_warn("%s: connection from %s refused: %s", server->name, peer, reason);
+	kvc_server_reply(conn, h, status, NULL, 0);
+	return status;
+}
+
+/* The rest of the handshake after an accepted HELLO of role with the
+ * client's nonce: our nonce, the client's proof, our proof. */
+static int prove(struct kvc_server *server, struct kvc_server_conn *conn,
+                 const struct kvc_wire_header *hello, uint32_t role,
+                 const uint8_t client_nonce[KVC_AUTH_NONCE])
+{
+	const struct kvc_auth_key *key = &server->auth->keys[role];
+	struct kvc_msg_auth_nonce ours;
+	struct kvc_msg_auth_proof proof;
+	struct kvc_wire_header h;
+	int rc = kvc_auth_nonce(ours.nonce);
+	if (rc < 0)
+		return refuse(server, conn, hello, rc, "no random nonce");
+	rc = kvc_server_reply(conn, hello, 0, &ours, sizeof(ours));
+	if (rc == 0)
+		rc = recv_frame(conn, &h);
+	if (rc < 0)
+		return rc;
+	if (h.type != KVC_MSG_AUTH || h.body_len != sizeof(proof) || h.data_len)
+		return refuse(server, conn, &h, -EACCES, "%s after HELLO, not an AUTH proof",
+		              kvc_wire_type_name(h.type));
+	if (!kvc_auth_proof_check(key, false, role, client_nonce, ours.nonce, conn->body))
+		return refuse(server, conn, &h, -EACCES, "wrong proof of the %s secret",
+		              kvc_auth_role_name(role));
+	kvc_auth_proof(key, true, role, client_nonce, ours.nonce, proof.mac);
+	return kvc_server_reply(conn, &h, 0, &proof, sizeof(proof));
+}
+
+/* The handshake (server.h): 0 when the connection proved a role the
+ * server takes (conn->role says which), else -errno and the caller
+ * closes it. */
 static int handshake(struct kvc_server *server, struct kvc_server_conn *conn)
 {
 	struct kvc_wire_header h;
+	uint8_t client_nonce[KVC_AUTH_NONCE];
 	int rc = recv_frame(conn, &h);
 	if (rc < 0)
 		return rc;
@@ -74,18 +146,32 @@ static int handshake(struct kvc_server *server, struct kvc_server_conn *conn)
 	const struct kvc_msg_hello *hello =
 		kvc_wire_body_take(conn->body, h.body_len, &off, sizeof(*hello));
 	if (h.type != KVC_MSG_HELLO || !hello || h.data_len)
-		return -EPROTO;
-	const char *token = kvc_wire_body_take(conn->body, h.body_len, &off, hello->token_len);
-	int status = 0;
-	if (!token || hello->token_len > KVC_WIRE_MAX_TOKEN)
-		status = -EPROTO;
-	else if (hello->version != KVC_WIRE_VERSION)
-		status = -EPROTO;
-	else if (strlen(server->token) != hello->token_len ||
-	         memcmp(server->token, token, hello->token_len) != 0)
-		status = -EACCES;
-	kvc_server_reply(conn, &h, status, NULL, 0);
-	return status;
+		return refuse(server, conn, &h, -EACCES, "first frame is %s, not HELLO",
+		              kvc_wire_type_name(h.type));
+	if (hello->version != KVC_WIRE_VERSION)
+		return refuse(server, conn, &h, -EPROTO, "wire version %u, not %u", hello->version,
+		              KVC_WIRE_VERSION);
+	uint32_t role = hello->role;
+	if (!server->auth) {
+		if (role != KVC_AUTH_NONE || off != h.body_len)
+			return refuse(server, conn, &h, -EACCES, "credentials where none are taken");
+		conn->role = KVC_AUTH_NONE;
+		return kvc_server_reply(conn, &h, 0, NULL, 0);
+	}
+	if (role == KVC_AUTH_NONE)
+		return refuse(server, conn, &h, -EACCES, "no credentials");
+	if (role >= KVC_AUTH_ROLES || server->auth->keys[role].length == 0)
+		return refuse(server, conn, &h, -EACCES, "role %s is not served here",
+		              kvc_auth_role_name(role));
+	const struct kvc_msg_auth_nonce *nonce =
+		kvc_wire_body_take(conn->body, h.body_len, &off, sizeof(*nonce));
+	if (!nonce || off != h.body_len)
+		return refuse(server, conn, &h, -EACCES, "malformed HELLO");
+	memcpy(client_nonce, nonce->nonce, sizeof(client_nonce)); /* the body is reused */
+	rc = prove(server, conn, &h, role, client_nonce);
+	if (rc == 0)
+		conn->role = role;
+	return rc;
 }
 
 static void *conn_main(void *arg)
@@ -96,8 +182,6 @@ static void *conn_main(void *arg)
 	free(arg);
 
 	int rc = handshake(server, &conn);
-	if (rc == -EACCES)
-		kvc_log_warn("%s: connection refused: wrong cluster token", server->name);
 	while (rc == 0) {
 		struct kvc_wire_header h;
 		rc = recv_frame(&conn, &h);

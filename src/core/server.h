@@ -4,9 +4,12 @@
  * client such as kvc-fuse's pooled socket, so this is a handful of threads
  * per client); at most max_connections at once, more are closed at accept.
  *
- * Each connection must start with HELLO: a wrong version is answered
- * -EPROTO, a wrong token -EACCES, and the connection is closed. After that,
- * every frame goes to the service's handler. A handler replies itself (it
+ * Each connection must start with the handshake (HELLO, AUTH; see
+ * core/auth.h): a wrong version is answered -EPROTO, anything else that
+ * does not prove a secret the server takes is answered -EACCES, logged
+ * with the peer's address, and the connection is closed; the server keeps
+ * serving everyone else. After that, every frame goes to the service's
+ * handler, which may look at conn->role. A handler replies itself (it
  * owns the data section) and returns 0, or returns -errno for a protocol
  * error, after which the server closes that connection and nothing else.
  */
@@ -17,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/auth.h"
 #include "core/wire.h"
 
 struct kvc_server_conn {
@@ -28,6 +32,7 @@ struct kvc_server_conn {
 	 * keeps one sets its slot to -1; the server closes the rest. */
 	int passed_fds[KVC_WIRE_MAX_FDS];
 	int passed_fd_count;
+	uint32_t role; /* enum kvc_auth_role the handshake proved; set before any handler */
 };
 
 typedef int (*kvc_server_handler)(void *service, struct kvc_server_conn *conn,
@@ -36,7 +41,9 @@ typedef void (*kvc_server_conn_cleanup)(void *service, struct kvc_server_conn *c
 
 struct kvc_server {
 	int listen_fd;
-	const char *token; /* "" when none is required */
+	/* The secrets each role must prove; NULL: no credentials at all (only
+	 * kvc-fuse's local control socket, where the kernel says who calls). */
+	const struct kvc_auth_keys *auth;
 	int max_connections;
 	kvc_server_handler handle;
 	kvc_server_conn_cleanup cleanup; /* may be NULL */

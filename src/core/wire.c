@@ -275,6 +275,7 @@ const char *kvc_wire_type_name(uint16_t type)
 {
 	switch (type) {
 	case KVC_MSG_HELLO: return "hello";
+	case KVC_MSG_AUTH: return "auth";
 	case KVC_MSG_LOOKUP: return "lookup";
 	case KVC_MSG_GETATTR: return "getattr";
 	case KVC_MSG_CREATE: return "create";

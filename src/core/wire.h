@@ -22,9 +22,12 @@
  * checked against body_len and the limits before use. A frame that fails a
  * check is a protocol error: the receiver closes that connection only.
  *
- * Every connection starts with HELLO (version, token); the server answers
- * -EPROTO for another version and -EACCES for a wrong cluster token, then
- * closes. See docs/protocol.md for every message.
+ * Every connection starts with the handshake: HELLO (version, role, client
+ * nonce), answered with the server's nonce, then AUTH (the client's proof
+ * of the role's secret), answered with the server's proof (src/core/auth.h
+ * computes them). The server answers -EPROTO for another version and
+ * -EACCES for anything else it refuses, then closes. See docs/protocol.md
+ * for every message.
  *
  * USRBIO control messages (types 96..) travel on kvc-fuse's local Unix
  * socket with the same framing; the file descriptors they register ride
@@ -35,6 +38,9 @@
  *   2  every POSIX object type and user xattrs: kvc_attr carries rdev (80
  *      bytes), kvc_msg_create carries rdev (40 bytes); new MKNOD, SYMLINK,
  *      LINK, READLINK, SETXATTR, GETXATTR, LISTXATTR, REMOVEXATTR.
+ *   3  connections authenticate: HELLO carries a role and a client nonce
+ *      instead of a token; new AUTH (HMAC-SHA256 proofs both ways). The
+ *      page-pool secret opens a connection for page-pool messages only.
  */
 #ifndef KVC_WIRE_H
 #define KVC_WIRE_H
@@ -48,11 +54,10 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "kvcfs wire structs are little-endian in memory");
 
 #define KVC_WIRE_MAGIC 0x3143564bu /* "KVC1" */
-#define KVC_WIRE_VERSION 2
+#define KVC_WIRE_VERSION 3
 #define KVC_WIRE_MAX_BODY (1u << 20)
 #define KVC_WIRE_MAX_DATA (64u << 20)
 #define KVC_WIRE_MAX_NAME 255
-#define KVC_WIRE_MAX_TOKEN 128
 #define KVC_WIRE_MAX_PIECES 1024
 #define KVC_WIRE_MAX_DIRENTS 1024
 #define KVC_WIRE_MAX_TARGETS 64
@@ -61,6 +66,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 
 enum kvc_wire_type {
 	KVC_MSG_HELLO = 1,
+	KVC_MSG_AUTH = 2,
 	/* namespace (kvc-meta) */
 	KVC_MSG_LOOKUP = 16,
 	KVC_MSG_GETATTR = 17,
@@ -134,12 +140,23 @@ struct kvc_wire_header {
 };
 _Static_assert(sizeof(struct kvc_wire_header) == 32, "header is 32 bytes");
 
-/* HELLO: followed by token_len bytes of token. */
+/* HELLO: the client's version and role (enum kvc_auth_role), then, for
+ * any role but none, a kvc_msg_auth_nonce. Reply: the server's
+ * kvc_msg_auth_nonce (empty for role none). */
 struct kvc_msg_hello {
 	uint32_t version;
-	uint32_t token_len;
+	uint32_t role;
 };
 _Static_assert(sizeof(struct kvc_msg_hello) == 8, "");
+#define KVC_WIRE_NONCE 32
+struct kvc_msg_auth_nonce {
+	uint8_t nonce[KVC_WIRE_NONCE];
+};
+/* AUTH: the client's proof; reply: the server's (src/core/auth.h). */
+#define KVC_WIRE_PROOF 32
+struct kvc_msg_auth_proof {
+	uint8_t mac[KVC_WIRE_PROOF];
+};
 
 /* A file's placement: chunk i lives on target
  * (first_target + i % stripe) % target_count. */

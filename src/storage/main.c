@@ -58,8 +58,12 @@ int main(int argc, char **argv)
 	kvc_log_setup("kvc-storage", level);
 
 	static struct kvc_config config;
-	if (kvc_config_load_reported("kvc-storage", config_path, &config) < 0)
+	if (kvc_config_load_reported("kvc-storage", config_path, &config) < 0 ||
+	    kvc_config_load_secret_reported("kvc-storage", &config, KVC_AUTH_CLUSTER) < 0)
 		return 1;
+	/* Only the cluster's own daemons and root tools reach the chunks. */
+	static struct kvc_auth_keys keys;
+	keys.keys[KVC_AUTH_CLUSTER] = config.cred.key;
 	const struct kvc_config_server *me = kvc_config_server_find(&config, name);
 	if (!me) {
 		fprintf(stderr, "kvc-storage: %s has no [storage %s] section\n", config_path, name);
@@ -88,7 +92,7 @@ int main(int argc, char **argv)
 	kvc_log_info("serving %u target(s) from %u on %s", me->target_count, me->first_target,
 	             me->address);
 	static struct kvc_server server;
-	server = (struct kvc_server){.listen_fd = listen_fd, .token = config.token,
+	server = (struct kvc_server){.listen_fd = listen_fd, .auth = &keys,
 	                             .max_connections = 4096,
 	                             .handle = kvc_storage_service_handle,
 	                             .cleanup = kvc_storage_service_cleanup,

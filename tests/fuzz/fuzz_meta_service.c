@@ -76,6 +76,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (type == KVC_MSG_POOL_INIT && len >= sizeof(struct kvc_msg_pool))
 			((struct kvc_msg_pool *)body)->value %= 4096;
 		kvc_wire_header_init(&h, type, 1, 0, len, 0);
+		/* The pick's top bit: a connection of the pool secret, which
+		 * may send page-pool messages only. */
+		conn.role = pick >> 15 ? KVC_AUTH_POOL : KVC_AUTH_CLUSTER;
 		conn.body = body;
 		conn.body_capacity = len;
 		kvc_meta_service_handle(&svc, &conn, &h);

@@ -28,32 +28,45 @@ PORT_BASE = int(os.environ.get("KVC_TEST_PORT_BASE", "19400"))
 
 
 class Cluster:
-    def __init__(self, base, mount, port_base, token=""):
+    """meta_extra: more [meta] lines; http: the HTTP address (host:port)."""
+
+    def __init__(self, base, mount, port_base, meta_extra="", http=None):
         self.dir = pathlib.Path(base)
         self.mount = pathlib.Path(mount)
         self.port_base = port_base
         self.conf = self.dir / "cluster.conf"
+        # Created by kvc-cluster start (the cluster file names them).
+        self.secret_file = self.dir / "secret"
+        self.pool_secret_file = self.dir / "pool.secret"
         self.meta_address = f"127.0.0.1:{port_base}"
-        self.http = f"http://127.0.0.1:{port_base + 8600}"
+        self.http = f"http://{http or f'127.0.0.1:{port_base + 8600}'}"
         self.storage_addresses = [f"127.0.0.1:{port_base + i}" for i in (1, 2, 3)]
-        self.token = token
+        self.meta_extra = meta_extra
         self.world_size = 2
         self.lease_ms = 3000
         kvcwire.mark_meta(self.meta_address)
+        for address in [self.meta_address] + self.storage_addresses:
+            kvcwire.mark_secret(address, self.secret_file)
 
     def write_config(self):
         self.dir.mkdir(parents=True, exist_ok=True)
         servers = "".join(
             f"\n[storage s{i}]\naddress = {a}\ntarget = {self.dir}/s{i}/t0\n"
             for i, a in enumerate(self.storage_addresses, 1))
-        token = f"token = {self.token}\n" if self.token else ""
         self.conf.write_text(
-            f"{token}chunk_size = {CHUNK}\nstripe = 3\nconnect_timeout_ms = 1000\n"
+            f"secret_file = {self.secret_file}\npool_secret_file = {self.pool_secret_file}\n"
+            f"chunk_size = {CHUNK}\nstripe = 3\nconnect_timeout_ms = 1000\n"
             f"io_timeout_ms = 2000\n\n[meta]\naddress = {self.meta_address}\n"
             f"data = {self.dir}/meta\nhttp = {self.http[7:]}\nworld_size = {self.world_size}\n"
             f"http_max_body = 65536\nlease_ms = {self.lease_ms}\nclient_timeout_ms = 3000\n"
-            f"{servers}\n[fuse]\nmountpoint = {self.mount}\n"
+            f"{self.meta_extra}{servers}\n[fuse]\nmountpoint = {self.mount}\n"
             "receive_threads = 4\n")  # exercise parallel receiving on any machine
+
+    def secret(self):
+        return kvcwire.read_secret(self.secret_file)
+
+    def pool_secret(self):
+        return kvcwire.read_secret(self.pool_secret_file)
 
     def cli(self, *args, check=True):
         return subprocess.run([str(LAUNCHER), *args, "--dir", str(self.dir),

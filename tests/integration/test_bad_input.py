@@ -1,5 +1,5 @@
 """Bad input to the servers: random bytes, truncated frames, lies about
-lengths, wrong tokens; bad config files. Each server answers with an error
+lengths, wrong or missing secrets; bad config files and secret files. Each server answers with an error
 or closes that one connection, and keeps serving everyone else."""
 import os
 import random
@@ -10,16 +10,19 @@ import subprocess
 import pytest
 
 import kvcwire
-from conftest import BUILD, PORT_BASE, Cluster
+from conftest import BUILD
 
 
 def send_raw(address, payload, greet=True):
-    host, port = address.rsplit(":", 1)
-    sock = socket.create_connection((host, int(port)), timeout=5)
+    """payload after a handshake with the cluster's secret (greet), or as
+    the connection's first bytes."""
+    if greet:
+        sock, status = kvcwire.connect(address, timeout=5)
+        assert status == 0
+    else:
+        host, port = address.rsplit(":", 1)
+        sock = socket.create_connection((host, int(port)), timeout=5)
     try:
-        if greet:
-            sock.sendall(kvcwire.frame(kvcwire.HELLO, kvcwire.hello_body()))
-            kvcwire.recv_frame(sock)
         # The server may close on us mid-send: that is a correct answer.
         try:
             sock.sendall(payload)
@@ -105,6 +108,7 @@ def test_version_mismatch_is_refused(cluster):
     ("[meta]\naddress = 127.0.0.1:1\nbogus = 2\n", "unknown key 'bogus'"),
     ("chunk_size = 12345\n", "chunk_size must be"),
     ("[meta]\naddress = 127.0.0.1:1\n", "no [storage NAME] section"),
+    ("token = s3cret\n", "'token' is gone: name a secret file"),
 ])
 def test_bad_config_is_refused_by_every_daemon(tmp_path, text, needle):
     conf = tmp_path / "bad.conf"
@@ -125,22 +129,44 @@ def test_missing_config_file(tmp_path):
     assert out.returncode == 1 and "cannot read" in out.stderr
 
 
-def test_cluster_token_is_enforced(tmp_path):
-    mount = tmp_path / "mnt"
-    mount.mkdir()
-    c = Cluster(tmp_path / "tok", mount, PORT_BASE + 100, token="s3cret")
-    c.stop()
-    try:
-        c.start()
-        (mount / "f").write_bytes(b"with token")
-        assert (mount / "f").read_bytes() == b"with token"
-        for address in [c.meta_address] + c.storage_addresses:
-            sock, status = kvcwire.connect(address, b"wrong")
+def test_cluster_secret_is_enforced(cluster):
+    """Every daemon refuses a wrong secret, no credentials, and the pool
+    secret where it does not open anything; the right one gets in."""
+    wrong = b"0" * 64
+    for address in [cluster.meta_address] + cluster.storage_addresses:
+        for secret, role in ((wrong, kvcwire.ROLE_CLUSTER), (None, kvcwire.ROLE_NONE),
+                             (cluster.secret(), kvcwire.ROLE_POOL)):
+            sock, status = kvcwire.connect(address, secret, role)
             sock.close()
-            assert status == -13  # EACCES
-            sock, status = kvcwire.connect(address, b"")
-            sock.close()
-            assert status == -13
-            assert kvcwire.ping(address, b"s3cret")
-    finally:
-        c.stop()
+            assert status == -13, (address, role)  # EACCES
+        assert kvcwire.ping(address)
+    sock, status = kvcwire.connect(cluster.storage_addresses[0], cluster.pool_secret(),
+                                   kvcwire.ROLE_POOL)
+    sock.close()
+    assert status == -13, "the pool secret opens no storage server"
+
+
+def test_daemons_refuse_missing_or_loose_secrets(tmp_path):
+    base = ("[meta]\naddress = 127.0.0.1:1\ndata = {d}/meta\n"
+            "[storage s1]\naddress = 127.0.0.1:2\ntarget = {d}/t\n").format(d=tmp_path)
+    loose = tmp_path / "loose.secret"
+    loose.write_text("a" * 64 + "\n")
+    loose.chmod(0o644)
+    short = tmp_path / "short.secret"
+    short.write_text("s3cret\n")
+    short.chmod(0o600)
+    cases = [("", "names no secret_file"),
+             (f"secret_file = {loose}\n", "lets others at the secret"),
+             (f"secret_file = {short}\n", "32 to 256 printable bytes"),
+             (f"secret_file = {tmp_path}/none\n", "cannot read")]
+    for head, needle in cases:
+        conf = tmp_path / "cluster.conf"
+        conf.write_text(head + base)
+        for cmd in (["kvc-meta", "--config", str(conf)],
+                    ["kvc-storage", "--config", str(conf), "--name", "s1"],
+                    ["kvc-fuse", "--config", str(conf)]):
+            out = subprocess.run([str(BUILD / cmd[0]), *cmd[1:]], capture_output=True,
+                                 text=True, timeout=30)
+            assert out.returncode != 0, (cmd, head)
+            assert needle in out.stderr, (cmd, out.stderr)
+    assert not (tmp_path / "meta").exists(), "kvc-meta refused before touching its data"

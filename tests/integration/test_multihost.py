@@ -13,6 +13,7 @@ import uuid
 
 import pytest
 
+import kvcwire
 from conftest import BUILD, CHUNK, PORT_BASE, wait_until
 
 PORT = PORT_BASE + 300
@@ -73,10 +74,16 @@ class MultiHostCluster:
         self.storage = [f"{ip}:{PORT + 1}" for ip in hosts.ips]
 
     def write_config(self):
+        """The cluster file and its secret: 32 random bytes in hex, in a file
+        only root reads (every host of this test shares the filesystem)."""
+        secret = self.secret_file = os.path.join(self.base, "secret")
+        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, os.urandom(32).hex().encode() + b"\n")
+        os.close(fd)
         servers = "".join(f"\n[storage s{i}]\naddress = {a}\ntarget = {self.base}/s{i}/t0\n"
                           for i, a in enumerate(self.storage, 1))
         with open(self.conf, "w") as f:
-            f.write(f"token = multi-host\nchunk_size = {CHUNK}\nstripe = 3\n"
+            f.write(f"secret_file = {secret}\nchunk_size = {CHUNK}\nstripe = 3\n"
                     "connect_timeout_ms = 1000\nio_timeout_ms = 2000\n\n"
                     f"[meta]\naddress = {self.meta}\ndata = {self.base}/meta\nhttp = off\n"
                     f"{servers}\n[fuse]\nmountpoint = {self.mount}\n")
@@ -143,6 +150,19 @@ def test_every_host_holds_chunks_and_bytes_round_trip(multihost):
     status = json.loads(multihost.admin("--json", "status").stdout)
     per_host = [sum(t["chunks"] for t in s["targets"]) for s in status["storage"]]
     assert len(per_host) == HOSTS and all(n >= 8 for n in per_host), per_host
+
+
+def test_daemons_refuse_peers_without_the_secret(multihost):
+    """Over the network as on loopback: no credentials or a wrong secret is
+    refused, the cluster's secret gets in."""
+    kvcwire.mark_meta(multihost.meta)
+    secret = kvcwire.read_secret(multihost.secret_file)
+    for address in [multihost.meta] + multihost.storage:
+        for wrong in (None, b"f" * 64):
+            sock, status = kvcwire.connect(address, wrong)
+            sock.close()
+            assert status == -kvcwire.EACCES, address
+        assert kvcwire.ping(address, secret), address
 
 
 def test_a_partitioned_host_gives_eio_then_recovers(multihost):

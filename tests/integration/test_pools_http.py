@@ -266,7 +266,9 @@ def test_native_api_through_libkvc(cluster):
         _fields_ = [("bytes", ctypes.c_char_p), ("length", ctypes.c_uint32)]
 
     handle = ctypes.c_void_p()
-    assert lib.kvc_meta_open(ctypes.byref(handle), cluster.meta_address.encode(), b"") == 0
+    # The pool secret, as a connector holds it (the file's text).
+    assert lib.kvc_meta_open(ctypes.byref(handle), cluster.meta_address.encode(),
+                             cluster.pool_secret_file.read_bytes()) == 0
     ns = b"native"
     assert lib.kvc_meta_pool_init(handle, ns, 0, 2, 2) == 0
     assert lib.kvc_meta_pool_init(handle, ns, 1, 2, 2) == 0
@@ -296,6 +298,17 @@ def test_native_api_through_libkvc(cluster):
     assert one[0] >= 0, "after the release the LRU key goes"
     assert lib.kvc_meta_allocate(handle, b"nowhere", 0, extra, 1, one, None) == -2  # ENOENT
     lib.kvc_meta_close(handle)
+    # The cluster file's pool secret, read by libkvc; a wrong secret or none
+    # gets EACCES from the first call.
+    assert lib.kvc_meta_open_config(ctypes.byref(handle), str(cluster.conf).encode()) == 0
+    assert lib.kvc_meta_pool_set_world(handle, ns, 2) == 0
+    lib.kvc_meta_close(handle)
+    for wrong in (b"f" * 64, None):
+        assert lib.kvc_meta_open(ctypes.byref(handle), cluster.meta_address.encode(), wrong) == 0
+        assert lib.kvc_meta_pool_set_world(handle, ns, 2) == -13
+        lib.kvc_meta_close(handle)
+    assert lib.kvc_meta_open(ctypes.byref(handle), cluster.meta_address.encode(), b"short") \
+        == -22
 
 
 def test_bound_pool_punches_freed_pages_out_of_its_file(cluster, workdir):

@@ -12,11 +12,14 @@ static char err[512];
 
 static const char *good =
 	"# a cluster\n"
-	"token = abc\n"
+	"secret_file = /etc/kvc/secret\n"
+	"pool_secret_file = /etc/kvc/pool.secret\n"
 	"chunk_size = 0x100000\n"
 	"[meta]\n"
 	"address = 127.0.0.1:9000\n"
 	"data = /tmp/meta\n"
+	"http_token_file = /etc/kvc/http.token\n"
+	"http_destructive = none\n"
 	"[storage a]\n"
 	"address = 127.0.0.1:9001\n"
 	"target = /tmp/a0\n"
@@ -30,7 +33,11 @@ static const char *good =
 Test(config, parses_a_good_file)
 {
 	cr_assert_eq(kvc_config_parse(good, "t", &config, err, sizeof(err)), 0, "%s", err);
-	cr_assert_str_eq(config.token, "abc");
+	cr_assert_str_eq(config.secret_file, "/etc/kvc/secret");
+	cr_assert_str_eq(config.pool_secret_file, "/etc/kvc/pool.secret");
+	cr_assert_str_eq(config.http_token_file, "/etc/kvc/http.token");
+	cr_assert_eq(config.http_destructive, KVC_HTTP_DESTRUCTIVE_NONE);
+	cr_assert_eq(config.cred.role, KVC_AUTH_NONE, "no secret is read while parsing");
 	cr_assert_eq(config.chunk_size, 1u << 20);
 	cr_assert_eq(config.stripe, 3, "stripe defaults to all targets");
 	cr_assert_eq(config.server_count, 2);
@@ -59,6 +66,20 @@ Test(config, errors_name_the_line)
 	expect_error("[metadata]\n", "unknown section [metadata]");
 	expect_error("[meta\n", "must end with ']'");
 	expect_error("just words\n", "expected 'key = value'");
+	expect_error("token = s3cret\n", "bad.conf:1: 'token' is gone: name a secret file");
+	expect_error("[meta]\nhttp_destructive = some\n", "http_destructive must be loopback");
+}
+
+Test(config, secrets_are_named_not_read)
+{
+	cr_assert_eq(kvc_config_parse("[meta]\naddress = h:1\n[storage a]\naddress = h:2\n"
+	                              "target = /t\n", "t", &config, err, sizeof(err)), 0);
+	cr_assert_eq(config.http_destructive, KVC_HTTP_DESTRUCTIVE_LOOPBACK, "the default");
+	cr_assert_str_eq(config.http_token_file, "");
+	cr_assert_str_eq(config.secret_file, "");
+	char e[256];
+	cr_assert_eq(kvc_config_load_secret(&config, KVC_AUTH_CLUSTER, e, sizeof(e)), -ENOENT);
+	cr_assert_not_null(strstr(e, "names no secret_file"), "%s", e);
 }
 
 Test(config, whole_file_checks)

@@ -51,7 +51,7 @@ static struct fake *start(void)
 	cr_assert_geq(fd, 0);
 	cr_assert_eq(getsockname(fd, (struct sockaddr *)&addr, &len), 0);
 	snprintf(f.address, sizeof(f.address), "127.0.0.1:%d", ntohs(addr.sin_port));
-	f.server = (struct kvc_server){.listen_fd = fd, .token = "", .max_connections = 16,
+	f.server = (struct kvc_server){.listen_fd = fd, .max_connections = 16,
 	                               .handle = handle, .service = &f, .name = "fake"};
 	cr_assert_eq(pthread_create(&thread, NULL, serve, &f), 0);
 	pthread_detach(thread);
@@ -62,7 +62,8 @@ Test(rpc, dead_idle_connections_are_replaced_and_nothing_runs_twice)
 {
 	struct fake *f = start();
 	struct kvc_rpc_pool pool;
-	cr_assert_eq(kvc_rpc_pool_init(&pool, f->address, "", 1000, 2000), 0);
+	struct kvc_auth_cred none = {.role = KVC_AUTH_NONE};
+	cr_assert_eq(kvc_rpc_pool_init(&pool, f->address, &none, 1000, 2000), 0);
 	cr_assert_eq(kvc_rpc_call(&pool, 16, NULL, 0, NULL, 0, NULL), 0);
 	cr_assert_eq(atomic_load(&f->requests), 1);
 

@@ -279,9 +279,12 @@ int bench_meta_main(int argc, char **argv)
 	if (!http)
 		http = config.http_address;
 	struct kvc_meta *meta;
-	if (kvc_meta_open(&meta, config.meta_address, config.token) < 0)
+	int rc = kvc_meta_open_config(&meta, config_path);
+	if (rc < 0) {
+		fprintf(stderr, "kvc-bench: cannot use kvc-meta's page pools: %s\n", strerror(-rc));
 		return 1;
-	int rc = kvc_meta_pool_init(meta, BENCH_NAMESPACE, 0, POOL_PAGES, 1);
+	}
+	rc = kvc_meta_pool_init(meta, BENCH_NAMESPACE, 0, POOL_PAGES, 1);
 	if (rc < 0) {
 		fprintf(stderr, "kvc-bench: pool init: %s\n", strerror(-rc));
 		return 1;
