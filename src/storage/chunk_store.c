@@ -27,6 +27,8 @@
 #define MAX_BLOCKS (KVC_LAYOUT_MAX_CHUNK / KVC_CHUNK_BLOCK)
 /* Pieces up to this size are read into a buffer, larger ones mapped. */
 #define SMALL_READ (64u << 10)
+/* Chunks one write transaction of a range operation handles at most. */
+#define RANGE_BATCH 64
 
 struct kvc_chunk_store {
 	char path[PATH_MAX];
@@ -315,7 +317,9 @@ static int write_locked(struct kvc_chunk_store *store, struct io_uring *ring,
 	if (!found)
 		*rec = (struct record){.magic = KVC_CHUNK_RECORD_MAGIC};
 
-	int fd = open_chunk(store, inode, chunk, O_RDWR | O_CREAT);
+	/* No record: whatever a file may hold (its removal was cut short) is
+	 * a hole, so the file starts empty. */
+	int fd = open_chunk(store, inode, chunk, O_RDWR | O_CREAT | (found ? 0 : O_TRUNC));
 	if (fd < 0)
 		return fd;
 	rc = ring_io(ring, fd, true, (void *)data, length, offset);
@@ -334,7 +338,7 @@ static int write_locked(struct kvc_chunk_store *store, struct io_uring *ring,
 		goto out;
 	rec->version++;
 	rec->chunk_crc = chunk_crc(rec);
-	rc = record_put(store, inode, chunk, rec);
+	rc = record_put(store, inode, chunk, rec); /* the LMDB write lock, innermost */
 out:
 	close(fd);
 	return rc;
@@ -547,19 +551,99 @@ void kvc_chunk_store_read_release(struct kvc_chunk_read *reads, int count)
 	}
 }
 
-/* Visit every chunk record of inode inside a write transaction. */
-typedef int (*chunk_visitor)(struct kvc_chunk_store *store, MDB_cursor *cursor,
-                             uint64_t inode, uint32_t chunk, void *arg);
+/* A range operation: every chunk of inode in [from, to] is dropped, but
+ * for truncate's boundary chunk, which keeps keep_bytes when that is not
+ * zero. */
+struct range_op {
+	struct io_uring *ring; /* truncate: the boundary chunk's crc */
+	uint64_t inode;
+	uint32_t from, to;
+	uint32_t boundary_chunk;
+	uint32_t keep_bytes;
+};
 
-static int64_t for_each_chunk(struct kvc_chunk_store *store, uint64_t inode,
-                              uint32_t from_chunk, uint32_t to_chunk, chunk_visitor visit,
-                              void *arg)
+/* Shorten the boundary chunk (the record under the cursor) to keep_bytes:
+ * ftruncate its file, recompute its last block's crc, rewrite the record.
+ * Returns 1 when changed, 0 when already that short, -errno. */
+static int shorten(struct kvc_chunk_store *store, const struct range_op *op,
+                   MDB_cursor *cursor, const MDB_val *k, const MDB_val *v)
 {
+	struct record rec;
+	if (v->mv_size < RECORD_HEADER || v->mv_size > sizeof(rec))
+		return -EIO;
+	memcpy(&rec, v->mv_data, v->mv_size);
+	if (rec.length <= op->keep_bytes)
+		return 0;
+	int fd = open_chunk(store, op->inode, op->boundary_chunk, O_RDWR | O_CREAT);
+	int rc = fd < 0 ? fd : (ftruncate(fd, op->keep_bytes) < 0 ? -errno : 0);
+	rec.length = op->keep_bytes;
+	rec.block_count = (op->keep_bytes + KVC_CHUNK_BLOCK - 1) / KVC_CHUNK_BLOCK;
+	if (rc == 0 && op->keep_bytes % KVC_CHUNK_BLOCK)
+		rc = block_crc(op->ring, fd, rec.block_count - 1, rec.length, 0, NULL, 0,
+		               &rec.block_crc[rec.block_count - 1]);
+	if (rc == 0) {
+		rec.version++;
+		rec.chunk_crc = chunk_crc(&rec);
+		MDB_val key = *k, nv = {RECORD_HEADER + rec.block_count * 4u, &rec};
+		rc = mdb_cursor_put(cursor, &key, &nv, MDB_CURRENT);
+		rc = rc ? kvc_lmdb_errno(rc) : 1;
+	}
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+/* Apply the range operation to the chunk whose record is under the cursor;
+ * its lock is held exclusively. *drop is set when its file is to go once
+ * the transaction committed. Returns 1 when changed, 0 or -errno. */
+static int change_chunk(struct kvc_chunk_store *store, const struct range_op *op,
+                        MDB_cursor *cursor, uint32_t chunk, const MDB_val *k,
+                        const MDB_val *v, bool *drop)
+{
+	*drop = false;
+	if (chunk == op->boundary_chunk && op->keep_bytes > 0)
+		return shorten(store, op, cursor, k, v);
+	int rc = mdb_cursor_del(cursor, 0);
+	if (rc)
+		return kvc_lmdb_errno(rc);
+	*drop = true;
+	return 1;
+}
+
+static void unlink_chunk(struct kvc_chunk_store *store, uint64_t inode, uint32_t chunk)
+{
+	char name[64];
+	chunk_file(inode, chunk, name, sizeof(name));
+	if (unlinkat(store->dir_fd, name, 0) < 0 && errno != ENOENT)
+		kvc_log_warn("cannot remove %s/%s: %s", store->path, name, strerror(errno));
+}
+
+static bool holds(const unsigned *held, int count, unsigned slot)
+{
+	for (int i = 0; i < count; i++)
+		if (held[i] == slot)
+			return true;
+	return false;
+}
+
+/* One write transaction over the chunks of [*next, op->to]. Inside it a
+ * chunk lock is only tried, never waited for (chunk_store.h's lock
+ * order): the first chunk whose lock is busy ends the batch and is named
+ * in *busy, as does reaching RANGE_BATCH chunks. *next moves past what
+ * the batch handled (op->to + 1 when nothing is left). Files of dropped
+ * chunks go after the commit, before their locks are released. Returns the
+ * count changed or -errno. */
+static int64_t range_batch(struct kvc_chunk_store *store, const struct range_op *op,
+                           uint64_t *next, bool *busy_found, uint32_t *busy)
+{
+	unsigned held[RANGE_BATCH];
+	uint32_t dropped[RANGE_BATCH];
+	int held_count = 0, dropped_count = 0, visited = 0, err = 0;
+	int64_t count = 0;
+	uint8_t key[12];
 	MDB_txn *txn;
 	MDB_cursor *cursor;
-	uint8_t key[12];
-	int64_t count = 0;
-	make_key(key, inode, from_chunk);
+	*busy_found = false;
 	int rc = mdb_txn_begin(store->env, NULL, 0, &txn);
 	if (rc)
 		return kvc_lmdb_errno(rc);
@@ -568,55 +652,113 @@ static int64_t for_each_chunk(struct kvc_chunk_store *store, uint64_t inode,
 		mdb_txn_abort(txn);
 		return kvc_lmdb_errno(rc);
 	}
+	make_key(key, op->inode, (uint32_t)*next);
 	MDB_val k = {sizeof(key), key}, v;
+	uint64_t resume = (uint64_t)op->to + 1;
 	rc = mdb_cursor_get(cursor, &k, &v, MDB_SET_RANGE);
-	while (rc == 0 && k.mv_size == 12 && key_inode(k.mv_data) == inode &&
-	       key_chunk(k.mv_data) <= to_chunk) {
-		int visited = visit(store, cursor, inode, key_chunk(k.mv_data), arg);
-		if (visited < 0) {
-			rc = visited;
+	while (rc == 0 && k.mv_size == 12 && key_inode(k.mv_data) == op->inode &&
+	       key_chunk(k.mv_data) <= op->to) {
+		uint32_t chunk = key_chunk(k.mv_data);
+		unsigned slot = lock_slot(op->inode, chunk);
+		if (visited == RANGE_BATCH) {
+			resume = chunk;
 			break;
 		}
-		count += visited;
+		if (!holds(held, held_count, slot)) {
+			if (pthread_rwlock_trywrlock(&store->locks[slot]) != 0) {
+				*busy_found = true;
+				*busy = chunk;
+				resume = chunk;
+				break;
+			}
+			held[held_count++] = slot;
+		}
+		visited++;
+		bool drop;
+		int changed = change_chunk(store, op, cursor, chunk, &k, &v, &drop);
+		if (changed < 0) {
+			err = changed;
+			break;
+		}
+		count += changed;
+		if (drop)
+			dropped[dropped_count++] = chunk;
 		rc = mdb_cursor_get(cursor, &k, &v, MDB_NEXT);
 	}
 	mdb_cursor_close(cursor);
-	if (rc != 0 && rc != MDB_NOTFOUND) {
+	if (err == 0 && rc != 0 && rc != MDB_NOTFOUND)
+		err = kvc_lmdb_errno(rc);
+	if (err == 0) {
+		rc = mdb_txn_commit(txn);
+		err = rc ? kvc_lmdb_errno(rc) : 0;
+	} else {
 		mdb_txn_abort(txn);
-		return rc < 0 ? rc : kvc_lmdb_errno(rc);
 	}
-	rc = mdb_txn_commit(txn);
-	return rc ? kvc_lmdb_errno(rc) : count;
+	for (int i = 0; i < dropped_count && err == 0; i++)
+		unlink_chunk(store, op->inode, dropped[i]);
+	for (int i = 0; i < held_count; i++)
+		pthread_rwlock_unlock(&store->locks[held[i]]);
+	*next = resume;
+	return err < 0 ? err : count;
 }
 
-static int remove_visit(struct kvc_chunk_store *store, MDB_cursor *cursor,
-                        uint64_t inode, uint32_t chunk, void *arg)
+/* The range operation on one chunk whose lock was busy: its lock first,
+ * then a transaction of its own. Returns 1 when changed, 0 or -errno. */
+static int range_one(struct kvc_chunk_store *store, const struct range_op *op, uint32_t chunk)
 {
-	char name[64];
-	(void)arg;
-	int rc = mdb_cursor_del(cursor, 0);
-	if (rc)
-		return kvc_lmdb_errno(rc);
-	chunk_file(inode, chunk, name, sizeof(name));
-	if (unlinkat(store->dir_fd, name, 0) < 0 && errno != ENOENT)
-		kvc_log_warn("cannot remove %s/%s: %s", store->path, name, strerror(errno));
-	return 1;
+	uint8_t key[12];
+	MDB_txn *txn = NULL;
+	MDB_cursor *cursor = NULL;
+	bool drop = false;
+	pthread_rwlock_t *lock = &store->locks[lock_slot(op->inode, chunk)];
+	pthread_rwlock_wrlock(lock);
+	make_key(key, op->inode, chunk);
+	MDB_val k = {sizeof(key), key}, v;
+	int rc = mdb_txn_begin(store->env, NULL, 0, &txn);
+	if (rc == 0)
+		rc = mdb_cursor_open(txn, store->dbi, &cursor);
+	if (rc == 0)
+		rc = mdb_cursor_get(cursor, &k, &v, MDB_SET_KEY);
+	int result = rc == MDB_NOTFOUND ? 0 : rc ? kvc_lmdb_errno(rc)
+	                                         : change_chunk(store, op, cursor, chunk, &k, &v, &drop);
+	if (cursor)
+		mdb_cursor_close(cursor);
+	if (txn && result >= 0) {
+		rc = mdb_txn_commit(txn);
+		result = rc ? kvc_lmdb_errno(rc) : result;
+	} else if (txn) {
+		mdb_txn_abort(txn);
+	}
+	if (result > 0 && drop)
+		unlink_chunk(store, op->inode, chunk);
+	pthread_rwlock_unlock(lock);
+	return result;
+}
+
+static int64_t range_apply(struct kvc_chunk_store *store, const struct range_op *op)
+{
+	int64_t total = 0;
+	uint64_t next = op->from;
+	while (next <= op->to) {
+		bool busy_found;
+		uint32_t busy;
+		int64_t n = range_batch(store, op, &next, &busy_found, &busy);
+		if (n >= 0 && busy_found) {
+			total += n;
+			n = range_one(store, op, busy);
+			next = (uint64_t)busy + 1;
+		}
+		if (n < 0)
+			return n;
+		total += n;
+	}
+	return total;
 }
 
 int64_t kvc_chunk_store_remove(struct kvc_chunk_store *store, uint64_t inode)
 {
-	return for_each_chunk(store, inode, 0, UINT32_MAX, remove_visit, NULL);
-}
-
-static int punch_visit(struct kvc_chunk_store *store, MDB_cursor *cursor, uint64_t inode,
-                       uint32_t chunk, void *arg)
-{
-	pthread_rwlock_t *lock = &store->locks[lock_slot(inode, chunk)];
-	(void)arg;
-	pthread_rwlock_wrlock(lock); /* no read or write of the chunk meanwhile */
-	int rc = remove_visit(store, cursor, inode, chunk, NULL);
-	pthread_rwlock_unlock(lock);
-	return rc;
+	struct range_op op = {.inode = inode, .from = 0, .to = UINT32_MAX};
+	return range_apply(store, &op);
 }
 
 int64_t kvc_chunk_store_punch(struct kvc_chunk_store *store, uint64_t inode,
@@ -624,60 +766,9 @@ int64_t kvc_chunk_store_punch(struct kvc_chunk_store *store, uint64_t inode,
 {
 	if (count == 0 || count - 1 > UINT32_MAX - first_chunk)
 		return -EINVAL;
-	return for_each_chunk(store, inode, first_chunk, first_chunk + (count - 1), punch_visit,
-	                      NULL);
-}
-
-struct truncate_arg {
-	struct io_uring *ring;
-	uint32_t boundary_chunk; /* the chunk that keeps keep_bytes */
-	uint32_t keep_bytes;     /* 0: the boundary chunk goes too */
-};
-
-/* Shorten the boundary chunk to keep_bytes: ftruncate its file, recompute
- * the last block's crc, rewrite the record under the cursor. */
-static int shorten(struct kvc_chunk_store *store, MDB_cursor *cursor, uint64_t inode,
-                   uint32_t chunk, struct truncate_arg *t)
-{
-	MDB_val k, v;
-	struct record rec;
-	int rc = mdb_cursor_get(cursor, &k, &v, MDB_GET_CURRENT);
-	if (rc)
-		return kvc_lmdb_errno(rc);
-	if (v.mv_size < RECORD_HEADER || v.mv_size > sizeof(rec))
-		return -EIO;
-	memcpy(&rec, v.mv_data, v.mv_size);
-	if (rec.length <= t->keep_bytes)
-		return 0;
-	pthread_rwlock_t *lock = &store->locks[lock_slot(inode, chunk)];
-	pthread_rwlock_wrlock(lock);
-	int fd = open_chunk(store, inode, chunk, O_RDWR | O_CREAT);
-	rc = fd < 0 ? fd : (ftruncate(fd, t->keep_bytes) < 0 ? -errno : 0);
-	rec.length = t->keep_bytes;
-	rec.block_count = (t->keep_bytes + KVC_CHUNK_BLOCK - 1) / KVC_CHUNK_BLOCK;
-	if (rc == 0 && t->keep_bytes % KVC_CHUNK_BLOCK)
-		rc = block_crc(t->ring, fd, rec.block_count - 1, rec.length, 0, NULL, 0,
-		               &rec.block_crc[rec.block_count - 1]);
-	if (rc == 0) {
-		rec.version++;
-		rec.chunk_crc = chunk_crc(&rec);
-		MDB_val nv = {RECORD_HEADER + rec.block_count * 4u, &rec};
-		rc = mdb_cursor_put(cursor, &k, &nv, MDB_CURRENT);
-		rc = rc ? kvc_lmdb_errno(rc) : 1;
-	}
-	if (fd >= 0)
-		close(fd);
-	pthread_rwlock_unlock(lock);
-	return rc;
-}
-
-static int truncate_visit(struct kvc_chunk_store *store, MDB_cursor *cursor,
-                          uint64_t inode, uint32_t chunk, void *arg)
-{
-	struct truncate_arg *t = arg;
-	if (chunk == t->boundary_chunk && t->keep_bytes > 0)
-		return shorten(store, cursor, inode, chunk, t);
-	return punch_visit(store, cursor, inode, chunk, NULL);
+	struct range_op op = {.inode = inode, .from = first_chunk,
+	                      .to = first_chunk + (count - 1)};
+	return range_apply(store, &op);
 }
 
 int64_t kvc_chunk_store_truncate(struct kvc_chunk_store *store, struct io_uring *ring,
@@ -686,12 +777,10 @@ int64_t kvc_chunk_store_truncate(struct kvc_chunk_store *store, struct io_uring 
 	if (chunk_size == 0 || chunk_size > KVC_LAYOUT_MAX_CHUNK ||
 	    size / chunk_size > UINT32_MAX)
 		return -EINVAL;
-	struct truncate_arg t = {
-		.ring = ring,
-		.boundary_chunk = (uint32_t)(size / chunk_size),
-		.keep_bytes = (uint32_t)(size % chunk_size),
-	};
-	return for_each_chunk(store, inode, t.boundary_chunk, UINT32_MAX, truncate_visit, &t);
+	struct range_op op = {.ring = ring, .inode = inode, .from = (uint32_t)(size / chunk_size),
+	                      .to = UINT32_MAX, .boundary_chunk = (uint32_t)(size / chunk_size),
+	                      .keep_bytes = (uint32_t)(size % chunk_size)};
+	return range_apply(store, &op);
 }
 
 int kvc_chunk_store_last(struct kvc_chunk_store *store, uint64_t inode, uint32_t *chunk,

@@ -28,6 +28,9 @@
  * Write order: the data file is written first, then the index record is
  * committed. A crash between the two leaves blocks whose crc does not match
  * their bytes: reads of them fail with -EIO, never return wrong bytes.
+ * Removal goes the other way: the record is deleted first, then the file;
+ * a file left without a record (a crash between the two) is a hole, and
+ * the next write of its chunk starts it again from empty.
  * LMDB runs with MDB_NOSYNC (a process crash loses nothing: committed pages
  * are in the kernel's cache); kvc_chunk_store_sync makes everything durable.
  *
@@ -37,11 +40,23 @@
  * page cache and the caller sends from the mapping: no copy inside the
  * server. Writes and crc recomputation go through io_uring.
  *
- * Concurrency: thread-safe. Each chunk has a reader/writer lock (striped):
- * writes and truncates hold it exclusively; a read holds it shared from
- * index lookup until the caller releases the read (after sending), so the
- * bytes sent are the bytes that were checked. Each server thread passes its
- * own io_uring.
+ * Concurrency: thread-safe. The locks, in the order they nest:
+ *
+ *   1. chunk locks: a reader/writer lock per chunk (striped over
+ *      LOCK_SLOTS, so one lock may cover several chunks). Writes, punches,
+ *      truncates and removes hold it exclusively while they change the
+ *      chunk's file and record; a read holds it shared from index lookup
+ *      until the caller releases the read (after sending), so the bytes
+ *      sent are the bytes that were checked. A reader may hold several at
+ *      once (one per piece); a writer waits for at most one at a time.
+ *   2. LMDB's write transaction (LMDB's own writer mutex), innermost: a
+ *      thread in a write transaction never waits for a chunk lock. The
+ *      range operations (punch, truncate, remove) therefore only try the
+ *      chunk locks inside their transaction; a chunk whose lock is busy is
+ *      done afterwards on its own, its lock taken first.
+ *
+ * Read transactions take neither. Each server thread passes its own
+ * io_uring.
  */
 #ifndef KVC_CHUNK_STORE_H
 #define KVC_CHUNK_STORE_H

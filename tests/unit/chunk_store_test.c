@@ -256,3 +256,25 @@ Test(chunk_store, punch_drops_a_range_of_chunks)
 	cr_assert_eq(kvc_chunk_store_punch(store, 11, UINT32_MAX, 2), -EINVAL, "wrapping range");
 	cr_assert_eq(kvc_chunk_store_punch(store, 11, UINT32_MAX, 1), 0, "the last chunk index");
 }
+
+Test(chunk_store, a_file_left_without_record_is_a_hole)
+{
+	/* A removal cut short by a crash: the record went, the file stayed. */
+	static uint8_t junk[CS], data[1000], back[30000];
+	uint64_t version;
+	uint32_t length;
+	char path[256];
+	memset(junk, 0xab, sizeof(junk));
+	snprintf(path, sizeof(path), "%s/chunks/%02x/%016x.%08x", dir, 0x31, 0x31, 4);
+	int fd = open(path, O_WRONLY | O_CREAT, 0600);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, junk, sizeof(junk)), (ssize_t)sizeof(junk));
+	close(fd);
+	fill(data, sizeof(data), 9);
+	cr_assert_eq(kvc_chunk_store_write(store, &ring, 0x31, 4, CS, 20000, data, sizeof(data),
+	                                   &version, &length), 0);
+	cr_assert_eq(read_range(0x31, 4, 0, sizeof(back), back), 0);
+	for (uint32_t i = 0; i < 20000; i++)
+		cr_assert_eq(back[i], 0, "byte %u of the old file came back", i);
+	cr_assert_eq(memcmp(back + 20000, data, sizeof(data)), 0);
+}
