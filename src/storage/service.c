@@ -11,7 +11,7 @@
 #define RING_ENTRIES 256
 
 struct conn_state {
-	struct io_uring ring;
+	struct kvc_chunk_ring ring;
 	uint8_t *buffer; /* write data */
 	size_t buffer_size;
 	struct kvc_chunk_read reads[KVC_WIRE_MAX_PIECES];
@@ -27,7 +27,7 @@ static struct conn_state *state_of(struct kvc_server_conn *conn)
 	struct conn_state *state = calloc(1, sizeof(*state));
 	if (!state)
 		return NULL;
-	if (io_uring_queue_init(RING_ENTRIES, &state->ring, 0) < 0) {
+	if (kvc_chunk_ring_init(&state->ring, RING_ENTRIES) < 0) {
 		free(state);
 		return NULL;
 	}
@@ -41,7 +41,7 @@ void kvc_storage_service_cleanup(void *service, struct kvc_server_conn *conn)
 	(void)service;
 	if (!state)
 		return;
-	io_uring_queue_exit(&state->ring);
+	kvc_chunk_ring_exit(&state->ring);
 	free(state->buffer);
 	free(state);
 	conn->service_state = NULL;
@@ -97,7 +97,7 @@ static int handle_write(struct kvc_storage_service *svc, struct kvc_server_conn 
 	if (rc < 0)
 		return rc;
 	struct kvc_msg_chunk_write_reply reply = {0};
-	status = kvc_chunk_store_write(store, &state->ring, m->inode, m->chunk, m->chunk_size,
+	status = kvc_chunk_store_write(store, m->inode, m->chunk, m->chunk_size,
 	                               m->offset, state->buffer, (uint32_t)h->data_len,
 	                               &reply.version, &reply.length);
 	return kvc_server_reply(conn, h, status, &reply, sizeof(reply));
@@ -154,7 +154,7 @@ static int handle_read(struct kvc_storage_service *svc, struct kvc_server_conn *
 }
 
 static int handle_small(struct kvc_storage_service *svc, struct kvc_server_conn *conn,
-                        struct conn_state *state, const struct kvc_wire_header *h)
+                        const struct kvc_wire_header *h)
 {
 	uint32_t off = 0;
 	union {
@@ -177,7 +177,7 @@ static int handle_small(struct kvc_storage_service *svc, struct kvc_server_conn 
 		struct kvc_chunk_store *store = m ? store_of(svc, m->target) : NULL;
 		if (m && store && chunk_size_valid(m->chunk_size) &&
 		    m->size <= KVC_LAYOUT_MAX_FILE_SIZE)
-			rc = kvc_chunk_store_truncate(store, &state->ring, m->inode, m->size,
+			rc = kvc_chunk_store_truncate(store, m->inode, m->size,
 			                              m->chunk_size);
 		else if (m && !store)
 			rc = -ENXIO;
@@ -254,7 +254,7 @@ int kvc_storage_service_handle(void *service, struct kvc_server_conn *conn,
 	case KVC_MSG_CHUNK_TRUNCATE:
 	case KVC_MSG_CHUNK_PUNCH:
 	case KVC_MSG_CHUNK_LAST:
-		return handle_small(svc, conn, state, h);
+		return handle_small(svc, conn, h);
 	case KVC_MSG_SPACE:
 		return handle_space(svc, conn, h);
 	case KVC_MSG_SYNC:

@@ -80,7 +80,7 @@ struct worker {
 	pthread_t thread;
 	uint32_t id;
 	uint32_t seed;
-	struct io_uring ring;
+	struct kvc_chunk_ring ring; /* readers */
 	/* writers: the last word written at each position */
 	uint64_t last[INODES][CHUNKS][WORDS];
 };
@@ -95,7 +95,7 @@ static int write_words(struct worker *w, uint32_t seq, uint32_t inode, uint32_t 
 	uint32_t length;
 	for (uint32_t i = 0; i < count; i++)
 		buf[i] = word_of(w->id, seq, inode, chunk, first + i);
-	int rc = kvc_chunk_store_write(store, &w->ring, inode + 1, chunk, CS, first * 8, buf,
+	int rc = kvc_chunk_store_write(store, inode + 1, chunk, CS, first * 8, buf,
 	                               count * 8, &version, &length);
 	if (rc == 0)
 		memcpy(&w->last[inode][chunk][first], buf, count * 8);
@@ -152,7 +152,8 @@ static void *reader_main(void *arg)
 			                                   .chunk = next_random(&w->seed) % CHUNKS,
 			                                   .offset = first * 8, .length = count * 8};
 		}
-		kvc_chunk_store_read_batch(stores, &w->ring, reads, 3);
+		if (kvc_chunk_store_read_batch(stores, &w->ring, reads, 3) < 0)
+			failure("reader %u: the ring failed", w->id);
 		for (int k = 0; k < 3; k++)
 			check_piece(&reads[k], inode, firsts[k]);
 		kvc_chunk_store_read_release(reads, 3);
@@ -180,7 +181,7 @@ static void *truncater_main(void *arg)
 	for (uint32_t op = 0; op < OPS; op++) {
 		/* word-aligned sizes, so a word is either kept or dropped whole */
 		uint64_t size = (uint64_t)(next_random(&w->seed) % (CHUNKS * WORDS + 1)) * 8;
-		int64_t rc = kvc_chunk_store_truncate(store, &w->ring,
+		int64_t rc = kvc_chunk_store_truncate(store,
 		                                      next_random(&w->seed) % INODES + 1, size, CS);
 		if (rc < 0)
 			failure("truncate failed: %s", strerror((int)-rc));
@@ -204,7 +205,7 @@ static void teardown(void)
 }
 
 /* Read a whole chunk; 0 or -errno, out zero-filled past the data. */
-static int read_chunk(struct io_uring *ring, uint32_t inode, uint32_t chunk, uint64_t *out)
+static int read_chunk(struct kvc_chunk_ring *ring, uint32_t inode, uint32_t chunk, uint64_t *out)
 {
 	struct kvc_chunk_read r = {.inode = inode + 1, .chunk = chunk, .offset = 0, .length = CS};
 	kvc_chunk_store_read_batch(&store, ring, &r, 1);
@@ -219,7 +220,7 @@ static void start(struct worker *w, uint32_t id, void *(*fn)(void *))
 {
 	w->id = id;
 	w->seed = 0x9e3779b9u * (id + 1) + (uint32_t)(uintptr_t)fn;
-	cr_assert_eq(io_uring_queue_init(64, &w->ring, 0), 0);
+	cr_assert_eq(kvc_chunk_ring_init(&w->ring, 64), 0);
 	cr_assert_eq(pthread_create(&w->thread, NULL, fn, w), 0);
 }
 
@@ -244,7 +245,7 @@ Test(chunk_store_stress, writers_readers_punches_truncates, .init = setup, .fini
 
 	/* Quiet now: every word is its writer's last one, or zero where a
 	 * punch or truncate dropped it. */
-	struct io_uring *ring = &puncher.ring;
+	struct kvc_chunk_ring *ring = &puncher.ring;
 	uint64_t kept = 0;
 	for (uint32_t inode = 0; inode < INODES; inode++) {
 		for (uint32_t chunk = 0; chunk < CHUNKS; chunk++) {
@@ -274,9 +275,9 @@ Test(chunk_store_stress, writers_readers_punches_truncates, .init = setup, .fini
 	}
 	cr_log_info("%llu words survived the stress", (unsigned long long)kept);
 	for (uint32_t i = 0; i < WRITERS; i++)
-		io_uring_queue_exit(&writers[i].ring);
+		kvc_chunk_ring_exit(&writers[i].ring);
 	for (uint32_t i = 0; i < READERS; i++)
-		io_uring_queue_exit(&readers[i].ring);
-	io_uring_queue_exit(&puncher.ring);
-	io_uring_queue_exit(&truncater.ring);
+		kvc_chunk_ring_exit(&readers[i].ring);
+	kvc_chunk_ring_exit(&puncher.ring);
+	kvc_chunk_ring_exit(&truncater.ring);
 }
