@@ -547,9 +547,10 @@ int64_t kvc_chunk_store_punch(struct kvc_chunk_store *store, uint64_t inode,
 int64_t kvc_chunk_store_truncate(struct kvc_chunk_store *store, uint64_t inode,
                                  uint64_t size, uint32_t chunk_size)
 {
-	if (chunk_size == 0 || chunk_size > KVC_LAYOUT_MAX_CHUNK ||
-	    size / chunk_size > UINT32_MAX)
+	if (chunk_size == 0 || chunk_size > KVC_LAYOUT_MAX_CHUNK)
 		return -EINVAL;
+	if (size / chunk_size > UINT32_MAX)
+		return 0; /* no chunk index lies past it */
 	struct range_op op = {.inode = inode, .from = (uint32_t)(size / chunk_size),
 	                      .to = UINT32_MAX, .boundary_chunk = (uint32_t)(size / chunk_size),
 	                      .keep_bytes = (uint32_t)(size % chunk_size)};

@@ -144,3 +144,45 @@ def test_cluster_token_is_enforced(tmp_path):
             assert kvcwire.ping(address, b"s3cret")
     finally:
         c.stop()
+
+
+def chunk_zero_of(path):
+    """(inode, target of chunk 0) of a file on the mount."""
+    def xattr(name):
+        return subprocess.run(["getfattr", "-n", name, "--only-values", str(path)],
+                              capture_output=True, text=True, check=True).stdout
+    targets = dict(f.split("=") for f in xattr("user.kvc.layout").split())["targets"]
+    return int(xattr("user.kvc.inode")), int(targets.split(",")[0])
+
+
+def test_a_chunk_read_of_the_most_pieces_is_answered(cluster, workdir):
+    # 1,024 pieces, the protocol's limit: with the reply's header and body
+    # that is more iovecs than one sendmsg takes.
+    data = bytes(random.Random(7).randbytes(1 << 20))
+    path = workdir / "pieces"
+    path.write_bytes(data)
+    inode, target = chunk_zero_of(path)
+
+    def read_body(count):
+        return struct.pack("<II", count, 0) + b"".join(
+            struct.pack("<QIIII", inode, target, 0, (i % 1024) * 1024, 1024)
+            for i in range(count))
+
+    sock, status = kvcwire.connect(cluster.storage_addresses[target])
+    assert status == 0
+    try:
+        sock.sendall(kvcwire.frame(kvcwire.CHUNK_READ, read_body(1024)))
+        _, status, reply, got = kvcwire.recv_frame(sock)
+        assert status == 0
+        assert [struct.unpack_from("<iI", reply, 8 * i) for i in range(1024)] == \
+            [(0, 1024)] * 1024
+        assert got == data
+        # one more is past the limit: refused, and the connection goes on
+        sock.sendall(kvcwire.frame(kvcwire.CHUNK_READ, read_body(1025)))
+        _, status, _, _ = kvcwire.recv_frame(sock)
+        assert status == -22
+        sock.sendall(kvcwire.frame(kvcwire.SPACE))
+        _, status, _, _ = kvcwire.recv_frame(sock)
+        assert status == 0
+    finally:
+        sock.close()

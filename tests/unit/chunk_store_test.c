@@ -432,3 +432,21 @@ Test(chunk_store, a_failed_wait_fails_that_batch_only, .timeout = 20)
 	kvc_chunk_store_read_release(reads, 3);
 	check_ring_recovered(24, data);
 }
+
+Test(chunk_store, truncate_at_the_largest_size_drops_nothing)
+{
+	uint8_t data[16] = {1};
+	uint64_t version;
+	uint32_t length, chunk, len;
+	cr_assert_eq(kvc_chunk_store_write(store, 25, UINT32_MAX, 64u << 10, 0, data, 16, &version,
+	                                   &length), 0);
+	/* 256 TiB with 64 KiB chunks: the boundary is chunk 2^32, past any index */
+	cr_assert_eq(kvc_chunk_store_truncate(store, 25, 1ull << 48, 64u << 10), 0);
+	cr_assert_eq(kvc_chunk_store_last(store, 25, &chunk, &len), 1);
+	cr_assert_eq(chunk, UINT32_MAX);
+	/* and just below it, the last chunk is cut */
+	cr_assert_eq(kvc_chunk_store_truncate(store, 25, (1ull << 48) - (64u << 10) + 8, 64u << 10),
+	             1);
+	cr_assert_eq(kvc_chunk_store_last(store, 25, &chunk, &len), 1);
+	cr_assert_eq(len, 8);
+}
