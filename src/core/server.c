@@ -163,7 +163,7 @@ static void refuse(struct kvc_server *server, int fd, int limit)
 {
 	struct kvc_wire_header h;
 	kvc_wire_header_init(&h, KVC_MSG_HELLO, 0, -EBUSY, 0, 0);
-	(void)!send(fd, &h, sizeof(h), MSG_DONTWAIT | MSG_NOSIGNAL);
+	(void)send(fd, &h, sizeof(h), MSG_DONTWAIT | MSG_NOSIGNAL); /* best effort */
 	close(fd);
 	int refused = atomic_fetch_add(&server->refused, 1) + 1;
 	long long now = now_ms(), last = atomic_load(&server->refused_at_ms);
