@@ -225,9 +225,9 @@ int main(int argc, char **argv)
 	             config.meta_address);
 	static struct kvc_server server;
 	server = (struct kvc_server){.listen_fd = listen_fd, .auth = &keys,
-	                             .max_connections = 4096,
 	                             .handle = kvc_meta_service_handle, .service = &svc,
 	                             .name = "kvc-meta"};
+	kvc_server_configure(&server, &config);
 	rc = kvc_server_run(&server);
 	kvc_log_error("accept failed: %s", strerror(-rc));
 	return 1;

@@ -598,10 +598,11 @@ static int write_zeros(struct kvc_storage_client *client, uint64_t inode,
 	return rc;
 }
 
-int kvc_storage_client_punch(struct kvc_storage_client *client, uint64_t inode,
-                             const struct kvc_layout *layout, uint64_t offset,
-                             uint64_t length, uint64_t size)
+int kvc_storage_client_punch_plan(const struct kvc_layout *layout, uint64_t offset,
+                                  uint64_t length, uint64_t size,
+                                  struct kvc_storage_punch_plan *plan)
 {
+	memset(plan, 0, sizeof(*plan));
 	if (kvc_layout_check(layout) < 0 || offset > KVC_LAYOUT_MAX_FILE_SIZE ||
 	    length > KVC_LAYOUT_MAX_FILE_SIZE - offset)
 		return -EINVAL;
@@ -610,15 +611,40 @@ int kvc_storage_client_punch(struct kvc_storage_client *client, uint64_t inode,
 		return 0; /* past the end of the file: nothing to do */
 	uint64_t cs = layout->chunk_size;
 	uint64_t first_whole = (offset + cs - 1) / cs, end_whole = end / cs;
-	if (first_whole >= end_whole) /* no whole chunk inside: zeros only */
-		return write_zeros(client, inode, layout, offset, end);
-	int rc = write_zeros(client, inode, layout, offset, first_whole * cs);
-	if (rc == 0)
-		rc = write_zeros(client, inode, layout, end_whole * cs, end);
-	struct chunk_range a = {inode, (uint32_t)first_whole, (uint32_t)(end_whole - first_whole)};
-	if (rc == 0)
+	if (first_whole >= end_whole) { /* no whole chunk inside: zeros only */
+		plan->zero_from[0] = offset;
+		plan->zero_to[0] = end;
+		return 0;
+	}
+	plan->zero_from[0] = offset;
+	plan->zero_to[0] = first_whole * cs;
+	plan->zero_from[1] = end_whole * cs;
+	plan->zero_to[1] = end;
+	/* Chunk indexes are below 2^32 (KVC_LAYOUT_MAX_FILE_SIZE), their count
+	 * may be 2^32 itself: two ranges at most. */
+	_Static_assert(KVC_LAYOUT_MAX_FILE_SIZE / KVC_LAYOUT_MIN_CHUNK <= 2ull * UINT32_MAX, "");
+	for (uint64_t first = first_whole; first < end_whole; plan->ranges++) {
+		uint64_t count = end_whole - first < UINT32_MAX ? end_whole - first : UINT32_MAX;
+		plan->first[plan->ranges] = (uint32_t)first;
+		plan->count[plan->ranges] = (uint32_t)count;
+		first += count;
+	}
+	return 0;
+}
+
+int kvc_storage_client_punch(struct kvc_storage_client *client, uint64_t inode,
+                             const struct kvc_layout *layout, uint64_t offset,
+                             uint64_t length, uint64_t size)
+{
+	struct kvc_storage_punch_plan plan;
+	int rc = kvc_storage_client_punch_plan(layout, offset, length, size, &plan);
+	for (int i = 0; i < 2 && rc == 0; i++)
+		rc = write_zeros(client, inode, layout, plan.zero_from[i], plan.zero_to[i]);
+	for (int i = 0; i < plan.ranges && rc == 0; i++) {
+		struct chunk_range a = {inode, plan.first[i], plan.count[i]};
 		rc = each_target(client, layout, KVC_MSG_CHUNK_PUNCH, fill_punch,
 		                 sizeof(struct kvc_msg_chunk_punch), &a);
+	}
 	return rc;
 }
 

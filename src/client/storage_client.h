@@ -99,6 +99,21 @@ int kvc_storage_client_punch(struct kvc_storage_client *client, uint64_t inode,
                              const struct kvc_layout *layout, uint64_t offset,
                              uint64_t length, uint64_t size);
 
+/* What a punch does (kvc_storage_client_punch computes it with this):
+ * zeros written over [zero_from[i], zero_to[i]) (the partial chunks at
+ * the edges; an empty range when from == to), and the whole chunks in
+ * between dropped, as `ranges` CHUNK_PUNCH ranges of (first, count): a
+ * count is 32 bits on the wire and a file may hold 2^32 chunks (256 TiB of
+ * 64 KiB), so it may take two. Returns 0 or -EINVAL. */
+struct kvc_storage_punch_plan {
+	uint64_t zero_from[2], zero_to[2];
+	int ranges;
+	uint32_t first[2], count[2];
+};
+int kvc_storage_client_punch_plan(const struct kvc_layout *layout, uint64_t offset,
+                                  uint64_t length, uint64_t size,
+                                  struct kvc_storage_punch_plan *plan);
+
 /* Make acknowledged writes on the layout's targets durable. */
 int kvc_storage_client_sync(struct kvc_storage_client *client,
                             const struct kvc_layout *layout);

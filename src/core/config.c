@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/layout.h"
+#include "core/server.h"
 
 enum section { SECTION_GLOBAL, SECTION_META, SECTION_STORAGE, SECTION_FUSE };
 
@@ -97,6 +98,30 @@ static int section_header(struct parser *p, char *text)
 	return 0;
 }
 
+/* The limits of every kvc-meta and kvc-storage server (core/server.h). */
+static int server_key(struct parser *p, const char *key, const char *value)
+{
+	struct kvc_config *c = p->config;
+	long v;
+	int rc;
+	if (strcmp(key, "server_max_connections") == 0) {
+		rc = parse_int(p, key, value, 1, 65536, &v);
+		c->server_max_connections = (int)v;
+		return rc;
+	}
+	if (strcmp(key, "server_idle_timeout_ms") == 0) {
+		rc = parse_int(p, key, value, 0, 86400000, &v);
+		c->server_idle_timeout_ms = (int)v;
+		return rc;
+	}
+	if (strcmp(key, "server_io_timeout_ms") == 0) {
+		rc = parse_int(p, key, value, 0, 3600000, &v);
+		c->server_io_timeout_ms = (int)v;
+		return rc;
+	}
+	return fail(p, "unknown key '%s'", key);
+}
+
 static int global_key(struct parser *p, const char *key, const char *value)
 {
 	struct kvc_config *c = p->config;
@@ -136,7 +161,7 @@ static int global_key(struct parser *p, const char *key, const char *value)
 			c->io_timeout_ms = (int)v;
 		return rc;
 	}
-	return fail(p, "unknown key '%s'", key);
+	return server_key(p, key, value);
 }
 
 static int section_key(struct parser *p, const char *key, const char *value)
@@ -285,6 +310,9 @@ int kvc_config_parse(const char *text, const char *origin,
 	config->stripe = 0; /* 0: all targets, set below */
 	config->connect_timeout_ms = 2000;
 	config->io_timeout_ms = 5000;
+	config->server_max_connections = KVC_SERVER_DEFAULT_MAX_CONNECTIONS;
+	config->server_idle_timeout_ms = KVC_SERVER_DEFAULT_IDLE_TIMEOUT_MS;
+	config->server_io_timeout_ms = KVC_SERVER_DEFAULT_IO_TIMEOUT_MS;
 	config->sync_interval_ms = 1000;
 	strcpy(config->http_address, "127.0.0.1:18000");
 	config->http_max_body = 1 << 20;

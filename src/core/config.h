@@ -9,6 +9,11 @@
  *   stripe = 3
  *   connect_timeout_ms = 2000   # client side bounds: nothing hangs
  *   io_timeout_ms = 5000
+ *   server_max_connections = 4096   # per kvc-meta / kvc-storage server
+ *   server_idle_timeout_ms = 600000  # a connection idle this long is
+ *                               # closed (0: never)
+ *   server_io_timeout_ms = 30000 # a peer stalled mid-frame this long is
+ *                               # closed (0: never)
  *   [meta]
  *   address = 127.0.0.1:9000
  *   data = /var/lib/kvc/meta    # LMDB directory
@@ -84,6 +89,9 @@ struct kvc_config {
 	uint32_t stripe;
 	int connect_timeout_ms;
 	int io_timeout_ms;
+	int server_max_connections;
+	int server_idle_timeout_ms;
+	int server_io_timeout_ms;
 	char meta_address[KVC_NET_ADDRESS_MAX];
 	char meta_data[PATH_MAX];
 	int sync_interval_ms;

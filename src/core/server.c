@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -11,8 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "core/config.h"
 #include "core/log.h"
 #include "core/net.h"
 
@@ -65,6 +68,18 @@ static int recv_frame(struct kvc_server_conn *conn, struct kvc_wire_header *h)
 	if (rc == 0 && h->body_len)
 		rc = kvc_wire_recv_exact(conn->fd, conn->body, h->body_len);
 	return rc;
+}
+
+/* Wait until the next frame starts arriving: 0, or -ETIMEDOUT after
+ * timeout_ms (0: wait for ever). */
+static int wait_readable(int fd, int timeout_ms)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	int rc;
+	do
+		rc = poll(&p, 1, timeout_ms > 0 ? timeout_ms : -1);
+	while (rc < 0 && errno == EINTR);
+	return rc < 0 ? -errno : rc == 0 ? -ETIMEDOUT : 0;
 }
 
 /* The peer's address for logs: "host:port", or "local" (Unix socket). */
@@ -139,7 +154,9 @@ static int handshake(struct kvc_server *server, struct kvc_server_conn *conn)
 {
 	struct kvc_wire_header h;
 	uint8_t client_nonce[KVC_AUTH_NONCE];
-	int rc = recv_frame(conn, &h);
+	int rc = wait_readable(conn->fd, server->io_timeout_ms);
+	if (rc == 0)
+		rc = recv_frame(conn, &h);
 	if (rc < 0)
 		return rc;
 	uint32_t off = 0;
@@ -179,17 +196,33 @@ static void *conn_main(void *arg)
 	struct conn_start start = *(struct conn_start *)arg;
 	struct kvc_server *server = start.server;
 	struct kvc_server_conn conn = {.fd = start.fd};
+	bool idle = false;
 	free(arg);
 
-	int rc = handshake(server, &conn);
+	kvc_net_setup_accepted(conn.fd);
+	int rc = server->io_timeout_ms > 0 ? kvc_net_set_timeout(conn.fd, server->io_timeout_ms) : 0;
+	if (rc == 0)
+		rc = handshake(server, &conn);
 	while (rc == 0) {
 		struct kvc_wire_header h;
-		rc = recv_frame(&conn, &h);
+		rc = wait_readable(conn.fd, server->idle_timeout_ms);
+		if (rc == -ETIMEDOUT) {
+			idle = true;
+			break;
+		}
+		if (rc == 0)
+			rc = recv_frame(&conn, &h);
 		if (rc < 0)
 			break;
 		rc = server->handle(server->service, &conn, &h);
 	}
-	if (rc != -ECONNRESET && rc != 0)
+	if (idle)
+		kvc_log_debug("%s: closing a connection idle for %d ms", server->name,
+		              server->idle_timeout_ms);
+	else if (rc == -ETIMEDOUT)
+		kvc_log_info("%s: closing a connection whose peer stalled for %d ms "
+		             "(server_io_timeout_ms)", server->name, server->io_timeout_ms);
+	else if (rc != -ECONNRESET && rc != 0)
 		kvc_log_info("%s: closing connection: %s", server->name, strerror(-rc));
 	close_passed_fds(&conn);
 	if (server->cleanup)
@@ -200,8 +233,35 @@ static void *conn_main(void *arg)
 	return NULL;
 }
 
+static long long now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Past max_connections: say so to the peer (a HELLO reply of -EBUSY,
+ * which a client reports as such) and close; log at most once a second. */
+static void refuse_busy(struct kvc_server *server, int fd, int limit)
+{
+	struct kvc_wire_header h;
+	kvc_wire_header_init(&h, KVC_MSG_HELLO, 0, -EBUSY, 0, 0);
+	(void)send(fd, &h, sizeof(h), MSG_DONTWAIT | MSG_NOSIGNAL); /* best effort */
+	close(fd);
+	int refused = atomic_fetch_add(&server->refused, 1) + 1;
+	long long now = now_ms(), last = atomic_load(&server->refused_at_ms);
+	if (now - last >= 1000 && atomic_compare_exchange_strong(&server->refused_at_ms, &last, now)) {
+		atomic_fetch_sub(&server->refused, refused);
+		kvc_log_warn("%s: %d connections open, the most server_max_connections allows: "
+		             "refused %d new one(s)", server->name, limit, refused);
+	}
+}
+
 int kvc_server_run(struct kvc_server *server)
 {
+	int limit = server->max_connections > 0 ? server->max_connections
+	                                        : KVC_SERVER_DEFAULT_MAX_CONNECTIONS;
+	atomic_store(&server->refused_at_ms, now_ms() - 1000);
 	for (;;) {
 		int fd = accept4(server->listen_fd, NULL, NULL, SOCK_CLOEXEC);
 		if (fd < 0) {
@@ -213,32 +273,37 @@ int kvc_server_run(struct kvc_server *server)
 			}
 			return -errno;
 		}
-		if (atomic_fetch_add(&server->connections, 1) >= server->max_connections) {
+		if (atomic_fetch_add(&server->connections, 1) >= limit) {
 			atomic_fetch_sub(&server->connections, 1);
-			kvc_log_warn("%s: too many connections, refusing one", server->name);
-			close(fd);
+			refuse_busy(server, fd, limit);
 			continue;
 		}
-		kvc_net_setup_accepted(fd);
 		struct conn_start *start = malloc(sizeof(*start));
 		pthread_t thread;
 		pthread_attr_t attr;
 		pthread_attr_init(&attr);
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 		pthread_attr_setstacksize(&attr, 256 << 10);
-		if (!start) {
+		int rc = start ? 0 : ENOMEM;
+		if (start) {
+			*start = (struct conn_start){server, fd};
+			rc = pthread_create(&thread, &attr, conn_main, start);
+		}
+		if (rc != 0) {
+			kvc_log_warn("%s: no thread for a new connection: %s", server->name, strerror(rc));
+			free(start);
 			close(fd);
 			atomic_fetch_sub(&server->connections, 1);
-		} else {
-			*start = (struct conn_start){server, fd};
-			if (pthread_create(&thread, &attr, conn_main, start) != 0) {
-				free(start);
-				close(fd);
-				atomic_fetch_sub(&server->connections, 1);
-			}
 		}
 		pthread_attr_destroy(&attr);
 	}
+}
+
+void kvc_server_configure(struct kvc_server *server, const struct kvc_config *config)
+{
+	server->max_connections = config->server_max_connections;
+	server->idle_timeout_ms = config->server_idle_timeout_ms;
+	server->io_timeout_ms = config->server_io_timeout_ms;
 }
 
 struct signal_waiter {

@@ -2,7 +2,18 @@
  * server: the accept loop and connection threads shared by kvc-meta and
  * kvc-storage. One thread per connection (a connection is a long-lived
  * client such as kvc-fuse's pooled socket, so this is a handful of threads
- * per client); at most max_connections at once, more are closed at accept.
+ * per client); at most max_connections at once: past it a new connection
+ * gets a HELLO reply of -EBUSY and is closed, with a log line (at most one
+ * a second), and no thread is made for it.
+ *
+ * Timeouts, so a peer that stops stalls only its own connection: a
+ * connection with no request for idle_timeout_ms is closed; a peer that
+ * stops sending in the middle of a frame, or stops reading its reply, for
+ * io_timeout_ms is closed (SO_RCVTIMEO/SO_SNDTIMEO: "stops" means no byte
+ * moved for that long). A new connection must greet within io_timeout_ms.
+ * 0 means no timeout (the USRBIO control socket: its clients are local and
+ * hold their connection for their whole life). Handlers hold no lock while
+ * they send or receive.
  *
  * Each connection must start with the handshake (HELLO, AUTH; see
  * core/auth.h): a wrong version is answered -EPROTO, anything else that
@@ -39,18 +50,32 @@ typedef int (*kvc_server_handler)(void *service, struct kvc_server_conn *conn,
                                   const struct kvc_wire_header *header);
 typedef void (*kvc_server_conn_cleanup)(void *service, struct kvc_server_conn *conn);
 
+#define KVC_SERVER_DEFAULT_MAX_CONNECTIONS 4096
+#define KVC_SERVER_DEFAULT_IDLE_TIMEOUT_MS 600000
+#define KVC_SERVER_DEFAULT_IO_TIMEOUT_MS 30000
+
 struct kvc_server {
 	int listen_fd;
 	/* The secrets each role must prove; NULL: no credentials at all (only
 	 * kvc-fuse's local control socket, where the kernel says who calls). */
 	const struct kvc_auth_keys *auth;
-	int max_connections;
+	int max_connections; /* 0: KVC_SERVER_DEFAULT_MAX_CONNECTIONS */
+	int idle_timeout_ms; /* 0: never */
+	int io_timeout_ms;   /* 0: never */
 	kvc_server_handler handle;
 	kvc_server_conn_cleanup cleanup; /* may be NULL */
 	void *service;
 	atomic_int connections;
+	atomic_llong refused_at_ms; /* last "refusing" log line (monotonic) */
+	atomic_int refused;         /* refusals since that line */
 	const char *name; /* for logs */
 };
+
+struct kvc_config;
+
+/* Take max_connections and the two timeouts from the cluster file
+ * (server_max_connections, server_idle_timeout_ms, server_io_timeout_ms). */
+void kvc_server_configure(struct kvc_server *server, const struct kvc_config *config);
 
 /* Accept connections forever (until listen_fd is shut down), each served
  * on its own detached thread. Returns -errno when accept fails for good. */

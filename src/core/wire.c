@@ -2,6 +2,7 @@
 #include "core/wire.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -53,7 +54,10 @@ int kvc_wire_send(int fd, const struct kvc_wire_header *h, const void *body,
 
 	struct iovec *cur = vec;
 	while (count > 0) {
-		struct msghdr msg = {.msg_iov = cur, .msg_iovlen = count};
+		/* At most IOV_MAX vectors a call: a reply of 1,024 pieces has
+		 * more, with its header and body. */
+		struct msghdr msg = {.msg_iov = cur,
+		                     .msg_iovlen = (size_t)(count < IOV_MAX ? count : IOV_MAX)};
 		ssize_t sent = sendmsg(fd, &msg, MSG_NOSIGNAL);
 		if (sent < 0) {
 			if (errno == EINTR)

@@ -28,20 +28,37 @@
  * Write order: the data file is written first, then the index record is
  * committed. A crash between the two leaves blocks whose crc does not match
  * their bytes: reads of them fail with -EIO, never return wrong bytes.
+ * Removal goes the other way: the record is deleted first, then the file;
+ * a file left without a record (a crash between the two) is a hole, and
+ * the next write of its chunk starts it again from empty.
  * LMDB runs with MDB_NOSYNC (a process crash loses nothing: committed pages
  * are in the kernel's cache); kvc_chunk_store_sync makes everything durable.
  *
- * Reads queue the disk work of every piece of a batch on io_uring at once:
- * pieces of up to 64 KiB are read into a buffer; larger ones are mapped
- * from the chunk file and read ahead, their crcs checked straight from the
- * page cache and the caller sends from the mapping: no copy inside the
- * server. Writes and crc recomputation go through io_uring.
+ * The module is chunk_store.c (open, records, writes, range operations)
+ * and chunk_read.c (batched reads and their ring).
  *
- * Concurrency: thread-safe. Each chunk has a reader/writer lock (striped):
- * writes and truncates hold it exclusively; a read holds it shared from
- * index lookup until the caller releases the read (after sending), so the
- * bytes sent are the bytes that were checked. Each server thread passes its
- * own io_uring.
+ * Reads queue the disk work of every piece of a batch on io_uring at once
+ * (up to the ring's size per round), each into a buffer of its own, and
+ * check the crcs there; the caller sends from those buffers. Writes and
+ * crc recomputation are plain pwrite/pread: one synchronous operation gains
+ * nothing from a ring.
+ *
+ * Concurrency: thread-safe. The locks, in the order they nest:
+ *
+ *   1. chunk locks: a reader/writer lock per chunk (striped over
+ *      LOCK_SLOTS, so one lock may cover several chunks). Writes, punches,
+ *      truncates and removes hold it exclusively while they change the
+ *      chunk's file and record; a read holds it shared from index lookup
+ *      until its bytes are in its buffer, and never while the caller sends
+ *      them. A reader may hold several at once (one per piece); a writer
+ *      waits for at most one at a time.
+ *   2. LMDB's write transaction (LMDB's own writer mutex), innermost: a
+ *      thread in a write transaction never waits for a chunk lock. The
+ *      range operations (punch, truncate, remove) therefore only try the
+ *      chunk locks inside their transaction; a chunk whose lock is busy is
+ *      done afterwards on its own, its lock taken first.
+ *
+ * Read transactions take neither. Each server thread passes its own ring.
  */
 #ifndef KVC_CHUNK_STORE_H
 #define KVC_CHUNK_STORE_H
@@ -63,17 +80,15 @@ struct kvc_chunk_read {
 	uint32_t chunk;
 	uint32_t offset;
 	uint32_t length;
-	/* out: status 0 or -errno (-EIO on crc mismatch); `present` bytes at
-	 * `data`, the rest of length is a hole */
+	/* out: status 0 or -errno (-EIO on crc mismatch or a failed ring);
+	 * `present` bytes at `data`, the rest of length is a hole */
 	int status;
 	uint32_t present;
 	const uint8_t *data;
 	/* private */
 	struct kvc_chunk_store *store;
 	int fd;
-	void *map; /* the aligned blocks: a mapping or a read buffer */
-	size_t map_length;
-	bool mapped;
+	uint8_t *buffer; /* the aligned blocks, read from the chunk file */
 	int io_result;
 	uint64_t aligned_start;
 	uint32_t aligned_length;
@@ -81,7 +96,32 @@ struct kvc_chunk_read {
 	uint32_t *block_crcs;
 	unsigned lock_slot;
 	bool locked;
+	bool queued;    /* its read is on the ring's submission queue */
+	bool in_flight; /* submitted, completion not reaped yet */
 };
+
+/* The io_uring one server thread reads through. ops is a seam for tests
+ * (NULL: liburing's own submit and wait); a failed submit or wait fails
+ * the pieces it concerns with -EIO, and the ring is then rebuilt, since
+ * it may still hold their submissions. */
+struct kvc_chunk_ring_ops {
+	int (*submit)(struct io_uring *ring);
+	int (*wait)(struct io_uring *ring, struct io_uring_cqe **cqe);
+};
+
+struct kvc_chunk_ring {
+	struct io_uring ring;
+	unsigned entries;
+	bool ready; /* false: not set up (init or a rebuild failed) */
+	const struct kvc_chunk_ring_ops *ops;
+	uint64_t abandoned_bytes; /* buffers left to reads never reaped */
+};
+
+/* Set up a ring of `entries` submissions. Returns 0 or -errno. */
+int kvc_chunk_ring_init(struct kvc_chunk_ring *ring, unsigned entries);
+
+/* Tear it down; safe on a ring that is not ready. */
+void kvc_chunk_ring_exit(struct kvc_chunk_ring *ring);
 
 struct kvc_chunk_space {
 	uint64_t fsid;
@@ -101,22 +141,26 @@ void kvc_chunk_store_close(struct kvc_chunk_store *store);
  * chunk_size <= KVC_LAYOUT_MAX_CHUNK and length > 0. On success *version
  * and *chunk_length describe the chunk afterwards. Returns 0, -EINVAL,
  * -ENOSPC, -EIO or -errno. */
-int kvc_chunk_store_write(struct kvc_chunk_store *store, struct io_uring *ring,
-                          uint64_t inode, uint32_t chunk, uint32_t chunk_size,
-                          uint32_t offset, const void *data, uint32_t length,
-                          uint64_t *version, uint32_t *chunk_length);
+int kvc_chunk_store_write(struct kvc_chunk_store *store, uint64_t inode,
+                          uint32_t chunk, uint32_t chunk_size, uint32_t offset,
+                          const void *data, uint32_t length, uint64_t *version,
+                          uint32_t *chunk_length);
 
-/* Batched read: look every piece up and map it, queue the readahead of
- * all of them on ring at once, then verify every piece's crcs. Pieces that
- * fail get their own status; the batch goes on. `stores[i]` serves
- * reads[i]; a NULL store (a target this server does not have) fails that
- * piece with -ENXIO. The data pointers stay valid, and the chunks locked
- * against writers, until kvc_chunk_store_read_release. */
-void kvc_chunk_store_read_batch(struct kvc_chunk_store **stores,
-                                struct io_uring *ring,
-                                struct kvc_chunk_read *reads, int count);
+/* Batched read: look every piece up, queue the reads of all of them on
+ * the ring at once (a round per ring size), then verify every piece's
+ * crcs. Pieces that fail get their own status; the batch goes on.
+ * `stores[i]` serves reads[i]; a NULL store (a target this server does not
+ * have) fails that piece with -ENXIO. On return no chunk lock is held: the
+ * data pointers are the batch's own buffers, valid until
+ * kvc_chunk_store_read_release. Returns 0, or -EIO when the ring failed
+ * (the pieces it concerned have -EIO; the ring was set up anew, and
+ * ring->ready says whether that worked: a caller stops using a ring that
+ * is not ready). */
+int kvc_chunk_store_read_batch(struct kvc_chunk_store **stores,
+                               struct kvc_chunk_ring *ring,
+                               struct kvc_chunk_read *reads, int count);
 
-/* Unmap, close and unlock every piece of a batch (always call it). */
+/* Free and close what every piece of a batch holds (always call it). */
 void kvc_chunk_store_read_release(struct kvc_chunk_read *reads, int count);
 
 /* Remove every chunk of inode. Returns the count removed or -errno. */
@@ -130,8 +174,7 @@ int64_t kvc_chunk_store_punch(struct kvc_chunk_store *store, uint64_t inode,
 
 /* Drop every byte of inode at or after `size`, for a file of chunk_size.
  * Returns the number of chunks removed or shortened, or -errno. */
-int64_t kvc_chunk_store_truncate(struct kvc_chunk_store *store,
-                                 struct io_uring *ring, uint64_t inode,
+int64_t kvc_chunk_store_truncate(struct kvc_chunk_store *store, uint64_t inode,
                                  uint64_t size, uint32_t chunk_size);
 
 /* The highest chunk of inode: 1 and (*chunk, *length), 0 when none. */

@@ -93,10 +93,10 @@ int main(int argc, char **argv)
 	             me->address);
 	static struct kvc_server server;
 	server = (struct kvc_server){.listen_fd = listen_fd, .auth = &keys,
-	                             .max_connections = 4096,
 	                             .handle = kvc_storage_service_handle,
 	                             .cleanup = kvc_storage_service_cleanup,
 	                             .service = &svc, .name = "kvc-storage"};
+	kvc_server_configure(&server, &config);
 	int rc = kvc_server_run(&server);
 	kvc_log_error("accept failed: %s", strerror(-rc));
 	return 1;

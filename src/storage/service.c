@@ -11,7 +11,7 @@
 #define RING_ENTRIES 256
 
 struct conn_state {
-	struct io_uring ring;
+	struct kvc_chunk_ring ring;
 	uint8_t *buffer; /* write data */
 	size_t buffer_size;
 	struct kvc_chunk_read reads[KVC_WIRE_MAX_PIECES];
@@ -27,7 +27,7 @@ static struct conn_state *state_of(struct kvc_server_conn *conn)
 	struct conn_state *state = calloc(1, sizeof(*state));
 	if (!state)
 		return NULL;
-	if (io_uring_queue_init(RING_ENTRIES, &state->ring, 0) < 0) {
+	if (kvc_chunk_ring_init(&state->ring, RING_ENTRIES) < 0) {
 		free(state);
 		return NULL;
 	}
@@ -41,7 +41,7 @@ void kvc_storage_service_cleanup(void *service, struct kvc_server_conn *conn)
 	(void)service;
 	if (!state)
 		return;
-	io_uring_queue_exit(&state->ring);
+	kvc_chunk_ring_exit(&state->ring);
 	free(state->buffer);
 	free(state);
 	conn->service_state = NULL;
@@ -71,36 +71,64 @@ static bool chunk_size_valid(uint32_t cs)
 	return cs >= KVC_LAYOUT_MIN_CHUNK && cs <= KVC_LAYOUT_MAX_CHUNK && !(cs & (cs - 1));
 }
 
-static int handle_write(struct kvc_storage_service *svc, struct kvc_server_conn *conn,
-                        struct conn_state *state, const struct kvc_wire_header *h)
+/* A request: its fixed struct (checked to be in the body, and the whole
+ * body when the type's size is exact) and the offset of what follows.
+ * Variable parts are taken with take() and must end at the body's end. */
+struct request {
+	struct kvc_storage_service *svc;
+	struct kvc_server_conn *conn;
+	struct conn_state *state;
+	const struct kvc_wire_header *h;
+	const void *msg;
+	uint32_t off;
+};
+
+static const void *take(struct request *r, uint32_t len)
 {
-	uint32_t off = 0;
-	const struct kvc_msg_chunk_write *m = kvc_wire_body_take(conn->body, h->body_len, &off,
-	                                                         sizeof(*m));
+	return kvc_wire_body_take(r->conn->body, r->h->body_len, &r->off, len);
+}
+
+static bool done(const struct request *r)
+{
+	return r->off == r->h->body_len;
+}
+
+static int reply(struct request *r, int rc, const void *body, uint32_t len)
+{
+	return kvc_server_reply(r->conn, r->h, rc, rc < 0 ? NULL : body, rc < 0 ? 0 : len);
+}
+
+/* Answer an error to a frame whose data section is still on the socket:
+ * drop the data first, so the connection stays in frame. */
+static int refuse(struct kvc_server_conn *conn, const struct kvc_wire_header *h, int status)
+{
+	int rc = kvc_wire_discard(conn->fd, h->data_len);
+	return rc < 0 ? rc : kvc_server_reply(conn, h, status, NULL, 0);
+}
+
+static int h_write(struct request *r)
+{
+	const struct kvc_msg_chunk_write *m = r->msg;
+	const struct kvc_wire_header *h = r->h;
+	struct kvc_chunk_store *store = store_of(r->svc, m->target);
 	int status = 0;
-	struct kvc_chunk_store *store = m ? store_of(svc, m->target) : NULL;
-	if (!m)
-		status = -EINVAL;
-	else if (!store)
+	if (!store)
 		status = -ENXIO;
 	else if (!chunk_size_valid(m->chunk_size) || h->data_len == 0 ||
 	         m->offset > m->chunk_size || h->data_len > m->chunk_size - m->offset)
 		status = -EINVAL;
 	if (status == 0)
-		status = ensure_buffer(state, h->data_len);
-	if (status < 0) {
-		/* Drain the refused data so the connection stays in frame. */
-		int rc = kvc_wire_discard(conn->fd, h->data_len);
-		return rc < 0 ? rc : kvc_server_reply(conn, h, status, NULL, 0);
-	}
-	int rc = kvc_wire_recv_exact(conn->fd, state->buffer, h->data_len);
+		status = ensure_buffer(r->state, h->data_len);
+	if (status < 0)
+		return refuse(r->conn, h, status);
+	int rc = kvc_wire_recv_exact(r->conn->fd, r->state->buffer, h->data_len);
 	if (rc < 0)
 		return rc;
-	struct kvc_msg_chunk_write_reply reply = {0};
-	status = kvc_chunk_store_write(store, &state->ring, m->inode, m->chunk, m->chunk_size,
-	                               m->offset, state->buffer, (uint32_t)h->data_len,
-	                               &reply.version, &reply.length);
-	return kvc_server_reply(conn, h, status, &reply, sizeof(reply));
+	struct kvc_msg_chunk_write_reply out = {0};
+	status = kvc_chunk_store_write(store, m->inode, m->chunk, m->chunk_size, m->offset,
+	                               r->state->buffer, (uint32_t)h->data_len, &out.version,
+	                               &out.length);
+	return reply(r, status, &out, sizeof(out));
 }
 
 /* Check a read request's pieces; returns 0 or -errno for the whole
@@ -121,145 +149,153 @@ static int check_pieces(struct kvc_storage_service *svc, struct conn_state *stat
 	return total > KVC_WIRE_MAX_DATA ? -EMSGSIZE : 0;
 }
 
-static int handle_read(struct kvc_storage_service *svc, struct kvc_server_conn *conn,
-                       struct conn_state *state, const struct kvc_wire_header *h)
+/* The pieces are read into buffers with no chunk lock held after
+ * kvc_chunk_store_read_batch: the send below blocks nobody but this
+ * connection. */
+static int h_read(struct request *r)
 {
-	uint32_t off = 0;
-	const struct kvc_msg_chunk_read *m = kvc_wire_body_take(conn->body, h->body_len, &off,
-	                                                        sizeof(*m));
-	if (!m || m->count == 0 || m->count > KVC_WIRE_MAX_PIECES)
-		return kvc_server_reply(conn, h, -EINVAL, NULL, 0);
-	const struct kvc_msg_piece *pieces = kvc_wire_body_take(
-		conn->body, h->body_len, &off, m->count * (uint32_t)sizeof(*pieces));
-	if (!pieces)
-		return kvc_server_reply(conn, h, -EINVAL, NULL, 0);
-	int rc = check_pieces(svc, state, pieces, m->count);
+	const struct kvc_msg_chunk_read *m = r->msg;
+	struct conn_state *state = r->state;
+	if (m->count == 0 || m->count > KVC_WIRE_MAX_PIECES)
+		return reply(r, -EINVAL, NULL, 0);
+	const struct kvc_msg_piece *pieces = take(r, m->count * (uint32_t)sizeof(*pieces));
+	if (!pieces || !done(r))
+		return reply(r, -EINVAL, NULL, 0);
+	int rc = check_pieces(r->svc, state, pieces, m->count);
 	if (rc < 0)
-		return kvc_server_reply(conn, h, rc, NULL, 0);
+		return reply(r, rc, NULL, 0);
 	kvc_chunk_store_read_batch(state->read_stores, &state->ring, state->reads, (int)m->count);
 	uint64_t data_len = 0;
 	for (uint32_t i = 0; i < m->count; i++) {
-		struct kvc_chunk_read *r = &state->reads[i];
-		uint32_t present = r->status == 0 ? r->present : 0;
-		state->results[i] = (struct kvc_msg_piece_result){r->status, present};
-		state->data[i] = (struct iovec){(void *)r->data, present};
+		struct kvc_chunk_read *p = &state->reads[i];
+		uint32_t present = p->status == 0 ? p->present : 0;
+		state->results[i] = (struct kvc_msg_piece_result){p->status, present};
+		state->data[i] = (struct iovec){(void *)p->data, present};
 		data_len += present;
 	}
-	struct kvc_wire_header reply;
-	kvc_wire_header_init(&reply, h->type, h->request_id, 0,
+	struct kvc_wire_header out;
+	kvc_wire_header_init(&out, r->h->type, r->h->request_id, 0,
 	                     m->count * (uint32_t)sizeof(state->results[0]), data_len);
-	rc = kvc_wire_send(conn->fd, &reply, state->results, state->data, (int)m->count);
+	rc = kvc_wire_send(r->conn->fd, &out, state->results, state->data, (int)m->count);
 	kvc_chunk_store_read_release(state->reads, (int)m->count);
 	return rc;
 }
 
-static int handle_small(struct kvc_storage_service *svc, struct kvc_server_conn *conn,
-                        struct conn_state *state, const struct kvc_wire_header *h)
+/* Replies of the range operations: how many chunks they changed. */
+static int reply_count(struct request *r, int64_t rc)
 {
-	uint32_t off = 0;
-	union {
-		struct kvc_msg_count_reply count;
-		struct kvc_msg_chunk_last_reply last;
-	} reply;
-	uint32_t reply_len = 0;
-	int64_t rc = -EINVAL;
-
-	if (h->type == KVC_MSG_CHUNK_REMOVE) {
-		const struct kvc_msg_chunk_remove *m =
-			kvc_wire_body_take(conn->body, h->body_len, &off, sizeof(*m));
-		struct kvc_chunk_store *store = m ? store_of(svc, m->target) : NULL;
-		rc = !m ? -EINVAL : !store ? -ENXIO : kvc_chunk_store_remove(store, m->inode);
-		reply.count.count = rc > 0 ? (uint64_t)rc : 0;
-		reply_len = sizeof(reply.count);
-	} else if (h->type == KVC_MSG_CHUNK_TRUNCATE) {
-		const struct kvc_msg_chunk_truncate *m =
-			kvc_wire_body_take(conn->body, h->body_len, &off, sizeof(*m));
-		struct kvc_chunk_store *store = m ? store_of(svc, m->target) : NULL;
-		if (m && store && chunk_size_valid(m->chunk_size) &&
-		    m->size <= KVC_LAYOUT_MAX_FILE_SIZE)
-			rc = kvc_chunk_store_truncate(store, &state->ring, m->inode, m->size,
-			                              m->chunk_size);
-		else if (m && !store)
-			rc = -ENXIO;
-		reply.count.count = rc > 0 ? (uint64_t)rc : 0;
-		reply_len = sizeof(reply.count);
-	} else if (h->type == KVC_MSG_CHUNK_PUNCH) {
-		const struct kvc_msg_chunk_punch *m =
-			kvc_wire_body_take(conn->body, h->body_len, &off, sizeof(*m));
-		struct kvc_chunk_store *store = m ? store_of(svc, m->target) : NULL;
-		rc = !m ? -EINVAL : !store ? -ENXIO
-		     : kvc_chunk_store_punch(store, m->inode, m->first_chunk, m->count);
-		reply.count.count = rc > 0 ? (uint64_t)rc : 0;
-		reply_len = sizeof(reply.count);
-	} else if (h->type == KVC_MSG_CHUNK_LAST) {
-		const struct kvc_msg_chunk_last *m =
-			kvc_wire_body_take(conn->body, h->body_len, &off, sizeof(*m));
-		struct kvc_chunk_store *store = m ? store_of(svc, m->target) : NULL;
-		memset(&reply.last, 0, sizeof(reply.last));
-		rc = !m ? -EINVAL : !store ? -ENXIO
-		     : kvc_chunk_store_last(store, m->inode, &reply.last.chunk, &reply.last.length);
-		reply.last.found = rc == 1;
-		reply_len = sizeof(reply.last);
-	}
-	return kvc_server_reply(conn, h, rc < 0 ? (int)rc : 0, &reply, reply_len);
+	struct kvc_msg_count_reply out = {.count = rc > 0 ? (uint64_t)rc : 0};
+	return reply(r, rc < 0 ? (int)rc : 0, &out, sizeof(out));
 }
 
-static int handle_space(struct kvc_storage_service *svc, struct kvc_server_conn *conn,
-                        const struct kvc_wire_header *h)
+static int h_remove(struct request *r)
 {
+	const struct kvc_msg_chunk_remove *m = r->msg;
+	struct kvc_chunk_store *store = store_of(r->svc, m->target);
+	return reply_count(r, store ? kvc_chunk_store_remove(store, m->inode) : -ENXIO);
+}
+
+static int h_truncate(struct request *r)
+{
+	const struct kvc_msg_chunk_truncate *m = r->msg;
+	struct kvc_chunk_store *store = store_of(r->svc, m->target);
+	if (!store)
+		return reply_count(r, -ENXIO);
+	if (!chunk_size_valid(m->chunk_size) || m->size > KVC_LAYOUT_MAX_FILE_SIZE)
+		return reply_count(r, -EINVAL);
+	return reply_count(r, kvc_chunk_store_truncate(store, m->inode, m->size, m->chunk_size));
+}
+
+static int h_punch(struct request *r)
+{
+	const struct kvc_msg_chunk_punch *m = r->msg;
+	struct kvc_chunk_store *store = store_of(r->svc, m->target);
+	return reply_count(r, store ? kvc_chunk_store_punch(store, m->inode, m->first_chunk,
+	                                                    m->count)
+	                            : -ENXIO);
+}
+
+static int h_last(struct request *r)
+{
+	const struct kvc_msg_chunk_last *m = r->msg;
+	struct kvc_chunk_store *store = store_of(r->svc, m->target);
+	struct kvc_msg_chunk_last_reply out = {0};
+	int rc = store ? kvc_chunk_store_last(store, m->inode, &out.chunk, &out.length) : -ENXIO;
+	out.found = rc == 1;
+	return reply(r, rc < 0 ? rc : 0, &out, sizeof(out));
+}
+
+static int h_space(struct request *r)
+{
+	struct kvc_storage_service *svc = r->svc;
 	struct {
 		struct kvc_msg_space_reply head;
 		struct kvc_msg_target_space targets[KVC_WIRE_MAX_TARGETS];
-	} reply = {0};
+	} out = {0};
 	int rc = 0;
 	for (uint32_t i = 0; i < svc->target_count && rc == 0; i++) {
 		struct kvc_chunk_space space;
 		rc = kvc_chunk_store_space(svc->stores[i], &space);
-		reply.targets[i] = (struct kvc_msg_target_space){
+		out.targets[i] = (struct kvc_msg_target_space){
 			.target = svc->first_target + i, .fsid = space.fsid,
 			.total_bytes = space.total_bytes, .free_bytes = space.free_bytes,
 			.chunks = space.chunks};
 	}
-	reply.head.count = svc->target_count;
-	return kvc_server_reply(conn, h, rc, &reply,
-	                        (uint32_t)(sizeof(reply.head) +
-	                                   svc->target_count * sizeof(reply.targets[0])));
+	out.head.count = svc->target_count;
+	return reply(r, rc, &out,
+	             (uint32_t)(sizeof(out.head) + svc->target_count * sizeof(out.targets[0])));
 }
 
-static int handle_sync(struct kvc_storage_service *svc, struct kvc_server_conn *conn,
-                       const struct kvc_wire_header *h)
+static int h_sync(struct request *r)
 {
 	int rc = 0;
-	for (uint32_t i = 0; i < svc->target_count && rc == 0; i++)
-		rc = kvc_chunk_store_sync(svc->stores[i]);
-	return kvc_server_reply(conn, h, rc, NULL, 0);
+	for (uint32_t i = 0; i < r->svc->target_count && rc == 0; i++)
+		rc = kvc_chunk_store_sync(r->svc->stores[i]);
+	return reply(r, rc, NULL, 0);
 }
+
+/* The storage messages: the fixed struct each body starts with, whether
+ * the body is exactly that (else the handler takes the rest and checks it
+ * ends at the body's end), and whether a data section follows. A type not
+ * listed is answered -EOPNOTSUPP, a body of the wrong size -EINVAL, a data
+ * section the type does not take -EINVAL (the data is dropped first, so the
+ * connection stays in frame). */
+struct op {
+	uint32_t size;
+	bool exact;
+	bool data;
+	int (*handler)(struct request *r);
+};
+
+#define VAR(type, fn) {sizeof(type), false, false, fn}
+#define EXACT(type, fn) {sizeof(type), true, false, fn}
+#define WITH_DATA(type, fn) {sizeof(type), true, true, fn}
+#define EMPTY(fn) {0, true, false, fn}
+
+static const struct op ops[] = {
+	[KVC_MSG_CHUNK_WRITE] = WITH_DATA(struct kvc_msg_chunk_write, h_write),
+	[KVC_MSG_CHUNK_READ] = VAR(struct kvc_msg_chunk_read, h_read),
+	[KVC_MSG_CHUNK_REMOVE] = EXACT(struct kvc_msg_chunk_remove, h_remove),
+	[KVC_MSG_CHUNK_TRUNCATE] = EXACT(struct kvc_msg_chunk_truncate, h_truncate),
+	[KVC_MSG_CHUNK_PUNCH] = EXACT(struct kvc_msg_chunk_punch, h_punch),
+	[KVC_MSG_CHUNK_LAST] = EXACT(struct kvc_msg_chunk_last, h_last),
+	[KVC_MSG_SPACE] = EMPTY(h_space),
+	[KVC_MSG_SYNC] = EMPTY(h_sync),
+};
 
 int kvc_storage_service_handle(void *service, struct kvc_server_conn *conn,
                                const struct kvc_wire_header *h)
 {
-	struct kvc_storage_service *svc = service;
+	const struct op *op = h->type < sizeof(ops) / sizeof(ops[0]) ? &ops[h->type] : NULL;
+	if (!op || !op->handler)
+		return refuse(conn, h, -EOPNOTSUPP);
+	if ((op->exact ? h->body_len != op->size : h->body_len < op->size) ||
+	    (h->data_len && !op->data))
+		return refuse(conn, h, -EINVAL);
 	struct conn_state *state = state_of(conn);
 	if (!state)
 		return -ENOMEM;
-	/* Only writes carry data; anything else with data is out of frame. */
-	if (h->data_len && h->type != KVC_MSG_CHUNK_WRITE)
-		return -EPROTO;
-	switch (h->type) {
-	case KVC_MSG_CHUNK_WRITE:
-		return handle_write(svc, conn, state, h);
-	case KVC_MSG_CHUNK_READ:
-		return handle_read(svc, conn, state, h);
-	case KVC_MSG_CHUNK_REMOVE:
-	case KVC_MSG_CHUNK_TRUNCATE:
-	case KVC_MSG_CHUNK_PUNCH:
-	case KVC_MSG_CHUNK_LAST:
-		return handle_small(svc, conn, state, h);
-	case KVC_MSG_SPACE:
-		return handle_space(svc, conn, h);
-	case KVC_MSG_SYNC:
-		return handle_sync(svc, conn, h);
-	default:
-		return kvc_server_reply(conn, h, -EOPNOTSUPP, NULL, 0);
-	}
+	struct request r = {.svc = service, .conn = conn, .state = state, .h = h,
+	                    .msg = conn->body, .off = op->size};
+	return op->handler(&r);
 }

@@ -1,8 +1,12 @@
 /*
  * storage service: the request handlers of kvc-storage. Owns the chunk
  * stores of the targets this server serves and answers chunk RPCs for
- * them; every count, length and offset in a request is checked against the
- * wire limits and the chunk size before it reaches a chunk store.
+ * them through one dispatch table (type, body-size rule, data section or
+ * not, handler): a type without a row is -EOPNOTSUPP, a body that breaks
+ * its row's rule -EINVAL (docs/protocol.md). Every count, length and
+ * offset in a request is checked against the wire limits and the chunk
+ * size before it reaches a chunk store. No lock of the chunk stores is
+ * held while a reply is sent.
  *
  * Each connection owns an io_uring and a write buffer (service_state), so
  * a multi-chunk read queues the readahead of all its pieces at once.

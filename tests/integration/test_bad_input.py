@@ -170,3 +170,98 @@ def test_daemons_refuse_missing_or_loose_secrets(tmp_path):
             assert out.returncode != 0, (cmd, head)
             assert needle in out.stderr, (cmd, out.stderr)
     assert not (tmp_path / "meta").exists(), "kvc-meta refused before touching its data"
+
+
+def chunk_zero_of(path):
+    """(inode, target of chunk 0) of a file on the mount."""
+    def xattr(name):
+        return subprocess.run(["getfattr", "-n", name, "--only-values", str(path)],
+                              capture_output=True, text=True, check=True).stdout
+    targets = dict(f.split("=") for f in xattr("user.kvc.layout").split())["targets"]
+    return int(xattr("user.kvc.inode")), int(targets.split(",")[0])
+
+
+def test_a_chunk_read_of_the_most_pieces_is_answered(cluster, workdir):
+    # 1,024 pieces, the protocol's limit: with the reply's header and body
+    # that is more iovecs than one sendmsg takes.
+    data = bytes(random.Random(7).randbytes(1 << 20))
+    path = workdir / "pieces"
+    path.write_bytes(data)
+    inode, target = chunk_zero_of(path)
+
+    def read_body(count):
+        return struct.pack("<II", count, 0) + b"".join(
+            struct.pack("<QIIII", inode, target, 0, (i % 1024) * 1024, 1024)
+            for i in range(count))
+
+    sock, status = kvcwire.connect(cluster.storage_addresses[target])
+    assert status == 0
+    try:
+        sock.sendall(kvcwire.frame(kvcwire.CHUNK_READ, read_body(1024)))
+        _, status, reply, got = kvcwire.recv_frame(sock)
+        assert status == 0
+        assert [struct.unpack_from("<iI", reply, 8 * i) for i in range(1024)] == \
+            [(0, 1024)] * 1024
+        assert got == data
+        # one more is past the limit: refused, and the connection goes on
+        sock.sendall(kvcwire.frame(kvcwire.CHUNK_READ, read_body(1025)))
+        _, status, _, _ = kvcwire.recv_frame(sock)
+        assert status == -22
+        sock.sendall(kvcwire.frame(kvcwire.SPACE))
+        _, status, _, _ = kvcwire.recv_frame(sock)
+        assert status == 0
+    finally:
+        sock.close()
+
+
+# Every kvc-storage message with a body of the right size, for target 0
+# (the first server's); an inode no file has.
+STRAY = 0x7FFF0001
+STORAGE_BODIES = {
+    64: (struct.pack("<QIIII", STRAY, 0, 0, 1 << 20, 0), b"x"),          # CHUNK_WRITE
+    65: (struct.pack("<II", 1, 0) + struct.pack("<QIIII", STRAY, 0, 0, 0, 10), b""),  # READ
+    66: (struct.pack("<QII", STRAY, 0, 0), b""),                          # CHUNK_REMOVE
+    67: (struct.pack("<QQII", STRAY, 0, 0, 1 << 20), b""),                # CHUNK_TRUNCATE
+    68: (struct.pack("<QII", STRAY, 0, 0), b""),                          # CHUNK_LAST
+    69: (b"", b""),                                                       # SPACE
+    70: (b"", b""),                                                       # SYNC
+    71: (struct.pack("<QIIII", STRAY, 0, 0, 1, 0), b""),                  # CHUNK_PUNCH
+}
+
+
+def exchange(sock, msg_type, body, data=b""):
+    sock.sendall(kvcwire.frame(msg_type, body, data))
+    _, status, _, _ = kvcwire.recv_frame(sock)
+    return status
+
+
+def test_each_storage_message_needs_its_exact_body(cluster):
+    """The dispatch table's rule: a body one byte short or one byte long
+    is answered EINVAL, an unlisted type EOPNOTSUPP, and the connection
+    goes on; the right size is served."""
+    sock, status = kvcwire.connect(cluster.storage_addresses[0])
+    assert status == 0
+    try:
+        for msg_type, (body, data) in STORAGE_BODIES.items():
+            variants = [("long", body + b"\0")]
+            if body:
+                variants.append(("short", body[:-1]))
+            for name, bad in variants:
+                assert exchange(sock, msg_type, bad, data) == -22, (msg_type, name)
+                assert exchange(sock, kvcwire.SPACE, b"") == 0, (msg_type, name)
+        # a CHUNK_READ too short for its fixed part, and one whose pieces
+        # do not fill what its count announces
+        assert exchange(sock, 65, b"\1\0\0") == -22
+        assert exchange(sock, 65, struct.pack("<II", 2, 0) + STORAGE_BODIES[65][0][8:]) == -22
+        # data on a message that takes none: dropped, EINVAL, in frame
+        assert exchange(sock, 69, b"", b"junk") == -22
+        # types that are not storage messages
+        for msg_type in (0, 16, 63, 72, 96, 65535):
+            assert exchange(sock, msg_type, b"\0" * 8) == -95, msg_type
+        assert exchange(sock, 72, b"", b"some data") == -95
+        # and every message of the right size is served
+        for msg_type, (body, data) in STORAGE_BODIES.items():
+            assert exchange(sock, msg_type, body, data) == 0, msg_type
+    finally:
+        sock.close()
+    assert kvcwire.ping(cluster.storage_addresses[0])

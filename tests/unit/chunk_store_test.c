@@ -14,20 +14,20 @@
 
 static char dir[64];
 static struct kvc_chunk_store *store;
-static struct io_uring ring;
+static struct kvc_chunk_ring ring;
 
 static void setup(void)
 {
 	strcpy(dir, "/tmp/kvc-chunk-test-XXXXXX");
 	cr_assert_not_null(mkdtemp(dir));
 	cr_assert_eq(kvc_chunk_store_open(dir, &store), 0);
-	cr_assert_eq(io_uring_queue_init(64, &ring, 0), 0);
+	cr_assert_eq(kvc_chunk_ring_init(&ring, 64), 0);
 }
 
 static void teardown(void)
 {
 	kvc_chunk_store_close(store);
-	io_uring_queue_exit(&ring);
+	kvc_chunk_ring_exit(&ring);
 	char cmd[128];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
 	cr_assert_eq(system(cmd), 0);
@@ -39,7 +39,7 @@ TestSuite(chunk_store, .init = setup, .fini = teardown);
 static int read_range(uint64_t inode, uint32_t chunk, uint32_t off, uint32_t len, uint8_t *out)
 {
 	struct kvc_chunk_read r = {.inode = inode, .chunk = chunk, .offset = off, .length = len};
-	kvc_chunk_store_read_batch(&store, &ring, &r, 1);
+	cr_assert_eq(kvc_chunk_store_read_batch(&store, &ring, &r, 1), 0);
 	if (r.status == 0) {
 		if (r.present) /* a hole has no data pointer */
 			memcpy(out, r.data, r.present);
@@ -61,7 +61,7 @@ Test(chunk_store, write_then_read_back)
 	uint64_t version;
 	uint32_t length;
 	fill(data, CS, 1);
-	cr_assert_eq(kvc_chunk_store_write(store, &ring, 5, 0, CS, 0, data, CS, &version, &length), 0);
+	cr_assert_eq(kvc_chunk_store_write(store, 5, 0, CS, 0, data, CS, &version, &length), 0);
 	cr_assert_eq(version, 1);
 	cr_assert_eq(length, CS);
 	cr_assert_eq(read_range(5, 0, 0, CS, back), 0);
@@ -81,7 +81,7 @@ Test(chunk_store, missing_chunk_and_tail_are_holes)
 	for (size_t i = 0; i < sizeof(back); i++)
 		cr_assert_eq(back[i], 0);
 	fill(data, sizeof(data), 2);
-	cr_assert_eq(kvc_chunk_store_write(store, &ring, 9, 3, CS, 10000, data, 5000, &version,
+	cr_assert_eq(kvc_chunk_store_write(store, 9, 3, CS, 10000, data, 5000, &version,
 	                                   &length), 0);
 	cr_assert_eq(length, 15000);
 	memset(back, 0xff, sizeof(back));
@@ -100,8 +100,8 @@ Test(chunk_store, partial_overwrite_keeps_the_rest)
 	uint32_t length;
 	fill(data, CS, 3);
 	fill(patch, sizeof(patch), 99);
-	cr_assert_eq(kvc_chunk_store_write(store, &ring, 1, 0, CS, 0, data, CS, &version, &length), 0);
-	cr_assert_eq(kvc_chunk_store_write(store, &ring, 1, 0, CS, 30001, patch, sizeof(patch),
+	cr_assert_eq(kvc_chunk_store_write(store, 1, 0, CS, 0, data, CS, &version, &length), 0);
+	cr_assert_eq(kvc_chunk_store_write(store, 1, 0, CS, 30001, patch, sizeof(patch),
 	                                   &version, &length), 0);
 	cr_assert_eq(version, 2);
 	memcpy(data + 30001, patch, sizeof(patch));
@@ -115,7 +115,7 @@ Test(chunk_store, corrupted_bytes_read_as_eio)
 	uint64_t version;
 	uint32_t length;
 	fill(data, CS, 4);
-	cr_assert_eq(kvc_chunk_store_write(store, &ring, 0x77, 2, CS, 0, data, CS, &version, &length), 0);
+	cr_assert_eq(kvc_chunk_store_write(store, 0x77, 2, CS, 0, data, CS, &version, &length), 0);
 	char path[256];
 	snprintf(path, sizeof(path), "%s/chunks/77/%016x.%08x", dir, 0x77, 2);
 	int fd = open(path, O_WRONLY);
@@ -135,7 +135,7 @@ Test(chunk_store, survives_reopen)
 	uint64_t version;
 	uint32_t length;
 	fill(data, sizeof(data), 5);
-	cr_assert_eq(kvc_chunk_store_write(store, &ring, 42, 7, CS, 1000, data, sizeof(data),
+	cr_assert_eq(kvc_chunk_store_write(store, 42, 7, CS, 1000, data, sizeof(data),
 	                                   &version, &length), 0);
 	kvc_chunk_store_close(store);
 	cr_assert_eq(kvc_chunk_store_open(dir, &store), 0);
@@ -154,12 +154,12 @@ Test(chunk_store, remove_last_and_truncate)
 	uint32_t length, chunk, len;
 	fill(data, CS, 6);
 	for (uint32_t c = 0; c < 4; c++)
-		cr_assert_eq(kvc_chunk_store_write(store, &ring, 8, c, CS, 0, data, CS, &version, &length), 0);
-	cr_assert_eq(kvc_chunk_store_write(store, &ring, 9, 0, CS, 0, data, 10, &version, &length), 0);
+		cr_assert_eq(kvc_chunk_store_write(store, 8, c, CS, 0, data, CS, &version, &length), 0);
+	cr_assert_eq(kvc_chunk_store_write(store, 9, 0, CS, 0, data, 10, &version, &length), 0);
 	cr_assert_eq(kvc_chunk_store_last(store, 8, &chunk, &len), 1);
 	cr_assert_eq(chunk, 3);
 	/* truncate to 1.5 chunks: chunk 1 shortened, 2 and 3 gone */
-	cr_assert_eq(kvc_chunk_store_truncate(store, &ring, 8, CS + CS / 2 + 7, CS), 3);
+	cr_assert_eq(kvc_chunk_store_truncate(store, 8, CS + CS / 2 + 7, CS), 3);
 	cr_assert_eq(kvc_chunk_store_last(store, 8, &chunk, &len), 1);
 	cr_assert_eq(chunk, 1);
 	cr_assert_eq(len, CS / 2 + 7);
@@ -182,11 +182,11 @@ Test(chunk_store, refuses_out_of_range_writes)
 	uint8_t data[16] = {0};
 	uint64_t version;
 	uint32_t length;
-	cr_assert_eq(kvc_chunk_store_write(store, &ring, 1, 0, CS, CS - 8, data, 16, &version, &length),
+	cr_assert_eq(kvc_chunk_store_write(store, 1, 0, CS, CS - 8, data, 16, &version, &length),
 	             -EINVAL);
-	cr_assert_eq(kvc_chunk_store_write(store, &ring, 1, 0, CS, 0, data, 0, &version, &length),
+	cr_assert_eq(kvc_chunk_store_write(store, 1, 0, CS, 0, data, 0, &version, &length),
 	             -EINVAL);
-	cr_assert_eq(kvc_chunk_store_write(store, &ring, 1, 0, 1u << 30, 0, data, 16, &version,
+	cr_assert_eq(kvc_chunk_store_write(store, 1, 0, 1u << 30, 0, data, 16, &version,
 	                                   &length), -EINVAL);
 }
 
@@ -197,7 +197,7 @@ Test(chunk_store, batch_reads_many_pieces)
 	uint32_t length;
 	fill(data, CS, 8);
 	for (uint32_t c = 0; c < 3; c++)
-		cr_assert_eq(kvc_chunk_store_write(store, &ring, 3, c, CS, 0, data, CS, &version, &length), 0);
+		cr_assert_eq(kvc_chunk_store_write(store, 3, c, CS, 0, data, CS, &version, &length), 0);
 	struct kvc_chunk_read reads[4] = {
 		{.inode = 3, .chunk = 0, .offset = 0, .length = 4096},
 		{.inode = 3, .chunk = 1, .offset = 100, .length = 200000},
@@ -237,9 +237,9 @@ Test(chunk_store, punch_drops_a_range_of_chunks)
 	uint32_t length, chunk, len;
 	fill(data, CS, 8);
 	for (uint32_t c = 0; c < 6; c++)
-		cr_assert_eq(kvc_chunk_store_write(store, &ring, 11, c, CS, 0, data, CS, &version,
+		cr_assert_eq(kvc_chunk_store_write(store, 11, c, CS, 0, data, CS, &version,
 		                                   &length), 0);
-	cr_assert_eq(kvc_chunk_store_write(store, &ring, 12, 2, CS, 0, data, CS, &version, &length),
+	cr_assert_eq(kvc_chunk_store_write(store, 12, 2, CS, 0, data, CS, &version, &length),
 	             0);
 	cr_assert_eq(kvc_chunk_store_punch(store, 11, 2, 3), 3, "chunks 2, 3 and 4 go");
 	cr_assert_eq(kvc_chunk_store_punch(store, 11, 2, 3), 0, "again: nothing left to drop");
@@ -255,4 +255,198 @@ Test(chunk_store, punch_drops_a_range_of_chunks)
 	cr_assert_eq(kvc_chunk_store_punch(store, 11, 0, 0), -EINVAL, "empty range");
 	cr_assert_eq(kvc_chunk_store_punch(store, 11, UINT32_MAX, 2), -EINVAL, "wrapping range");
 	cr_assert_eq(kvc_chunk_store_punch(store, 11, UINT32_MAX, 1), 0, "the last chunk index");
+}
+
+Test(chunk_store, a_file_left_without_record_is_a_hole)
+{
+	/* A removal cut short by a crash: the record went, the file stayed. */
+	static uint8_t junk[CS], data[1000], back[30000];
+	uint64_t version;
+	uint32_t length;
+	char path[256];
+	memset(junk, 0xab, sizeof(junk));
+	snprintf(path, sizeof(path), "%s/chunks/%02x/%016x.%08x", dir, 0x31, 0x31, 4);
+	int fd = open(path, O_WRONLY | O_CREAT, 0600);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, junk, sizeof(junk)), (ssize_t)sizeof(junk));
+	close(fd);
+	fill(data, sizeof(data), 9);
+	cr_assert_eq(kvc_chunk_store_write(store, 0x31, 4, CS, 20000, data, sizeof(data),
+	                                   &version, &length), 0);
+	cr_assert_eq(read_range(0x31, 4, 0, sizeof(back), back), 0);
+	for (uint32_t i = 0; i < 20000; i++)
+		cr_assert_eq(back[i], 0, "byte %u of the old file came back", i);
+	cr_assert_eq(memcmp(back + 20000, data, sizeof(data)), 0);
+}
+
+Test(chunk_store, a_read_holds_no_lock_after_the_batch)
+{
+	static uint8_t data[CS], other[CS];
+	uint64_t version;
+	uint32_t length;
+	fill(data, CS, 10);
+	fill(other, CS, 11);
+	cr_assert_eq(kvc_chunk_store_write(store, 21, 0, CS, 0, data, CS, &version, &length), 0);
+	struct kvc_chunk_read r = {.inode = 21, .chunk = 0, .offset = 0, .length = CS};
+	cr_assert_eq(kvc_chunk_store_read_batch(&store, &ring, &r, 1), 0);
+	/* Before the read is released (while a server would be sending it), a
+	 * write of the same chunk goes through (on this very thread: a lock
+	 * still held would hang here), and the read's bytes stay the ones
+	 * that were checked. */
+	cr_assert_eq(kvc_chunk_store_write(store, 21, 0, CS, 0, other, CS, &version, &length), 0);
+	cr_assert_eq(kvc_chunk_store_truncate(store, 21, 0, CS), 1);
+	cr_assert_eq(r.status, 0);
+	cr_assert_eq(memcmp(r.data, data, CS), 0);
+	kvc_chunk_store_read_release(&r, 1);
+}
+
+Test(chunk_store, a_batch_larger_than_the_ring_goes_in_rounds)
+{
+	static uint8_t data[CS];
+	struct kvc_chunk_ring small;
+	struct kvc_chunk_read reads[11];
+	struct kvc_chunk_store *stores[11];
+	uint64_t version;
+	uint32_t length;
+	fill(data, CS, 12);
+	for (uint32_t c = 0; c < 11; c++) {
+		if (c != 5) /* one hole in the middle */
+			cr_assert_eq(kvc_chunk_store_write(store, 22, c, CS, 0, data, CS, &version,
+			                                   &length), 0);
+		reads[c] = (struct kvc_chunk_read){.inode = 22, .chunk = c, .offset = c * 1000,
+		                                   .length = 70000};
+		stores[c] = store;
+	}
+	cr_assert_eq(kvc_chunk_ring_init(&small, 4), 0);
+	cr_assert_eq(kvc_chunk_store_read_batch(stores, &small, reads, 11), 0);
+	for (uint32_t c = 0; c < 11; c++) {
+		cr_assert_eq(reads[c].status, 0);
+		cr_assert_eq(reads[c].present, c == 5 ? 0 : 70000);
+		if (c != 5)
+			cr_assert_eq(memcmp(reads[c].data, data + c * 1000, 70000), 0, "piece %u", c);
+	}
+	kvc_chunk_store_read_release(reads, 11);
+	kvc_chunk_ring_exit(&small);
+}
+
+/* A ring whose submit or wait fails, through the ring's test seam. */
+static int failing_submit(struct io_uring *r)
+{
+	(void)r;
+	return -EBUSY;
+}
+
+static int waits_left;
+static int wait_then_fail(struct io_uring *r, struct io_uring_cqe **cqe)
+{
+	return waits_left-- > 0 ? io_uring_wait_cqe(r, cqe) : -EBADR;
+}
+
+static void write_three(uint64_t inode, uint8_t *data)
+{
+	uint64_t version;
+	uint32_t length;
+	fill(data, CS, (unsigned)inode);
+	for (uint32_t c = 0; c < 3; c++)
+		cr_assert_eq(kvc_chunk_store_write(store, inode, c, CS, 0, data, CS, &version, &length),
+		             0);
+}
+
+static void read_three(struct kvc_chunk_read *reads, struct kvc_chunk_store **stores,
+                       uint64_t inode)
+{
+	for (uint32_t c = 0; c < 3; c++) {
+		reads[c] = (struct kvc_chunk_read){.inode = inode, .chunk = c, .offset = 0,
+		                                   .length = CS};
+		stores[c] = store;
+	}
+}
+
+static void check_ring_recovered(uint64_t inode, const uint8_t *data)
+{
+	struct kvc_chunk_read reads[3];
+	struct kvc_chunk_store *stores[3];
+	cr_assert(ring.ready, "the ring was set up again");
+	ring.ops = NULL;
+	read_three(reads, stores, inode);
+	cr_assert_eq(kvc_chunk_store_read_batch(stores, &ring, reads, 3), 0);
+	for (int c = 0; c < 3; c++) {
+		cr_assert_eq(reads[c].status, 0);
+		cr_assert_eq(memcmp(reads[c].data, data, CS), 0);
+	}
+	kvc_chunk_store_read_release(reads, 3);
+	/* and no lock was left behind: the chunks can be written */
+	uint64_t version;
+	uint32_t length;
+	for (uint32_t c = 0; c < 3; c++)
+		cr_assert_eq(kvc_chunk_store_write(store, inode, c, CS, 0, data, 100, &version,
+		                                   &length), 0);
+}
+
+Test(chunk_store, a_failed_submit_fails_that_batch_only, .timeout = 20)
+{
+	static uint8_t data[CS];
+	static const struct kvc_chunk_ring_ops ops = {failing_submit, NULL};
+	struct kvc_chunk_read reads[4];
+	struct kvc_chunk_store *stores[4];
+	write_three(23, data);
+	read_three(reads, stores, 23);
+	reads[3] = (struct kvc_chunk_read){.inode = 23, .chunk = 9, .length = 4096}; /* a hole */
+	stores[3] = store;
+	ring.ops = &ops;
+	cr_assert_eq(kvc_chunk_store_read_batch(stores, &ring, reads, 4), -EIO);
+	for (int c = 0; c < 3; c++) {
+		cr_assert_eq(reads[c].status, -EIO);
+		cr_assert_eq(reads[c].present, 0);
+	}
+	cr_assert_eq(reads[3].status, 0, "a hole needs no disk read");
+	kvc_chunk_store_read_release(reads, 4);
+	cr_assert_eq(ring.abandoned_bytes, 0, "nothing was in flight");
+	check_ring_recovered(23, data);
+}
+
+Test(chunk_store, a_failed_wait_fails_that_batch_only, .timeout = 20)
+{
+	static uint8_t data[CS];
+	static const struct kvc_chunk_ring_ops ops = {NULL, wait_then_fail};
+	struct kvc_chunk_ring_ops with_submit = ops;
+	struct kvc_chunk_read reads[3];
+	struct kvc_chunk_store *stores[3];
+	write_three(24, data);
+	read_three(reads, stores, 24);
+	with_submit.submit = io_uring_submit;
+	ring.ops = &with_submit;
+	waits_left = 1;
+	cr_assert_eq(kvc_chunk_store_read_batch(stores, &ring, reads, 3), -EIO);
+	int ok = 0;
+	for (int c = 0; c < 3; c++) {
+		if (reads[c].status == 0) {
+			cr_assert_eq(memcmp(reads[c].data, data, CS), 0);
+			ok++;
+		} else {
+			cr_assert_eq(reads[c].status, -EIO);
+		}
+	}
+	cr_assert_eq(ok, 1, "the one completion reaped is served, the others fail");
+	cr_assert_eq(ring.abandoned_bytes, 2ull * CS, "their buffers are never reused");
+	kvc_chunk_store_read_release(reads, 3);
+	check_ring_recovered(24, data);
+}
+
+Test(chunk_store, truncate_at_the_largest_size_drops_nothing)
+{
+	uint8_t data[16] = {1};
+	uint64_t version;
+	uint32_t length, chunk, len;
+	cr_assert_eq(kvc_chunk_store_write(store, 25, UINT32_MAX, 64u << 10, 0, data, 16, &version,
+	                                   &length), 0);
+	/* 256 TiB with 64 KiB chunks: the boundary is chunk 2^32, past any index */
+	cr_assert_eq(kvc_chunk_store_truncate(store, 25, 1ull << 48, 64u << 10), 0);
+	cr_assert_eq(kvc_chunk_store_last(store, 25, &chunk, &len), 1);
+	cr_assert_eq(chunk, UINT32_MAX);
+	/* and just below it, the last chunk is cut */
+	cr_assert_eq(kvc_chunk_store_truncate(store, 25, (1ull << 48) - (64u << 10) + 8, 64u << 10),
+	             1);
+	cr_assert_eq(kvc_chunk_store_last(store, 25, &chunk, &len), 1);
+	cr_assert_eq(len, 8);
 }

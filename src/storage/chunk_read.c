@@ -1,0 +1,333 @@
+/* chunk_read: batched chunk reads through io_uring; see chunk_store.h for
+ * the contract and the lock order.
+ *
+ * A batch goes in rounds of at most the ring's size. Each piece of a round
+ * is looked up under its chunk lock (shared), gets a buffer covering its
+ * aligned blocks and a read queued on the ring; the round is submitted,
+ * every completion reaped, and the pieces' locks released; the crcs are
+ * then checked in the private buffers. Nothing of the chunk store is held
+ * when the batch returns.
+ *
+ * Ring failures: a submit that fails leaves the submissions it did not
+ * take in the ring, where the next submit would send them with stale
+ * buffers; a wait that fails leaves reads in flight that may still land in
+ * their buffers. Either way the pieces concerned fail with -EIO, buffers a
+ * read may still land in are abandoned (kept on a process-wide list, never
+ * freed or reused; counted in abandoned_bytes and logged), and the ring is
+ * torn down and set up again before anyone uses it. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/crc32c.h"
+#include "core/log.h"
+#include "core/lmdb_txn.h"
+#include "storage/chunk_store_internal.h"
+
+static int default_submit(struct io_uring *ring)
+{
+	return io_uring_submit(ring);
+}
+
+static int default_wait(struct io_uring *ring, struct io_uring_cqe **cqe)
+{
+	return io_uring_wait_cqe(ring, cqe);
+}
+
+static const struct kvc_chunk_ring_ops default_ops = {default_submit, default_wait};
+
+/* Buffers of reads submitted and never reaped: the kernel may still write
+ * into them, even after their ring is gone, so they live as long as the
+ * process. Only a failing ring puts anything here. */
+struct abandoned {
+	struct abandoned *next;
+	void *buffer;
+};
+static struct abandoned *abandoned_list;
+static pthread_mutex_t abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void abandon(struct kvc_chunk_ring *ring, struct kvc_chunk_read *r)
+{
+	struct abandoned *a = malloc(sizeof(*a));
+	ring->abandoned_bytes += r->aligned_length;
+	if (a) { /* else it is merely unreachable, which is just as safe */
+		a->buffer = r->buffer;
+		pthread_mutex_lock(&abandoned_lock);
+		a->next = abandoned_list;
+		abandoned_list = a;
+		pthread_mutex_unlock(&abandoned_lock);
+	}
+	r->buffer = NULL;
+}
+
+int kvc_chunk_ring_init(struct kvc_chunk_ring *ring, unsigned entries)
+{
+	memset(ring, 0, sizeof(*ring));
+	ring->entries = entries;
+	int rc = io_uring_queue_init(entries, &ring->ring, 0);
+	ring->ready = rc == 0;
+	return rc;
+}
+
+void kvc_chunk_ring_exit(struct kvc_chunk_ring *ring)
+{
+	if (ring->ready)
+		io_uring_queue_exit(&ring->ring);
+	ring->ready = false;
+}
+
+/* Throw the ring away with whatever it still holds, and set up a new one. */
+static void ring_rebuild(struct kvc_chunk_ring *ring)
+{
+	if (ring->ready)
+		io_uring_queue_exit(&ring->ring);
+	int rc = io_uring_queue_init(ring->entries, &ring->ring, 0);
+	ring->ready = rc == 0;
+	if (rc < 0)
+		kvc_log_error("cannot set up a new io_uring: %s", strerror(-rc));
+}
+
+/* Give the piece a buffer for its aligned blocks. The file must hold them:
+ * a read short of them means the file lost bytes its record vouches for. */
+static int open_blocks(struct kvc_chunk_read *r)
+{
+	struct stat st;
+	r->fd = kvc_chunk_open_file(r->store, r->inode, r->chunk, O_RDONLY);
+	if (r->fd < 0)
+		return r->fd == -ENOENT ? -EIO : r->fd; /* indexed but no data */
+	if (fstat(r->fd, &st) < 0)
+		return -errno;
+	if ((uint64_t)st.st_size < r->aligned_start + r->aligned_length) {
+		kvc_log_error("chunk file of inode %" PRIu64 " chunk %u in %s is short",
+		              r->inode, r->chunk, r->store->path);
+		return -EIO;
+	}
+	r->buffer = malloc(r->aligned_length);
+	return r->buffer ? 0 : -ENOMEM;
+}
+
+static void unlock_piece(struct kvc_chunk_read *r)
+{
+	if (r->locked)
+		pthread_rwlock_unlock(&r->store->locks[r->lock_slot]);
+	r->locked = false;
+}
+
+/* Look the piece up and queue the read of its blocks. Leaves the piece
+ * locked (shared) when its read is queued. Returns 1 when queued, 0 when
+ * the piece is settled (a hole or an error), -EAGAIN when the ring's
+ * submission queue is full (nothing taken: try again after a round). */
+static int read_begin(struct kvc_chunk_read *r, struct kvc_chunk_ring *ring)
+{
+	struct kvc_chunk_store *store = r->store;
+	struct record *rec = NULL;
+	MDB_txn *txn = NULL;
+	if (!store || !ring->ready) {
+		r->status = !store ? -ENXIO : -EIO;
+		return 0;
+	}
+	if (io_uring_sq_space_left(&ring->ring) == 0)
+		return -EAGAIN;
+	rec = malloc(sizeof(*rec));
+	if (!rec) {
+		r->status = -ENOMEM;
+		return 0;
+	}
+	r->lock_slot = kvc_chunk_lock_slot(r->inode, r->chunk);
+	pthread_rwlock_rdlock(&store->locks[r->lock_slot]);
+	r->locked = true;
+	int rc = mdb_txn_begin(store->env, NULL, MDB_RDONLY, &txn);
+	int found = rc ? kvc_lmdb_errno(rc)
+	               : kvc_chunk_record_get(txn, store->dbi, r->inode, r->chunk, rec);
+	if (txn)
+		mdb_txn_abort(txn);
+	if (found <= 0 || r->offset >= rec->length || r->length == 0) {
+		r->status = found < 0 ? found : 0; /* absent or past the end: a hole */
+		goto out;
+	}
+	uint32_t end = r->offset + r->length < rec->length ? r->offset + r->length : rec->length;
+	r->first_block = r->offset / KVC_CHUNK_BLOCK;
+	uint32_t last_block = (end - 1) / KVC_CHUNK_BLOCK;
+	uint32_t aligned_end = (last_block + 1) * KVC_CHUNK_BLOCK;
+	r->aligned_start = (uint64_t)r->first_block * KVC_CHUNK_BLOCK;
+	r->aligned_length = (aligned_end < rec->length ? aligned_end : rec->length) -
+	                    (uint32_t)r->aligned_start;
+	r->present = end - r->offset;
+	r->status = open_blocks(r);
+	if (r->status < 0)
+		goto out;
+	r->block_crcs = malloc((last_block - r->first_block + 1) * 4u);
+	if (!r->block_crcs) {
+		r->status = -ENOMEM;
+		goto out;
+	}
+	memcpy(r->block_crcs, &rec->block_crc[r->first_block],
+	       (last_block - r->first_block + 1) * 4u);
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&ring->ring); /* space checked above */
+	io_uring_prep_read(sqe, r->fd, r->buffer, r->aligned_length, r->aligned_start);
+	io_uring_sqe_set_data(sqe, r);
+	r->io_result = -EINPROGRESS;
+	r->queued = true;
+out:
+	free(rec);
+	if (!r->queued) {
+		unlock_piece(r);
+		if (r->status < 0)
+			r->present = 0;
+	}
+	return r->queued;
+}
+
+/* Submit the `queued` reads on the ring. Returns 0, or -errno when the
+ * kernel would not take them all; *submitted says how many it took (the
+ * first ones: it takes them in order). */
+static int submit_all(struct kvc_chunk_ring *ring, int queued, int *submitted)
+{
+	const struct kvc_chunk_ring_ops *ops = ring->ops ? ring->ops : &default_ops;
+	int rc = 0;
+	while (io_uring_sq_ready(&ring->ring) > 0) {
+		rc = ops->submit(&ring->ring);
+		if (rc == -EINTR)
+			continue;
+		if (rc <= 0)
+			break;
+	}
+	/* What is still in the submission queue was not taken. */
+	*submitted = queued - (int)io_uring_sq_ready(&ring->ring);
+	if (*submitted == queued)
+		return 0;
+	kvc_log_error("io_uring submit took %d of %d reads: %s", *submitted, queued,
+	              strerror(rc < 0 ? -rc : EIO));
+	return rc < 0 ? rc : -EIO;
+}
+
+/* Run the round reads[from, to): submit its queued reads, reap their
+ * completions, release their locks. Returns 0, or -EIO when the ring
+ * failed (its pieces that did not complete get -EIO; the ring is rebuilt). */
+static int run_round(struct kvc_chunk_ring *ring, struct kvc_chunk_read *reads, int from,
+                     int to)
+{
+	const struct kvc_chunk_ring_ops *ops = ring->ops ? ring->ops : &default_ops;
+	int queued = 0, submitted = 0, reaped = 0;
+	for (int i = from; i < to; i++)
+		queued += reads[i].queued;
+	int broken = queued ? submit_all(ring, queued, &submitted) : 0;
+	for (int i = from, k = 0; i < to; i++)
+		if (reads[i].queued)
+			reads[i].in_flight = k++ < submitted;
+	while (reaped < submitted) {
+		struct io_uring_cqe *cqe;
+		int rc = ops->wait(&ring->ring, &cqe);
+		if (rc == -EINTR)
+			continue;
+		if (rc < 0) {
+			kvc_log_error("io_uring wait failed with %d of %d reads outstanding: %s",
+			              submitted - reaped, submitted, strerror(-rc));
+			broken = rc;
+			break;
+		}
+		struct kvc_chunk_read *r = io_uring_cqe_get_data(cqe);
+		r->io_result = cqe->res;
+		r->in_flight = false;
+		io_uring_cqe_seen(&ring->ring, cqe);
+		reaped++;
+	}
+	for (int i = from; i < to; i++) {
+		struct kvc_chunk_read *r = &reads[i];
+		if (!r->queued)
+			continue;
+		r->queued = false;
+		unlock_piece(r);
+		if (r->in_flight) {
+			/* Submitted and never reaped: the read may still land in its
+			 * buffer, which therefore is never freed nor reused. */
+			abandon(ring, r);
+			r->in_flight = false;
+		}
+		if (r->io_result == -EINPROGRESS)
+			r->io_result = -EIO;
+	}
+	if (broken == 0)
+		return 0;
+	kvc_log_error("io_uring failed: its reads fail with EIO and the ring is replaced "
+	              "(%" PRIu64 " bytes of buffers abandoned so far)", ring->abandoned_bytes);
+	ring_rebuild(ring);
+	return -EIO;
+}
+
+/* Check every block of the piece against its crc, in its buffer. */
+static void read_verify(struct kvc_chunk_read *r)
+{
+	if (!r->buffer || r->io_result != (int)r->aligned_length) {
+		r->status = r->io_result < 0 ? r->io_result : -EIO;
+		r->present = 0;
+		return;
+	}
+	for (uint32_t pos = 0; pos < r->aligned_length; pos += KVC_CHUNK_BLOCK) {
+		uint32_t len = r->aligned_length - pos < KVC_CHUNK_BLOCK ? r->aligned_length - pos
+		                                                         : KVC_CHUNK_BLOCK;
+		if (kvc_crc32c(0, r->buffer + pos, len) != r->block_crcs[pos / KVC_CHUNK_BLOCK]) {
+			kvc_log_error("crc mismatch: inode %" PRIu64 " chunk %u block %u of %s",
+			              r->inode, r->chunk, r->first_block + pos / KVC_CHUNK_BLOCK,
+			              r->store->path);
+			r->status = -EIO;
+			r->present = 0;
+			return;
+		}
+	}
+	r->data = r->buffer + (r->offset - r->aligned_start);
+}
+
+int kvc_chunk_store_read_batch(struct kvc_chunk_store **stores, struct kvc_chunk_ring *ring,
+                               struct kvc_chunk_read *reads, int count)
+{
+	int result = 0;
+	if (!ring->ready)
+		ring_rebuild(ring);
+	for (int i = 0; i < count; i++) {
+		struct kvc_chunk_read *r = &reads[i];
+		*r = (struct kvc_chunk_read){.inode = r->inode, .chunk = r->chunk,
+		                             .offset = r->offset, .length = r->length,
+		                             .store = stores[i], .fd = -1};
+	}
+	int round_start = 0;
+	for (int i = 0; i < count; i++) {
+		if (read_begin(&reads[i], ring) != -EAGAIN)
+			continue;
+		/* The submission queue is full: run the round, then this piece. */
+		if (run_round(ring, reads, round_start, i) < 0)
+			result = -EIO;
+		round_start = i;
+		if (read_begin(&reads[i], ring) == -EAGAIN)
+			reads[i].status = -EIO; /* a ring of no entries: nothing to do */
+	}
+	if (run_round(ring, reads, round_start, count) < 0)
+		result = -EIO;
+	for (int i = 0; i < count; i++) {
+		struct kvc_chunk_read *r = &reads[i];
+		if (r->status == 0 && r->present)
+			read_verify(r);
+	}
+	return result;
+}
+
+void kvc_chunk_store_read_release(struct kvc_chunk_read *reads, int count)
+{
+	for (int i = 0; i < count; i++) {
+		struct kvc_chunk_read *r = &reads[i];
+		free(r->buffer);
+		if (r->fd >= 0)
+			close(r->fd);
+		free(r->block_crcs);
+		unlock_piece(r);
+		r->buffer = NULL;
+		r->data = NULL;
+		r->fd = -1;
+		r->block_crcs = NULL;
+	}
+}
