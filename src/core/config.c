@@ -106,17 +106,20 @@ static int server_key(struct parser *p, const char *key, const char *value)
 	int rc;
 	if (strcmp(key, "server_max_connections") == 0) {
 		rc = parse_int(p, key, value, 1, 65536, &v);
-		c->server_max_connections = (int)v;
+		if (rc == 0)
+			c->server_max_connections = (int)v;
 		return rc;
 	}
 	if (strcmp(key, "server_idle_timeout_ms") == 0) {
 		rc = parse_int(p, key, value, 0, 86400000, &v);
-		c->server_idle_timeout_ms = (int)v;
+		if (rc == 0)
+			c->server_idle_timeout_ms = (int)v;
 		return rc;
 	}
 	if (strcmp(key, "server_io_timeout_ms") == 0) {
 		rc = parse_int(p, key, value, 0, 3600000, &v);
-		c->server_io_timeout_ms = (int)v;
+		if (rc == 0)
+			c->server_io_timeout_ms = (int)v;
 		return rc;
 	}
 	return fail(p, "unknown key '%s'", key);

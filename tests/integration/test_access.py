@@ -179,7 +179,7 @@ import pwd  # noqa: E402
 
 import pytest  # noqa: E402
 
-from conftest import BUILD, PORT_BASE, ROOT, Cluster, wait_until  # noqa: E402
+from conftest import BUILD, LIBKVC, PORT_BASE, ROOT, Cluster, wait_until  # noqa: E402
 
 PORTS = PORT_BASE + 200
 HTTP_PORT = PORT_BASE + 8650
@@ -294,7 +294,7 @@ def test_raw_frames_without_the_secret_are_refused(secured, private_file):
 
 def test_a_root_only_file_is_closed_to_nobody_through_the_mount(secured, private_file):
     assert as_nobody("mount", path=str(private_file), mount=str(secured.mount),
-                     python=str(ROOT / "tools" / "python"), lib=str(BUILD / "libkvc.so"))
+                     python=str(ROOT / "tools" / "python"), lib=str(LIBKVC))
     check_unchanged(private_file)
 
 
