@@ -50,6 +50,9 @@
 struct kvc_pool_store {
 	MDB_env *env;
 	MDB_dbi worlds, pools, free, pages, keys, lru, bindings, punch, punching;
+	/* The pool clock (kvc_pool_now_ms): clock_base_ms at the monotonic
+	 * instant clock_start_ms. */
+	uint64_t clock_base_ms, clock_start_ms;
 };
 
 /* worlds: ns -> a namespace's world and counters. */

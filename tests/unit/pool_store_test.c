@@ -503,3 +503,64 @@ Test(pool_store, punch_take_counts_only_pages_that_left_the_free_list)
 	cr_assert_eq(kvc_pool_punch_take(store, p, 4), 0, "a used page is never handed out");
 	check_accounting();
 }
+
+/* Put a raw value into `worlds` of the closed store in dir. */
+static void put_worlds(const char *key, size_t key_len, const void *value, size_t len)
+{
+	MDB_env *env;
+	MDB_txn *txn;
+	MDB_dbi worlds;
+	cr_assert_eq(mdb_env_create(&env), 0);
+	cr_assert_eq(mdb_env_set_maxdbs(env, 16), 0);
+	cr_assert_eq(mdb_env_set_mapsize(env, 32ull << 30), 0);
+	cr_assert_eq(mdb_env_open(env, dir, 0, 0600), 0);
+	cr_assert_eq(mdb_txn_begin(env, NULL, 0, &txn), 0);
+	cr_assert_eq(mdb_dbi_open(txn, "worlds", 0, &worlds), 0);
+	MDB_val k = {key_len, (void *)key}, v = {len, (void *)value};
+	cr_assert_eq(mdb_put(txn, worlds, &k, &v, 0), 0);
+	cr_assert_eq(mdb_txn_commit(txn), 0);
+	mdb_env_close(env);
+}
+
+/* The pool clock never goes back and goes on across a restart from where
+ * it stood (a reboot restarts CLOCK_MONOTONIC from zero; the wall clock
+ * may step): leases taken before a restart keep their meaning. */
+Test(pool_store, pool_clock_goes_on_across_restarts)
+{
+	uint64_t first = kvc_pool_now_ms(store);
+	cr_assert_gt(first, 1500000000000ull, "a new store starts from the wall clock");
+	cr_assert_eq(kvc_pool_init(store, "kv", 0, 2, 1), 0);
+	int64_t page = alloc1("kv", 0, "a", first, NULL);
+	confirm1("kv", 0, "a", page);
+	struct kvc_pool_key a = K("a");
+	int64_t got;
+	uint64_t now = kvc_pool_now_ms(store);
+	cr_assert_eq(kvc_pool_locations(store, "kv", 0, &a, 1, now, 60000, &got), 0);
+	cr_assert_eq(got, page);
+	kvc_pool_store_close(store);
+
+	/* A clock far behind the leases (as after a reboot with a monotonic
+	 * clock at zero) would end nothing; the saved one is ahead instead. */
+	cr_assert_eq(kvc_pool_store_open(dir, &store), 0);
+	uint64_t again = kvc_pool_now_ms(store);
+	cr_assert_geq(again, now, "the clock never goes back");
+	struct kvc_pool_stats st;
+	cr_assert_eq(kvc_pool_stats(store, "kv", 0, again, &st), 0);
+	cr_assert_eq(st.leased_keys, 1, "the lease still runs after the restart");
+	cr_assert_eq(kvc_pool_stats(store, "kv", 0, again + 60001, &st), 0);
+	cr_assert_eq(st.leased_keys, 0, "and ends on the same clock");
+	kvc_pool_store_close(store);
+
+	/* A saved reading is where the clock goes on from, whatever the wall
+	 * clock says. */
+	uint64_t saved = 5000;
+	put_worlds("\0clock", 6, &saved, sizeof(saved));
+	cr_assert_eq(kvc_pool_store_open(dir, &store), 0);
+	uint64_t from = kvc_pool_now_ms(store);
+	cr_assert(from >= 5000 && from < 5000 + 600000, "clock at %llu", (unsigned long long)from);
+	cr_assert_eq(kvc_pool_store_sync(store), 0);
+	kvc_pool_store_close(store);
+	cr_assert_eq(kvc_pool_store_open(dir, &store), 0);
+	cr_assert_geq(kvc_pool_now_ms(store), from, "saved at sync and close");
+	cr_assert_lt(kvc_pool_now_ms(store), 5000 + 600000);
+}
