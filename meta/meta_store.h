@@ -27,6 +27,11 @@
  *            when the last client closes it or is declared gone
  *            (opens, clients and orphans came after the first release
  *            without a format change: older stores get them empty)
+ *   dropped  key client id (16 bytes), value struct kvc_meta_dropped (16
+ *            bytes): a client whose sessions kvc-meta dropped (it was
+ *            silent past the timeout) and that has not rejoined since; its
+ *            RENEW gets ESTALE until it has opened its files again (came
+ *            after the first release without a format change)
  *   symlinks key ino (u64 BE), value the target (1..4095 bytes, no NUL)
  *   xattrs   key ino (u64 BE) + name ("user." ..., up to 255 bytes),
  *            value the attribute's bytes (0..65536)
@@ -187,9 +192,31 @@ int kvc_meta_store_open_session(struct kvc_meta_store *store, uint64_t ino,
                                 const uint8_t client[KVC_META_CLIENT_ID], struct kvc_attr *attr);
 int kvc_meta_store_close_session(struct kvc_meta_store *store, uint64_t ino,
                                  const uint8_t client[KVC_META_CLIENT_ID]);
-/* Drop every session of client; returns how many. */
+/* Drop every session of client; returns how many. A client that had any
+ * is recorded as dropped in the same transaction (its record's drops
+ * counted up), so it hears of it however long it stays away and whatever
+ * restarts in between. */
 int kvc_meta_store_drop_client(struct kvc_meta_store *store,
                                const uint8_t client[KVC_META_CLIENT_ID]);
+
+/* A dropped client's record (table `dropped`). */
+struct kvc_meta_dropped {
+	int64_t dropped_ns; /* wall clock of the last drop, for administrators */
+	uint32_t drops;     /* times dropped since it last rejoined: names the drop */
+	uint32_t files;     /* sessions the last drop ended */
+};
+_Static_assert(sizeof(struct kvc_meta_dropped) == 16, "");
+
+/* 1 and the record when client was dropped and has not rejoined, 0 when
+ * not, or -errno. */
+int kvc_meta_store_client_dropped(struct kvc_meta_store *store,
+                                  const uint8_t client[KVC_META_CLIENT_ID],
+                                  struct kvc_meta_dropped *out);
+/* The client has opened its files again after hearing of the drop named
+ * `drops`: forget the record. 0 (also when there is none), -ESTALE when
+ * the record names another drop (dropped again since it heard). */
+int kvc_meta_store_client_rejoin(struct kvc_meta_store *store,
+                                 const uint8_t client[KVC_META_CLIENT_ID], uint32_t drops);
 /* The distinct clients holding sessions (up to max). */
 int kvc_meta_store_session_clients(struct kvc_meta_store *store,
                                    uint8_t (*out)[KVC_META_CLIENT_ID], int max);

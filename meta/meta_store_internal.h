@@ -20,7 +20,7 @@
 
 struct kvc_meta_store {
 	MDB_env *env;
-	MDB_dbi inodes, dirents, gc, state, opens, orphans, clients, symlinks, xattrs;
+	MDB_dbi inodes, dirents, gc, state, opens, orphans, clients, symlinks, xattrs, dropped;
 	struct kvc_layout default_layout;
 };
 

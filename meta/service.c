@@ -256,9 +256,12 @@ static int h_session(struct request *r)
 	struct kvc_meta_service *svc = r->svc;
 	struct kvc_attr attr;
 	_Static_assert(KVC_WIRE_CLIENT_ID == KVC_META_CLIENT_ID, "");
-	if (r->h->type == KVC_MSG_RENEW)
+	if (r->h->type == KVC_MSG_RENEW && m->ino > UINT32_MAX)
+		return bad(r);
+	if (r->h->type == KVC_MSG_RENEW) /* ino: the flags */
 		return reply(r, svc->sessions ? kvc_meta_sessions_renew(
-			svc->sessions, m->client, kvc_meta_sessions_now_ms()) : 0, NULL, 0);
+			svc->sessions, svc->store, m->client, (uint32_t)m->ino,
+			kvc_meta_sessions_now_ms()) : 0, NULL, 0);
 	if (svc->sessions)
 		kvc_meta_sessions_touch(svc->sessions, m->client, kvc_meta_sessions_now_ms());
 	if (r->h->type == KVC_MSG_OPEN)

@@ -40,7 +40,11 @@ int kvc_meta_client_open(struct kvc_meta_client *client, uint64_t ino,
                          const uint8_t id[KVC_WIRE_CLIENT_ID], struct kvc_attr *attr);
 int kvc_meta_client_close(struct kvc_meta_client *client, uint64_t ino,
                           const uint8_t id[KVC_WIRE_CLIENT_ID]);
-int kvc_meta_client_renew(struct kvc_meta_client *client, const uint8_t id[KVC_WIRE_CLIENT_ID]);
+/* renew: flags 0, or KVC_RENEW_REJOIN after reopening every file when a
+ * renew answered -ESTALE (kvc-meta had dropped our sessions; it answers
+ * -ESTALE again if it dropped them once more meanwhile). */
+int kvc_meta_client_renew(struct kvc_meta_client *client, const uint8_t id[KVC_WIRE_CLIENT_ID],
+                          uint32_t flags);
 int kvc_meta_client_getattr(struct kvc_meta_client *client, uint64_t ino,
                             struct kvc_attr *attr);
 int kvc_meta_client_create(struct kvc_meta_client *client, uint64_t parent,

@@ -180,13 +180,16 @@ struct kvc_msg_ino {
 };
 
 /* OPEN (reply kvc_attr) and CLOSE (empty) of a file by a client: while
- * any client has it open, removing its last name keeps its data. RENEW
- * (client only): the client is alive. */
+ * any client has it open, removing its last name keeps its data. RENEW:
+ * the client is alive; its `ino` carries flags instead: 0, or
+ * KVC_RENEW_REJOIN once a client told ESTALE (its sessions were dropped)
+ * has opened its files again. */
 #define KVC_WIRE_CLIENT_ID 16
 struct kvc_msg_session {
 	uint64_t ino;
 	uint8_t client[KVC_WIRE_CLIENT_ID];
 };
+#define KVC_RENEW_REJOIN 1u
 
 /* CREATE, MKDIR, MKNOD: followed by the name. Reply: kvc_attr. CREATE
  * makes a regular file (mode's type bits ignored), MKDIR a directory,
