@@ -41,7 +41,8 @@ uint64_t kvc_meta_from_be64(const uint8_t *in)
 
 int kvc_meta_begin(struct kvc_meta_store *s, bool write, MDB_txn **txn)
 {
-	return kvc_lmdb_errno(mdb_txn_begin(s->env, NULL, write ? 0 : MDB_RDONLY, txn));
+	int rc = write ? kvc_lmdb_checkpoint_admit(s->checkpoint) : 0;
+	return rc < 0 ? rc : kvc_lmdb_errno(mdb_txn_begin(s->env, NULL, write ? 0 : MDB_RDONLY, txn));
 }
 
 int kvc_meta_inode_get(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
@@ -186,6 +187,8 @@ int kvc_meta_store_open(const char *dir, const struct kvc_layout *default_layout
 	int rc = kvc_layout_check(default_layout);
 	if (rc == 0)
 		rc = kvc_fsutil_mkdirs(dir, 0700);
+	if (rc == 0) /* after a machine crash: back to the last checkpoint */
+		rc = kvc_lmdb_checkpoint_recover(dir) < 0 ? -EIO : 0; /* files unreadable */
 	if (rc == 0)
 		rc = kvc_lmdb_errno(mdb_env_create(&s->env));
 	if (rc == 0)
@@ -196,6 +199,8 @@ int kvc_meta_store_open(const char *dir, const struct kvc_layout *default_layout
 		rc = kvc_lmdb_errno(mdb_env_set_maxreaders(s->env, 4096));
 	if (rc == 0)
 		rc = kvc_lmdb_errno(mdb_env_open(s->env, dir, MDB_NOSYNC | MDB_NOTLS, 0600));
+	if (rc == 0)
+		rc = kvc_lmdb_checkpoint_open(s->env, dir, &s->checkpoint);
 	if (rc == 0)
 		rc = open_tables(s);
 	if (rc < 0) {
@@ -210,13 +215,14 @@ void kvc_meta_store_close(struct kvc_meta_store *s)
 {
 	if (!s)
 		return;
+	kvc_lmdb_checkpoint_close(s->checkpoint);
 	kvc_lmdb_close(s->env);
 	free(s);
 }
 
 int kvc_meta_store_sync(struct kvc_meta_store *s)
 {
-	return kvc_lmdb_errno(mdb_env_sync(s->env, 1));
+	return kvc_lmdb_checkpoint_sync(s->checkpoint);
 }
 
 int kvc_meta_store_lookup(struct kvc_meta_store *s, uint64_t parent, const char *name,

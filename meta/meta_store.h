@@ -53,8 +53,11 @@
  * meta_store_internal.h.
  *
  * Durability: the environment runs with MDB_NOSYNC, so a process crash
- * (kill -9) loses no committed transaction; kvc_meta_store_sync, called
- * periodically by kvc-meta, bounds what a power loss can take.
+ * (kill -9) loses no committed transaction, and every kvc_meta_store_sync
+ * is a checkpoint (core/lmdb_checkpoint.h): everything committed before it
+ * is durable, and a machine crash goes back to the last checkpoint, never
+ * to a corrupt file. kvc-meta takes one every sync_interval_ms and for
+ * every fsync; the file `checkpoint` beside the data file records it.
  *
  * Thread-safe: LMDB serializes write transactions; reads run in parallel.
  */
@@ -95,6 +98,8 @@ typedef int (*kvc_meta_dirent_fn)(void *arg, const char *name, uint32_t name_len
 int kvc_meta_store_open(const char *dir, const struct kvc_layout *default_layout,
                         struct kvc_meta_store **out);
 void kvc_meta_store_close(struct kvc_meta_store *store);
+/* A checkpoint: every transaction committed before the call is durable
+ * when it returns 0 (-EIO otherwise). Concurrent callers share one. */
 int kvc_meta_store_sync(struct kvc_meta_store *store);
 
 /* Each returns 0 or -errno: -ENOENT (no such entry or inode), -ENOTDIR

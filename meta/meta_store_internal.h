@@ -16,10 +16,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/lmdb_checkpoint.h"
 #include "meta/meta_store.h"
 
 struct kvc_meta_store {
 	MDB_env *env;
+	struct kvc_lmdb_checkpoint *checkpoint;
 	MDB_dbi inodes, dirents, gc, state, opens, orphans, clients, symlinks, xattrs, dropped;
 	struct kvc_layout default_layout;
 };

@@ -110,7 +110,8 @@ bool kvc_pool_entry_decode(const MDB_val *k, const MDB_val *v,
 
 int kvc_pool_txn_begin(struct kvc_pool_store *s, bool write, MDB_txn **txn)
 {
-	return kvc_lmdb_errno(mdb_txn_begin(s->env, NULL, write ? 0 : MDB_RDONLY, txn));
+	int rc = write ? kvc_lmdb_checkpoint_admit(s->checkpoint) : 0;
+	return rc < 0 ? rc : kvc_lmdb_errno(mdb_txn_begin(s->env, NULL, write ? 0 : MDB_RDONLY, txn));
 }
 
 /* The format word, under a key no namespace can have (it starts with
@@ -197,6 +198,8 @@ int kvc_pool_store_open(const char *dir, struct kvc_pool_store **out)
 	if (!s)
 		return -ENOMEM;
 	int rc = kvc_fsutil_mkdirs(dir, 0700);
+	if (rc == 0) /* after a machine crash: back to the last checkpoint */
+		rc = kvc_lmdb_checkpoint_recover(dir) < 0 ? -EIO : 0; /* files unreadable */
 	if (rc == 0)
 		rc = kvc_lmdb_errno(mdb_env_create(&s->env));
 	if (rc == 0)
@@ -207,6 +210,8 @@ int kvc_pool_store_open(const char *dir, struct kvc_pool_store **out)
 		rc = kvc_lmdb_errno(mdb_env_set_maxreaders(s->env, 4096));
 	if (rc == 0)
 		rc = kvc_lmdb_errno(mdb_env_open(s->env, dir, MDB_NOSYNC | MDB_NOTLS | MDB_WRITEMAP, 0600));
+	if (rc == 0)
+		rc = kvc_lmdb_checkpoint_open(s->env, dir, &s->checkpoint);
 	if (rc == 0)
 		rc = kvc_pool_txn_begin(s, true, &txn);
 	if (rc < 0)
@@ -242,6 +247,7 @@ void kvc_pool_store_close(struct kvc_pool_store *s)
 		return;
 	if (s->clock_start_ms) /* opened: the clock goes on from here next time */
 		clock_save(s);
+	kvc_lmdb_checkpoint_close(s->checkpoint);
 	kvc_lmdb_close(s->env);
 	free(s);
 }
@@ -249,7 +255,7 @@ void kvc_pool_store_close(struct kvc_pool_store *s)
 int kvc_pool_store_sync(struct kvc_pool_store *s)
 {
 	int rc = clock_save(s);
-	return rc < 0 ? rc : kvc_lmdb_errno(mdb_env_sync(s->env, 1));
+	return rc < 0 ? rc : kvc_lmdb_checkpoint_sync(s->checkpoint);
 }
 
 /* ---- pools and worlds ---- */

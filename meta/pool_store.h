@@ -38,6 +38,11 @@
  * stores get them empty.) With a binding, accounting reads free + used +
  * punching == num_pages.
  *
+ * Durability: MDB_NOSYNC | MDB_WRITEMAP, so a kill -9 loses nothing
+ * committed; kvc_pool_store_sync is a checkpoint (core/lmdb_checkpoint.h)
+ * that a machine crash goes back to, consistent, losing at most what was
+ * committed after it (kvc-meta takes one every sync_interval_ms).
+ *
  * Thread-safe (LMDB serializes writers). Times are passed in (now_ms, on
  * the pool clock: kvc_pool_now_ms) so tests can move time.
  *
@@ -101,7 +106,8 @@ struct kvc_pool_stats {
  * -errno. */
 int kvc_pool_store_open(const char *dir, struct kvc_pool_store **out);
 void kvc_pool_store_close(struct kvc_pool_store *store);
-/* Save the pool clock, then make every committed transaction durable. */
+/* Save the pool clock, then take a checkpoint: every transaction
+ * committed before the call is durable when it returns 0. */
 int kvc_pool_store_sync(struct kvc_pool_store *store);
 /* The pool clock now (ms; see above). */
 uint64_t kvc_pool_now_ms(struct kvc_pool_store *store);
