@@ -312,6 +312,11 @@ void kvc_fuse_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	kvc_fuse_reply_error(req, kvc_fuse_commit_size(kvc_fuse_of(req), ino));
 }
 
+/* fsync and fdatasync: the file's bytes durable on its storage servers,
+ * then its size committed to kvc-meta, then a kvc-meta checkpoint, so its
+ * size, its names and the directories above them survive a machine crash
+ * too (fdatasync alike: the size is needed to read the data back, and a
+ * checkpoint costs the same either way). */
 void kvc_fuse_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
 	struct kvc_fuse *fs = kvc_fuse_of(req);
@@ -323,7 +328,18 @@ void kvc_fuse_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse
 		rc = kvc_storage_client_sync(&fs->storage, &layout);
 	if (rc == 0)
 		rc = kvc_fuse_commit_size(fs, ino);
+	if (rc == 0)
+		rc = kvc_meta_client_sync(&fs->meta);
 	kvc_fuse_reply_error(req, rc);
+}
+
+/* fsyncdir: a directory's entries live in kvc-meta only: a checkpoint
+ * makes them (and every other acknowledged change) durable. */
+void kvc_fuse_op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
+                          struct fuse_file_info *fi)
+{
+	(void)ino, (void)datasync, (void)fi;
+	kvc_fuse_reply_error(req, kvc_meta_client_sync(&kvc_fuse_of(req)->meta));
 }
 
 int kvc_fuse_hold_inode(struct kvc_fuse *fs, uint64_t ino)

@@ -249,6 +249,16 @@ static int h_statfs(struct request *r)
 	return reply(r, rc, &out, sizeof(out));
 }
 
+/* META_SYNC: a checkpoint of both stores (namespace first: fsync waits
+ * on it). */
+static int h_sync(struct request *r)
+{
+	int rc = kvc_meta_store_sync(r->svc->store);
+	if (rc == 0 && r->svc->pools)
+		rc = kvc_pool_store_sync(r->svc->pools);
+	return reply(r, rc, NULL, 0);
+}
+
 /* OPEN, CLOSE, RENEW: every one is also a sign of life of the client. */
 static int h_session(struct request *r)
 {
@@ -343,6 +353,7 @@ static const struct op ops[] = {
 	[KVC_MSG_CLOSE] = EXACT(struct kvc_msg_session, h_session),
 	[KVC_MSG_RENEW] = EXACT(struct kvc_msg_session, h_session),
 	[KVC_MSG_STATFS] = {0, true, h_statfs},
+	[KVC_MSG_META_SYNC] = {0, true, h_sync},
 };
 
 int kvc_meta_service_handle(void *service, struct kvc_server_conn *conn,

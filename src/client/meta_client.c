@@ -367,3 +367,8 @@ int kvc_meta_client_statfs(struct kvc_meta_client *client,
 		return kvc_rpc_is_transport_error(rc) ? -EIO : rc;
 	return len == sizeof(*reply) ? 0 : -EIO;
 }
+
+int kvc_meta_client_sync(struct kvc_meta_client *client)
+{
+	return call_attr(client, KVC_MSG_META_SYNC, NULL, 0, NULL);
+}

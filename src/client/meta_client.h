@@ -97,5 +97,8 @@ int kvc_meta_client_extend(struct kvc_meta_client *client, uint64_t ino, uint64_
                            struct kvc_attr *attr);
 int kvc_meta_client_statfs(struct kvc_meta_client *client,
                            struct kvc_msg_statfs_reply *reply);
+/* Everything kvc-meta acknowledged before is durable when this returns 0
+ * (META_SYNC: a checkpoint of the namespace and the page pools). */
+int kvc_meta_client_sync(struct kvc_meta_client *client);
 
 #endif

@@ -35,6 +35,9 @@
  *   2  every POSIX object type and user xattrs: kvc_attr carries rdev (80
  *      bytes), kvc_msg_create carries rdev (40 bytes); new MKNOD, SYMLINK,
  *      LINK, READLINK, SETXATTR, GETXATTR, LISTXATTR, REMOVEXATTR.
+ *   2  (unchanged, added): META_SYNC (54), and RENEW's ino carries flags
+ *      (KVC_RENEW_REJOIN). A kvc-meta that predates them answers
+ *      -EOPNOTSUPP to META_SYNC and ignores the flags.
  */
 #ifndef KVC_WIRE_H
 #define KVC_WIRE_H
@@ -101,6 +104,7 @@ enum kvc_wire_type {
 	KVC_MSG_GETXATTR = 51,
 	KVC_MSG_LISTXATTR = 52,
 	KVC_MSG_REMOVEXATTR = 53,
+	KVC_MSG_META_SYNC = 54,
 	/* chunks (kvc-storage) */
 	KVC_MSG_CHUNK_WRITE = 64,
 	KVC_MSG_CHUNK_READ = 65,
@@ -301,6 +305,10 @@ struct kvc_msg_extend {
 	uint64_t ino;
 	uint64_t size;
 };
+
+/* META_SYNC: empty body, empty reply: when it answers 0, everything
+ * kvc-meta acknowledged before (namespace and page pools) is durable
+ * (a checkpoint, docs/on-disk.md). fsync and fsyncdir send it. */
 
 /* STATFS reply (namespace part; space comes from the storage servers). */
 struct kvc_msg_statfs_reply {
