@@ -22,7 +22,10 @@
 #include "core/log.h"
 #include "fuse/ops_internal.h"
 
-/* Commit a dirty size first, so a truncate or chmod never races it. */
+/* Commit a dirty size first, so a truncate or chmod never races it. The
+ * size sent covers every write since the last commit (inode_table.h): a
+ * file another client shrank meanwhile grows back over what we wrote
+ * after, instead of hiding those bytes beyond its end. */
 int kvc_fuse_commit_size(struct kvc_fuse *fs, uint64_t ino)
 {
 	uint64_t size;
@@ -32,6 +35,8 @@ int kvc_fuse_commit_size(struct kvc_fuse *fs, uint64_t ino)
 	int rc = kvc_meta_client_extend(&fs->meta, ino, size, &attr);
 	if (rc == 0)
 		kvc_inode_table_committed(fs->inodes, ino, size);
+	else if (rc != -ENOENT)
+		kvc_inode_table_wrote(fs->inodes, ino, size); /* to send again */
 	return rc;
 }
 

@@ -9,6 +9,15 @@
  * a storage server that was down is picked up again (every pass retries
  * what failed before). (3) Each pass first drops the open sessions of
  * clients gone silent (sessions.h), so the files they held are reclaimed.
+ * (4) The chunks beyond the size a shrinking setattr committed
+ * (meta_sizes.c): kvc-meta's request handler cuts them at once through
+ * kvc_meta_collector_truncate; each pass finishes any cut a crash or a
+ * storage server that was down left.
+ *
+ * Cuts of one inode run one at a time (a cut that finished early must not
+ * let the file grow while another, slower one of the same size is still
+ * cutting): an in-flight set under the collector's mutex, which is never
+ * held across I/O; others wait on a condition until the running one ends.
  */
 #ifndef KVC_META_COLLECTOR_H
 #define KVC_META_COLLECTOR_H
@@ -27,5 +36,11 @@ int kvc_meta_collector_start(struct kvc_meta_store *store, struct kvc_pool_store
                              struct kvc_meta_collector **out);
 /* Ask for a pass now (after an unlink). */
 void kvc_meta_collector_wake(struct kvc_meta_collector *collector);
+
+/* Finish ino's pending cut: cut its chunks on every target of its layout
+ * to the recorded size, then drop the record (again while a deeper cut
+ * was recorded meanwhile). 0 when none is left, or the storage error
+ * (the record stays; a later pass retries). */
+int kvc_meta_collector_truncate(struct kvc_meta_collector *collector, uint64_t ino);
 
 #endif

@@ -32,6 +32,10 @@
  *            silent past the timeout) and that has not rejoined since; its
  *            RENEW gets ESTALE until it has opened its files again (came
  *            after the first release without a format change)
+ *   truncates key ino (u64 BE), value u64 size: a shrinking setattr
+ *            committed this size and the chunks beyond it are still to be
+ *            cut on the storage servers; until then the file does not
+ *            grow (meta_sizes.c; came without a format change)
  *   symlinks key ino (u64 BE), value the target (1..4095 bytes, no NUL)
  *   xattrs   key ino (u64 BE) + name ("user." ..., up to 255 bytes),
  *            value the attribute's bytes (0..65536)
@@ -48,9 +52,9 @@
  * target's length.
  *
  * The code: meta_store.c (environment, records, reads), meta_names.c
- * (names and links), meta_opens.c (open sessions), meta_xattrs.c
- * (symlink targets, xattrs); their shared helpers in
- * meta_store_internal.h.
+ * (names and links), meta_opens.c (open sessions), meta_sizes.c
+ * (setattr, extend, pending truncations), meta_xattrs.c (symlink
+ * targets, xattrs); their shared helpers in meta_store_internal.h.
  *
  * Durability: the environment runs with MDB_NOSYNC, so a process crash
  * (kill -9) loses no committed transaction, and every kvc_meta_store_sync
@@ -150,11 +154,22 @@ int kvc_meta_store_rename(struct kvc_meta_store *store, uint64_t parent,
 int kvc_meta_store_readdir(struct kvc_meta_store *store, uint64_t ino,
                            const char *after, uint32_t after_len, uint32_t max,
                            kvc_meta_dirent_fn fn, void *arg, bool *more);
+/* setattr: a smaller size also records the cut of the chunks beyond it
+ * (truncates). A larger size (setattr or extend) while a cut is pending:
+ * -EAGAIN: finish the cut (kvc_meta_collector_truncate), then ask again. */
 int kvc_meta_store_setattr(struct kvc_meta_store *store,
                            const struct kvc_msg_setattr *request, struct kvc_attr *attr);
 /* size = max(size, new_size), mtime = now when it grew. */
 int kvc_meta_store_extend(struct kvc_meta_store *store, uint64_t ino, uint64_t size,
                           struct kvc_attr *attr);
+/* Pending cuts: 1 and the size ino's chunks must be cut to, 0 when none,
+ * -errno. done: the chunks beyond size are cut: drop the record if it
+ * still names size (a deeper cut recorded since stays). list: up to max
+ * inodes with a pending cut. */
+int kvc_meta_store_truncate_pending(struct kvc_meta_store *store, uint64_t ino,
+                                    uint64_t *size);
+int kvc_meta_store_truncate_done(struct kvc_meta_store *store, uint64_t ino, uint64_t size);
+int kvc_meta_store_truncates_list(struct kvc_meta_store *store, uint64_t *inos, int max);
 int kvc_meta_store_count_inodes(struct kvc_meta_store *store, uint64_t *inodes);
 
 /* user.* extended attributes of regular files and directories (see

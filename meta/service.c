@@ -2,6 +2,7 @@
 #include "meta/service.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -204,21 +205,28 @@ static int h_readdir(struct request *r)
 	return rc;
 }
 
+/* A size change (setattr, extend): growing while a shrink's chunks are
+ * still to cut answers -EAGAIN from the store: cut them first, once. A
+ * shrink commits its size (and records its cut) first, then the chunks
+ * are cut here before the answer; if a storage server fails, the size
+ * stands, the file cannot grow, and the collector retries the cut. */
 static int h_setattr(struct request *r)
 {
 	const struct kvc_msg_setattr *m = r->msg;
+	struct kvc_meta_service *svc = r->svc;
 	struct kvc_attr attr;
-	int rc = 0;
-	if (m->mask & KVC_SETATTR_SIZE) {
-		rc = kvc_meta_store_getattr(r->svc->store, m->ino, &attr);
-		/* Drop the cut-off bytes before the size says they are gone. */
-		if (rc == 0 && S_ISREG(attr.mode) && m->size < attr.size)
-			rc = kvc_storage_client_truncate(r->svc->storage, m->ino, &attr.layout,
-			                                 m->size);
+	int rc = kvc_meta_store_setattr(svc->store, m, &attr);
+	if (rc == -EAGAIN) {
+		rc = kvc_meta_collector_truncate(svc->collector, m->ino);
+		if (rc == 0)
+			rc = kvc_meta_store_setattr(svc->store, m, &attr);
+	} else if (rc == 0 && (m->mask & KVC_SETATTR_SIZE)) {
+		int cut = kvc_meta_collector_truncate(svc->collector, m->ino);
+		if (cut < 0)
+			kvc_log_warn("inode %" PRIu64 ": cutting its chunks to %" PRIu64 ": %s; "
+			             "the collector retries", m->ino, m->size, strerror(-cut));
 	}
-	if (rc == 0)
-		rc = kvc_meta_store_setattr(r->svc->store, m, &attr);
-	return reply_attr(r, rc, &attr);
+	return reply_attr(r, rc == -EAGAIN ? -EIO : rc, &attr);
 }
 
 static int h_getattr(struct request *r)
@@ -232,7 +240,13 @@ static int h_extend(struct request *r)
 {
 	const struct kvc_msg_extend *m = r->msg;
 	struct kvc_attr attr;
-	return reply_attr(r, kvc_meta_store_extend(r->svc->store, m->ino, m->size, &attr), &attr);
+	int rc = kvc_meta_store_extend(r->svc->store, m->ino, m->size, &attr);
+	if (rc == -EAGAIN) {
+		rc = kvc_meta_collector_truncate(r->svc->collector, m->ino);
+		if (rc == 0)
+			rc = kvc_meta_store_extend(r->svc->store, m->ino, m->size, &attr);
+	}
+	return reply_attr(r, rc == -EAGAIN ? -EIO : rc, &attr);
 }
 
 static int h_statfs(struct request *r)

@@ -159,20 +159,33 @@ class QuietCluster(Cluster):
         self.conf.write_text(text)
 
 
-@pytest.fixture
-def quiet_cluster():
-    base = tempfile.mkdtemp(prefix="kvc-it-quiet-")
-    mount = tempfile.mkdtemp(prefix="kvc-mnt-quiet-")
-    c = QuietCluster(base, mount, PORT_BASE + 40)
+def own_cluster(kind):
+    """A cluster of this test's own (ports PORT_BASE + 40 on), so what it
+    does to its daemons stays out of the session's cluster."""
+    base = tempfile.mkdtemp(prefix="kvc-it-own-")
+    mount = tempfile.mkdtemp(prefix="kvc-mnt-own-")
+    c = kind(base, mount, PORT_BASE + 40)
     c.stop()
     c.start()
-    yield c
-    c.stop()
-    shutil.rmtree(base, ignore_errors=True)
     try:
-        os.rmdir(mount)
-    except OSError:
-        pass
+        yield c
+    finally:
+        c.stop()
+        shutil.rmtree(base, ignore_errors=True)
+        try:
+            os.rmdir(mount)
+        except OSError:
+            pass
+
+
+@pytest.fixture
+def quiet_cluster():
+    yield from own_cluster(QuietCluster)
+
+
+@pytest.fixture
+def race_cluster():
+    yield from own_cluster(Cluster)
 
 
 def machine_crash_of_meta(cluster):
@@ -282,3 +295,95 @@ def test_kill9_under_load_loses_nothing_acknowledged(cluster, workdir):
     assert sorted(existing(cluster, "load", keys)) == sorted(keys)
     assert fsck_problems(cluster).startswith("page pools: 0 problem")
 
+
+
+def test_writer_with_an_old_size_extends_the_file_after_a_shrink(cluster, workdir):
+    """Another kvc-fuse still has the file's old, larger size when this one
+    shrinks it; its write past the new end is a write after the truncate:
+    the file grows to cover it, and nothing old shows up in between."""
+    proc, mount2 = second_mount(cluster)
+    try:
+        path = workdir / "shrunk"
+        path.write_bytes(b"O" * (4 * CHUNK))
+        relative = path.relative_to(cluster.mount)
+        fd = os.open(os.path.join(mount2, relative), os.O_RDWR)
+        try:
+            os.truncate(path, CHUNK)  # here: size 1 MiB, chunks beyond cut
+            assert stat_size(cluster, "/" + str(relative)) == CHUNK
+            assert os.pwrite(fd, b"N" * 4096, 2 * CHUNK) == 4096  # there: 4 MiB known
+        finally:
+            os.close(fd)
+        assert stat_size(cluster, "/" + str(relative)) == 2 * CHUNK + 4096, \
+            "the write after the shrink extends the file"
+        os.truncate(path, 4 * CHUNK)
+        with open(path, "rb") as f:
+            data = f.read()
+        assert data[:CHUNK] == b"O" * CHUNK
+        assert data[CHUNK:2 * CHUNK] == bytes(CHUNK), "no old byte comes back"
+        assert data[2 * CHUNK:2 * CHUNK + 4096] == b"N" * 4096
+        assert data[2 * CHUNK + 4096:] == bytes(2 * CHUNK - 4096)
+    finally:
+        drop_second_mount(proc, mount2)
+
+
+def test_writes_racing_shrinking_truncates_never_bring_old_bytes_back(race_cluster):
+    """Writers on a second kvc-fuse, which never learns of the shrinks,
+    write new bytes anywhere in the file while this one shrinks it again
+    and again (and writes below every cut itself). Afterwards: the old
+    bytes are gone wherever any shrink cut them, and nothing lies beyond
+    the final size (growing the file shows zeros)."""
+    import random
+    cluster = race_cluster
+    proc, mount2 = second_mount(cluster)
+    try:
+        size = 4 * CHUNK
+        path = cluster.mount / "raced"
+        path.write_bytes(b"O" * size)
+        relative = path.relative_to(cluster.mount)
+        fds = [os.open(path, os.O_RDWR), os.open(os.path.join(mount2, relative), os.O_RDWR)]
+        stop = threading.Event()
+        cuts, written = [], [0]
+
+        def writer(fd, seed):
+            rng = random.Random(seed)
+            end = size if fd == fds[1] else CHUNK // 2  # here: below every cut
+            while not stop.is_set():
+                offset = rng.randrange(0, end - 65536) & ~4095
+                try:
+                    os.pwrite(fd, b"N" * rng.choice((4096, 65536)), offset)
+                    written[0] += 1
+                except OSError:
+                    pass
+
+        def shrinker():
+            rng = random.Random(7)
+            for _ in range(40):
+                cut = rng.randrange(CHUNK // 2, size) & ~4095
+                os.truncate(path, cut)
+                cuts.append(cut)
+
+        threads = [threading.Thread(target=writer, args=(fd, i)) for i, fd in enumerate(fds * 2)]
+        for t in threads:
+            t.start()
+        try:
+            shrinker()
+            after = written[0]  # and writes after the last cut too
+            assert wait_until(lambda: written[0] >= after + 64, timeout=60)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+            for fd in fds:
+                os.close(fd)
+        final = stat_size(cluster, "/" + str(relative))
+        os.truncate(path, size + CHUNK)
+        with open(path, "rb") as f:
+            data = f.read()
+        assert len(data) == size + CHUNK
+        old = data.find(b"O", min(cuts))
+        assert old < 0, f"an old byte at {old}, beyond the cut to {min(cuts)}"
+        beyond = data[final:]
+        assert beyond == bytes(len(beyond)), \
+            f"bytes beyond the final size {final} show up: first at {final + beyond.find(b'N')}"
+    finally:
+        drop_second_mount(proc, mount2)
