@@ -52,7 +52,11 @@ int kvc_meta_collector_truncate(struct kvc_meta_collector *c, uint64_t ino)
 			rc = pending;
 			break;
 		}
-		rc = kvc_meta_store_getattr(c->store, ino, &attr);
+		/* The smaller size durable first: a machine crash must not bring
+		 * the old size back over chunks already cut. */
+		rc = kvc_meta_store_sync(c->store);
+		if (rc == 0)
+			rc = kvc_meta_store_getattr(c->store, ino, &attr);
 		if (rc == 0)
 			rc = kvc_storage_client_truncate(c->storage, ino, &attr.layout, size);
 		if (rc == 0)
@@ -90,6 +94,11 @@ static int collect(struct kvc_meta_collector *c)
 	struct kvc_layout layouts[BATCH];
 	int reclaimed = 0;
 	int count = kvc_meta_store_gc_list(c->store, inos, layouts, BATCH);
+	/* Only removals a machine crash cannot undo: a file back after one
+	 * must not have lost its chunks. */
+	int synced = count > 0 ? kvc_meta_store_sync(c->store) : 0;
+	if (synced < 0)
+		count = 0; /* logged by the checkpoint; next pass */
 	for (int i = 0; i < count; i++) {
 		int rc = kvc_storage_client_remove(c->storage, inos[i], &layouts[i]);
 		if (rc < 0) {
@@ -113,7 +122,13 @@ static int punch(struct kvc_meta_collector *c)
 	int count = kvc_pool_punch_take(c->pools, pages, BATCH), done = 0;
 	if (count < 0)
 		kvc_log_warn("collector: pages to punch: %s", strerror(-count));
-	for (int i = 0; i < count; i++) {
+	/* Only pages whose freeing a machine crash cannot undo: a key back
+	 * after one must not read zeros. Not punched now: given back below
+	 * and listed again. */
+	bool durable = count > 0 && kvc_pool_store_sync(c->pools) == 0;
+	for (int i = 0; i < count && !durable; i++)
+		punched[i] = false;
+	for (int i = 0; i < count && durable; i++) {
 		const struct kvc_pool_punch *p = &pages[i];
 		struct kvc_attr attr;
 		int rc = kvc_meta_store_getattr(c->store, p->inode, &attr);

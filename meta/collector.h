@@ -14,6 +14,13 @@
  * kvc_meta_collector_truncate; each pass finishes any cut a crash or a
  * storage server that was down left.
  *
+ * Nothing is removed from the storage servers before the change that
+ * frees it is durable: each of (1), (2) and (4) takes a checkpoint of its
+ * store first (kvc_meta_store_sync, kvc_pool_store_sync; concurrent ones
+ * share one), so a machine crash that takes kvc-meta back to its last
+ * checkpoint never brings back a file, a key or a size over bytes that
+ * are gone.
+ *
  * Cuts of one inode run one at a time (a cut that finished early must not
  * let the file grow while another, slower one of the same size is still
  * cutting): an in-flight set under the collector's mutex, which is never

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/crc32c.h"
@@ -64,6 +65,7 @@ struct kvc_lmdb_checkpoint {
 	MDB_txn *pin;      /* keeps the last durable checkpoint's pages */
 	bool fallback;     /* unknown LMDB format: every commit syncs instead */
 	bool opened;       /* the first checkpoint was taken */
+	char dir[PATH_MAX]; /* for the log */
 	/* The data file's last page when the last checkpoint began (read
 	 * without the lock by admit: a stale value only shifts when the next
 	 * early checkpoint comes). */
@@ -299,7 +301,14 @@ int kvc_lmdb_checkpoint_sync(struct kvc_lmdb_checkpoint *cp)
 		cp->running = true;
 		uint64_t covers = cp->asked; /* all asked before it starts */
 		pthread_mutex_unlock(&cp->lock);
+		struct timespec t0, t1;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
 		int rc = take(cp);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		int64_t ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+		if (ms >= 1000)
+			kvc_log_warn("%s: a checkpoint took %" PRId64 " ms (a slow disk, or a heavy "
+			             "write load)", cp->dir, ms);
 		pthread_mutex_lock(&cp->lock);
 		cp->running = false;
 		cp->finished = covers;
@@ -342,6 +351,7 @@ int kvc_lmdb_checkpoint_open(MDB_env *env, const char *dir, struct kvc_lmdb_chec
 		return -ENOMEM;
 	cp->env = env;
 	cp->fd = -1;
+	snprintf(cp->dir, sizeof(cp->dir), "%s", dir);
 	pthread_mutex_init(&cp->lock, NULL);
 	pthread_cond_init(&cp->done, NULL);
 	boot_id(cp->boot_id);
