@@ -276,10 +276,13 @@ static int take(struct kvc_lmdb_checkpoint *cp)
 			rc = kvc_lmdb_errno(mdb_env_set_flags(cp->env, MDB_NOSYNC, 0));
 		if (rc == 0)
 			rc = kvc_lmdb_errno(mdb_env_sync(cp->env, 1));
+		if (cp->pin) /* nothing to keep any more */
+			mdb_txn_abort(cp->pin);
+		cp->pin = NULL;
 	} else if (rc == 0 && pin) {
 		rc = record_write(cp, txnid, image);
 	}
-	if (rc == 0 && pin) { /* the new checkpoint is durable: pin it instead */
+	if (rc == 0 && pin && !cp->fallback) { /* the new one is durable: pin it instead */
 		MDB_txn *old = cp->pin;
 		cp->pin = pin;
 		pin = old;
