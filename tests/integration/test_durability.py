@@ -333,7 +333,10 @@ def test_writes_racing_shrinking_truncates_never_bring_old_bytes_back(race_clust
     write new bytes anywhere in the file while this one shrinks it again
     and again (and writes below every cut itself). Afterwards: the old
     bytes are gone wherever any shrink cut them, and nothing lies beyond
-    the final size (growing the file shows zeros)."""
+    the final size (growing the file shows zeros). It needs the chunk
+    store's one lock order (chunk lock before LMDB's writer): without it a
+    write and a cut of one chunk deadlock kvc-storage, and the truncates
+    of this test's own cluster fail with EIO."""
     import random
     cluster = race_cluster
     proc, mount2 = second_mount(cluster)
