@@ -90,6 +90,7 @@ READER = textwrap.dedent("""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
     kvcfs.register_fd(fd)
     iov = kvcfs.Iov.create(mount, size)
+    iov.unlink()  # registered: the name is not needed any more
     ring = kvcfs.Ring(mount, 4, for_read=True)
     ring.prepare(iov, True, fd, 0, size)
     ring.submit()
