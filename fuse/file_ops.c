@@ -22,7 +22,10 @@
 #include "core/log.h"
 #include "fuse/ops_internal.h"
 
-/* Commit a dirty size first, so a truncate or chmod never races it. */
+/* Commit a dirty size first, so a truncate or chmod never races it. The
+ * size sent covers every write since the last commit (inode_table.h): a
+ * file another client shrank meanwhile grows back over what we wrote
+ * after, instead of hiding those bytes beyond its end. */
 int kvc_fuse_commit_size(struct kvc_fuse *fs, uint64_t ino)
 {
 	uint64_t size;
@@ -32,6 +35,8 @@ int kvc_fuse_commit_size(struct kvc_fuse *fs, uint64_t ino)
 	int rc = kvc_meta_client_extend(&fs->meta, ino, size, &attr);
 	if (rc == 0)
 		kvc_inode_table_committed(fs->inodes, ino, size);
+	else if (rc != -ENOENT)
+		kvc_inode_table_wrote(fs->inodes, ino, size); /* to send again */
 	return rc;
 }
 
@@ -120,27 +125,56 @@ static void close_inode(struct kvc_fuse *fs, uint64_t ino)
 	}
 }
 
+/* Every inode open here (not stale): a malloc'd array in *out, its count
+ * or -ENOMEM. */
+static int list_open(struct kvc_fuse *fs, uint64_t **out)
+{
+	int cap = 1024, count;
+	uint64_t *inos = NULL;
+	for (;;) {
+		uint64_t *grown = realloc(inos, (size_t)cap * sizeof(*inos));
+		if (!grown) {
+			free(inos);
+			return -ENOMEM;
+		}
+		inos = grown;
+		count = kvc_inode_table_list_open(fs->inodes, inos, cap);
+		if (count < cap)
+			break;
+		cap *= 2; /* may be more: ask again with room to spare */
+	}
+	*out = inos;
+	return count;
+}
+
 /* kvc-meta dropped our sessions (we were silent past its timeout): open
  * every file again; one that is gone meanwhile turns stale, so its reads
- * fail with ESTALE instead of returning holes. */
-static void reopen_all(struct kvc_fuse *fs)
+ * fail with ESTALE instead of returning holes. Returns 0 when every file
+ * was reopened or found gone, else -errno (ask again later). */
+static int reopen_all(struct kvc_fuse *fs)
 {
-	uint64_t inos[1024];
-	int count = kvc_inode_table_list_open(fs->inodes, inos, 1024);
+	uint64_t *inos;
+	int count = list_open(fs, &inos), rc = 0;
+	if (count < 0)
+		return count;
 	kvc_log_warn("kvc-meta had given this client up (silent too long): reopening %d file(s)",
 	             count);
 	for (int i = 0; i < count; i++) {
 		struct kvc_attr attr;
 		pthread_mutex_lock(session_lock(fs, inos[i]));
-		int rc = kvc_inode_table_is_open(fs->inodes, inos[i])
-		       ? kvc_meta_client_open(&fs->meta, inos[i], fs->client_id, &attr) : 0;
-		if (rc == -ENOENT) {
+		int got = kvc_inode_table_is_open(fs->inodes, inos[i])
+		        ? kvc_meta_client_open(&fs->meta, inos[i], fs->client_id, &attr) : 0;
+		if (got == -ENOENT) {
 			kvc_inode_table_mark_stale(fs->inodes, inos[i]);
 			kvc_log_warn("inode %" PRIu64 " was removed meanwhile: its I/O fails with ESTALE",
 			             inos[i]);
+		} else if (got < 0 && rc == 0) {
+			rc = got;
 		}
 		pthread_mutex_unlock(session_lock(fs, inos[i]));
 	}
+	free(inos);
+	return rc;
 }
 
 /* Retry the CLOSEs kvc-meta missed (files reopened since need none). */
@@ -283,6 +317,11 @@ void kvc_fuse_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	kvc_fuse_reply_error(req, kvc_fuse_commit_size(kvc_fuse_of(req), ino));
 }
 
+/* fsync and fdatasync: the file's bytes durable on its storage servers,
+ * then its size committed to kvc-meta, then a kvc-meta checkpoint, so its
+ * size, its names and the directories above them survive a machine crash
+ * too (fdatasync alike: the size is needed to read the data back, and a
+ * checkpoint costs the same either way). */
 void kvc_fuse_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
 	struct kvc_fuse *fs = kvc_fuse_of(req);
@@ -294,7 +333,18 @@ void kvc_fuse_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse
 		rc = kvc_storage_client_sync(&fs->storage, &layout);
 	if (rc == 0)
 		rc = kvc_fuse_commit_size(fs, ino);
+	if (rc == 0)
+		rc = kvc_meta_client_sync(&fs->meta);
 	kvc_fuse_reply_error(req, rc);
+}
+
+/* fsyncdir: a directory's entries live in kvc-meta only: a checkpoint
+ * makes them (and every other acknowledged change) durable. */
+void kvc_fuse_op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
+                          struct fuse_file_info *fi)
+{
+	(void)ino, (void)datasync, (void)fi;
+	kvc_fuse_reply_error(req, kvc_meta_client_sync(&kvc_fuse_of(req)->meta));
 }
 
 int kvc_fuse_hold_inode(struct kvc_fuse *fs, uint64_t ino)
@@ -323,29 +373,33 @@ void kvc_fuse_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 	kvc_fuse_reply_error(req, 0);
 }
 
-static int64_t monotonic_ms(void)
+/* The lease's clock: CLOCK_BOOTTIME, which also runs while the machine
+ * sleeps (kvc-meta's clock runs on meanwhile). main starts the lease on
+ * CLOCK_MONOTONIC, never ahead of this one: at worst one early renew. */
+static int64_t lease_now_ms(void)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(CLOCK_BOOTTIME, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* One RENEW; on success the lease starts again (after reopening our files
- * when kvc-meta had given us up). */
-/* One RENEW; on success the lease starts again, after reopening our
- * files when kvc-meta had given us up. renew_lock held: kvc-meta says
- * ESTALE only once, so no one may see the lease fresh again before the
- * renewer that heard it has marked the lost files stale. */
+/* One RENEW; on success the lease starts again, after reopening our files
+ * when kvc-meta had given us up. renew_lock held: no one may see the lease
+ * fresh again before the renewer that heard ESTALE has reopened every file
+ * (marking the lost ones stale) and rejoined. kvc-meta keeps answering
+ * ESTALE until we rejoin, and again if it dropped us once more while we
+ * were reopening, so a lost answer or a second drop is never missed. */
 static int renew_locked(struct kvc_fuse *fs)
 {
-	int64_t asked = monotonic_ms();
-	int rc = kvc_meta_client_renew(&fs->meta, fs->client_id);
-	if (rc == -ESTALE)
-		reopen_all(fs);
-	if (rc == 0 || rc == -ESTALE) {
-		atomic_store(&fs->renewed_ms, asked);
-		rc = 0;
+	int64_t asked = lease_now_ms();
+	int rc = kvc_meta_client_renew(&fs->meta, fs->client_id, 0);
+	for (int tries = 0; rc == -ESTALE && tries < 3; tries++) {
+		rc = reopen_all(fs);
+		if (rc == 0)
+			rc = kvc_meta_client_renew(&fs->meta, fs->client_id, KVC_RENEW_REJOIN);
 	}
+	if (rc == 0)
+		atomic_store(&fs->renewed_ms, asked);
 	return rc;
 }
 
@@ -356,18 +410,18 @@ static bool lease_fresh(struct kvc_fuse *fs, int64_t now)
 
 int kvc_fuse_check_lease(struct kvc_fuse *fs)
 {
-	if (lease_fresh(fs, monotonic_ms()))
+	if (lease_fresh(fs, lease_now_ms()))
 		return 0;
 	/* Wait for a renew in progress; then, unless that one made the lease
 	 * fresh, renew ourselves (I/O tries at most every 100 ms, so a kvc-meta
 	 * that is down costs few RPCs, and one that is back is seen at once). */
 	pthread_mutex_lock(&fs->renew_lock);
-	int64_t now = monotonic_ms();
+	int64_t now = lease_now_ms();
 	if (!lease_fresh(fs, now) && now - atomic_load(&fs->renew_tried_ms) >= 100) {
 		atomic_store(&fs->renew_tried_ms, now);
 		renew_locked(fs);
 	}
-	bool fresh = lease_fresh(fs, monotonic_ms());
+	bool fresh = lease_fresh(fs, lease_now_ms());
 	pthread_mutex_unlock(&fs->renew_lock);
 	return fresh ? 0 : -EIO;
 }

@@ -12,6 +12,7 @@ struct entry {
 	struct kvc_layout layout;
 	uint64_t size;           /* what this daemon knows */
 	uint64_t committed_size; /* what kvc-meta has */
+	uint64_t written_end;    /* end of the writes since the last commit */
 	uint32_t open_count;
 	bool stale;              /* gone in kvc-meta while we were cut off */
 };
@@ -29,10 +30,19 @@ static struct entry **slot(struct kvc_inode_table *t, uint64_t ino)
 	return p;
 }
 
+/* Whether kvc-meta is to hear of e's size: it grew here, or writes
+ * happened since the last commit (their end must be inside kvc-meta's
+ * size even where this daemon's size already was: another client may have
+ * shrunk the file meanwhile, and bytes beyond the size are never seen). */
+static bool dirty(const struct entry *e)
+{
+	return e->size > e->committed_size || e->written_end > 0;
+}
+
 static void drop_if_unused(struct entry **p)
 {
 	struct entry *e = *p;
-	if (e && e->open_count == 0 && e->size <= e->committed_size) {
+	if (e && e->open_count == 0 && !dirty(e)) {
 		*p = e->next;
 		free(e);
 	}
@@ -77,7 +87,7 @@ int kvc_inode_table_open(struct kvc_inode_table *t, const struct kvc_attr *attr)
 		e->ino = attr->ino;
 		e->size = e->committed_size = attr->size;
 		*p = e;
-	} else if ((*p)->size <= (*p)->committed_size) {
+	} else if (!dirty(*p)) {
 		/* Clean: take kvc-meta's word (another client may have grown it). */
 		(*p)->size = (*p)->committed_size = attr->size;
 	}
@@ -131,6 +141,7 @@ void kvc_inode_table_mark_stale(struct kvc_inode_table *t, uint64_t ino)
 	if (e) {
 		e->stale = true;
 		e->size = e->committed_size; /* nothing left to commit */
+		e->written_end = 0;
 	}
 	pthread_mutex_unlock(&t->lock);
 }
@@ -153,6 +164,8 @@ void kvc_inode_table_wrote(struct kvc_inode_table *t, uint64_t ino, uint64_t end
 	struct entry *e = *slot(t, ino);
 	if (e && end > e->size)
 		e->size = end;
+	if (e && end > e->written_end)
+		e->written_end = end;
 	pthread_mutex_unlock(&t->lock);
 }
 
@@ -178,15 +191,16 @@ void kvc_inode_table_patch_attr(struct kvc_inode_table *t, struct kvc_attr *attr
 
 int kvc_inode_table_take_dirty(struct kvc_inode_table *t, uint64_t ino, uint64_t *size)
 {
-	int dirty = 0;
+	int taken = 0;
 	pthread_mutex_lock(&t->lock);
 	struct entry *e = *slot(t, ino);
-	if (e && e->size > e->committed_size) {
-		*size = e->size;
-		dirty = 1;
+	if (e && dirty(e)) {
+		*size = e->size > e->committed_size ? e->size : e->written_end;
+		e->written_end = 0; /* taken: the caller marks it again if it fails */
+		taken = 1;
 	}
 	pthread_mutex_unlock(&t->lock);
-	return dirty;
+	return taken;
 }
 
 void kvc_inode_table_committed(struct kvc_inode_table *t, uint64_t ino, uint64_t size)
@@ -205,7 +219,7 @@ int kvc_inode_table_list_dirty(struct kvc_inode_table *t, uint64_t *inos, int ma
 	pthread_mutex_lock(&t->lock);
 	for (int i = 0; i < BUCKETS && count < max; i++)
 		for (struct entry *e = t->buckets[i]; e && count < max; e = e->next)
-			if (e->size > e->committed_size)
+			if (dirty(e))
 				inos[count++] = e->ino;
 	pthread_mutex_unlock(&t->lock);
 	return count;

@@ -4,7 +4,12 @@
  * daemon knows it. A write that ends past the size kvc-meta has recorded
  * raises `size` and marks it dirty; the dirty size is sent to kvc-meta at
  * flush, fsync and release, and by a background pass every second, so
- * other clients see it soon and exactly after close.
+ * other clients see it soon and exactly after close. Every write also
+ * marks its end (written_end), sent likewise even when this daemon's size
+ * covers it: another client may have shrunk the file since this one
+ * learnt its size, and kvc-meta's size must come to cover every byte
+ * written after a shrink (bytes beyond the size must never show up when
+ * the file grows again).
  *
  * An entry lives while the file has open handles or a dirty size. A file
  * kvc-meta lost while this client was cut off is marked stale: its I/O
@@ -47,7 +52,8 @@ void kvc_inode_table_mark_stale(struct kvc_inode_table *table, uint64_t ino);
 /* Up to max inodes open here (not stale). */
 int kvc_inode_table_list_open(struct kvc_inode_table *table, uint64_t *inos, int max);
 
-/* A write ended at `end`: raise the size, mark dirty when it grew. */
+/* A write ended at `end`: raise the size, and mark the end to be sent
+ * to kvc-meta (also after a failed commit: mark it again). */
 void kvc_inode_table_wrote(struct kvc_inode_table *table, uint64_t ino, uint64_t end);
 
 /* The size was set (truncate): take it as committed. */
@@ -56,8 +62,11 @@ void kvc_inode_table_set_size(struct kvc_inode_table *table, uint64_t ino, uint6
 /* Raise attr->size to the local size when this daemon knows more. */
 void kvc_inode_table_patch_attr(struct kvc_inode_table *table, struct kvc_attr *attr);
 
-/* Take the dirty size of ino (1 and *size), or 0 when clean. The caller
- * commits it and calls kvc_inode_table_committed (or _dirty_again). */
+/* Take what ino's size in kvc-meta must reach (1 and *size: the grown
+ * size, or the end of the writes since the last commit), or 0 when clean.
+ * The caller commits it (kvc-meta's size = max(size, *size)) and calls
+ * kvc_inode_table_committed, or kvc_inode_table_wrote(*size) when that
+ * failed. */
 int kvc_inode_table_take_dirty(struct kvc_inode_table *table, uint64_t ino, uint64_t *size);
 void kvc_inode_table_committed(struct kvc_inode_table *table, uint64_t ino, uint64_t size);
 

@@ -335,6 +335,7 @@ const struct fuse_lowlevel_ops kvc_fuse_operations = {
 	.write = kvc_fuse_op_write,
 	.flush = kvc_fuse_op_flush,
 	.fsync = kvc_fuse_op_fsync,
+	.fsyncdir = kvc_fuse_op_fsyncdir,
 	.release = kvc_fuse_op_release,
 	.opendir = kvc_fuse_op_opendir,
 	.readdirplus = kvc_fuse_op_readdirplus,

@@ -41,6 +41,8 @@ void kvc_fuse_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t s
 void kvc_fuse_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void kvc_fuse_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
                        struct fuse_file_info *fi);
+void kvc_fuse_op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
+                          struct fuse_file_info *fi);
 void kvc_fuse_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void kvc_fuse_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
                            off_t length, struct fuse_file_info *fi);

@@ -55,13 +55,6 @@ struct reply {
 	char *text;     /* owned; plain text instead of JSON */
 };
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static uint64_t monotonic_us(void)
 {
 	struct timespec ts;
@@ -228,7 +221,7 @@ static void do_allocate(struct kvc_http_server *s, const char *ns, uint32_t rank
 		return;
 	}
 	struct kvc_pool_allocation *out = calloc(n ? n : 1, sizeof(*out));
-	int rc = out ? kvc_pool_allocate(s->pools, ns, rank, keys, n, now_ms(), out) : -ENOMEM;
+	int rc = out ? kvc_pool_allocate(s->pools, ns, rank, keys, n, kvc_pool_now_ms(s->pools), out) : -ENOMEM;
 	if (rc < 0) {
 		fail_store(r, rc, ns, rank);
 	} else {
@@ -263,7 +256,7 @@ static void do_confirm(struct kvc_http_server *s, const char *ns, uint32_t rank,
 		fail(r, 400, "need '%s': a list of [key, page] pairs, and 'pages_to_release': a "
 		             "list of pages", field);
 	} else {
-		int rc = kvc_pool_confirm(s->pools, ns, rank, keys, pages, n, release, m, now_ms(),
+		int rc = kvc_pool_confirm(s->pools, ns, rank, keys, pages, n, release, m, kvc_pool_now_ms(s->pools),
 		                          NULL);
 		if (rc < 0)
 			fail_store(r, rc, ns, rank);
@@ -311,7 +304,7 @@ static void do_locations(struct kvc_http_server *s, const char *ns, uint32_t ran
 		return;
 	}
 	int64_t *pages = calloc(n ? n : 1, sizeof(*pages));
-	int rc = pages ? kvc_pool_locations(s->pools, ns, rank, keys, n, now_ms(),
+	int rc = pages ? kvc_pool_locations(s->pools, ns, rank, keys, n, kvc_pool_now_ms(s->pools),
 	                                    s->options.lease_ms, pages)
 	               : -ENOMEM;
 	if (rc < 0) {
@@ -335,7 +328,7 @@ static void do_delete(struct kvc_http_server *s, const char *ns, json_t *body, s
 		fail(r, 400, "need 'keys': a list of strings");
 		return;
 	}
-	int rc = kvc_pool_delete(s->pools, ns, keys, n, now_ms());
+	int rc = kvc_pool_delete(s->pools, ns, keys, n, kvc_pool_now_ms(s->pools));
 	if (rc < 0)
 		fail_store(r, rc, ns, 0);
 	else
@@ -345,7 +338,7 @@ static void do_delete(struct kvc_http_server *s, const char *ns, json_t *body, s
 
 static void do_clear(struct kvc_http_server *s, const char *ns, struct reply *r)
 {
-	int rc = kvc_pool_clear(s->pools, ns, now_ms());
+	int rc = kvc_pool_clear(s->pools, ns, kvc_pool_now_ms(s->pools));
 	if (rc < 0)
 		fail_store(r, rc, ns, 0);
 	else
@@ -400,7 +393,7 @@ static int metrics_pool(void *arg, const char *raw_ns, uint32_t rank, uint32_t n
 	fprintf(m->out, "kvc_pool_pages_used{namespace=\"%s\",rank=\"%u\"} %u\n", ns, rank,
 	        num_pages - free_pages);
 	struct kvc_pool_stats st;
-	if (rank == 0 && kvc_pool_stats(m->pools, raw_ns, 0, now_ms(), &st) == 0) {
+	if (rank == 0 && kvc_pool_stats(m->pools, raw_ns, 0, kvc_pool_now_ms(m->pools), &st) == 0) {
 		fprintf(m->out, "kvc_pool_keys{namespace=\"%s\"} %llu\n", ns,
 		        (unsigned long long)st.keys);
 		fprintf(m->out, "kvc_pool_keys_complete{namespace=\"%s\"} %llu\n", ns,

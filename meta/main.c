@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "core/cli.h"
@@ -68,11 +67,9 @@ static void *sync_main(void *arg)
 	struct syncer *s = arg;
 	for (;;) {
 		usleep((useconds_t)s->interval_ms * 1000);
-		struct timespec now;
-		clock_gettime(CLOCK_REALTIME, &now);
 		/* Retired keys (deleted under a lease) give their pages back once
 		 * the lease ends, even in a pool that never fills. */
-		kvc_pool_sweep(s->pools, (uint64_t)now.tv_sec * 1000 + (uint64_t)now.tv_nsec / 1000000);
+		kvc_pool_sweep(s->pools, kvc_pool_now_ms(s->pools));
 		int rc = kvc_meta_store_sync(s->store);
 		if (rc == 0)
 			rc = kvc_pool_store_sync(s->pools);

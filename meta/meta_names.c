@@ -70,6 +70,8 @@ static int inode_del(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino)
 	kvc_meta_be64(key, ino);
 	MDB_val k = {8, key};
 	int rc = kvc_lmdb_errno(mdb_del(txn, s->inodes, &k, NULL));
+	if (rc == 0)
+		rc = kvc_meta_truncate_forget(s, txn, ino); /* its chunks all go now */
 	return rc < 0 ? rc : kvc_meta_extras_del(s, txn, ino);
 }
 

@@ -5,6 +5,13 @@
  * (client, ino). A file whose last name goes while some client has it
  * open is an orphan (nlink 0, data kept) until the last close or until
  * its clients are dropped; then it goes to the gc queue.
+ *
+ * Dropping a client records it in `dropped`, in the transaction that ends
+ * its sessions: the record is how kvc-meta tells it (RENEW answers ESTALE,
+ * see sessions.h) after any restart and however many other clients were
+ * dropped since. It goes when the client rejoins, naming the drop it
+ * heard of (its record's drops), so a client dropped again meanwhile is
+ * told again.
  */
 #include <errno.h>
 #include <string.h>
@@ -118,6 +125,67 @@ int kvc_meta_store_close_session(struct kvc_meta_store *s, uint64_t ino,
 	return kvc_lmdb_finish(txn, rc);
 }
 
+/* The client's record in `dropped`: 0, -ENOENT, -EIO. */
+static int dropped_get(struct kvc_meta_store *s, MDB_txn *txn,
+                       const uint8_t client[KVC_META_CLIENT_ID], struct kvc_meta_dropped *out)
+{
+	MDB_val k = {KVC_META_CLIENT_ID, (void *)client}, v;
+	int rc = kvc_lmdb_errno(mdb_get(txn, s->dropped, &k, &v));
+	if (rc == 0 && v.mv_size != sizeof(*out))
+		rc = -EIO;
+	if (rc == 0)
+		memcpy(out, v.mv_data, sizeof(*out));
+	return rc;
+}
+
+/* Record that client lost `files` sessions now. */
+static int dropped_put(struct kvc_meta_store *s, MDB_txn *txn,
+                       const uint8_t client[KVC_META_CLIENT_ID], uint32_t files)
+{
+	struct kvc_meta_dropped d = {0};
+	int rc = dropped_get(s, txn, client, &d);
+	if (rc < 0 && rc != -ENOENT)
+		return rc;
+	d.dropped_ns = kvc_meta_now_ns();
+	d.drops++;
+	d.files = files;
+	MDB_val k = {KVC_META_CLIENT_ID, (void *)client}, v = {sizeof(d), &d};
+	return kvc_lmdb_errno(mdb_put(txn, s->dropped, &k, &v, 0));
+}
+
+int kvc_meta_store_client_dropped(struct kvc_meta_store *s,
+                                  const uint8_t client[KVC_META_CLIENT_ID],
+                                  struct kvc_meta_dropped *out)
+{
+	MDB_txn *txn;
+	int rc = kvc_meta_begin(s, false, &txn);
+	if (rc < 0)
+		return rc;
+	rc = dropped_get(s, txn, client, out);
+	mdb_txn_abort(txn);
+	return rc == 0 ? 1 : rc == -ENOENT ? 0 : rc;
+}
+
+int kvc_meta_store_client_rejoin(struct kvc_meta_store *s,
+                                 const uint8_t client[KVC_META_CLIENT_ID], uint32_t drops)
+{
+	MDB_txn *txn;
+	struct kvc_meta_dropped d;
+	int rc = kvc_meta_begin(s, true, &txn);
+	if (rc < 0)
+		return rc;
+	rc = dropped_get(s, txn, client, &d);
+	if (rc == 0 && d.drops != drops) {
+		rc = -ESTALE;
+	} else if (rc == 0) {
+		MDB_val k = {KVC_META_CLIENT_ID, (void *)client};
+		rc = kvc_lmdb_errno(mdb_del(txn, s->dropped, &k, NULL));
+	} else if (rc == -ENOENT) {
+		rc = 0;
+	}
+	return kvc_lmdb_finish(txn, rc);
+}
+
 int kvc_meta_store_drop_client(struct kvc_meta_store *s, const uint8_t client[KVC_META_CLIENT_ID])
 {
 	MDB_txn *txn;
@@ -150,6 +218,8 @@ int kvc_meta_store_drop_client(struct kvc_meta_store *s, const uint8_t client[KV
 			break;
 		dropped++;
 	}
+	if (rc == 0 && dropped > 0)
+		rc = dropped_put(s, txn, client, (uint32_t)dropped);
 	rc = kvc_lmdb_finish(txn, rc);
 	return rc < 0 ? rc : dropped;
 }

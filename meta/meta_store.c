@@ -1,6 +1,7 @@
 /* meta_store: see meta_store.h for the tables and their formats: the
  * environment, the record helpers every part shares
- * (meta_store_internal.h) and the read paths. */
+ * (meta_store_internal.h) and the read paths (sizes and attributes are
+ * set in meta_sizes.c). */
 #include "meta/meta_store_internal.h"
 
 #include <errno.h>
@@ -41,7 +42,8 @@ uint64_t kvc_meta_from_be64(const uint8_t *in)
 
 int kvc_meta_begin(struct kvc_meta_store *s, bool write, MDB_txn **txn)
 {
-	return kvc_lmdb_errno(mdb_txn_begin(s->env, NULL, write ? 0 : MDB_RDONLY, txn));
+	int rc = write ? kvc_lmdb_checkpoint_admit(s->checkpoint) : 0;
+	return rc < 0 ? rc : kvc_lmdb_errno(mdb_txn_begin(s->env, NULL, write ? 0 : MDB_RDONLY, txn));
 }
 
 int kvc_meta_inode_get(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
@@ -163,6 +165,10 @@ static int open_tables(struct kvc_meta_store *s)
 		rc = kvc_lmdb_errno(mdb_dbi_open(txn, "symlinks", MDB_CREATE, &s->symlinks));
 	if (rc == 0)
 		rc = kvc_lmdb_errno(mdb_dbi_open(txn, "xattrs", MDB_CREATE, &s->xattrs));
+	if (rc == 0)
+		rc = kvc_lmdb_errno(mdb_dbi_open(txn, "dropped", MDB_CREATE, &s->dropped));
+	if (rc == 0)
+		rc = kvc_lmdb_errno(mdb_dbi_open(txn, "truncates", MDB_CREATE, &s->truncates));
 	uint32_t format = 0;
 	int has = rc == 0 ? kvc_meta_state_get(s, txn, "format", &format, sizeof(format)) : rc;
 	if (has == -ENOENT)
@@ -184,6 +190,8 @@ int kvc_meta_store_open(const char *dir, const struct kvc_layout *default_layout
 	int rc = kvc_layout_check(default_layout);
 	if (rc == 0)
 		rc = kvc_fsutil_mkdirs(dir, 0700);
+	if (rc == 0) /* after a machine crash: back to the last checkpoint */
+		rc = kvc_lmdb_checkpoint_recover(dir) < 0 ? -EIO : 0; /* files unreadable */
 	if (rc == 0)
 		rc = kvc_lmdb_errno(mdb_env_create(&s->env));
 	if (rc == 0)
@@ -194,6 +202,8 @@ int kvc_meta_store_open(const char *dir, const struct kvc_layout *default_layout
 		rc = kvc_lmdb_errno(mdb_env_set_maxreaders(s->env, 4096));
 	if (rc == 0)
 		rc = kvc_lmdb_errno(mdb_env_open(s->env, dir, MDB_NOSYNC | MDB_NOTLS, 0600));
+	if (rc == 0)
+		rc = kvc_lmdb_checkpoint_open(s->env, dir, &s->checkpoint);
 	if (rc == 0)
 		rc = open_tables(s);
 	if (rc < 0) {
@@ -208,13 +218,14 @@ void kvc_meta_store_close(struct kvc_meta_store *s)
 {
 	if (!s)
 		return;
+	kvc_lmdb_checkpoint_close(s->checkpoint);
 	kvc_lmdb_close(s->env);
 	free(s);
 }
 
 int kvc_meta_store_sync(struct kvc_meta_store *s)
 {
-	return kvc_lmdb_errno(mdb_env_sync(s->env, 1));
+	return kvc_lmdb_checkpoint_sync(s->checkpoint);
 }
 
 int kvc_meta_store_lookup(struct kvc_meta_store *s, uint64_t parent, const char *name,
@@ -311,75 +322,6 @@ int kvc_meta_store_readdir(struct kvc_meta_store *s, uint64_t ino, const char *a
 	}
 	mdb_txn_abort(txn);
 	return rc;
-}
-
-int kvc_meta_store_setattr(struct kvc_meta_store *s, const struct kvc_msg_setattr *req,
-                           struct kvc_attr *attr)
-{
-	MDB_txn *txn;
-	struct kvc_inode_record rec;
-	if (req->mask & ~KVC_SETATTR_ALL)
-		return -EINVAL;
-	int rc = kvc_meta_begin(s, true, &txn);
-	if (rc < 0)
-		return rc;
-	rc = kvc_meta_inode_get(s, txn, req->ino, &rec);
-	if (rc == 0 && (req->mask & KVC_SETATTR_SIZE)) {
-		if (S_ISDIR(rec.attr.mode))
-			rc = -EISDIR;
-		else if (!S_ISREG(rec.attr.mode))
-			rc = -EINVAL;
-		else if (req->size > KVC_LAYOUT_MAX_FILE_SIZE)
-			rc = -EFBIG;
-	}
-	if (rc < 0)
-		goto out;
-	int64_t now = kvc_meta_now_ns();
-	if (req->mask & KVC_SETATTR_MODE)
-		rec.attr.mode = (rec.attr.mode & (uint32_t)S_IFMT) | (req->mode & 07777);
-	if (req->mask & KVC_SETATTR_UID)
-		rec.attr.uid = req->uid;
-	if (req->mask & KVC_SETATTR_GID)
-		rec.attr.gid = req->gid;
-	if (req->mask & KVC_SETATTR_SIZE) {
-		rec.attr.size = req->size;
-		rec.attr.mtime_ns = now;
-	}
-	if (req->mask & KVC_SETATTR_ATIME)
-		rec.attr.atime_ns = req->atime_ns;
-	if (req->mask & KVC_SETATTR_MTIME)
-		rec.attr.mtime_ns = req->mtime_ns;
-	rec.attr.ctime_ns = now;
-	rc = kvc_meta_inode_put(s, txn, &rec);
-	if (rc == 0)
-		*attr = rec.attr;
-out:
-	return kvc_lmdb_finish(txn, rc);
-}
-
-int kvc_meta_store_extend(struct kvc_meta_store *s, uint64_t ino, uint64_t size,
-                          struct kvc_attr *attr)
-{
-	MDB_txn *txn;
-	struct kvc_inode_record rec;
-	if (size > KVC_LAYOUT_MAX_FILE_SIZE)
-		return -EFBIG;
-	int rc = kvc_meta_begin(s, true, &txn);
-	if (rc < 0)
-		return rc;
-	rc = kvc_meta_inode_get(s, txn, ino, &rec);
-	if (rc == 0 && S_ISDIR(rec.attr.mode))
-		rc = -EISDIR;
-	else if (rc == 0 && !S_ISREG(rec.attr.mode))
-		rc = -EINVAL;
-	if (rc == 0 && size > rec.attr.size) {
-		rec.attr.size = size;
-		rec.attr.mtime_ns = rec.attr.ctime_ns = kvc_meta_now_ns();
-		rc = kvc_meta_inode_put(s, txn, &rec);
-	}
-	if (rc == 0)
-		*attr = rec.attr;
-	return kvc_lmdb_finish(txn, rc);
 }
 
 int kvc_meta_store_count_inodes(struct kvc_meta_store *s, uint64_t *inodes)

@@ -27,6 +27,15 @@
  *            when the last client closes it or is declared gone
  *            (opens, clients and orphans came after the first release
  *            without a format change: older stores get them empty)
+ *   dropped  key client id (16 bytes), value struct kvc_meta_dropped (16
+ *            bytes): a client whose sessions kvc-meta dropped (it was
+ *            silent past the timeout) and that has not rejoined since; its
+ *            RENEW gets ESTALE until it has opened its files again (came
+ *            after the first release without a format change)
+ *   truncates key ino (u64 BE), value u64 size: a shrinking setattr
+ *            committed this size and the chunks beyond it are still to be
+ *            cut on the storage servers; until then the file does not
+ *            grow (meta_sizes.c; came without a format change)
  *   symlinks key ino (u64 BE), value the target (1..4095 bytes, no NUL)
  *   xattrs   key ino (u64 BE) + name ("user." ..., up to 255 bytes),
  *            value the attribute's bytes (0..65536)
@@ -43,13 +52,16 @@
  * target's length.
  *
  * The code: meta_store.c (environment, records, reads), meta_names.c
- * (names and links), meta_opens.c (open sessions), meta_xattrs.c
- * (symlink targets, xattrs); their shared helpers in
- * meta_store_internal.h.
+ * (names and links), meta_opens.c (open sessions), meta_sizes.c
+ * (setattr, extend, pending truncations), meta_xattrs.c (symlink
+ * targets, xattrs); their shared helpers in meta_store_internal.h.
  *
  * Durability: the environment runs with MDB_NOSYNC, so a process crash
- * (kill -9) loses no committed transaction; kvc_meta_store_sync, called
- * periodically by kvc-meta, bounds what a power loss can take.
+ * (kill -9) loses no committed transaction, and every kvc_meta_store_sync
+ * is a checkpoint (core/lmdb_checkpoint.h): everything committed before it
+ * is durable, and a machine crash goes back to the last checkpoint, never
+ * to a corrupt file. kvc-meta takes one every sync_interval_ms and for
+ * every fsync; the file `checkpoint` beside the data file records it.
  *
  * Thread-safe: LMDB serializes write transactions; reads run in parallel.
  */
@@ -90,6 +102,8 @@ typedef int (*kvc_meta_dirent_fn)(void *arg, const char *name, uint32_t name_len
 int kvc_meta_store_open(const char *dir, const struct kvc_layout *default_layout,
                         struct kvc_meta_store **out);
 void kvc_meta_store_close(struct kvc_meta_store *store);
+/* A checkpoint: every transaction committed before the call is durable
+ * when it returns 0 (-EIO otherwise). Concurrent callers share one. */
 int kvc_meta_store_sync(struct kvc_meta_store *store);
 
 /* Each returns 0 or -errno: -ENOENT (no such entry or inode), -ENOTDIR
@@ -140,11 +154,22 @@ int kvc_meta_store_rename(struct kvc_meta_store *store, uint64_t parent,
 int kvc_meta_store_readdir(struct kvc_meta_store *store, uint64_t ino,
                            const char *after, uint32_t after_len, uint32_t max,
                            kvc_meta_dirent_fn fn, void *arg, bool *more);
+/* setattr: a smaller size also records the cut of the chunks beyond it
+ * (truncates). A larger size (setattr or extend) while a cut is pending:
+ * -EAGAIN: finish the cut (kvc_meta_collector_truncate), then ask again. */
 int kvc_meta_store_setattr(struct kvc_meta_store *store,
                            const struct kvc_msg_setattr *request, struct kvc_attr *attr);
 /* size = max(size, new_size), mtime = now when it grew. */
 int kvc_meta_store_extend(struct kvc_meta_store *store, uint64_t ino, uint64_t size,
                           struct kvc_attr *attr);
+/* Pending cuts: 1 and the size ino's chunks must be cut to, 0 when none,
+ * -errno. done: the chunks beyond size are cut: drop the record if it
+ * still names size (a deeper cut recorded since stays). list: up to max
+ * inodes with a pending cut. */
+int kvc_meta_store_truncate_pending(struct kvc_meta_store *store, uint64_t ino,
+                                    uint64_t *size);
+int kvc_meta_store_truncate_done(struct kvc_meta_store *store, uint64_t ino, uint64_t size);
+int kvc_meta_store_truncates_list(struct kvc_meta_store *store, uint64_t *inos, int max);
 int kvc_meta_store_count_inodes(struct kvc_meta_store *store, uint64_t *inodes);
 
 /* user.* extended attributes of regular files and directories (see
@@ -187,9 +212,31 @@ int kvc_meta_store_open_session(struct kvc_meta_store *store, uint64_t ino,
                                 const uint8_t client[KVC_META_CLIENT_ID], struct kvc_attr *attr);
 int kvc_meta_store_close_session(struct kvc_meta_store *store, uint64_t ino,
                                  const uint8_t client[KVC_META_CLIENT_ID]);
-/* Drop every session of client; returns how many. */
+/* Drop every session of client; returns how many. A client that had any
+ * is recorded as dropped in the same transaction (its record's drops
+ * counted up), so it hears of it however long it stays away and whatever
+ * restarts in between. */
 int kvc_meta_store_drop_client(struct kvc_meta_store *store,
                                const uint8_t client[KVC_META_CLIENT_ID]);
+
+/* A dropped client's record (table `dropped`). */
+struct kvc_meta_dropped {
+	int64_t dropped_ns; /* wall clock of the last drop, for administrators */
+	uint32_t drops;     /* times dropped since it last rejoined: names the drop */
+	uint32_t files;     /* sessions the last drop ended */
+};
+_Static_assert(sizeof(struct kvc_meta_dropped) == 16, "");
+
+/* 1 and the record when client was dropped and has not rejoined, 0 when
+ * not, or -errno. */
+int kvc_meta_store_client_dropped(struct kvc_meta_store *store,
+                                  const uint8_t client[KVC_META_CLIENT_ID],
+                                  struct kvc_meta_dropped *out);
+/* The client has opened its files again after hearing of the drop named
+ * `drops`: forget the record. 0 (also when there is none), -ESTALE when
+ * the record names another drop (dropped again since it heard). */
+int kvc_meta_store_client_rejoin(struct kvc_meta_store *store,
+                                 const uint8_t client[KVC_META_CLIENT_ID], uint32_t drops);
 /* The distinct clients holding sessions (up to max). */
 int kvc_meta_store_session_clients(struct kvc_meta_store *store,
                                    uint8_t (*out)[KVC_META_CLIENT_ID], int max);

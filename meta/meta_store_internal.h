@@ -2,7 +2,8 @@
  * meta_store_internal: what the parts of the meta store share, private to
  * them (meta_store.c: the environment, the records and the read paths;
  * meta_names.c: names and links; meta_opens.c: open sessions;
- * meta_xattrs.c: an inode's extra records, symlink targets and xattrs).
+ * meta_sizes.c: setattr, extend and pending truncations; meta_xattrs.c:
+ * an inode's extra records, symlink targets and xattrs).
  * The tables and their formats are in meta_store.h.
  *
  * Every helper here works inside the caller's LMDB transaction and
@@ -16,11 +17,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/lmdb_checkpoint.h"
 #include "meta/meta_store.h"
 
 struct kvc_meta_store {
 	MDB_env *env;
-	MDB_dbi inodes, dirents, gc, state, opens, orphans, clients, symlinks, xattrs;
+	struct kvc_lmdb_checkpoint *checkpoint;
+	MDB_dbi inodes, dirents, gc, state, opens, orphans, clients, symlinks, xattrs, dropped,
+	        truncates;
 	struct kvc_layout default_layout;
 };
 
@@ -62,6 +66,9 @@ int kvc_meta_inode_unlinked(struct kvc_meta_store *s, MDB_txn *txn,
 
 /* meta_opens.c: 1 when some client has ino open, 0 when none. */
 int kvc_meta_has_opens(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino);
+
+/* meta_sizes.c: drop ino's pending cut (its inode goes). */
+int kvc_meta_truncate_forget(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino);
 
 /* meta_xattrs.c: an inode's extra records. */
 int kvc_meta_symlink_put(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,

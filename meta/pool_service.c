@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 struct request {
 	const struct kvc_msg_pool *m;
@@ -14,13 +13,6 @@ struct request {
 	uint32_t offset; /* past the keys */
 	uint64_t now;
 };
-
-static uint64_t clock_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 /* Decode the header, namespace and keys of a pool request. */
 static int decode(struct kvc_server_conn *conn, const struct kvc_wire_header *h,
@@ -35,7 +27,7 @@ static int decode(struct kvc_server_conn *conn, const struct kvc_wire_header *h,
 		return -EINVAL;
 	memcpy(r->ns, ns, r->m->ns_len);
 	r->ns[r->m->ns_len] = '\0';
-	r->now = r->m->now_ms ? r->m->now_ms : clock_ms();
+	r->now = r->m->now_ms; /* 0: the pool clock, read by the caller */
 	r->keys = calloc(r->m->count ? r->m->count : 1, sizeof(*r->keys));
 	struct kvc_wire_key *wire = calloc(r->m->count ? r->m->count : 1, sizeof(*wire));
 	int rc = r->keys && wire ? 0 : -ENOMEM;
@@ -319,6 +311,8 @@ int kvc_pool_service_handle(struct kvc_pool_store *pools, struct kvc_meta_store 
 	void *reply = NULL;
 	uint32_t len = 0;
 	int rc = decode(conn, h, &r);
+	if (rc == 0 && r.now == 0)
+		r.now = kvc_pool_now_ms(pools);
 	if (rc == 0)
 		rc = run(pools, namespace, conn, h, &r, &reply, &len);
 	rc = kvc_server_reply(conn, h, rc, reply, len);

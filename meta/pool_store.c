@@ -22,8 +22,10 @@
 #include "meta/pool_store_internal.h"
 
 #include <stdlib.h>
+#include <time.h>
 
 #include "core/fsutil.h"
+#include "meta/sessions.h"
 
 #define MAP_SIZE (32ull << 30)
 
@@ -108,7 +110,8 @@ bool kvc_pool_entry_decode(const MDB_val *k, const MDB_val *v,
 
 int kvc_pool_txn_begin(struct kvc_pool_store *s, bool write, MDB_txn **txn)
 {
-	return kvc_lmdb_errno(mdb_txn_begin(s->env, NULL, write ? 0 : MDB_RDONLY, txn));
+	int rc = write ? kvc_lmdb_checkpoint_admit(s->checkpoint) : 0;
+	return rc < 0 ? rc : kvc_lmdb_errno(mdb_txn_begin(s->env, NULL, write ? 0 : MDB_RDONLY, txn));
 }
 
 /* The format word, under a key no namespace can have (it starts with
@@ -128,6 +131,47 @@ static int check_format(struct kvc_pool_store *s, MDB_txn *txn)
 		return -EINVAL;
 	memcpy(&format, v.mv_data, sizeof(format));
 	return format == KVC_POOL_FORMAT ? 0 : -EINVAL;
+}
+
+/* ---- the pool clock ---- */
+
+#define CLOCK_KEY "\0clock" /* in `worlds`: a key no namespace can have */
+
+uint64_t kvc_pool_now_ms(struct kvc_pool_store *s)
+{
+	return s->clock_base_ms + (kvc_meta_sessions_now_ms() - s->clock_start_ms);
+}
+
+/* At open: go on from the saved reading (the wall clock for a store that
+ * has none). */
+static int clock_load(struct kvc_pool_store *s, MDB_txn *txn)
+{
+	MDB_val k = {sizeof(CLOCK_KEY) - 1, CLOCK_KEY}, v;
+	int rc = mdb_get(txn, s->worlds, &k, &v);
+	s->clock_start_ms = kvc_meta_sessions_now_ms();
+	if (rc == MDB_NOTFOUND) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		s->clock_base_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+		return 0;
+	}
+	if (rc)
+		return kvc_lmdb_errno(rc);
+	if (v.mv_size != sizeof(s->clock_base_ms))
+		return -EIO;
+	memcpy(&s->clock_base_ms, v.mv_data, sizeof(s->clock_base_ms));
+	return 0;
+}
+
+static int clock_save(struct kvc_pool_store *s)
+{
+	MDB_txn *txn;
+	uint64_t now = kvc_pool_now_ms(s);
+	MDB_val k = {sizeof(CLOCK_KEY) - 1, CLOCK_KEY}, v = {sizeof(now), &now};
+	int rc = kvc_pool_txn_begin(s, true, &txn);
+	if (rc < 0)
+		return rc;
+	return kvc_lmdb_finish(txn, kvc_lmdb_errno(mdb_put(txn, s->worlds, &k, &v, 0)));
 }
 
 int kvc_pool_batch_begin(struct kvc_pool_store *s, const char *ns, uint32_t rank,
@@ -154,6 +198,8 @@ int kvc_pool_store_open(const char *dir, struct kvc_pool_store **out)
 	if (!s)
 		return -ENOMEM;
 	int rc = kvc_fsutil_mkdirs(dir, 0700);
+	if (rc == 0) /* after a machine crash: back to the last checkpoint */
+		rc = kvc_lmdb_checkpoint_recover(dir) < 0 ? -EIO : 0; /* files unreadable */
 	if (rc == 0)
 		rc = kvc_lmdb_errno(mdb_env_create(&s->env));
 	if (rc == 0)
@@ -164,6 +210,8 @@ int kvc_pool_store_open(const char *dir, struct kvc_pool_store **out)
 		rc = kvc_lmdb_errno(mdb_env_set_maxreaders(s->env, 4096));
 	if (rc == 0)
 		rc = kvc_lmdb_errno(mdb_env_open(s->env, dir, MDB_NOSYNC | MDB_NOTLS | MDB_WRITEMAP, 0600));
+	if (rc == 0)
+		rc = kvc_lmdb_checkpoint_open(s->env, dir, &s->checkpoint);
 	if (rc == 0)
 		rc = kvc_pool_txn_begin(s, true, &txn);
 	if (rc < 0)
@@ -180,6 +228,8 @@ int kvc_pool_store_open(const char *dir, struct kvc_pool_store **out)
 	if (rc == 0)
 		rc = check_format(s, txn);
 	if (rc == 0)
+		rc = clock_load(s, txn);
+	if (rc == 0)
 		rc = kvc_pool_punching_recover(s, txn);
 	rc = kvc_lmdb_finish(txn, rc);
 	if (rc < 0)
@@ -195,13 +245,17 @@ void kvc_pool_store_close(struct kvc_pool_store *s)
 {
 	if (!s)
 		return;
+	if (s->clock_start_ms) /* opened: the clock goes on from here next time */
+		clock_save(s);
+	kvc_lmdb_checkpoint_close(s->checkpoint);
 	kvc_lmdb_close(s->env);
 	free(s);
 }
 
 int kvc_pool_store_sync(struct kvc_pool_store *s)
 {
-	return kvc_lmdb_errno(mdb_env_sync(s->env, 1));
+	int rc = clock_save(s);
+	return rc < 0 ? rc : kvc_lmdb_checkpoint_sync(s->checkpoint);
 }
 
 /* ---- pools and worlds ---- */

@@ -38,9 +38,25 @@
  * stores get them empty.) With a binding, accounting reads free + used +
  * punching == num_pages.
  *
- * Thread-safe (LMDB serializes writers). Times are passed in (now_ms,
- * CLOCK_REALTIME milliseconds) so leases survive restarts and tests can
- * move time.
+ * Durability: MDB_NOSYNC | MDB_WRITEMAP, so a kill -9 loses nothing
+ * committed; kvc_pool_store_sync is a checkpoint (core/lmdb_checkpoint.h)
+ * that a machine crash goes back to, consistent, losing at most what was
+ * committed after it (kvc-meta takes one every sync_interval_ms).
+ *
+ * Thread-safe (LMDB serializes writers). Times are passed in (now_ms, on
+ * the pool clock: kvc_pool_now_ms) so tests can move time.
+ *
+ * The pool clock counts milliseconds with CLOCK_MONOTONIC while the store
+ * is open, so a step of the wall clock (NTP, an administrator) neither
+ * ends a lease early nor stretches one. Its reading is saved in the store
+ * ("\0clock" in `worlds`) at every kvc_pool_store_sync and at close, and
+ * a reopened store goes on from the saved reading: lease deadlines stay
+ * meaningful across a restart or a reboot (where CLOCK_MONOTONIC starts
+ * again from zero), time while kvc-meta was down does not count (a lease
+ * granted before a crash lasts its full length after it, plus at most one
+ * sync interval), and the clock never goes back. A store without a saved
+ * reading (a new one, or one written before the pool clock, whose lease
+ * times are wall-clock milliseconds) starts from the wall clock.
  *
  * The implementation is one file per concept (meta/pool_store*.c);
  * meta/pool_store_internal.h lists them and holds what they share.
@@ -90,7 +106,11 @@ struct kvc_pool_stats {
  * -errno. */
 int kvc_pool_store_open(const char *dir, struct kvc_pool_store **out);
 void kvc_pool_store_close(struct kvc_pool_store *store);
+/* Save the pool clock, then take a checkpoint: every transaction
+ * committed before the call is durable when it returns 0. */
 int kvc_pool_store_sync(struct kvc_pool_store *store);
+/* The pool clock now (ms; see above). */
+uint64_t kvc_pool_now_ms(struct kvc_pool_store *store);
 
 /* Create the pool (ns, rank) with num_pages, or accept a repeat with the
  * same count; a larger count grows it. world_size > 0 sets the namespace's

@@ -34,6 +34,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "core/lmdb_checkpoint.h"
 #include "core/lmdb_txn.h"
 #include "meta/pool_store.h"
 
@@ -49,7 +50,11 @@
 /* The tables of pool_store.h; set by kvc_pool_store_open, then constant. */
 struct kvc_pool_store {
 	MDB_env *env;
+	struct kvc_lmdb_checkpoint *checkpoint;
 	MDB_dbi worlds, pools, free, pages, keys, lru, bindings, punch, punching;
+	/* The pool clock (kvc_pool_now_ms): clock_base_ms at the monotonic
+	 * instant clock_start_ms. */
+	uint64_t clock_base_ms, clock_start_ms;
 };
 
 /* worlds: ns -> a namespace's world and counters. */

@@ -18,8 +18,12 @@
  *   num_pages; a page moves between `free` and `punching` together with
  *   its count, and only when it really was where it is taken from;
  * - only a bound pool's pages are listed: unbinding drops the pool's
- *   list (its pages stay free), and a listed page whose pool is no
- *   longer bound is dropped from the list when taken.
+ *   list (its pages stay free), recovery at open lists a page again only
+ *   while its pool is bound, and a listed page whose pool is no longer
+ *   bound is dropped from the list when taken;
+ * - the collector gets only pages that really left the free list: a
+ *   listed page a key holds meanwhile is dropped from the list, never
+ *   handed out (punching it would zero the key's bytes).
  */
 #include "meta/pool_store_internal.h"
 
@@ -62,7 +66,9 @@ static int binding_get(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, u
 }
 
 /* Move page between the free list and `punching`; adjusts the pool's
- * free count only when the page really moved. */
+ * free count only when the page really moved. Returns 1 when it moved, 0
+ * when it was not where it is taken from (taken by a key or repaired
+ * meanwhile: nothing to move, and nothing to punch), or -errno. */
 static int punch_move(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint32_t rank,
                       uint32_t page, bool to_punching)
 {
@@ -72,7 +78,7 @@ static int punch_move(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, ui
 	MDB_dbi from = to_punching ? s->free : s->punching, to = to_punching ? s->punching : s->free;
 	int rc = mdb_del(txn, from, &k, NULL);
 	if (rc == MDB_NOTFOUND)
-		return 0; /* taken (or repaired) meanwhile: nothing to move */
+		return 0;
 	if (rc == 0)
 		rc = mdb_put(txn, to, &k, &one, MDB_NOOVERWRITE);
 	if (rc == MDB_KEYEXIST)
@@ -84,7 +90,7 @@ static int punch_move(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, ui
 		p.free_pages += to_punching ? (uint32_t)-1 : 1u;
 		rc = kvc_pool_info_put(s, txn, ns, rank, &p);
 	}
-	return rc == -ENOENT ? 0 : rc;
+	return rc == -ENOENT ? 0 : rc == 0 ? 1 : rc;
 }
 
 int kvc_pool_punching_recover(struct kvc_pool_store *s, MDB_txn *txn)
@@ -100,9 +106,17 @@ int kvc_pool_punching_recover(struct kvc_pool_store *s, MDB_txn *txn)
 		MDB_val copy = {k.mv_size, key};
 		memcpy(key, k.mv_data, k.mv_size < sizeof(key) ? k.mv_size : sizeof(key));
 		if (k.mv_size <= sizeof(key) && page_key_decode(&copy, ns, &rank, &page)) {
+			struct pool_binding b;
 			rc = punch_move(s, txn, ns, rank, page, false);
-			if (rc == 0)
+			/* Listed again only while its pool is still bound: a listing
+			 * of an unbound pool would survive a key taking the page,
+			 * and a later binding would hand that key's page out. */
+			int bound = rc >= 0 ? binding_get(s, txn, ns, rank, &b) : rc;
+			if (rc >= 0 && bound == 0)
 				rc = kvc_lmdb_errno(mdb_put(txn, s->punch, &copy, &one, 0));
+			else if (rc >= 0 && bound != -ENOENT)
+				rc = bound;
+			rc = rc < 0 ? rc : 0;
 		} else {
 			rc = kvc_lmdb_errno(mdb_del(txn, s->punching, &copy, NULL));
 		}
@@ -219,7 +233,8 @@ int kvc_pool_punch_take(struct kvc_pool_store *s, struct kvc_pool_punch *out, in
 			p->inode = b.inode;
 			p->page_size = b.page_size;
 			rc = punch_move(s, txn, p->ns, p->rank, p->page, true);
-			count++;
+			count += rc == 1; /* only a page that really left the free list */
+			rc = rc < 0 ? rc : 0;
 		}
 		k = at;
 		got = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE) : MDB_NOTFOUND;
@@ -242,6 +257,7 @@ int kvc_pool_punch_done(struct kvc_pool_store *s, const struct kvc_pool_punch *p
 	for (int i = 0; i < count && rc == 0; i++) {
 		const struct kvc_pool_punch *p = &punches[i];
 		rc = punch_move(s, txn, p->ns, p->rank, p->page, false);
+		rc = rc < 0 ? rc : 0;
 		MDB_val k = page_key(buf, p->ns, p->rank, p->page), one = {1, "\1"};
 		/* Not punched (a storage server down): listed again, if still bound. */
 		if (rc == 0 && !punched[i] && binding_get(s, txn, p->ns, p->rank, &b) == 0)

@@ -2,6 +2,7 @@
 #include "meta/service.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -204,21 +205,28 @@ static int h_readdir(struct request *r)
 	return rc;
 }
 
+/* A size change (setattr, extend): growing while a shrink's chunks are
+ * still to cut answers -EAGAIN from the store: cut them first, once. A
+ * shrink commits its size (and records its cut) first, then the chunks
+ * are cut here before the answer; if a storage server fails, the size
+ * stands, the file cannot grow, and the collector retries the cut. */
 static int h_setattr(struct request *r)
 {
 	const struct kvc_msg_setattr *m = r->msg;
+	struct kvc_meta_service *svc = r->svc;
 	struct kvc_attr attr;
-	int rc = 0;
-	if (m->mask & KVC_SETATTR_SIZE) {
-		rc = kvc_meta_store_getattr(r->svc->store, m->ino, &attr);
-		/* Drop the cut-off bytes before the size says they are gone. */
-		if (rc == 0 && S_ISREG(attr.mode) && m->size < attr.size)
-			rc = kvc_storage_client_truncate(r->svc->storage, m->ino, &attr.layout,
-			                                 m->size);
+	int rc = kvc_meta_store_setattr(svc->store, m, &attr);
+	if (rc == -EAGAIN) {
+		rc = kvc_meta_collector_truncate(svc->collector, m->ino);
+		if (rc == 0)
+			rc = kvc_meta_store_setattr(svc->store, m, &attr);
+	} else if (rc == 0 && (m->mask & KVC_SETATTR_SIZE)) {
+		int cut = kvc_meta_collector_truncate(svc->collector, m->ino);
+		if (cut < 0)
+			kvc_log_warn("inode %" PRIu64 ": cutting its chunks to %" PRIu64 ": %s; "
+			             "the collector retries", m->ino, m->size, strerror(-cut));
 	}
-	if (rc == 0)
-		rc = kvc_meta_store_setattr(r->svc->store, m, &attr);
-	return reply_attr(r, rc, &attr);
+	return reply_attr(r, rc == -EAGAIN ? -EIO : rc, &attr);
 }
 
 static int h_getattr(struct request *r)
@@ -232,7 +240,13 @@ static int h_extend(struct request *r)
 {
 	const struct kvc_msg_extend *m = r->msg;
 	struct kvc_attr attr;
-	return reply_attr(r, kvc_meta_store_extend(r->svc->store, m->ino, m->size, &attr), &attr);
+	int rc = kvc_meta_store_extend(r->svc->store, m->ino, m->size, &attr);
+	if (rc == -EAGAIN) {
+		rc = kvc_meta_collector_truncate(r->svc->collector, m->ino);
+		if (rc == 0)
+			rc = kvc_meta_store_extend(r->svc->store, m->ino, m->size, &attr);
+	}
+	return reply_attr(r, rc == -EAGAIN ? -EIO : rc, &attr);
 }
 
 static int h_statfs(struct request *r)
@@ -249,6 +263,16 @@ static int h_statfs(struct request *r)
 	return reply(r, rc, &out, sizeof(out));
 }
 
+/* META_SYNC: a checkpoint of both stores (namespace first: fsync waits
+ * on it). */
+static int h_sync(struct request *r)
+{
+	int rc = kvc_meta_store_sync(r->svc->store);
+	if (rc == 0 && r->svc->pools)
+		rc = kvc_pool_store_sync(r->svc->pools);
+	return reply(r, rc, NULL, 0);
+}
+
 /* OPEN, CLOSE, RENEW: every one is also a sign of life of the client. */
 static int h_session(struct request *r)
 {
@@ -256,9 +280,12 @@ static int h_session(struct request *r)
 	struct kvc_meta_service *svc = r->svc;
 	struct kvc_attr attr;
 	_Static_assert(KVC_WIRE_CLIENT_ID == KVC_META_CLIENT_ID, "");
-	if (r->h->type == KVC_MSG_RENEW)
+	if (r->h->type == KVC_MSG_RENEW && m->ino > UINT32_MAX)
+		return bad(r);
+	if (r->h->type == KVC_MSG_RENEW) /* ino: the flags */
 		return reply(r, svc->sessions ? kvc_meta_sessions_renew(
-			svc->sessions, m->client, kvc_meta_sessions_now_ms()) : 0, NULL, 0);
+			svc->sessions, svc->store, m->client, (uint32_t)m->ino,
+			kvc_meta_sessions_now_ms()) : 0, NULL, 0);
 	if (svc->sessions)
 		kvc_meta_sessions_touch(svc->sessions, m->client, kvc_meta_sessions_now_ms());
 	if (r->h->type == KVC_MSG_OPEN)
@@ -340,6 +367,7 @@ static const struct op ops[] = {
 	[KVC_MSG_CLOSE] = EXACT(struct kvc_msg_session, h_session),
 	[KVC_MSG_RENEW] = EXACT(struct kvc_msg_session, h_session),
 	[KVC_MSG_STATFS] = {0, true, h_statfs},
+	[KVC_MSG_META_SYNC] = {0, true, h_sync},
 };
 
 /* What a connection of the pool secret may send: the page-pool messages,

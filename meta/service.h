@@ -1,8 +1,10 @@
 /*
  * meta service: the request handlers of kvc-meta. Decodes and checks each
  * namespace RPC (names, lengths, masks) and runs it on the meta store.
- * A size-reducing setattr first drops the cut-off bytes on the storage
- * servers, so growing the file again later shows zeros, not old data.
+ * A size-reducing setattr commits the new size first and then cuts the
+ * chunks beyond it on the storage servers; the file cannot grow again
+ * until they are cut (meta_sizes.c), so growing it later shows zeros, never
+ * old data.
  */
 #ifndef KVC_META_SERVICE_H
 #define KVC_META_SERVICE_H

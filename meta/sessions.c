@@ -10,20 +10,23 @@
 #include "core/log.h"
 
 #define MAX_CLIENTS 4096
-#define MAX_DROPPED 256 /* remembered to tell them when they come back */
 
 struct client {
 	uint8_t id[KVC_META_CLIENT_ID];
 	uint64_t last_ms;
+	uint32_t told; /* the drop (its record's count) it was told of; 0: none */
 };
 
 struct kvc_meta_sessions {
+	/* Held by the sweep across deciding a client is gone and dropping it,
+	 * shared by RENEW across its look at the store: a RENEW sees a client
+	 * either alive or with its drop recorded, never in between (it would
+	 * be told nothing, then lose its sessions). Taken before `lock`. */
+	pthread_rwlock_t drop_lock;
 	pthread_mutex_t lock;
 	uint32_t timeout_ms;
 	struct client *clients;
 	int count, capacity;
-	uint8_t dropped[MAX_DROPPED][KVC_META_CLIENT_ID]; /* a ring: oldest overwritten */
-	int dropped_next;
 };
 
 uint64_t kvc_meta_sessions_now_ms(void)
@@ -39,6 +42,7 @@ int kvc_meta_sessions_create(uint32_t timeout_ms, struct kvc_meta_sessions **out
 	if (!s)
 		return -ENOMEM;
 	pthread_mutex_init(&s->lock, NULL);
+	pthread_rwlock_init(&s->drop_lock, NULL);
 	s->timeout_ms = timeout_ms;
 	*out = s;
 	return 0;
@@ -49,6 +53,7 @@ void kvc_meta_sessions_destroy(struct kvc_meta_sessions *s)
 	if (!s)
 		return;
 	pthread_mutex_destroy(&s->lock);
+	pthread_rwlock_destroy(&s->drop_lock);
 	free(s->clients);
 	free(s);
 }
@@ -76,36 +81,61 @@ static struct client *add(struct kvc_meta_sessions *s, const uint8_t *id, uint64
 	struct client *c = &s->clients[s->count++];
 	memcpy(c->id, id, KVC_META_CLIENT_ID);
 	c->last_ms = now_ms;
+	c->told = 0;
 	return c;
 }
 
-void kvc_meta_sessions_touch(struct kvc_meta_sessions *s, const uint8_t id[KVC_META_CLIENT_ID],
-                             uint64_t now_ms)
+/* Touch, and note (told) or read back (!told) the drop the client was
+ * told of. Returns what it was told (0: nothing, or not in the table). */
+static uint32_t contact(struct kvc_meta_sessions *s, const uint8_t *id, uint64_t now_ms,
+                        bool tell, uint32_t drops)
 {
 	pthread_mutex_lock(&s->lock);
 	struct client *c = find(s, id);
 	if (c)
 		c->last_ms = now_ms;
 	else
-		add(s, id, now_ms); /* full: found again at the next sweep */
+		c = add(s, id, now_ms); /* full: found again at the next sweep */
+	if (c && tell)
+		c->told = drops;
+	uint32_t told = c ? c->told : 0;
 	pthread_mutex_unlock(&s->lock);
+	return told;
 }
 
-int kvc_meta_sessions_renew(struct kvc_meta_sessions *s, const uint8_t id[KVC_META_CLIENT_ID],
+void kvc_meta_sessions_touch(struct kvc_meta_sessions *s, const uint8_t id[KVC_META_CLIENT_ID],
+                             uint64_t now_ms)
+{
+	contact(s, id, now_ms, false, 0);
+}
+
+/* drop_lock shared: a drop is either all before this (its record is
+ * there) or all after (the touch below keeps the client from it). */
+static int renew_locked(struct kvc_meta_sessions *s, struct kvc_meta_store *store,
+                        const uint8_t *id, uint32_t flags, uint64_t now_ms)
+{
+	struct kvc_meta_dropped d;
+	int rc = kvc_meta_store_client_dropped(store, id, &d);
+	uint32_t told = contact(s, id, now_ms, false, 0);
+	if (rc <= 0) /* not dropped (or the store failed: say so) */
+		return rc;
+	/* Rejoining after hearing of exactly this drop forgets it; any other
+	 * RENEW tells (again) which drop it is. */
+	if ((flags & KVC_RENEW_REJOIN) && told == d.drops)
+		return kvc_meta_store_client_rejoin(store, id, told);
+	contact(s, id, now_ms, true, d.drops);
+	return -ESTALE;
+}
+
+int kvc_meta_sessions_renew(struct kvc_meta_sessions *s, struct kvc_meta_store *store,
+                            const uint8_t id[KVC_META_CLIENT_ID], uint32_t flags,
                             uint64_t now_ms)
 {
-	static const uint8_t none[KVC_META_CLIENT_ID];
-	int rc = 0;
-	pthread_mutex_lock(&s->lock);
-	for (int i = 0; i < MAX_DROPPED; i++) {
-		if (memcmp(s->dropped[i], id, KVC_META_CLIENT_ID) == 0 &&
-		    memcmp(id, none, KVC_META_CLIENT_ID) != 0) {
-			memset(s->dropped[i], 0, KVC_META_CLIENT_ID); /* told once */
-			rc = -ESTALE;
-		}
-	}
-	pthread_mutex_unlock(&s->lock);
-	kvc_meta_sessions_touch(s, id, now_ms);
+	if (flags & ~KVC_RENEW_REJOIN)
+		return -EINVAL;
+	pthread_rwlock_rdlock(&s->drop_lock);
+	int rc = renew_locked(s, store, id, flags, now_ms);
+	pthread_rwlock_unlock(&s->drop_lock);
 	return rc;
 }
 
@@ -119,11 +149,8 @@ static bool gone(struct kvc_meta_sessions *s, const uint8_t *id, uint64_t now_ms
 	if (!c)
 		add(s, id, now_ms);
 	bool silent = c && now_ms > c->last_ms && now_ms - c->last_ms > s->timeout_ms;
-	if (silent) { /* forget it, and tell it if it ever comes back */
-		memcpy(s->dropped[s->dropped_next], id, KVC_META_CLIENT_ID);
-		s->dropped_next = (s->dropped_next + 1) % MAX_DROPPED;
+	if (silent) /* forget it: the store records the drop (told when it returns) */
 		*c = s->clients[--s->count];
-	}
 	pthread_mutex_unlock(&s->lock);
 	return silent;
 }
@@ -136,9 +163,11 @@ int kvc_meta_sessions_sweep(struct kvc_meta_sessions *s, struct kvc_meta_store *
 		return -ENOMEM;
 	int count = kvc_meta_store_session_clients(store, ids, MAX_CLIENTS), dropped = 0;
 	for (int i = 0; i < count; i++) {
-		if (!gone(s, ids[i], now_ms))
+		pthread_rwlock_wrlock(&s->drop_lock);
+		int files = gone(s, ids[i], now_ms) ? kvc_meta_store_drop_client(store, ids[i]) : 0;
+		pthread_rwlock_unlock(&s->drop_lock);
+		if (files == 0)
 			continue;
-		int files = kvc_meta_store_drop_client(store, ids[i]);
 		if (files < 0) {
 			count = files;
 			break;

@@ -3,11 +3,24 @@
  * id) are alive, for the open sessions of meta_store. A client renews
  * every second; one not heard from for client_timeout_ms is gone, and its
  * sessions are dropped, so files removed while it had them open are
- * reclaimed. The table is in memory only: after a kvc-meta restart every
- * client holding sessions gets the whole timeout again from the first
- * sweep, so a restart never drops a live client.
+ * reclaimed. The table of last contacts is in memory only: after a
+ * kvc-meta restart every client holding sessions gets the whole timeout
+ * again from the first sweep, so a restart never drops a live client.
  *
- * Owns its table of (id, last heard) under one mutex; thread-safe.
+ * A dropped client must hear of it before it does I/O again, or it would
+ * read holes where its removed files were. The meta store records the
+ * drop (table `dropped`, in the transaction that ends the sessions), so
+ * the word survives restarts and any number of other drops: every RENEW
+ * of a dropped client answers ESTALE; the client opens its files again
+ * (those gone turn stale on its side) and then rejoins with a RENEW
+ * flagged KVC_RENEW_REJOIN. Rejoining forgets the record only if no drop
+ * came after the one this client was told of (what it was told is kept
+ * here; after a restart it is told again), so a client dropped again
+ * while it was reopening hears ESTALE again instead of holes.
+ *
+ * Owns its table of (id, last heard, drop told) under one mutex;
+ * thread-safe. Lock order: the table's mutex is never held across a
+ * meta store call.
  */
 #ifndef KVC_META_SESSIONS_H
 #define KVC_META_SESSIONS_H
@@ -28,11 +41,13 @@ uint64_t kvc_meta_sessions_now_ms(void);
 void kvc_meta_sessions_touch(struct kvc_meta_sessions *sessions,
                              const uint8_t id[KVC_META_CLIENT_ID], uint64_t now_ms);
 
-/* A client's periodic RENEW: touch, and -ESTALE (once) when its sessions
- * were dropped while it was silent, so it opens its files again and
- * learns which ones are gone. */
-int kvc_meta_sessions_renew(struct kvc_meta_sessions *sessions,
-                            const uint8_t id[KVC_META_CLIENT_ID], uint64_t now_ms);
+/* A client's periodic RENEW (flags 0) or its rejoining after a drop
+ * (KVC_RENEW_REJOIN): touch, then 0, or -ESTALE while the client's
+ * sessions were dropped and it has not rejoined since the last drop it
+ * was told of; -EINVAL for unknown flags, -errno from the store. */
+int kvc_meta_sessions_renew(struct kvc_meta_sessions *sessions, struct kvc_meta_store *store,
+                            const uint8_t id[KVC_META_CLIENT_ID], uint32_t flags,
+                            uint64_t now_ms);
 
 /* Drop the sessions of clients silent past the timeout. Returns how many
  * clients were dropped, or -errno. */

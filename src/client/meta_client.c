@@ -92,9 +92,10 @@ int kvc_meta_client_close(struct kvc_meta_client *client, uint64_t ino,
 	return call_attr(client, KVC_MSG_CLOSE, &m, sizeof(m), NULL);
 }
 
-int kvc_meta_client_renew(struct kvc_meta_client *client, const uint8_t id[KVC_WIRE_CLIENT_ID])
+int kvc_meta_client_renew(struct kvc_meta_client *client, const uint8_t id[KVC_WIRE_CLIENT_ID],
+                          uint32_t flags)
 {
-	struct kvc_msg_session m = {.ino = 0};
+	struct kvc_msg_session m = {.ino = flags};
 	memcpy(m.client, id, sizeof(m.client));
 	return call_attr(client, KVC_MSG_RENEW, &m, sizeof(m), NULL);
 }
@@ -365,4 +366,9 @@ int kvc_meta_client_statfs(struct kvc_meta_client *client,
 	if (rc < 0)
 		return kvc_rpc_is_transport_error(rc) ? -EIO : rc;
 	return len == sizeof(*reply) ? 0 : -EIO;
+}
+
+int kvc_meta_client_sync(struct kvc_meta_client *client)
+{
+	return call_attr(client, KVC_MSG_META_SYNC, NULL, 0, NULL);
 }

@@ -40,7 +40,11 @@ int kvc_meta_client_open(struct kvc_meta_client *client, uint64_t ino,
                          const uint8_t id[KVC_WIRE_CLIENT_ID], struct kvc_attr *attr);
 int kvc_meta_client_close(struct kvc_meta_client *client, uint64_t ino,
                           const uint8_t id[KVC_WIRE_CLIENT_ID]);
-int kvc_meta_client_renew(struct kvc_meta_client *client, const uint8_t id[KVC_WIRE_CLIENT_ID]);
+/* renew: flags 0, or KVC_RENEW_REJOIN after reopening every file when a
+ * renew answered -ESTALE (kvc-meta had dropped our sessions; it answers
+ * -ESTALE again if it dropped them once more meanwhile). */
+int kvc_meta_client_renew(struct kvc_meta_client *client, const uint8_t id[KVC_WIRE_CLIENT_ID],
+                          uint32_t flags);
 int kvc_meta_client_getattr(struct kvc_meta_client *client, uint64_t ino,
                             struct kvc_attr *attr);
 int kvc_meta_client_create(struct kvc_meta_client *client, uint64_t parent,
@@ -93,5 +97,8 @@ int kvc_meta_client_extend(struct kvc_meta_client *client, uint64_t ino, uint64_
                            struct kvc_attr *attr);
 int kvc_meta_client_statfs(struct kvc_meta_client *client,
                            struct kvc_msg_statfs_reply *reply);
+/* Everything kvc-meta acknowledged before is durable when this returns 0
+ * (META_SYNC: a checkpoint of the namespace and the page pools). */
+int kvc_meta_client_sync(struct kvc_meta_client *client);
 
 #endif

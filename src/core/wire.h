@@ -41,6 +41,7 @@
  *   3  connections authenticate: HELLO carries a role and a client nonce
  *      instead of a token; new AUTH (HMAC-SHA256 proofs both ways). The
  *      page-pool secret opens a connection for page-pool messages only.
+ *      Also: META_SYNC (54), and RENEW's ino carries flags (KVC_RENEW_REJOIN).
  */
 #ifndef KVC_WIRE_H
 #define KVC_WIRE_H
@@ -107,6 +108,7 @@ enum kvc_wire_type {
 	KVC_MSG_GETXATTR = 51,
 	KVC_MSG_LISTXATTR = 52,
 	KVC_MSG_REMOVEXATTR = 53,
+	KVC_MSG_META_SYNC = 54,
 	/* chunks (kvc-storage) */
 	KVC_MSG_CHUNK_WRITE = 64,
 	KVC_MSG_CHUNK_READ = 65,
@@ -197,13 +199,16 @@ struct kvc_msg_ino {
 };
 
 /* OPEN (reply kvc_attr) and CLOSE (empty) of a file by a client: while
- * any client has it open, removing its last name keeps its data. RENEW
- * (client only): the client is alive. */
+ * any client has it open, removing its last name keeps its data. RENEW:
+ * the client is alive; its `ino` carries flags instead: 0, or
+ * KVC_RENEW_REJOIN once a client told ESTALE (its sessions were dropped)
+ * has opened its files again. */
 #define KVC_WIRE_CLIENT_ID 16
 struct kvc_msg_session {
 	uint64_t ino;
 	uint8_t client[KVC_WIRE_CLIENT_ID];
 };
+#define KVC_RENEW_REJOIN 1u
 
 /* CREATE, MKDIR, MKNOD: followed by the name. Reply: kvc_attr. CREATE
  * makes a regular file (mode's type bits ignored), MKDIR a directory,
@@ -315,6 +320,10 @@ struct kvc_msg_extend {
 	uint64_t ino;
 	uint64_t size;
 };
+
+/* META_SYNC: empty body, empty reply: when it answers 0, everything
+ * kvc-meta acknowledged before (namespace and page pools) is durable
+ * (a checkpoint, docs/on-disk.md). fsync and fsyncdir send it. */
 
 /* STATFS reply (namespace part; space comes from the storage servers). */
 struct kvc_msg_statfs_reply {

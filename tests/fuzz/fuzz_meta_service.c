@@ -11,6 +11,7 @@
 #include "fuzz_common.h"
 #include "meta/meta_store.h"
 #include "meta/pool_store.h"
+#include "meta/collector.h"
 #include "meta/service.h"
 
 static struct kvc_meta_service svc;
@@ -39,6 +40,12 @@ static void setup(void)
 	if (kvc_storage_client_init(&storage, &config) != 0)
 		abort();
 	svc.storage = &storage;
+	/* kvc-meta always runs its collector: shrinking truncates cut chunks
+	 * through it (against the unreachable storage, they fail and stay
+	 * recorded, as with a storage server down). */
+	if (kvc_meta_collector_start(svc.store, svc.pools, NULL, &storage, 3600 * 1000,
+	                             &svc.collector) != 0)
+		abort();
 	conn.fd = fuzz_reply_fd();
 }
 
@@ -54,6 +61,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		KVC_MSG_POOL_EXISTS, KVC_MSG_POOL_LOCATIONS, KVC_MSG_POOL_RELEASE_LEASES,
 		KVC_MSG_POOL_DELETE, KVC_MSG_POOL_CLEAR, KVC_MSG_POOL_STATS, KVC_MSG_POOL_LIST,
 		KVC_MSG_POOL_FSCK, KVC_MSG_POOL_KEYS, KVC_MSG_POOL_BIND, KVC_MSG_POOL_BINDING,
+		KVC_MSG_META_SYNC,
 		0, 1, 47, 54, 200};
 	if (!svc.store)
 		setup();

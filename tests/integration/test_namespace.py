@@ -210,6 +210,7 @@ def test_file_removed_while_open_on_another_client_keeps_its_data(cluster, workd
         fd = os.open(path2, os.O_RDONLY | os.O_DIRECT)
         kvcfs.register_fd(fd)
         iov = kvcfs.Iov.create(mount2, 8 * CHUNK)
+        iov.unlink()  # no name left in /dev/shm
         ring = kvcfs.Ring(mount2, 4, for_read=True)
         proc.send_signal(signal.SIGSTOP)
         try:

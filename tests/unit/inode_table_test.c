@@ -40,8 +40,13 @@ Test(inode_table, writes_raise_a_dirty_size_until_committed)
 	uint64_t size, inos[4];
 	struct kvc_layout layout;
 	kvc_inode_table_open(table, &file);
+	cr_assert_eq(kvc_inode_table_take_dirty(table, 42, &size), 0, "nothing written: clean");
+	/* A write inside the file as this daemon knows it: its end is still
+	 * sent (another client may have shrunk the file meanwhile). */
 	kvc_inode_table_wrote(table, 42, 500);
-	cr_assert_eq(kvc_inode_table_take_dirty(table, 42, &size), 0, "inside the file: clean");
+	cr_assert_eq(kvc_inode_table_take_dirty(table, 42, &size), 1);
+	cr_assert_eq(size, 500);
+	cr_assert_eq(kvc_inode_table_take_dirty(table, 42, &size), 0, "taken");
 	kvc_inode_table_wrote(table, 42, 5000);
 	cr_assert_eq(kvc_inode_table_take_dirty(table, 42, &size), 1);
 	cr_assert_eq(size, 5000);
@@ -63,10 +68,34 @@ Test(inode_table, truncate_sets_a_clean_size)
 	struct kvc_layout layout;
 	kvc_inode_table_open(table, &file);
 	kvc_inode_table_wrote(table, 42, 9000);
+	/* kvc-fuse commits before it truncates. */
+	cr_assert_eq(kvc_inode_table_take_dirty(table, 42, &size), 1);
+	kvc_inode_table_committed(table, 42, size);
 	kvc_inode_table_set_size(table, 42, 10);
 	cr_assert_eq(kvc_inode_table_take_dirty(table, 42, &size), 0);
 	cr_assert_eq(kvc_inode_table_get(table, 42, &layout, &size), 0);
 	cr_assert_eq(size, 10);
+	/* A write that raced the truncate is sent, whatever the order. */
+	kvc_inode_table_wrote(table, 42, 8);
+	kvc_inode_table_set_size(table, 42, 4);
+	cr_assert_eq(kvc_inode_table_take_dirty(table, 42, &size), 1);
+	cr_assert_eq(size, 8);
+}
+
+/* A failed commit marks the end again: it is sent at the next pass. */
+Test(inode_table, a_failed_commit_is_sent_again)
+{
+	uint64_t size, inos[4];
+	kvc_inode_table_open(table, &file);
+	kvc_inode_table_wrote(table, 42, 300);
+	cr_assert_eq(kvc_inode_table_take_dirty(table, 42, &size), 1);
+	cr_assert_eq(kvc_inode_table_list_dirty(table, inos, 4), 0, "taken");
+	kvc_inode_table_wrote(table, 42, size); /* the commit failed */
+	cr_assert_eq(kvc_inode_table_list_dirty(table, inos, 4), 1);
+	kvc_inode_table_release(table, 42);
+	cr_assert_eq(kvc_inode_table_take_dirty(table, 42, &size), 1, "kept while unsent");
+	kvc_inode_table_committed(table, 42, size);
+	cr_assert_eq(kvc_inode_table_list_dirty(table, inos, 4), 0);
 }
 
 Test(inode_table, reopen_takes_the_servers_size_when_clean)

@@ -284,3 +284,54 @@ Test(meta_store, sessions_are_listed_and_dropped_per_client)
 	cr_assert_eq(kvc_meta_store_counts(store, &counts), 0);
 	cr_assert_eq(counts.open_sessions, 6);
 }
+
+static int set_size(uint64_t ino, uint64_t size)
+{
+	struct kvc_attr a;
+	struct kvc_msg_setattr m = {.ino = ino, .mask = KVC_SETATTR_SIZE, .size = size};
+	return kvc_meta_store_setattr(store, &m, &a);
+}
+
+/* A shrink commits its size and records the cut of the chunks beyond it;
+ * until the cut is done the file does not grow, so no byte beyond the new
+ * size is ever inside the size again before it was cut. */
+Test(meta_store, a_shrink_records_its_cut_and_holds_growth_until_done)
+{
+	uint64_t f = mkfile(1, "f"), g = mkfile(1, "g"), size, inos[4];
+	struct kvc_attr a;
+	cr_assert_eq(set_size(f, 10 << 20), 0);
+	cr_assert_eq(kvc_meta_store_truncate_pending(store, f, &size), 0, "growing cuts nothing");
+	cr_assert_eq(set_size(f, 4 << 20), 0);
+	cr_assert_eq(kvc_meta_store_getattr(store, f, &a), 0);
+	cr_assert_eq(a.size, 4 << 20, "the size commits first");
+	cr_assert_eq(kvc_meta_store_truncate_pending(store, f, &size), 1);
+	cr_assert_eq(size, 4 << 20);
+	cr_assert_eq(kvc_meta_store_extend(store, f, 5 << 20, &a), -EAGAIN, "no growth");
+	cr_assert_eq(set_size(f, 6 << 20), -EAGAIN);
+	cr_assert_eq(kvc_meta_store_extend(store, f, 4 << 20, &a), 0, "no change is fine");
+	struct kvc_msg_setattr chmod = {.ino = f, .mask = KVC_SETATTR_MODE, .mode = 0600};
+	cr_assert_eq(kvc_meta_store_setattr(store, &chmod, &a), 0, "other attributes change");
+	/* A deeper cut while one is pending: the record names the deeper one;
+	 * the first cut's done leaves it. */
+	cr_assert_eq(set_size(f, 1 << 20), 0);
+	cr_assert_eq(set_size(f, 2 << 20), -EAGAIN);
+	cr_assert_eq(kvc_meta_store_truncate_done(store, f, 4 << 20), 0);
+	cr_assert_eq(kvc_meta_store_truncate_pending(store, f, &size), 1);
+	cr_assert_eq(size, 1 << 20);
+	cr_assert_eq(kvc_meta_store_truncates_list(store, inos, 4), 1);
+	cr_assert_eq(inos[0], f);
+	cr_assert_eq(kvc_meta_store_truncate_done(store, f, 1 << 20), 0);
+	cr_assert_eq(kvc_meta_store_truncate_pending(store, f, &size), 0);
+	cr_assert_eq(kvc_meta_store_extend(store, f, 5 << 20, &a), 0, "grows once cut");
+	cr_assert_eq(a.size, 5 << 20);
+	/* The record survives a restart, and goes with its inode. */
+	cr_assert_eq(set_size(g, 100), 0);
+	cr_assert_eq(set_size(g, 0), 0);
+	kvc_meta_store_close(store);
+	cr_assert_eq(kvc_meta_store_open(dir, &defaults, &store), 0);
+	cr_assert_eq(kvc_meta_store_truncate_pending(store, g, &size), 1);
+	cr_assert_eq(size, 0);
+	cr_assert_eq(kvc_meta_store_unlink(store, 1, N("g")), 0);
+	cr_assert_eq(kvc_meta_store_truncate_pending(store, g, &size), 0);
+	cr_assert_eq(kvc_meta_store_truncates_list(store, inos, 4), 0);
+}

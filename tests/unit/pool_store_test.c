@@ -439,3 +439,128 @@ Test(pool_store, pages_being_punched_at_a_crash_come_back_at_open)
 	cr_assert_eq(free_pages("n", 0), 4, "the page is free again");
 	cr_assert_eq(pending("n", 0), 1, "and listed to be punched again");
 }
+
+/* A page being punched when its pool is unbound and kvc-meta dies comes
+ * back free but not listed: a key may take it while the pool is unbound,
+ * and binding the pool again must not hand that key's page to the
+ * collector. */
+Test(pool_store, recovery_lists_pages_of_bound_pools_only)
+{
+	struct kvc_pool_binding b = {.inode = 9, .page_size = 4096, .path = "/f"};
+	cr_assert_eq(kvc_pool_init(store, "n", 0, 4, 1), 0);
+	cr_assert_eq(kvc_pool_bind(store, "n", 0, &b), 0);
+	int64_t page = alloc1("n", 0, "a", 1, NULL);
+	confirm1("n", 0, "a", page);
+	struct kvc_pool_key a = K("a");
+	cr_assert_eq(kvc_pool_delete(store, "n", &a, 1, 1), 1);
+	struct kvc_pool_punch p[4];
+	cr_assert_eq(kvc_pool_punch_take(store, p, 4), 1);
+	cr_assert_eq(p[0].page, (uint32_t)page);
+	cr_assert_eq(kvc_pool_bind(store, "n", 0, NULL), 0); /* unbound meanwhile */
+	kvc_pool_store_close(store);                          /* and a crash */
+	cr_assert_eq(kvc_pool_store_open(dir, &store), 0);
+	check_accounting();
+	cr_assert_eq(free_pages("n", 0), 4, "the page is free again");
+	/* A key gets that page while the pool is unbound. */
+	int64_t again = alloc1("n", 0, "k", 2, NULL);
+	cr_assert_eq(again, page, "the first free page");
+	confirm1("n", 0, "k", again);
+	cr_assert_eq(kvc_pool_bind(store, "n", 0, &b), 0);
+	check_accounting();
+	cr_assert_eq(pending("n", 0), 0, "nothing listed");
+	cr_assert_eq(kvc_pool_punch_take(store, p, 4), 0, "the key's page is not handed out");
+	check_accounting();
+}
+
+/* A listed page that is no longer free (a repair took it, or a listing
+ * that should not exist) is dropped from the list, never handed out. */
+Test(pool_store, punch_take_counts_only_pages_that_left_the_free_list)
+{
+	struct kvc_pool_binding b = {.inode = 9, .page_size = 4096, .path = "/f"};
+	cr_assert_eq(kvc_pool_init(store, "n", 0, 2, 1), 0);
+	cr_assert_eq(kvc_pool_bind(store, "n", 0, &b), 0);
+	int64_t page = alloc1("n", 0, "a", 1, NULL);
+	confirm1("n", 0, "a", page);
+	/* List the used page by hand, as an old store could have. */
+	kvc_pool_store_close(store);
+	MDB_env *env;
+	MDB_txn *txn;
+	MDB_dbi punch;
+	cr_assert_eq(mdb_env_create(&env), 0);
+	cr_assert_eq(mdb_env_set_maxdbs(env, 16), 0);
+	cr_assert_eq(mdb_env_set_mapsize(env, 32ull << 30), 0);
+	cr_assert_eq(mdb_env_open(env, dir, 0, 0600), 0);
+	cr_assert_eq(mdb_txn_begin(env, NULL, 0, &txn), 0);
+	cr_assert_eq(mdb_dbi_open(txn, "punch", 0, &punch), 0);
+	uint8_t key[2 + 8] = {'n', 0, 0, 0, 0, 0, 0, 0, 0, (uint8_t)page}; /* ns, rank 0, page */
+	MDB_val k = {sizeof(key), key}, one = {1, "\1"};
+	cr_assert_eq(mdb_put(txn, punch, &k, &one, 0), 0);
+	cr_assert_eq(mdb_txn_commit(txn), 0);
+	mdb_env_close(env);
+	cr_assert_eq(kvc_pool_store_open(dir, &store), 0);
+	cr_assert_eq(kvc_pool_fsck(store, false), 1, "a listed page in use");
+	struct kvc_pool_punch p[4];
+	cr_assert_eq(kvc_pool_punch_take(store, p, 4), 0, "a used page is never handed out");
+	check_accounting();
+}
+
+/* Put a raw value into `worlds` of the closed store in dir. */
+static void put_worlds(const char *key, size_t key_len, const void *value, size_t len)
+{
+	MDB_env *env;
+	MDB_txn *txn;
+	MDB_dbi worlds;
+	cr_assert_eq(mdb_env_create(&env), 0);
+	cr_assert_eq(mdb_env_set_maxdbs(env, 16), 0);
+	cr_assert_eq(mdb_env_set_mapsize(env, 32ull << 30), 0);
+	cr_assert_eq(mdb_env_open(env, dir, 0, 0600), 0);
+	cr_assert_eq(mdb_txn_begin(env, NULL, 0, &txn), 0);
+	cr_assert_eq(mdb_dbi_open(txn, "worlds", 0, &worlds), 0);
+	MDB_val k = {key_len, (void *)key}, v = {len, (void *)value};
+	cr_assert_eq(mdb_put(txn, worlds, &k, &v, 0), 0);
+	cr_assert_eq(mdb_txn_commit(txn), 0);
+	mdb_env_close(env);
+}
+
+/* The pool clock never goes back and goes on across a restart from where
+ * it stood (a reboot restarts CLOCK_MONOTONIC from zero; the wall clock
+ * may step): leases taken before a restart keep their meaning. */
+Test(pool_store, pool_clock_goes_on_across_restarts)
+{
+	uint64_t first = kvc_pool_now_ms(store);
+	cr_assert_gt(first, 1500000000000ull, "a new store starts from the wall clock");
+	cr_assert_eq(kvc_pool_init(store, "kv", 0, 2, 1), 0);
+	int64_t page = alloc1("kv", 0, "a", first, NULL);
+	confirm1("kv", 0, "a", page);
+	struct kvc_pool_key a = K("a");
+	int64_t got;
+	uint64_t now = kvc_pool_now_ms(store);
+	cr_assert_eq(kvc_pool_locations(store, "kv", 0, &a, 1, now, 60000, &got), 0);
+	cr_assert_eq(got, page);
+	kvc_pool_store_close(store);
+
+	/* A clock far behind the leases (as after a reboot with a monotonic
+	 * clock at zero) would end nothing; the saved one is ahead instead. */
+	cr_assert_eq(kvc_pool_store_open(dir, &store), 0);
+	uint64_t again = kvc_pool_now_ms(store);
+	cr_assert_geq(again, now, "the clock never goes back");
+	struct kvc_pool_stats st;
+	cr_assert_eq(kvc_pool_stats(store, "kv", 0, again, &st), 0);
+	cr_assert_eq(st.leased_keys, 1, "the lease still runs after the restart");
+	cr_assert_eq(kvc_pool_stats(store, "kv", 0, again + 60001, &st), 0);
+	cr_assert_eq(st.leased_keys, 0, "and ends on the same clock");
+	kvc_pool_store_close(store);
+
+	/* A saved reading is where the clock goes on from, whatever the wall
+	 * clock says. */
+	uint64_t saved = 5000;
+	put_worlds("\0clock", 6, &saved, sizeof(saved));
+	cr_assert_eq(kvc_pool_store_open(dir, &store), 0);
+	uint64_t from = kvc_pool_now_ms(store);
+	cr_assert(from >= 5000 && from < 5000 + 600000, "clock at %llu", (unsigned long long)from);
+	cr_assert_eq(kvc_pool_store_sync(store), 0);
+	kvc_pool_store_close(store);
+	cr_assert_eq(kvc_pool_store_open(dir, &store), 0);
+	cr_assert_geq(kvc_pool_now_ms(store), from, "saved at sync and close");
+	cr_assert_lt(kvc_pool_now_ms(store), 5000 + 600000);
+}
