@@ -239,12 +239,20 @@ static int h_statfs(struct request *r)
 {
 	struct kvc_msg_statfs_reply out = {.max_inodes = 1ull << 40};
 	struct kvc_meta_counts counts;
+	struct kvc_reserve_state space;
 	int rc = kvc_meta_store_counts(r->svc->store, &counts);
 	if (rc == 0) {
 		out.inodes = counts.inodes;
 		out.open_sessions = counts.open_sessions;
 		out.orphans = counts.orphans;
 		out.gc_pending = counts.gc_pending;
+	}
+	if (rc == 0 && r->svc->space && kvc_reserve_state(r->svc->space, &space) == 0) {
+		out.volume_total_bytes = space.total_bytes;
+		out.volume_free_bytes = space.free_bytes;
+		out.reserve_bytes = space.reserve_bytes;
+		out.refused = space.refused;
+		out.flags = space.refusing ? KVC_SPACE_REFUSING : 0;
 	}
 	return reply(r, rc, &out, sizeof(out));
 }
