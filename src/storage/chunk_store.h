@@ -23,7 +23,8 @@
  *                                       last one covers only up to length)
  *   chunks/XX/IIIIIIIIIIIIIIII.CCCCCCCC  the chunk's bytes at their offsets
  *                             (XX: low byte of the inode in hex; I: inode,
- *                             C: chunk index, in hex). Sparse where unwritten.
+ *                             C: chunk index, in hex). Sparse where unwritten
+ *                             or written as zeros only (those are punched).
  *
  * Write order: the data file is written first, then the index record is
  * committed. A crash between the two leaves blocks whose crc does not match
