@@ -280,8 +280,10 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	st.f_bsize = fs->config.chunk_size;
 	st.f_frsize = 4096;
 	st.f_blocks = space.total_bytes / st.f_frsize;
+	/* df's "Avail" is what data may still take: the storage servers keep
+	 * a reserve back for metadata (writes past it get ENOSPC). */
 	st.f_bfree = space.free_bytes / st.f_frsize;
-	st.f_bavail = st.f_bfree;
+	st.f_bavail = space.avail_bytes / st.f_frsize;
 	st.f_files = names.max_inodes;
 	st.f_ffree = names.max_inodes - names.inodes;
 	st.f_favail = st.f_ffree;

@@ -618,6 +618,9 @@ void kvc_http_serve(struct kvc_http_server *s, const struct kvc_http_request *q,
 		     route_names[id]);
 	} else if (q->too_big) {
 		fail(&r, 413, "request body over %u bytes", s->options.max_body);
+	} else if ((id == R_V_INIT || id == R_V_ALLOC || id == R_S_INIT || id == R_S_RESERVE) &&
+	           s->options.space && kvc_reserve_admit(s->options.space, 0) < 0) {
+		fail(&r, 507, "the metadata volume is at its reserve: delete keys or files first");
 	} else if (id == R_HEALTH) {
 		r.status = 200;
 		r.json = json_pack("{s:s}", "status", "ok");

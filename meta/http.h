@@ -15,6 +15,10 @@
  * destructive routes (vLLM's /clear, SGLang's clear and delete_keys) are
  * taken from loopback peers only, from any peer, or from none, as
  * `destructive` says (else 403).
+ *
+ * Full disks: while the volume of kvc-meta's data is below its reserve
+ * (`space`), the routes that grow the pool store (initialize, allocate)
+ * answer 507; delete, clear and everything else are served.
  */
 #ifndef KVC_META_HTTP_H
 #define KVC_META_HTTP_H
@@ -24,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/reserve.h"
 #include "meta/pool_store.h"
 
 struct kvc_http_options {
@@ -36,6 +41,7 @@ struct kvc_http_options {
 	const char *token;          /* bearer token (token_length bytes); NULL: none */
 	uint32_t token_length;
 	int destructive;            /* enum kvc_config_http_destructive */
+	struct kvc_reserve *space;  /* the data's volume; NULL: no reserve */
 };
 
 struct kvc_http_server;

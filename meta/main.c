@@ -6,6 +6,7 @@
  *   kvc-meta --config FILE [--verbose]
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -117,7 +118,8 @@ static int start_pools(const struct kvc_config *config, struct kvc_meta_service 
 	                                 .threads = config->http_threads,
 	                                 .token = token.length ? (const char *)token.bytes : NULL,
 	                                 .token_length = token.length,
-	                                 .destructive = config->http_destructive};
+	                                 .destructive = config->http_destructive,
+	                                 .space = svc->space};
 	static struct kvc_http_server *server;
 	rc = kvc_http_start(&http, svc->pools, &server);
 	if (rc < 0)
@@ -195,6 +197,21 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	svc.storage = &storage;
+	/* Room on the data's volume for deletes: namespace growth stops first. */
+	static struct kvc_reserve space;
+	int data_fd = open(config.meta_data, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	rc = data_fd < 0 ? -errno : kvc_reserve_init(&space, data_fd, config.meta_reserve_bytes,
+	                                             KVC_RESERVE_META, NULL);
+	if (rc < 0) {
+		fprintf(stderr, "kvc-meta: cannot look at the volume of %s: %s\n", config.meta_data,
+		        strerror(-rc));
+		return 1;
+	}
+	svc.space = &space;
+	kvc_log_info("volume of %s: %llu MiB free of %llu MiB, %llu MiB kept back for deletes",
+	             config.meta_data, (unsigned long long)(space.free_bytes >> 20),
+	             (unsigned long long)(space.total_bytes >> 20),
+	             (unsigned long long)(space.reserve_bytes >> 20));
 	int listen_fd = kvc_net_listen(config.meta_address);
 	if (listen_fd < 0) {
 		fprintf(stderr, "kvc-meta: cannot listen on %s: %s\n", config.meta_address,

@@ -253,12 +253,20 @@ static int h_statfs(struct request *r)
 {
 	struct kvc_msg_statfs_reply out = {.max_inodes = 1ull << 40};
 	struct kvc_meta_counts counts;
+	struct kvc_reserve_state space;
 	int rc = kvc_meta_store_counts(r->svc->store, &counts);
 	if (rc == 0) {
 		out.inodes = counts.inodes;
 		out.open_sessions = counts.open_sessions;
 		out.orphans = counts.orphans;
 		out.gc_pending = counts.gc_pending;
+	}
+	if (rc == 0 && r->svc->space && kvc_reserve_state(r->svc->space, &space) == 0) {
+		out.volume_total_bytes = space.total_bytes;
+		out.volume_free_bytes = space.free_bytes;
+		out.reserve_bytes = space.reserve_bytes;
+		out.refused = space.refused;
+		out.flags = space.refusing ? KVC_SPACE_REFUSING : 0;
 	}
 	return reply(r, rc, &out, sizeof(out));
 }
@@ -370,6 +378,24 @@ static const struct op ops[] = {
 	[KVC_MSG_META_SYNC] = {0, true, h_sync},
 };
 
+/* The messages that grow kvc-meta's databases (a name, an inode, an
+ * xattr, a pool or a key more): refused with -ENOSPC while the data's
+ * volume is below its reserve, which is left to what removes and shrinks
+ * (UNLINK, RMDIR, RENAME, SETATTR, CLOSE, REMOVEXATTR, POOL_DELETE,
+ * POOL_CLEAR, ...), so deleting always works on a full disk. */
+static const bool grows[] = {
+	[KVC_MSG_CREATE] = true,     [KVC_MSG_MKDIR] = true,
+	[KVC_MSG_MKNOD] = true,      [KVC_MSG_SYMLINK] = true,
+	[KVC_MSG_LINK] = true,       [KVC_MSG_SETXATTR] = true,
+	[KVC_MSG_POOL_INIT] = true,  [KVC_MSG_POOL_ALLOCATE] = true,
+};
+
+static bool over_reserve(const struct kvc_meta_service *svc, uint16_t type)
+{
+	return type < sizeof(grows) / sizeof(grows[0]) && grows[type] && svc->space &&
+	       kvc_reserve_admit(svc->space, 0) < 0;
+}
+
 /* What a connection of the pool secret may send: the page-pool messages,
  * except POOL_BIND, which names a file of the namespace whose pages the
  * collector will punch (that takes the cluster secret, like the namespace). */
@@ -387,6 +413,8 @@ int kvc_meta_service_handle(void *service, struct kvc_server_conn *conn,
 		return -EPROTO; /* no namespace message carries bulk data */
 	if (conn->role == KVC_AUTH_POOL && !pool_role_may_send(h->type))
 		return kvc_server_reply(conn, h, -EACCES, NULL, 0);
+	if (over_reserve(svc, h->type))
+		return kvc_server_reply(conn, h, -ENOSPC, NULL, 0);
 	if (h->type >= KVC_MSG_POOL_INIT && h->type <= KVC_MSG_POOL_BINDING)
 		return kvc_pool_service_handle(svc->pools, svc->store, conn, h);
 	const struct op *op = h->type < sizeof(ops) / sizeof(ops[0]) ? &ops[h->type] : NULL;

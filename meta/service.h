@@ -5,6 +5,9 @@
  * chunks beyond it on the storage servers; the file cannot grow again
  * until they are cut (meta_sizes.c), so growing it later shows zeros, never
  * old data.
+ * While the volume of kvc-meta's data is below its reserve (`space`), the
+ * messages that grow the databases are refused with -ENOSPC; everything
+ * that removes or shrinks goes through (docs/operations.md "Full disks").
  */
 #ifndef KVC_META_SERVICE_H
 #define KVC_META_SERVICE_H
@@ -13,6 +16,7 @@
 #include "meta/meta_store.h"
 #include "meta/sessions.h"
 #include "meta/pool_store.h"
+#include "core/reserve.h"
 #include "core/server.h"
 #include "client/storage_client.h"
 
@@ -22,6 +26,7 @@ struct kvc_meta_service {
 	struct kvc_storage_client *storage;
 	struct kvc_meta_collector *collector;
 	struct kvc_meta_sessions *sessions;
+	struct kvc_reserve *space; /* of the data's volume; NULL: no reserve */
 };
 
 int kvc_meta_service_handle(void *service, struct kvc_server_conn *conn,

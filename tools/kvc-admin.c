@@ -63,18 +63,53 @@ static const char *json_escape(char *out, size_t cap, const char *s, size_t len)
 #define JSON_STR(s) json_escape((char[6 * 4096 + 8]){0}, 6 * 4096 + 8, (s), strlen(s))
 #define JSON_STRN(s, n) json_escape((char[6 * 4096 + 8]){0}, 6 * 4096 + 8, (s), (n))
 
+/* bytes as "1.5 GiB", "96.0 MiB", "512 KiB", in a buffer that lives until
+ * the end of the enclosing block. */
+static const char *human_size(char *out, size_t cap, uint64_t bytes)
+{
+	static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+	double v = (double)bytes / 1024;
+	int u = 0;
+	while (v >= 1024 && u < 4) {
+		v /= 1024;
+		u++;
+	}
+	snprintf(out, cap, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+	return out;
+}
+#define HUMAN(bytes) human_size((char[32]){0}, 32, (bytes))
+
+/* The space lines of status: a target's, or kvc-meta's volume. */
+static void print_space(const char *what, uint64_t free_bytes, uint64_t total_bytes,
+                        uint64_t reserve_bytes, bool refusing, uint64_t refused,
+                        const char *refusing_what)
+{
+	printf("%52s %s %s free of %s, %s kept back for metadata", "", what, HUMAN(free_bytes),
+	       HUMAN(total_bytes), HUMAN(reserve_bytes));
+	if (refusing)
+		printf("; FULL: refusing %s", refusing_what);
+	if (refused)
+		printf("; %" PRIu64 " refused so far", refused);
+	printf("\n");
+}
+
 static int cmd_status(struct admin *a)
 {
 	struct kvc_msg_statfs_reply names = {0};
 	int failures = 0;
 	int rc = kvc_meta_client_statfs(&a->meta, &names);
+	bool meta_refusing = names.flags & KVC_SPACE_REFUSING;
 	failures += rc < 0;
 	if (a->json)
 		printf("{\"meta\":{\"address\":\"%s\",\"up\":%s,\"inodes\":%" PRIu64
 		       ",\"open_sessions\":%" PRIu64 ",\"removed_but_open\":%" PRIu64
-		       ",\"reclaim_pending\":%" PRIu64 "},\"storage\":[",
+		       ",\"reclaim_pending\":%" PRIu64 ",\"volume_total_bytes\":%" PRIu64
+		       ",\"volume_free_bytes\":%" PRIu64 ",\"reserve_bytes\":%" PRIu64
+		       ",\"refusing\":%s,\"refused\":%" PRIu64 "},\"storage\":[",
 		       JSON_STR(a->config.meta_address), rc == 0 ? "true" : "false", names.inodes,
-		       names.open_sessions, names.orphans, names.gc_pending);
+		       names.open_sessions, names.orphans, names.gc_pending, names.volume_total_bytes,
+		       names.volume_free_bytes, names.reserve_bytes, meta_refusing ? "true" : "false",
+		       names.refused);
 	else
 		printf("%-8s %-10s %-22s %-6s %s\n%-8s %-10s %-22s %-6s %s\n", "ROLE", "NAME", "ADDRESS",
 		       "HEALTH", "DETAIL", "meta", "meta", a->config.meta_address,
@@ -84,6 +119,9 @@ static int cmd_status(struct admin *a)
 		printf("%52s inodes: %" PRIu64 "; files open: %" PRIu64 " (file, client) pairs\n"
 		       "%52s removed but still open: %" PRIu64 "; removed, chunks to reclaim: %" PRIu64
 		       "\n", "", names.inodes, names.open_sessions, "", names.orphans, names.gc_pending);
+	if (!a->json && rc == 0)
+		print_space("data volume:", names.volume_free_bytes, names.volume_total_bytes,
+		            names.reserve_bytes, meta_refusing, names.refused, "new names");
 	for (uint32_t s = 0; s < a->config.server_count; s++) {
 		struct kvc_msg_target_space t[KVC_WIRE_MAX_TARGETS];
 		int count = kvc_storage_client_server_space(&a->storage, s, t, KVC_WIRE_MAX_TARGETS);
@@ -94,19 +132,24 @@ static int cmd_status(struct admin *a)
 			       JSON_STR(srv->name), JSON_STR(srv->address), count >= 0 ? "true" : "false");
 			for (int i = 0; i < count; i++)
 				printf("%s{\"id\":%u,\"total_bytes\":%" PRIu64 ",\"free_bytes\":%" PRIu64
-				       ",\"chunks\":%" PRIu64 "}",
+				       ",\"reserve_bytes\":%" PRIu64 ",\"refusing\":%s,\"refused_writes\":%"
+				       PRIu64 ",\"chunks\":%" PRIu64 "}",
 				       i ? "," : "", t[i].target, t[i].total_bytes, t[i].free_bytes,
-				       t[i].chunks);
+				       t[i].reserve_bytes, t[i].flags & KVC_SPACE_REFUSING ? "true" : "false",
+				       t[i].refused_writes, t[i].chunks);
 			printf("]}");
 			continue;
 		}
 		printf("%-8s %-10s %-22s %-6s %s\n", "storage", srv->name, srv->address,
 		       count >= 0 ? "up" : "DOWN",
 		       count >= 0 ? "" : strerror(-count));
-		for (int i = 0; i < count; i++)
-			printf("%52s target %u: %" PRIu64 " chunks, %.1f GiB free of %.1f GiB\n", "",
-			       t[i].target, t[i].chunks, t[i].free_bytes / 1073741824.0,
-			       t[i].total_bytes / 1073741824.0);
+		for (int i = 0; i < count; i++) {
+			char what[64];
+			snprintf(what, sizeof(what), "target %u: %" PRIu64 " chunks,", t[i].target,
+			         t[i].chunks);
+			print_space(what, t[i].free_bytes, t[i].total_bytes, t[i].reserve_bytes,
+			            t[i].flags & KVC_SPACE_REFUSING, t[i].refused_writes, "writes");
+		}
 	}
 	struct kvc_meta_pool_entry pools[256];
 	int npools = kvc_meta_pool_list(a->pools, pools, 256);

@@ -691,6 +691,7 @@ int kvc_storage_client_space(struct kvc_storage_client *client,
 	 * one disk (the embedded cluster) count once. */
 	uint32_t seen_server[KVC_WIRE_MAX_TARGETS];
 	uint64_t seen_fsid[KVC_WIRE_MAX_TARGETS];
+	uint64_t seen_free[KVC_WIRE_MAX_TARGETS], seen_reserve[KVC_WIRE_MAX_TARGETS];
 	int seen = 0;
 	memset(space, 0, sizeof(*space));
 	for (uint32_t s = 0; s < client->server_count; s++) {
@@ -704,18 +705,28 @@ int kvc_storage_client_space(struct kvc_storage_client *client,
 		space->targets_up += (uint32_t)count;
 		for (int i = 0; i < count; i++) {
 			space->chunks += targets[i].chunks;
-			bool counted = false;
-			for (int j = 0; j < seen && !counted; j++)
-				counted = seen_fsid[j] == targets[i].fsid &&
-				          same_host(client->server_address[seen_server[j]],
-				                    client->server_address[s]);
-			if (counted || seen == KVC_WIRE_MAX_TARGETS)
+			space->targets_refusing += (targets[i].flags & KVC_SPACE_REFUSING) != 0;
+			int j = 0;
+			while (j < seen && !(seen_fsid[j] == targets[i].fsid &&
+			                     same_host(client->server_address[seen_server[j]],
+			                               client->server_address[s])))
+				j++;
+			if (j < seen) {
+				if (targets[i].reserve_bytes > seen_reserve[j])
+					seen_reserve[j] = targets[i].reserve_bytes;
+				continue;
+			}
+			if (seen == KVC_WIRE_MAX_TARGETS)
 				continue;
 			seen_server[seen] = s;
-			seen_fsid[seen++] = targets[i].fsid;
+			seen_fsid[seen] = targets[i].fsid;
+			seen_free[seen] = targets[i].free_bytes;
+			seen_reserve[seen++] = targets[i].reserve_bytes;
 			space->total_bytes += targets[i].total_bytes;
 			space->free_bytes += targets[i].free_bytes;
 		}
 	}
+	for (int j = 0; j < seen; j++)
+		space->avail_bytes += seen_free[j] > seen_reserve[j] ? seen_free[j] - seen_reserve[j] : 0;
 	return space->targets_up ? 0 : -EIO;
 }

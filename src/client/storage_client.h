@@ -46,8 +46,10 @@ struct kvc_storage_io {
 
 struct kvc_storage_space {
 	uint64_t total_bytes;
-	uint64_t free_bytes;
+	uint64_t free_bytes;  /* the filesystems' free bytes, reserves included */
+	uint64_t avail_bytes; /* what chunk data may still take: free - reserve */
 	uint64_t chunks;
+	uint32_t targets_refusing; /* at their reserve: new data gets -ENOSPC */
 	uint32_t targets_up;
 	uint32_t targets_down;
 };
@@ -118,8 +120,9 @@ int kvc_storage_client_punch_plan(const struct kvc_layout *layout, uint64_t offs
 int kvc_storage_client_sync(struct kvc_storage_client *client,
                             const struct kvc_layout *layout);
 
-/* Capacity of all targets; a disk shared by several targets counts once.
- * Servers that do not answer count as targets_down. */
+/* Capacity of all targets; a disk shared by several targets counts once
+ * (with the largest reserve of its targets). Servers that do not answer
+ * count as targets_down. */
 int kvc_storage_client_space(struct kvc_storage_client *client,
                              struct kvc_storage_space *space);
 

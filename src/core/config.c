@@ -98,6 +98,21 @@ static int section_header(struct parser *p, char *text)
 	return 0;
 }
 
+/* A reserve in MiB, or "auto" (-1): storage_reserve_mb, [meta] reserve_mb. */
+static int reserve_value(struct parser *p, const char *key, const char *value, int64_t *out)
+{
+	long v;
+	if (strcmp(value, "auto") == 0) {
+		*out = -1;
+		return 0;
+	}
+	int rc = parse_int(p, key, value, 0, 1l << 24, &v);
+	if (rc == 0)
+		*out = (int64_t)v << 20;
+	return rc == 0 ? 0 : fail(p, "%s must be auto or a size in MiB in [0, %ld], not '%s'",
+	                          key, 1l << 24, value);
+}
+
 /* The limits of every kvc-meta and kvc-storage server (core/server.h). */
 static int server_key(struct parser *p, const char *key, const char *value)
 {
@@ -122,6 +137,8 @@ static int server_key(struct parser *p, const char *key, const char *value)
 			c->server_io_timeout_ms = (int)v;
 		return rc;
 	}
+	if (strcmp(key, "storage_reserve_mb") == 0)
+		return reserve_value(p, key, value, &c->storage_reserve_bytes);
 	return fail(p, "unknown key '%s'", key);
 }
 
@@ -186,6 +203,8 @@ static int section_key(struct parser *p, const char *key, const char *value)
 				c->sync_interval_ms = (int)v;
 			return rc;
 		}
+		if (strcmp(key, "reserve_mb") == 0)
+			return reserve_value(p, key, value, &c->meta_reserve_bytes);
 		if (strcmp(key, "http") == 0)
 			return copy_string(p, c->http_address, sizeof(c->http_address), key,
 			                   strcmp(value, "off") == 0 ? "" : value);
@@ -317,6 +336,8 @@ int kvc_config_parse(const char *text, const char *origin,
 	config->server_idle_timeout_ms = KVC_SERVER_DEFAULT_IDLE_TIMEOUT_MS;
 	config->server_io_timeout_ms = KVC_SERVER_DEFAULT_IO_TIMEOUT_MS;
 	config->sync_interval_ms = 1000;
+	config->storage_reserve_bytes = -1;
+	config->meta_reserve_bytes = -1;
 	strcpy(config->http_address, "127.0.0.1:18000");
 	config->http_max_body = 1 << 20;
 	config->http_threads = 4;

@@ -14,10 +14,19 @@
  *                               # closed (0: never)
  *   server_io_timeout_ms = 30000 # a peer stalled mid-frame this long is
  *                               # closed (0: never)
+ *   storage_reserve_mb = auto   # free space each target's filesystem keeps
+ *                               # back: chunk data that would go below it
+ *                               # gets ENOSPC (auto: min(1 GiB, max(8 MiB,
+ *                               # 2% of the volume)); 0: none)
  *   [meta]
  *   address = 127.0.0.1:9000
  *   data = /var/lib/kvc/meta    # LMDB directory
  *   sync_interval_ms = 1000     # background fsync of LMDB
+ *   reserve_mb = auto           # free space the volume of `data` keeps
+ *                               # for deletes: below it, namespace growth
+ *                               # gets ENOSPC (auto: half what
+ *                               # storage_reserve_mb's auto gives that
+ *                               # volume; 0: none)
  *   http = 127.0.0.1:18000      # page pools over HTTP ("off": none)
  *   http_max_body = 1048576     # larger request bodies get 413
  *   http_threads = 4
@@ -92,9 +101,11 @@ struct kvc_config {
 	int server_max_connections;
 	int server_idle_timeout_ms;
 	int server_io_timeout_ms;
+	int64_t storage_reserve_bytes; /* -1: auto (core/reserve.h) */
 	char meta_address[KVC_NET_ADDRESS_MAX];
 	char meta_data[PATH_MAX];
 	int sync_interval_ms;
+	int64_t meta_reserve_bytes; /* -1: auto (core/reserve.h) */
 	char http_address[KVC_NET_ADDRESS_MAX]; /* "" when off */
 	uint32_t http_max_body;
 	int http_threads;

@@ -42,6 +42,9 @@
  *      instead of a token; new AUTH (HMAC-SHA256 proofs both ways). The
  *      page-pool secret opens a connection for page-pool messages only.
  *      Also: META_SYNC (54), and RENEW's ino carries flags (KVC_RENEW_REJOIN).
+ *   4  full disks: SPACE's target records carry flags (refusing), the
+ *      reserve and the refused writes (56 bytes); STATFS's reply carries
+ *      kvc-meta's volume, reserve and refusals (80 bytes).
  */
 #ifndef KVC_WIRE_H
 #define KVC_WIRE_H
@@ -55,7 +58,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "kvcfs wire structs are little-endian in memory");
 
 #define KVC_WIRE_MAGIC 0x3143564bu /* "KVC1" */
-#define KVC_WIRE_VERSION 3
+#define KVC_WIRE_VERSION 4
 #define KVC_WIRE_MAX_BODY (1u << 20)
 #define KVC_WIRE_MAX_DATA (64u << 20)
 #define KVC_WIRE_MAX_NAME 255
@@ -325,14 +328,26 @@ struct kvc_msg_extend {
  * kvc-meta acknowledged before (namespace and page pools) is durable
  * (a checkpoint, docs/on-disk.md). fsync and fsyncdir send it. */
 
-/* STATFS reply (namespace part; space comes from the storage servers). */
+/* Space flags of SPACE's target records and STATFS's reply. */
+#define KVC_SPACE_REFUSING 1u /* at the reserve: new data (storage) or
+                                 namespace growth (kvc-meta) gets -ENOSPC */
+
+/* STATFS reply: the namespace, and kvc-meta's own volume (the filesystem
+ * of [meta] data; the data's space comes from the storage servers). */
 struct kvc_msg_statfs_reply {
 	uint64_t inodes;
 	uint64_t max_inodes;
 	uint64_t open_sessions; /* (file, client) pairs open */
 	uint64_t orphans;       /* files removed while open somewhere */
 	uint64_t gc_pending;    /* removed files whose chunks are still to reclaim */
+	uint64_t volume_total_bytes;
+	uint64_t volume_free_bytes;
+	uint64_t reserve_bytes; /* below it, namespace growth gets -ENOSPC */
+	uint64_t refused;       /* growth refused for the reserve since start */
+	uint32_t flags;         /* KVC_SPACE_REFUSING */
+	uint32_t reserved;
 };
+_Static_assert(sizeof(struct kvc_msg_statfs_reply) == 80, "");
 
 /* CHUNK_WRITE: data_len bytes follow; offset + data_len <= chunk_size. */
 struct kvc_msg_chunk_write {
@@ -419,13 +434,15 @@ struct kvc_msg_space_reply {
 };
 struct kvc_msg_target_space {
 	uint32_t target;
-	uint32_t reserved;
-	uint64_t fsid; /* filesystem id, to count shared disks once */
+	uint32_t flags; /* KVC_SPACE_REFUSING */
+	uint64_t fsid;  /* filesystem id, to count shared disks once */
 	uint64_t total_bytes;
-	uint64_t free_bytes;
+	uint64_t free_bytes;     /* the filesystem's, reserve included */
 	uint64_t chunks;
+	uint64_t reserve_bytes;  /* kept back from chunk data for metadata */
+	uint64_t refused_writes; /* refused for the reserve since the server started */
 };
-_Static_assert(sizeof(struct kvc_msg_target_space) == 40, "");
+_Static_assert(sizeof(struct kvc_msg_target_space) == 56, "");
 
 /* IOV_REGISTER: one fd (the shared memory), mapped from file_offset. */
 struct kvc_msg_iov_register {

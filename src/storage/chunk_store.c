@@ -214,7 +214,9 @@ int kvc_chunk_store_open(const char *path, struct kvc_chunk_store **out)
 		rc = -errno;
 		goto fail;
 	}
-	rc = check_format(store->dir_fd);
+	rc = kvc_reserve_init(&store->reserve, store->dir_fd, 0, KVC_RESERVE_DATA, NULL);
+	if (rc == 0)
+		rc = check_format(store->dir_fd);
 	if (rc == 0)
 		rc = make_dirs(store->dir_fd);
 	if (rc == 0)
@@ -233,6 +235,7 @@ void kvc_chunk_store_close(struct kvc_chunk_store *store)
 	if (!store)
 		return;
 	kvc_lmdb_close(store->env);
+	kvc_reserve_destroy(&store->reserve);
 	if (store->dir_fd >= 0)
 		close(store->dir_fd);
 	for (int i = 0; i < LOCK_SLOTS; i++)
@@ -263,9 +266,30 @@ static uint32_t chunk_crc(const struct record *rec)
 	return kvc_crc32c(0, rec->block_crc, rec->block_count * 4u);
 }
 
-/* The write itself; the chunk's lock is held exclusively. */
+static bool all_zeros(const uint8_t *data, uint32_t length)
+{
+	return data[0] == 0 && memcmp(data, data + 1, length - 1) == 0;
+}
+
+/* Zeros over [offset, offset + length) of a chunk file of old_length
+ * bytes, taking no space: the range is punched out (a hole reads as
+ * zeros) and the file extended sparsely. Where the filesystem cannot
+ * punch, they are written. Returns 0 or -errno. */
+static int put_zeros(int fd, uint32_t offset, uint32_t length, uint32_t old_length,
+                     const uint8_t *data)
+{
+	if (offset < old_length &&
+	    fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, length) < 0)
+		return errno == EOPNOTSUPP ? file_io(fd, true, (void *)data, length, offset) : -errno;
+	if (offset + length > old_length && ftruncate(fd, (off_t)offset + length) < 0)
+		return -errno;
+	return 0;
+}
+
+/* The write itself; the chunk's lock is held exclusively. zeros: data is
+ * all zeros (put_zeros). */
 static int write_locked(struct kvc_chunk_store *store, uint64_t inode, uint32_t chunk,
-                        uint32_t offset, const uint8_t *data, uint32_t length,
+                        uint32_t offset, const uint8_t *data, uint32_t length, bool zeros,
                         struct record *rec)
 {
 	MDB_txn *txn;
@@ -284,11 +308,12 @@ static int write_locked(struct kvc_chunk_store *store, uint64_t inode, uint32_t 
 	int fd = kvc_chunk_open_file(store, inode, chunk, O_RDWR | O_CREAT | (found ? 0 : O_TRUNC));
 	if (fd < 0)
 		return fd;
-	rc = file_io(fd, true, (void *)data, length, offset);
+	uint32_t old_length = rec->length;
+	rc = zeros ? put_zeros(fd, offset, length, old_length, data)
+	           : file_io(fd, true, (void *)data, length, offset);
 	if (rc < 0)
 		goto out;
 
-	uint32_t old_length = rec->length;
 	uint32_t new_length = offset + length > old_length ? offset + length : old_length;
 	uint32_t first = (offset < old_length ? offset : old_length) / KVC_CHUNK_BLOCK;
 	uint32_t last = (offset + length - 1) / KVC_CHUNK_BLOCK;
@@ -314,10 +339,18 @@ int kvc_chunk_store_write(struct kvc_chunk_store *store, uint64_t inode, uint32_
 	if (length == 0 || chunk_size > KVC_LAYOUT_MAX_CHUNK || offset > chunk_size ||
 	    length > chunk_size - offset)
 		return -EINVAL;
+	/* Zeros take no space (put_zeros): a punch's edges go through even
+	 * at the reserve. Other data must leave the reserve free. */
+	bool zeros = all_zeros(data, length);
+	int rc = zeros ? 0 : kvc_reserve_admit(&store->reserve, length);
+	if (rc < 0)
+		return rc;
 	pthread_rwlock_t *lock = &store->locks[kvc_chunk_lock_slot(inode, chunk)];
 	pthread_rwlock_wrlock(lock);
-	int rc = write_locked(store, inode, chunk, offset, data, length, &rec);
+	rc = write_locked(store, inode, chunk, offset, data, length, zeros, &rec);
 	pthread_rwlock_unlock(lock);
+	if (!zeros)
+		kvc_reserve_done(&store->reserve, length);
 	if (rc == 0) {
 		*version = rec.version;
 		*chunk_length = rec.length;
@@ -594,19 +627,31 @@ int kvc_chunk_store_last(struct kvc_chunk_store *store, uint64_t inode, uint32_t
 	return found;
 }
 
+int kvc_chunk_store_set_reserve(struct kvc_chunk_store *store, int64_t bytes,
+                                const struct kvc_reserve_ops *ops)
+{
+	kvc_reserve_destroy(&store->reserve);
+	return kvc_reserve_init(&store->reserve, store->dir_fd, bytes, KVC_RESERVE_DATA, ops);
+}
+
 int kvc_chunk_store_space(struct kvc_chunk_store *store, struct kvc_chunk_space *space)
 {
 	struct statvfs vfs;
+	struct kvc_reserve_state state;
 	MDB_stat stat;
 	if (fstatvfs(store->dir_fd, &vfs) < 0)
 		return -errno;
-	int rc = mdb_env_stat(store->env, &stat);
+	int rc = kvc_reserve_state(&store->reserve, &state);
+	if (rc < 0)
+		return rc;
+	rc = mdb_env_stat(store->env, &stat);
 	if (rc)
 		return kvc_lmdb_errno(rc);
-	space->fsid = vfs.f_fsid;
-	space->total_bytes = (uint64_t)vfs.f_blocks * vfs.f_frsize;
-	space->free_bytes = (uint64_t)vfs.f_bavail * vfs.f_frsize;
-	space->chunks = stat.ms_entries;
+	*space = (struct kvc_chunk_space){
+		.fsid = vfs.f_fsid, .total_bytes = state.total_bytes,
+		.free_bytes = state.free_bytes, .reserve_bytes = state.reserve_bytes,
+		.available_bytes = state.available_bytes, .refused_writes = state.refused,
+		.refusing = state.refusing, .chunks = stat.ms_entries};
 	return 0;
 }
 

@@ -23,7 +23,8 @@
  *                                       last one covers only up to length)
  *   chunks/XX/IIIIIIIIIIIIIIII.CCCCCCCC  the chunk's bytes at their offsets
  *                             (XX: low byte of the inode in hex; I: inode,
- *                             C: chunk index, in hex). Sparse where unwritten.
+ *                             C: chunk index, in hex). Sparse where unwritten
+ *                             or written as zeros only (those are punched).
  *
  * Write order: the data file is written first, then the index record is
  * committed. A crash between the two leaves blocks whose crc does not match
@@ -59,6 +60,17 @@
  *      done afterwards on its own, its lock taken first.
  *
  * Read transactions take neither. Each server thread passes its own ring.
+ * The reserve (core/reserve.h) has a mutex of its own, taken with no other
+ * lock held, before a write takes its chunk lock.
+ *
+ * Full disks: a write is admitted only when it leaves the target's
+ * filesystem above its reserve (kvc_chunk_store_set_reserve; none until
+ * then), else it fails with -ENOSPC before touching anything, so the
+ * LMDB databases on that filesystem (this index, kvc-meta's when it
+ * shares the volume) always have room to commit. Removes, punches and
+ * truncates are never refused, nor are writes of zeros (the edges of a
+ * punch that is not chunk-aligned): those are punched out of the chunk
+ * file (fallocate PUNCH_HOLE; a hole reads as zeros) and take no space.
  */
 #ifndef KVC_CHUNK_STORE_H
 #define KVC_CHUNK_STORE_H
@@ -66,6 +78,8 @@
 #include <liburing.h>
 #include <stdbool.h>
 #include <stdint.h>
+
+#include "core/reserve.h"
 
 #define KVC_CHUNK_BLOCK (16u << 10)
 #define KVC_CHUNK_RECORD_MAGIC 0x4b43484bu /* "KHCK" */
@@ -126,7 +140,11 @@ void kvc_chunk_ring_exit(struct kvc_chunk_ring *ring);
 struct kvc_chunk_space {
 	uint64_t fsid;
 	uint64_t total_bytes;
-	uint64_t free_bytes;
+	uint64_t free_bytes;      /* the filesystem's, now */
+	uint64_t reserve_bytes;   /* kept back from chunk data */
+	uint64_t available_bytes; /* what chunk data may still take */
+	uint64_t refused_writes;  /* refused for the reserve since open */
+	bool refusing;            /* at the reserve: new data gets -ENOSPC */
 	uint64_t chunks;
 };
 
@@ -137,10 +155,18 @@ int kvc_chunk_store_open(const char *path, struct kvc_chunk_store **out);
 /* Close; safe on NULL. */
 void kvc_chunk_store_close(struct kvc_chunk_store *store);
 
+/* Keep `bytes` of the target's filesystem free of chunk data
+ * (KVC_RESERVE_AUTO: sized to the filesystem, core/reserve.h). ops: NULL
+ * for the real filesystem (a seam for tests). Call before serving.
+ * Returns 0 or -errno from looking at the filesystem. */
+int kvc_chunk_store_set_reserve(struct kvc_chunk_store *store, int64_t bytes,
+                                const struct kvc_reserve_ops *ops);
+
 /* Write [offset, offset + length) of a chunk. Requires offset + length <=
  * chunk_size <= KVC_LAYOUT_MAX_CHUNK and length > 0. On success *version
  * and *chunk_length describe the chunk afterwards. Returns 0, -EINVAL,
- * -ENOSPC, -EIO or -errno. */
+ * -ENOSPC (also: the write would go below the reserve; nothing written),
+ * -EIO or -errno. */
 int kvc_chunk_store_write(struct kvc_chunk_store *store, uint64_t inode,
                           uint32_t chunk, uint32_t chunk_size, uint32_t offset,
                           const void *data, uint32_t length, uint64_t *version,
@@ -181,7 +207,8 @@ int64_t kvc_chunk_store_truncate(struct kvc_chunk_store *store, uint64_t inode,
 int kvc_chunk_store_last(struct kvc_chunk_store *store, uint64_t inode,
                          uint32_t *chunk, uint32_t *length);
 
-/* Capacity of the target's filesystem and its chunk count. */
+/* Capacity of the target's filesystem (looked at now), its reserve and
+ * its chunk count. */
 int kvc_chunk_store_space(struct kvc_chunk_store *store,
                           struct kvc_chunk_space *space);
 

@@ -12,6 +12,7 @@
 #include <stddef.h>
 
 #include "core/layout.h"
+#include "core/reserve.h"
 #include "storage/chunk_store.h"
 
 #define LOCK_SLOTS 1024
@@ -23,6 +24,7 @@ struct kvc_chunk_store {
 	MDB_env *env;
 	MDB_dbi dbi;
 	pthread_rwlock_t locks[LOCK_SLOTS]; /* the chunk locks (chunk_store.h) */
+	struct kvc_reserve reserve;         /* of the target's filesystem (its own lock) */
 };
 
 /* A chunk's index record as stored (little-endian, 2-byte aligned in LMDB:

@@ -80,6 +80,19 @@ int main(int argc, char **argv)
 			        rc == -EINVAL ? "not a kvcfs target of this format" : strerror(-rc));
 			return 1;
 		}
+		/* Room for the LMDB databases of the volume to commit deletes. */
+		rc = kvc_chunk_store_set_reserve(svc.stores[i], config.storage_reserve_bytes, NULL);
+		if (rc < 0) {
+			fprintf(stderr, "kvc-storage: cannot look at the filesystem of %s: %s\n", path,
+			        strerror(-rc));
+			return 1;
+		}
+		struct kvc_chunk_space space;
+		if (kvc_chunk_store_space(svc.stores[i], &space) == 0)
+			kvc_log_info("target %s: %llu MiB free of %llu MiB, %llu MiB kept back for "
+			             "metadata", path, (unsigned long long)(space.free_bytes >> 20),
+			             (unsigned long long)(space.total_bytes >> 20),
+			             (unsigned long long)(space.reserve_bytes >> 20));
 	}
 	int listen_fd = kvc_net_listen(me->address);
 	if (listen_fd < 0) {

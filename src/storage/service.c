@@ -237,9 +237,11 @@ static int h_space(struct request *r)
 		struct kvc_chunk_space space;
 		rc = kvc_chunk_store_space(svc->stores[i], &space);
 		out.targets[i] = (struct kvc_msg_target_space){
-			.target = svc->first_target + i, .fsid = space.fsid,
+			.target = svc->first_target + i,
+			.flags = space.refusing ? KVC_SPACE_REFUSING : 0, .fsid = space.fsid,
 			.total_bytes = space.total_bytes, .free_bytes = space.free_bytes,
-			.chunks = space.chunks};
+			.chunks = space.chunks, .reserve_bytes = space.reserve_bytes,
+			.refused_writes = space.refused_writes};
 	}
 	out.head.count = svc->target_count;
 	return reply(r, rc, &out,
