@@ -161,147 +161,239 @@ static int binding(struct kvc_pool_store *pools, struct request *r, void **reply
 	return rc;
 }
 
-/* Run one decoded request; *reply (malloc'd) and *len are the answer. */
-static int run(struct kvc_pool_store *pools, struct kvc_meta_store *namespace,
-               struct kvc_server_conn *conn, const struct kvc_wire_header *h,
-               struct request *r, void **reply, uint32_t *len)
+/* One decoded request and its answer (*reply malloc'd, *len bytes). */
+struct call {
+	struct kvc_pool_store *pools;
+	struct kvc_meta_store *namespace;
+	struct kvc_server_conn *conn;
+	const struct kvc_wire_header *h;
+	struct request *r;
+	void **reply;
+	uint32_t *len;
+};
+
+static int p_init(struct call *c)
 {
-	const struct kvc_msg_pool *m = r->m;
+	const struct kvc_msg_pool *m = c->r->m;
+	return kvc_pool_init(c->pools, c->r->ns, m->rank, m->value, m->world_size);
+}
+
+static int p_world(struct call *c)
+{
+	return kvc_pool_set_world(c->pools, c->r->ns, c->r->m->value);
+}
+
+static int p_allocate(struct call *c)
+{
+	uint32_t n = c->r->m->count;
+	struct kvc_pool_allocation *a = calloc(n ? n : 1, sizeof(*a));
+	struct kvc_msg_pool_allocation *out = calloc(n ? n : 1, sizeof(*out));
+	int rc = a && out ? kvc_pool_allocate(c->pools, c->r->ns, c->r->m->rank, c->r->keys, n,
+	                                      c->r->now, a)
+	                  : -ENOMEM;
+	for (uint32_t i = 0; rc == 0 && i < n; i++)
+		out[i] = (struct kvc_msg_pool_allocation){a[i].page, a[i].already, 0};
+	free(a);
+	*c->reply = out;
+	*c->len = n * (uint32_t)sizeof(*out);
+	return rc;
+}
+
+static int p_confirm(struct call *c)
+{
+	return confirm(c->pools, c->conn, c->h, c->r, c->reply, c->len);
+}
+
+static int p_exists(struct call *c)
+{
+	uint32_t n = c->r->m->count;
+	bool *found = calloc(n ? n : 1, sizeof(*found));
+	uint8_t *out = calloc(n ? n : 1, 1);
+	int rc = found && out ? kvc_pool_exists(c->pools, c->r->ns, c->r->keys, n, found)
+	                      : -ENOMEM;
+	for (uint32_t i = 0; rc == 0 && i < n; i++)
+		out[i] = found[i];
+	free(found);
+	*c->reply = out;
+	*c->len = n;
+	return rc;
+}
+
+static int p_locations(struct call *c)
+{
+	const struct kvc_msg_pool *m = c->r->m;
+	int64_t *pages = calloc(m->count ? m->count : 1, 8);
+	*c->reply = pages;
+	*c->len = m->count * 8u;
+	return pages ? kvc_pool_locations(c->pools, c->r->ns, m->rank, c->r->keys, m->count,
+	                                  c->r->now, m->value, pages)
+	             : -ENOMEM;
+}
+
+static int p_release_leases(struct call *c)
+{
+	return kvc_pool_release_leases(c->pools, c->r->ns, c->r->keys, c->r->m->count, c->r->now);
+}
+
+static int p_delete(struct call *c)
+{
+	struct kvc_msg_count_reply *out = calloc(1, sizeof(*out));
+	int rc = out ? kvc_pool_delete(c->pools, c->r->ns, c->r->keys, c->r->m->count, c->r->now)
+	             : -ENOMEM;
+	if (rc >= 0)
+		out->count = (uint64_t)rc;
+	*c->reply = out;
+	*c->len = sizeof(*out);
+	return rc < 0 ? rc : 0;
+}
+
+/* One bounded step per request: the client repeats while keys remain, so
+ * no request holds the writer for long. */
+static int p_clear(struct call *c)
+{
+	struct kvc_msg_count_reply *out = calloc(1, sizeof(*out));
+	bool left = false;
+	int rc = out ? kvc_pool_clear_some(c->pools, c->r->ns, c->r->now, 4096, &left) : -ENOMEM;
+	if (out)
+		out->count = left;
+	*c->reply = out;
+	*c->len = sizeof(*out);
+	return rc;
+}
+
+static int p_stats(struct call *c)
+{
+	struct kvc_pool_stats st;
+	struct kvc_msg_pool_stats *out = calloc(1, sizeof(*out));
+	int rc = out ? kvc_pool_stats(c->pools, c->r->ns, c->r->m->rank, c->r->now, &st)
+	             : -ENOMEM;
+	if (rc == 0)
+		*out = (struct kvc_msg_pool_stats){st.world_size, st.ranks, st.num_pages,
+		                                   st.free_pages, st.keys, st.complete_keys,
+		                                   st.leased_keys, st.retired_keys, st.evictions};
+	*c->reply = out;
+	*c->len = sizeof(*out);
+	return rc;
+}
+
+/* Fits one reply body: (1 MiB - 8) / 80 pools. */
+static int p_list(struct call *c)
+{
+	struct list_out l = {.cap = (KVC_WIRE_MAX_BODY - 8) / sizeof(struct kvc_msg_pool_entry)};
+	uint8_t *out = malloc(8 + (size_t)l.cap * sizeof(*l.entries));
+	if (!out)
+		return -ENOMEM;
+	l.entries = (struct kvc_msg_pool_entry *)(out + 8);
+	int rc = kvc_pool_list(c->pools, list_one, &l);
+	uint64_t count = l.count;
+	memcpy(out, &count, 8);
+	*c->reply = out;
+	*c->len = 8 + l.count * (uint32_t)sizeof(*l.entries);
+	return rc;
+}
+
+static int p_keys(struct call *c)
+{
+	const struct kvc_msg_pool *m = c->r->m;
 	uint32_t n = m->count;
-	*reply = NULL;
-	*len = 0;
-	switch (h->type) {
-	case KVC_MSG_POOL_INIT:
-		return kvc_pool_init(pools, r->ns, m->rank, m->value, m->world_size);
-	case KVC_MSG_POOL_WORLD:
-		return kvc_pool_set_world(pools, r->ns, m->value);
-	case KVC_MSG_POOL_ALLOCATE: {
-		struct kvc_pool_allocation *a = calloc(n ? n : 1, sizeof(*a));
-		struct kvc_msg_pool_allocation *out = calloc(n ? n : 1, sizeof(*out));
-		int rc = a && out ? kvc_pool_allocate(pools, r->ns, m->rank, r->keys, n, r->now, a)
-		                  : -ENOMEM;
-		for (uint32_t i = 0; rc == 0 && i < n; i++)
-			out[i] = (struct kvc_msg_pool_allocation){a[i].page, a[i].already, 0};
-		free(a);
-		*reply = out;
-		*len = n * (uint32_t)sizeof(*out);
-		return rc;
+	uint32_t max = m->value == 0 || m->value > 1024 ? 1024 : m->value;
+	struct kvc_pool_key none = {"", 0};
+	struct kvc_pool_key_info *infos = calloc(max, sizeof(*infos));
+	uint8_t *out = malloc(8 + (size_t)max * (sizeof(struct kvc_msg_pool_key_info) +
+	                                         KVC_POOL_MAX_KEY));
+	bool more = false;
+	int count = infos && out && n <= 1
+	                    ? kvc_pool_keys(c->pools, c->r->ns, n ? &c->r->keys[0] : &none, max,
+	                                    infos, &more)
+	                    : (n > 1 ? -EINVAL : -ENOMEM);
+	uint32_t off = 8;
+	for (int i = 0; i < count; i++) {
+		struct kvc_msg_pool_key_info w = {infos[i].length, infos[i].world, infos[i].confirmed,
+		                                  infos[i].complete, infos[i].lease_until};
+		memcpy(out + off, &w, sizeof(w));
+		memcpy(out + off + sizeof(w), infos[i].bytes, infos[i].length);
+		off += (uint32_t)sizeof(w) + infos[i].length;
 	}
-	case KVC_MSG_POOL_CONFIRM:
-		return confirm(pools, conn, h, r, reply, len);
-	case KVC_MSG_POOL_EXISTS: {
-		bool *found = calloc(n ? n : 1, sizeof(*found));
-		uint8_t *out = calloc(n ? n : 1, 1);
-		int rc = found && out ? kvc_pool_exists(pools, r->ns, r->keys, n, found) : -ENOMEM;
-		for (uint32_t i = 0; rc == 0 && i < n; i++)
-			out[i] = found[i];
-		free(found);
-		*reply = out;
-		*len = n;
-		return rc;
+	if (count >= 0) {
+		uint32_t head[2] = {(uint32_t)count, more};
+		memcpy(out, head, 8);
 	}
-	case KVC_MSG_POOL_LOCATIONS: {
-		int64_t *pages = calloc(n ? n : 1, 8);
-		*reply = pages;
-		*len = n * 8u;
-		return pages ? kvc_pool_locations(pools, r->ns, m->rank, r->keys, n, r->now, m->value,
-		                                  pages)
-		             : -ENOMEM;
-	}
-	case KVC_MSG_POOL_RELEASE_LEASES:
-		return kvc_pool_release_leases(pools, r->ns, r->keys, n, r->now);
-	case KVC_MSG_POOL_DELETE: {
-		struct kvc_msg_count_reply *out = calloc(1, sizeof(*out));
-		int rc = out ? kvc_pool_delete(pools, r->ns, r->keys, n, r->now) : -ENOMEM;
-		if (rc >= 0)
-			out->count = (uint64_t)rc;
-		*reply = out;
-		*len = sizeof(*out);
-		return rc < 0 ? rc : 0;
-	}
-	case KVC_MSG_POOL_CLEAR: {
-		/* One bounded step per request: the client repeats while keys
-		 * remain, so no request holds the writer for long. */
-		struct kvc_msg_count_reply *out = calloc(1, sizeof(*out));
-		bool left = false;
-		int rc = out ? kvc_pool_clear_some(pools, r->ns, r->now, 4096, &left) : -ENOMEM;
-		if (out)
-			out->count = left;
-		*reply = out;
-		*len = sizeof(*out);
-		return rc;
-	}
-	case KVC_MSG_POOL_STATS: {
-		struct kvc_pool_stats st;
-		struct kvc_msg_pool_stats *out = calloc(1, sizeof(*out));
-		int rc = out ? kvc_pool_stats(pools, r->ns, m->rank, r->now, &st) : -ENOMEM;
-		if (rc == 0)
-			*out = (struct kvc_msg_pool_stats){st.world_size, st.ranks, st.num_pages,
-			                                   st.free_pages, st.keys, st.complete_keys,
-			                                   st.leased_keys, st.retired_keys, st.evictions};
-		*reply = out;
-		*len = sizeof(*out);
-		return rc;
-	}
-	case KVC_MSG_POOL_LIST: {
-		/* Fits one reply body: (1 MiB - 8) / 80 pools. */
-		struct list_out l = {.cap = (KVC_WIRE_MAX_BODY - 8) / sizeof(struct kvc_msg_pool_entry)};
-		uint8_t *out = malloc(8 + (size_t)l.cap * sizeof(*l.entries));
-		if (!out)
-			return -ENOMEM;
-		l.entries = (struct kvc_msg_pool_entry *)(out + 8);
-		int rc = kvc_pool_list(pools, list_one, &l);
-		uint64_t count = l.count;
-		memcpy(out, &count, 8);
-		*reply = out;
-		*len = 8 + l.count * (uint32_t)sizeof(*l.entries);
-		return rc;
-	}
-	case KVC_MSG_POOL_KEYS: {
-		uint32_t max = m->value == 0 || m->value > 1024 ? 1024 : m->value;
-		struct kvc_pool_key none = {"", 0};
-		struct kvc_pool_key_info *infos = calloc(max, sizeof(*infos));
-		uint8_t *out = malloc(8 + (size_t)max * (sizeof(struct kvc_msg_pool_key_info) +
-		                                         KVC_POOL_MAX_KEY));
-		bool more = false;
-		int count = infos && out && n <= 1
-		                    ? kvc_pool_keys(pools, r->ns, n ? &r->keys[0] : &none, max, infos,
-		                                    &more)
-		                    : (n > 1 ? -EINVAL : -ENOMEM);
-		uint32_t off = 8;
-		for (int i = 0; i < count; i++) {
-			struct kvc_msg_pool_key_info w = {infos[i].length, infos[i].world,
-			                                  infos[i].confirmed, infos[i].complete,
-			                                  infos[i].lease_until};
-			memcpy(out + off, &w, sizeof(w));
-			memcpy(out + off + sizeof(w), infos[i].bytes, infos[i].length);
-			off += (uint32_t)sizeof(w) + infos[i].length;
-		}
-		if (count >= 0) {
-			uint32_t head[2] = {(uint32_t)count, more};
-			memcpy(out, head, 8);
-		}
-		free(infos);
-		*reply = out;
-		*len = count >= 0 ? off : 0;
-		return count < 0 ? count : 0;
-	}
-	case KVC_MSG_POOL_FSCK: {
-		int64_t *out = calloc(1, 8);
-		int64_t problems = out ? kvc_pool_fsck(pools, m->value == 1) : -ENOMEM;
-		if (problems >= 0)
-			*out = problems;
-		*reply = out;
-		*len = 8;
-		return problems < 0 ? (int)problems : 0;
-	}
-	case KVC_MSG_POOL_BIND:
-		return bind(pools, namespace, conn, h, r);
-	case KVC_MSG_POOL_BINDING:
-		return binding(pools, r, reply, len);
-	default:
+	free(infos);
+	*c->reply = out;
+	*c->len = count >= 0 ? off : 0;
+	return count < 0 ? count : 0;
+}
+
+static int p_fsck(struct call *c)
+{
+	int64_t *out = calloc(1, 8);
+	int64_t problems = out ? kvc_pool_fsck(c->pools, c->r->m->value == 1) : -ENOMEM;
+	if (problems >= 0)
+		*out = problems;
+	*c->reply = out;
+	*c->len = 8;
+	return problems < 0 ? (int)problems : 0;
+}
+
+static int p_bind(struct call *c)
+{
+	return bind(c->pools, c->namespace, c->conn, c->h, c->r);
+}
+
+static int p_binding(struct call *c)
+{
+	return binding(c->pools, c->r, c->reply, c->len);
+}
+
+/* What follows the keys: CONFIRM's pages (count) and releases (value),
+ * BIND's page size (with its one key). Counts are within
+ * KVC_POOL_MAX_BATCH once decoded; a release count is checked here. */
+static uint64_t confirm_tail(const struct request *r)
+{
+	return ((uint64_t)r->m->count + r->m->value) * 8u;
+}
+
+static uint64_t bind_tail(const struct request *r)
+{
+	return r->m->count ? 8u : 0u;
+}
+
+/* The page-pool messages. Every body is kvc_msg_pool, the namespace and
+ * the keys (decode), then `tail` bytes (none when NULL), and ends there:
+ * a body of another length is -EINVAL before anything runs. A type
+ * without a row is -EOPNOTSUPP. */
+static const struct {
+	uint64_t (*tail)(const struct request *r);
+	int (*handler)(struct call *c);
+} ops[] = {
+	[KVC_MSG_POOL_INIT] = {NULL, p_init},
+	[KVC_MSG_POOL_WORLD] = {NULL, p_world},
+	[KVC_MSG_POOL_ALLOCATE] = {NULL, p_allocate},
+	[KVC_MSG_POOL_CONFIRM] = {confirm_tail, p_confirm},
+	[KVC_MSG_POOL_EXISTS] = {NULL, p_exists},
+	[KVC_MSG_POOL_LOCATIONS] = {NULL, p_locations},
+	[KVC_MSG_POOL_RELEASE_LEASES] = {NULL, p_release_leases},
+	[KVC_MSG_POOL_DELETE] = {NULL, p_delete},
+	[KVC_MSG_POOL_CLEAR] = {NULL, p_clear},
+	[KVC_MSG_POOL_STATS] = {NULL, p_stats},
+	[KVC_MSG_POOL_LIST] = {NULL, p_list},
+	[KVC_MSG_POOL_FSCK] = {NULL, p_fsck},
+	[KVC_MSG_POOL_KEYS] = {NULL, p_keys},
+	[KVC_MSG_POOL_BIND] = {bind_tail, p_bind},
+	[KVC_MSG_POOL_BINDING] = {NULL, p_binding},
+};
+
+static int run(struct call *c)
+{
+	uint16_t type = c->h->type;
+	*c->reply = NULL;
+	*c->len = 0;
+	if (type >= sizeof(ops) / sizeof(ops[0]) || !ops[type].handler)
 		return -EOPNOTSUPP;
-	}
+	uint64_t tail = ops[type].tail ? ops[type].tail(c->r) : 0;
+	if ((uint64_t)c->r->offset + tail != c->h->body_len)
+		return -EINVAL;
+	return ops[type].handler(c);
 }
 
 int kvc_pool_service_handle(struct kvc_pool_store *pools, struct kvc_meta_store *namespace,
@@ -313,8 +405,9 @@ int kvc_pool_service_handle(struct kvc_pool_store *pools, struct kvc_meta_store 
 	int rc = decode(conn, h, &r);
 	if (rc == 0 && r.now == 0)
 		r.now = kvc_pool_now_ms(pools);
+	struct call c = {pools, namespace, conn, h, &r, &reply, &len};
 	if (rc == 0)
-		rc = run(pools, namespace, conn, h, &r, &reply, &len);
+		rc = run(&c);
 	rc = kvc_server_reply(conn, h, rc, reply, len);
 	free(reply);
 	free(r.keys);

@@ -383,3 +383,35 @@ def test_hostile_names_are_escaped_in_json_and_metrics(cluster, workdir):
     assert f'kvc_pool_pages{{namespace="{escaped}",rank="0"}} 4' in text
     for line in text.splitlines():  # every label value closes on its line
         assert re.sub(r'\\.', "", line).count('"') % 2 == 0, line
+
+
+def test_pool_frames_must_end_where_their_parts_do(cluster):
+    """The pool table's body rule: kvc_msg_pool, the namespace, the keys,
+    then exactly what the message takes (CONFIRM's pages, BIND's page
+    size). A byte more or less is EINVAL before anything runs, and the
+    connection goes on."""
+    import struct
+    import kvcwire
+
+    def body(count=0, value=0, ns=b"framecheck", keys=(), tail=b""):
+        head = struct.pack("<IIIIIIQ", 0, count, len(ns), value, 0, 0, 0)
+        return head + ns + b"".join(struct.pack("<I", len(k)) + k for k in keys) + tail
+
+    sock, status = kvcwire.connect(cluster.meta_address)
+    assert status == 0
+    try:
+        def ask(msg_type, payload):
+            sock.sendall(kvcwire.frame(msg_type, payload))
+            return kvcwire.recv_frame(sock)[1]
+        assert ask(kvcwire.POOL_INIT, body(value=8)) == 0
+        assert ask(kvcwire.POOL_STATS, body() + b"\0") == -22
+        assert ask(kvcwire.POOL_STATS, body()) == 0
+        confirm = 35
+        one_page = struct.pack("<q", 0)
+        assert ask(confirm, body(count=1, keys=[b"k"], tail=one_page + b"\0")) == -22
+        assert ask(confirm, body(count=1, keys=[b"k"], tail=one_page[:-1])) == -22
+        assert ask(confirm, body(count=1, value=1, keys=[b"k"], tail=one_page)) == -22
+        assert ask(47, b"\0" * 8) == -95  # no such message
+        assert ask(kvcwire.POOL_STATS, body()) == 0
+    finally:
+        sock.close()
