@@ -34,6 +34,7 @@ static struct kvc_usrbio_client *client_of(void *conn_service, struct kvc_server
 	}
 	c->uid = cred.uid;
 	c->pid = cred.pid;
+	c->id = atomic_fetch_add(&((struct kvc_usrbio *)conn_service)->next_client, 1) + 1;
 	c->fs = ((struct kvc_usrbio *)conn_service)->fs;
 	c->imports = ((struct kvc_usrbio *)conn_service)->imports;
 	atomic_fetch_add(&c->fs->usrbio_clients, 1);
@@ -110,9 +111,10 @@ static int iov_register_device(struct kvc_usrbio_client *c,
                                struct kvc_msg_handle *reply)
 {
 	struct kvc_device_memory memory;
+	struct kvc_device_owner owner = {.uid = c->uid, .client = c->id};
 	if (m->size == 0 || m->size > MAX_IOV_SIZE || m->offset > MAX_IOV_SIZE)
 		return -EINVAL;
-	int rc = kvc_device_import(c->imports, m, &memory);
+	int rc = kvc_device_import(c->imports, &owner, m, &memory);
 	if (rc < 0)
 		return rc;
 	pthread_mutex_lock(&c->lock);
@@ -422,7 +424,7 @@ int kvc_usrbio_start(struct kvc_usrbio *u, struct kvc_fuse *fs, const char *moun
 	if (!realpath(mountpoint, real))
 		return -errno;
 	u->fs = fs;
-	u->imports = kvc_device_imports_create();
+	u->imports = kvc_device_io_imports_create();
 	if (!u->imports)
 		return -ENOMEM;
 	int rc = kvc_ring_service_start(fs, RING_WORKERS, &u->rings);

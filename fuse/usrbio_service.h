@@ -21,6 +21,7 @@
 #define KVC_FUSE_USRBIO_SERVICE_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -56,6 +57,7 @@ struct kvc_usrbio_client {
 	pthread_cond_t idle;   /* signalled when inflight drops to 0 */
 	uid_t uid;
 	pid_t pid;
+	uint64_t id;           /* unique among this kvc-fuse's connections */
 	int inflight;          /* ring batches using this client's memory */
 	struct kvc_usrbio_iov iovs[KVC_USRBIO_MAX_IOVS];
 	struct kvc_usrbio_file *files;
@@ -68,6 +70,7 @@ struct kvc_usrbio {
 	dev_t mount_dev;       /* st_dev of the mount, to recognise its files */
 	struct kvc_ring_service *rings;
 	struct kvc_device_imports *imports;
+	atomic_uint_fast64_t next_client;
 	struct kvc_server server;
 };
 
