@@ -1,5 +1,5 @@
 /* usrbio_control: see usrbio_control.h. Also where libkvc finds mounts
- * (kvc_extract_mount_point, from mountinfo). */
+ * (kvc_extract_mount_point and the mount's owner, from mountinfo). */
 #include "client/usrbio_control.h"
 
 #include <errno.h>
@@ -40,16 +40,24 @@ static int resolve(const char *path, char *real)
 	}
 }
 
-/* The mount point of a fuse.kvc line of mountinfo: 0, or -1 for
- * another line. */
-static int kvc_mount_line(const char *line, char *point)
+/* One fuse.kvc line of mountinfo: its mount point and its owner (the
+ * user_id of its super options; -1 when absent). 0, or -1 for another
+ * line. */
+static int kvc_mount_line(const char *line, char *point, uid_t *owner)
 {
-	char type[64];
-	/* fields: id parent dev root point options [optional...] - type */
+	char type[64], options[1024];
+	/* fields: id parent dev root point options [optional...] - type source super */
 	const char *dash = strstr(line, " - ");
 	if (!dash || sscanf(line, "%*s %*s %*s %*s %4095s", point) != 1 ||
-	    sscanf(dash + 3, "%63s", type) != 1 || strcmp(type, "fuse.kvc") != 0)
+	    sscanf(dash + 3, "%63s %*s %1023s", type, options) != 2 || strcmp(type, "fuse.kvc") != 0)
 		return -1;
+	*owner = (uid_t)-1;
+	for (char *save, *o = strtok_r(options, ",", &save); o; o = strtok_r(NULL, ",", &save)) {
+		unsigned long uid;
+		char end;
+		if (sscanf(o, "user_id=%lu%c", &uid, &end) == 1)
+			*owner = (uid_t)uid;
+	}
 	return 0;
 }
 
@@ -64,7 +72,8 @@ int kvc_extract_mount_point(char *out, size_t size, const char *path)
 		return -errno;
 	while (fgets(line, sizeof(line), f)) {
 		char point[PATH_MAX];
-		if (kvc_mount_line(line, point) < 0)
+		uid_t owner;
+		if (kvc_mount_line(line, point, &owner) < 0)
 			continue;
 		size_t n = strlen(point);
 		bool inside = strncmp(real, point, n) == 0 &&
@@ -81,12 +90,28 @@ int kvc_extract_mount_point(char *out, size_t size, const char *path)
 	return (int)strlen(best);
 }
 
-/* Connect to the mount's control socket and say HELLO. Returns the fd or
- * -errno. */
+/* The owner of the kvcfs mount at mount (the newest one there), or -1. */
+static uid_t mount_owner(const char *mount)
+{
+	char line[8192], point[PATH_MAX];
+	uid_t owner = (uid_t)-1, found;
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	if (!f)
+		return owner;
+	while (fgets(line, sizeof(line), f))
+		if (kvc_mount_line(line, point, &found) == 0 && strcmp(point, mount) == 0)
+			owner = found; /* the last match is the newest mount */
+	fclose(f);
+	return owner;
+}
+
+/* Connect to the mount's control socket, check who serves it, say HELLO.
+ * Returns the fd or -errno. */
 static int control_connect(const char *mount)
 {
 	struct sockaddr_un addr;
-	socklen_t len;
+	struct ucred peer;
+	socklen_t len, peer_len = sizeof(peer);
 	kvc_control_socket_address(mount, &addr, &len);
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
@@ -94,6 +119,10 @@ static int control_connect(const char *mount)
 	int rc = 0;
 	if (connect(fd, (struct sockaddr *)&addr, len) < 0)
 		rc = errno == ENOENT ? -ECONNREFUSED : -errno;
+	else if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &peer_len) < 0)
+		rc = -errno;
+	else if (peer.uid != 0 && peer.uid != mount_owner(mount))
+		rc = -EACCES; /* not kvc-fuse: someone took its name */
 	struct kvc_msg_hello hello = {KVC_WIRE_VERSION, 0};
 	struct kvc_wire_header h;
 	kvc_wire_header_init(&h, KVC_MSG_HELLO, 0, 0, sizeof(hello), 0);

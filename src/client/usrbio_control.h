@@ -3,6 +3,13 @@
  * per process, opened on first use and again after kvc-fuse restarted
  * (src/client/usrbio.c's header gives the rest of libkvc's USRBIO state).
  *
+ * Whom it talks to: the control socket's name is predictable (an abstract
+ * Unix socket, src/core/control_socket.h), so another user could bind it
+ * first. Before sending anything, a connection's peer (SO_PEERCRED) must
+ * be root or the mount's owner (the user_id of the FUSE mount); else the
+ * connection fails with -EACCES and not a byte, let alone a descriptor,
+ * was sent.
+ *
  * Thread-safe: the list of connections has its own mutex; each
  * connection's lock makes its exchanges one at a time.
  */
@@ -25,7 +32,8 @@ struct kvc_usrbio_control {
 
 /* The control connection of the mount containing path (connected now if
  * it was not, or if kvc-fuse restarted). Returns 0, -ENOENT (no kvcfs
- * mount there), -ECONNREFUSED (kvc-fuse not serving), -ENOMEM. */
+ * mount there), -ECONNREFUSED (kvc-fuse not serving), -EACCES (the socket
+ * is served by a process neither root nor the mount's owner), -ENOMEM. */
 int kvc_usrbio_control_get(const char *path, struct kvc_usrbio_control **out);
 
 /* One request (with pass_count fds) and its reply. *got_fd (may be NULL)
