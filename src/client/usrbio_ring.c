@@ -1,9 +1,11 @@
 /*
  * usrbio_ring: libkvc's USRBIO rings (include/kvc/usrbio.h; the layout and
- * its memory ordering are src/core/ring.h's). A ring's memory is a memfd,
- * its doorbell an eventfd, both registered with kvc-fuse. A ring handle
- * belongs to one thread at a time (as in 3FS); different rings are
- * independent.
+ * its memory ordering are src/core/ring.h's). A ring's memory is a memfd
+ * sealed against shrinking and growing (kvc-fuse refuses any other, since
+ * it reads and writes the memory directly); its doorbell is kvc-fuse's,
+ * handed over at registration (the client's end of a socket pair: ringing
+ * is writing 8 bytes to it). A ring handle belongs to one thread at a time
+ * (as in 3FS); different rings are independent.
  */
 #include "kvc/usrbio.h"
 
@@ -13,8 +15,8 @@
 #include <linux/futex.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -32,7 +34,7 @@ struct kvc_ring {
 	bool for_read;
 	uint32_t local_tail;   /* prepared, not yet published */
 	uint32_t outstanding;  /* prepared and not yet reaped */
-	int doorbell;          /* an eventfd */
+	int doorbell;          /* kvc-fuse's, from the registration */
 	uint32_t handle;
 	struct kvc_usrbio_control *control;
 	uint64_t generation; /* of control when registered */
@@ -61,9 +63,12 @@ int kvc_ring_create(struct kvc_ring **out, const char *mount, int entries, bool 
 	ring->for_read = for_read;
 	ring->bytes = kvc_ring_bytes(ring->entries);
 	ring->doorbell = -1;
-	int memfd = memfd_create("kvc-ring", MFD_CLOEXEC);
+	int memfd = memfd_create("kvc-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	int rc = memfd < 0 ? -errno : 0;
 	if (rc == 0 && ftruncate(memfd, (off_t)ring->bytes) < 0)
+		rc = -errno;
+	/* Its size is fixed for good: kvc-fuse can never fault on it. */
+	if (rc == 0 && fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
 		rc = -errno;
 	if (rc == 0) {
 		ring->shared = mmap(NULL, ring->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
@@ -77,9 +82,6 @@ int kvc_ring_create(struct kvc_ring **out, const char *mount, int entries, bool 
 		ring->shared->layout = KVC_RING_LAYOUT;
 		ring->shared->entries = ring->entries;
 		atomic_store(&ring->shared->need_wakeup, 1);
-		ring->doorbell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-		if (ring->doorbell < 0)
-			rc = -errno;
 	}
 	if (rc == 0)
 		rc = kvc_usrbio_control_get(mount, &ring->control);
@@ -89,11 +91,12 @@ int kvc_ring_create(struct kvc_ring **out, const char *mount, int entries, bool 
 		struct kvc_msg_ring_register m = {.entries = ring->entries, .for_read = for_read,
 		                                  .io_depth = io_depth, .timeout_ms = timeout_ms,
 		                                  .priority = priority, .flags = flags};
-		int pass[2] = {memfd, ring->doorbell};
 		struct kvc_msg_handle reply;
-		rc = kvc_usrbio_control_call(ring->control, KVC_MSG_RING_REGISTER, &m, sizeof(m), pass,
-		                             2, &reply, sizeof(reply), NULL);
+		rc = kvc_usrbio_control_call(ring->control, KVC_MSG_RING_REGISTER, &m, sizeof(m),
+		                             &memfd, 1, &reply, sizeof(reply), &ring->doorbell);
 		ring->handle = reply.handle;
+		if (rc == 0 && ring->doorbell < 0)
+			rc = -EPROTO; /* a kvc-fuse from before its doorbells */
 	}
 	if (memfd >= 0)
 		close(memfd);
@@ -165,9 +168,12 @@ int kvc_ring_submit(struct kvc_ring *ring)
 	atomic_thread_fence(memory_order_seq_cst);
 	if (!atomic_load_explicit(&ring->shared->need_wakeup, memory_order_relaxed))
 		return (int)count;
+	/* Never waits (a full doorbell is rung already), never raises SIGPIPE
+	 * (kvc-fuse gone: ECONNRESET, as kvc_ring_wait says). */
 	uint64_t one = 1;
-	if (write(ring->doorbell, &one, sizeof(one)) < 0 && errno != EAGAIN)
-		return -errno;
+	if (send(ring->doorbell, &one, sizeof(one), MSG_DONTWAIT | MSG_NOSIGNAL) < 0 &&
+	    errno != EAGAIN)
+		return errno == EPIPE ? -ECONNRESET : -errno;
 	return (int)count;
 }
 

@@ -1,6 +1,8 @@
-"""USRBIO against hostile local clients (docs/usrbio.md): a process that
-squats the control socket's name receives nothing from other users'
-clients."""
+"""USRBIO against hostile local clients (docs/usrbio.md, "What a client may
+and may not do"): a client that shrinks its shared memory, hands over
+memory that lives on the mount, abuses its doorbells, squats the control
+socket's name, or is killed at random while its rings are served, hurts
+only itself: kvc-fuse stays up and keeps serving every other client."""
 import errno
 import os
 import pwd
@@ -27,6 +29,58 @@ def run(*args, timeout=120, **kw):
 def registrations(cluster):
     out = run("getfattr", "-n", "user.kvc.usrbio", "--only-values", cluster.mount).stdout
     return dict(kv.split("=") for kv in out.split())
+
+
+def assert_serving(cluster, fuse_pid, workdir, local_tmp, name="after"):
+    """kvc-fuse is the same process and still runs rings for others."""
+    assert os.path.exists(f"/proc/{fuse_pid}"), "kvc-fuse died"
+    assert cluster.pid("fuse") == fuse_pid
+    out = run(TOOLS / "ring_roundtrip", "write", workdir / name, local_tmp / f"{name}.ref",
+              3_000_017, 5, 2, timeout=60)
+    assert out.returncode == 0, out.stderr
+    out = run(TOOLS / "ring_roundtrip", "read", workdir / name, local_tmp / f"{name}.ref", 6, 2,
+              timeout=60)
+    assert out.returncode == 0, out.stderr
+
+
+def test_shrinking_ring_or_iov_memory_hurts_only_that_client(cluster, workdir, local_tmp):
+    fuse = cluster.pid("fuse")
+    out = run(TOOLS / "hostile_client", "shrink", workdir, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert_serving(cluster, fuse, workdir, local_tmp)
+
+
+def test_memory_on_the_mount_is_refused(cluster, workdir, local_tmp):
+    fuse = cluster.pid("fuse")
+    out = run(TOOLS / "hostile_client", "on-mount", workdir, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert_serving(cluster, fuse, workdir, local_tmp)
+
+
+def test_hostile_doorbells_stall_no_other_ring(cluster, workdir, local_tmp):
+    """Doorbells full and blocking (one on a ring whose io_depth timeout
+    passed, so kvc-fuse's timer comes to it), closed, shut down: other
+    clients' rings, and new registrations, go on."""
+    fuse = cluster.pid("fuse")
+    hostile = subprocess.Popen([str(TOOLS / "hostile_client"), "doorbell", str(workdir)],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        while True:
+            line = hostile.stdout.readline()
+            assert line, "".join(lines)
+            lines.append(line)
+            if line.strip() == "ready":
+                break
+        assert not any(x.startswith("not ok") for x in lines), "".join(lines)
+        assert_serving(cluster, fuse, workdir, local_tmp)
+        hostile.stdin.write("done\n")
+        hostile.stdin.flush()
+        out, _ = hostile.communicate(timeout=30)
+        assert hostile.returncode == 0, "".join(lines) + out
+    finally:
+        hostile.kill()
+        hostile.wait()
 
 
 FAKE_SERVER = r"""
@@ -94,3 +148,114 @@ def test_client_refuses_a_control_socket_of_another_user(cluster, local_tmp):
             fake.wait()
         run("umount", "-l", bind)
         os.rmdir(bind)
+
+
+def test_clients_killed_at_random_while_served(cluster, workdir, local_tmp):
+    """Clients whose rings are busy with small batches, killed at random
+    moments (while registering rings and while they run): kvc-fuse frees each
+    client only once no batch of it runs (run under the ASan build of
+    kvc-fuse in CI's sanitizer pass, where a use after free aborts it)."""
+    fuse = cluster.pid("fuse")
+    before = registrations(cluster)
+    rng = random.Random(1234)
+    for _ in range(20):
+        procs = [subprocess.Popen([str(TOOLS / "hostile_client"), "churn", str(workdir), "6"],
+                                  stdout=subprocess.PIPE, text=True) for _ in range(3)]
+        for p in procs:  # past the iov's name: a kill leaves nothing in /dev/shm
+            assert p.stdout.readline().strip() == "churning"
+        time.sleep(rng.uniform(0.0, 0.5))
+        for p in procs:
+            p.send_signal(signal.SIGKILL)
+            time.sleep(rng.uniform(0.0, 0.02))
+        for p in procs:
+            p.wait()
+    assert wait_until(lambda: registrations(cluster) == before, timeout=30), \
+        (before, registrations(cluster))
+    assert_serving(cluster, fuse, workdir, local_tmp)
+
+
+HOLDER = r"""
+import errno, os, sys
+sys.path.insert(0, sys.argv[2])
+import kvcfs
+mount, path = sys.argv[1], sys.argv[3]
+held, results = [], []
+for what in sys.argv[4:]:
+    try:
+        if what.startswith("iov"):
+            iov = kvcfs.Iov.create(mount, int(what[3:]) << 20)
+            iov.unlink()
+            held.append(iov)
+        elif what == "ring":
+            held.append(kvcfs.Ring(mount, 4, for_read=True))
+        else:
+            fd = os.open(path, os.O_RDONLY)
+            kvcfs.register_fd(fd)
+        results.append("ok")
+    except OSError as e:
+        results.append(errno.errorcode[e.errno])
+print(" ".join(results), flush=True)
+sys.stdin.readline()
+"""
+
+
+class Holder:
+    """A process (of uid, if given) that registers `what` in order, says
+    how each went, and holds what it got until closed."""
+
+    def __init__(self, cluster, path, *what, uid=None):
+        prefix = []
+        if uid is not None:
+            pw = pwd.getpwuid(uid)
+            prefix = ["setpriv", f"--reuid={uid}", f"--regid={pw.pw_gid}", "--clear-groups"]
+        self.proc = subprocess.Popen(prefix + [sys.executable, "-c", HOLDER, str(cluster.mount),
+                                               PYTHON_PATH, str(path), *what],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                     env=dict(os.environ, KVC_LIB=str(LIBKVC)))
+        self.results = self.proc.stdout.readline().split()
+
+    def close(self):
+        self.proc.stdin.write("\n")
+        self.proc.communicate(timeout=30)
+
+
+@pytest.fixture
+def limited(cluster):
+    """kvc-fuse with small per-uid USRBIO limits, restored afterwards."""
+    text = cluster.conf.read_text()
+    assert text.rstrip().splitlines()[-1].startswith("receive_threads")  # in [fuse]
+    cluster.conf.write_text(text + "usrbio_uid_iov_mb = 8\nusrbio_uid_rings = 3\n"
+                            "usrbio_uid_registrations = 4\n")
+    cluster.restart("fuse", "TERM")
+    yield cluster
+    cluster.conf.write_text(text)
+    cluster.restart("fuse", "TERM")
+
+
+def test_per_uid_limits(limited, workdir):
+    """Past each [fuse] usrbio_uid_* limit a registration fails with EDQUOT,
+    counted over every process of the uid; another uid is unaffected; what
+    a process held comes back when it exits."""
+    path = workdir / "limited"
+    path.write_bytes(b"x" * 4096)
+    os.chmod(workdir, 0o755)
+    nobody = pwd.getpwnam("nobody").pw_uid
+    a = Holder(limited, path, "iov2", "iov2", "iov2")
+    b = c = other = None
+    try:
+        assert a.results == ["ok", "ok", "ok"]
+        # Another process of the same uid shares the uid's budget.
+        b = Holder(limited, path, "iov4", "iov2", "fd")
+        assert b.results == ["EDQUOT", "ok", "EDQUOT"]  # bytes, then registrations
+        c = Holder(limited, path, "ring", "ring", "ring", "ring")
+        assert c.results == ["ok", "ok", "ok", "EDQUOT"]
+        # Another uid has a budget of its own.
+        other = Holder(limited, path, "iov8", "ring", "ring", "ring", "fd", uid=nobody)
+        assert other.results == ["ok", "ok", "ok", "ok", "ok"]
+    finally:
+        for holder in (a, b, c, other):
+            if holder:
+                holder.close()
+    again = Holder(limited, path, "iov8", "ring", "ring", "ring", "fd")
+    again.close()
+    assert again.results == ["ok"] * 5
