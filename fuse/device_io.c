@@ -13,48 +13,18 @@
 
 #define MAX_DEVICES 16
 
-struct import {
-	struct import *next;
-	uint8_t handle[KVC_WIRE_IPC_HANDLE_SIZE];
-	void *allocation;
-	size_t size;
-	int device;
-	int refs;
-};
-
-struct kvc_device_imports {
-	pthread_mutex_t lock;
-	struct import *list;
-};
-
-struct kvc_device_imports *kvc_device_imports_create(void)
+/* CUDA's import of an allocation, for device_imports. */
+static int cuda_open(void *ctx, int device, const uint8_t handle[KVC_WIRE_IPC_HANDLE_SIZE],
+                     void **allocation, size_t *size)
 {
-	struct kvc_device_imports *imports = calloc(1, sizeof(*imports));
-	if (imports)
-		pthread_mutex_init(&imports->lock, NULL);
-	return imports;
-}
-
-/* Open (or find, and count one more user of) the allocation m names. */
-static int import_open(struct kvc_device_imports *imports, const struct kvc_cuda *cuda,
-                       int device, const uint8_t handle[KVC_WIRE_IPC_HANDLE_SIZE],
-                       struct import **out)
-{
-	struct import *i = imports->list;
-	while (i && (i->device != device || memcmp(i->handle, handle, sizeof(i->handle)) != 0))
-		i = i->next;
-	if (i) {
-		i->refs++;
-		*out = i;
-		return 0;
-	}
+	const struct kvc_cuda *cuda = kvc_cuda_get(); /* kvc_device_import checked it */
 	cudaIpcMemHandle_t h;
-	void *allocation, *base;
-	size_t size;
+	(void)ctx;
+	void *opened, *base;
 	memcpy(&h, handle, sizeof(h));
 	cudaError_t err = cuda->set_device(device);
 	if (err == cudaSuccess)
-		err = cuda->ipc_open_mem_handle(&allocation, h, cudaIpcMemLazyEnablePeerAccess);
+		err = cuda->ipc_open_mem_handle(&opened, h, cudaIpcMemLazyEnablePeerAccess);
 	if (err != cudaSuccess) {
 		cuda->get_last_error();
 		kvc_log_warn("usrbio: a device iov's CUDA IPC handle was refused: %s",
@@ -62,19 +32,30 @@ static int import_open(struct kvc_device_imports *imports, const struct kvc_cuda
 		return -EINVAL;
 	}
 	/* The allocation's real size, not the client's word for it. */
-	if (kvc_cuda_allocation(cuda, allocation, &base, &size) < 0 || !(i = calloc(1, sizeof(*i)))) {
-		cuda->ipc_close_mem_handle(allocation);
+	if (kvc_cuda_allocation(cuda, opened, &base, size) < 0) {
+		cuda->ipc_close_mem_handle(opened);
 		return -ENOMEM;
 	}
-	*i = (struct import){.next = imports->list, .allocation = allocation, .size = size,
-	                     .device = device, .refs = 1};
-	memcpy(i->handle, handle, sizeof(i->handle));
-	imports->list = i;
-	*out = i;
+	*allocation = opened;
 	return 0;
 }
 
-int kvc_device_import(struct kvc_device_imports *imports,
+static void cuda_close(void *ctx, int device, void *allocation)
+{
+	const struct kvc_cuda *cuda = kvc_cuda_get();
+	(void)ctx;
+	if (cuda && cuda->set_device(device) == cudaSuccess)
+		cuda->ipc_close_mem_handle(allocation);
+}
+
+struct kvc_device_imports *kvc_device_io_imports_create(void)
+{
+	/* CUDA itself is loaded at the first import, not at start. */
+	struct kvc_device_import_ops ops = {cuda_open, cuda_close, NULL};
+	return kvc_device_imports_create(&ops);
+}
+
+int kvc_device_import(struct kvc_device_imports *imports, const struct kvc_device_owner *owner,
                       const struct kvc_msg_iov_register_device *m, struct kvc_device_memory *out)
 {
 	const struct kvc_cuda *cuda = kvc_cuda_get();
@@ -89,38 +70,25 @@ int kvc_device_import(struct kvc_device_imports *imports,
 	}
 	if (device < 0 || device >= MAX_DEVICES)
 		return -ENODEV;
-	struct import *i;
-	pthread_mutex_lock(&imports->lock);
-	int rc = import_open(imports, cuda, device, m->ipc_handle, &i);
-	pthread_mutex_unlock(&imports->lock);
+	void *allocation;
+	size_t size;
+	int rc = kvc_device_imports_acquire(imports, owner, device, m->ipc_handle, &allocation,
+	                                    &size);
 	if (rc < 0)
 		return rc;
-	if (m->offset > i->size || m->size > i->size - m->offset) {
-		struct kvc_device_memory whole = {.allocation = i->allocation};
-		kvc_device_release(imports, &whole);
+	if (m->offset > size || m->size > size - m->offset) {
+		kvc_device_imports_release(imports, owner, allocation);
 		return -EFAULT;
 	}
-	*out = (struct kvc_device_memory){.address = (char *)i->allocation + m->offset,
+	*out = (struct kvc_device_memory){.address = (char *)allocation + m->offset,
 	                                  .size = m->size, .device = device,
-	                                  .allocation = i->allocation};
+	                                  .allocation = allocation, .owner = *owner};
 	return 0;
 }
 
 void kvc_device_release(struct kvc_device_imports *imports, struct kvc_device_memory *memory)
 {
-	const struct kvc_cuda *cuda = kvc_cuda_get();
-	pthread_mutex_lock(&imports->lock);
-	struct import **link = &imports->list;
-	while (*link && (*link)->allocation != memory->allocation)
-		link = &(*link)->next;
-	struct import *i = *link;
-	if (i && --i->refs == 0) {
-		*link = i->next;
-		if (cuda && cuda->set_device(i->device) == cudaSuccess)
-			cuda->ipc_close_mem_handle(i->allocation);
-		free(i);
-	}
-	pthread_mutex_unlock(&imports->lock);
+	kvc_device_imports_release(imports, &memory->owner, memory->allocation);
 	memory->address = memory->allocation = NULL;
 }
 
@@ -342,19 +310,28 @@ void kvc_device_io_run(struct kvc_device_stager **stager, size_t staging_bytes,
 
 #else /* built without CUDA: no device iov can be registered */
 
-struct kvc_device_imports {
-	int unused;
-};
-
-struct kvc_device_imports *kvc_device_imports_create(void)
+static int no_open(void *ctx, int device, const uint8_t handle[KVC_WIRE_IPC_HANDLE_SIZE],
+                   void **allocation, size_t *size)
 {
-	return calloc(1, sizeof(struct kvc_device_imports));
+	(void)ctx, (void)device, (void)handle, (void)allocation, (void)size;
+	return -ENOTSUP;
 }
 
-int kvc_device_import(struct kvc_device_imports *imports,
+static void no_close(void *ctx, int device, void *allocation)
+{
+	(void)ctx, (void)device, (void)allocation;
+}
+
+struct kvc_device_imports *kvc_device_io_imports_create(void)
+{
+	struct kvc_device_import_ops ops = {no_open, no_close, NULL};
+	return kvc_device_imports_create(&ops);
+}
+
+int kvc_device_import(struct kvc_device_imports *imports, const struct kvc_device_owner *owner,
                       const struct kvc_msg_iov_register_device *m, struct kvc_device_memory *out)
 {
-	(void)imports, (void)m, (void)out;
+	(void)imports, (void)owner, (void)m, (void)out;
 	return -ENOTSUP;
 }
 

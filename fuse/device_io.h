@@ -6,9 +6,8 @@
  * piece to the device (writes: the reverse). A GPUDirect RDMA transport
  * would replace the staging here and nowhere else.
  *
- * Owns: the imported device memory (one CUDA IPC mapping per allocation,
- * reference counted, since clients may share parts of one allocation as
- * several iovs), and per ring worker a stager: pinned staging memory in
+ * Owns: CUDA's side of the imported device memory (the table of imports,
+ * keyed by owner, is fuse/device_imports.c's), and per ring worker a stager: pinned staging memory in
  * two halves and, per GPU, a CUDA stream and an event per half. The
  * network fills one half while the other half's copies run; an io's result
  * is set only after its copies finished.
@@ -22,8 +21,8 @@
 
 #include "client/storage_client.h"
 #include "core/wire.h"
+#include "fuse/device_imports.h"
 
-struct kvc_device_imports;
 struct kvc_device_stager;
 
 struct kvc_device_memory {
@@ -31,15 +30,18 @@ struct kvc_device_memory {
 	uint64_t size;
 	int device;      /* kvc-fuse's number of the GPU */
 	void *allocation; /* the imported allocation it lies in */
+	struct kvc_device_owner owner; /* who imported it */
 };
 
-/* The table of imported allocations; NULL when out of memory. */
-struct kvc_device_imports *kvc_device_imports_create(void);
+/* The table of imported allocations, with CUDA's import calls (built
+ * without CUDA: a table that imports nothing); NULL when out of memory. */
+struct kvc_device_imports *kvc_device_io_imports_create(void);
 
-/* Import the device memory a client described: -ENOTSUP (no CUDA or no
- * GPU here), -ENODEV (no GPU with that PCI bus id), -EINVAL (a bad
- * message or handle), -EFAULT (the range leaves the allocation). */
-int kvc_device_import(struct kvc_device_imports *imports,
+/* Import, for owner, the device memory a client described: -ENOTSUP (no
+ * CUDA or no GPU here), -ENODEV (no GPU with that PCI bus id), -EINVAL (a
+ * bad message or handle), -EACCES (another process's import), -EFAULT
+ * (the range leaves the allocation). */
+int kvc_device_import(struct kvc_device_imports *imports, const struct kvc_device_owner *owner,
                       const struct kvc_msg_iov_register_device *m,
                       struct kvc_device_memory *out);
 void kvc_device_release(struct kvc_device_imports *imports, struct kvc_device_memory *memory);

@@ -1,13 +1,14 @@
 /* ring_service: see ring_service.h; ring layout and ordering: src/core/ring.h.
  *
- * Wake-ups: every ring's doorbell eventfd is in one epoll set with
- * EPOLLONESHOT, and the worker threads wait in epoll themselves, so a
+ * Wake-ups: kvc-fuse's end of every ring's doorbell is in one epoll set
+ * with EPOLLONESHOT, and the worker threads wait in epoll themselves, so a
  * doorbell wakes exactly one worker directly. The worker drains the
- * eventfd, runs batches until the ring has none ready, then re-arms it: a
- * doorbell rung after the drain makes the re-armed fd fire again, so no
- * submission is missed. The epoll data is (slot, generation) in the ring
- * table, never a pointer: an event that arrives for a ring removed
- * meanwhile finds another generation and is dropped.
+ * doorbell (a bounded amount: a client that floods it wakes workers
+ * again, it cannot keep one), runs batches until the ring has none ready,
+ * then re-arms it: a doorbell rung after the drain makes the re-armed fd
+ * fire again, so no submission is missed. The epoll data is (slot,
+ * generation) in the ring table, never a pointer: an event that arrives
+ * for a ring removed meanwhile finds another generation and is dropped.
  */
 #include "fuse/ring_service.h"
 
@@ -20,6 +21,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -48,7 +50,8 @@ struct kvc_ring_server_ring {
 	int io_depth;
 	int timeout_ms;
 	uint64_t flags;
-	int doorbell;
+	int bell;  /* kvc-fuse's end of the doorbell: in epoll, drained here */
+	int poke;  /* the client's end (a copy): the timer writes to it */
 	uint32_t slot;
 	uint32_t generation;
 	atomic_int refs;
@@ -81,7 +84,9 @@ static void ring_put(struct kvc_ring_server_ring *ring)
 	if (atomic_fetch_sub(&ring->refs, 1) != 1)
 		return;
 	munmap(ring->shared, ring->bytes);
-	close(ring->doorbell);
+	close(ring->bell);
+	close(ring->poke);
+	kvc_usrbio_client_put(ring->client);
 	free(ring);
 }
 
@@ -116,6 +121,14 @@ static void set_partial(struct kvc_ring_service *svc, struct kvc_ring_server_rin
 	pthread_mutex_unlock(&svc->timer_lock);
 }
 
+/* Run the ring no more (until it is removed): no batch starts, the timer
+ * forgets it, its doorbell is not re-armed. */
+static void stop(struct kvc_ring_service *svc, struct kvc_ring_server_ring *ring)
+{
+	atomic_store(&ring->dead, true);
+	set_partial(svc, ring, 0);
+}
+
 /* How many entries to take now (0: none yet), by the io_depth rules and
  * the room left in the completion queue. */
 static uint32_t batch_size(struct kvc_ring_service *svc, struct kvc_ring_server_ring *ring,
@@ -129,7 +142,7 @@ static uint32_t batch_size(struct kvc_ring_service *svc, struct kvc_ring_server_
 	if (pending > ring->entries || cq_used > ring->entries) {
 		kvc_log_warn("usrbio: ring of pid %d has corrupt indices; stopping it",
 		             (int)ring->client->pid);
-		atomic_store(&ring->dead, true);
+		stop(svc, ring);
 		return 0;
 	}
 	uint32_t n = pending < ring->entries - cq_used ? pending : ring->entries - cq_used;
@@ -298,25 +311,27 @@ static uint32_t run_batch(struct kvc_ring_service *svc, struct kvc_ring_server_r
                           struct batch *b)
 {
 	struct kvc_ring_shared *sh = ring->shared;
+	struct kvc_usrbio_client *client = ring->client;
+	/* In flight before anything else: from here on, the client's cleanup
+	 * waits for this batch before it unmaps what the entries name. */
+	if (!kvc_usrbio_client_enter(client)) {
+		stop(svc, ring); /* the client is gone */
+		return 0;
+	}
 	uint32_t head = atomic_load_explicit(&sh->sq_head, memory_order_relaxed);
 	uint32_t n = batch_size(svc, ring, head);
-	if (n == 0)
+	if (n == 0) {
+		kvc_usrbio_client_leave(client);
 		return 0;
+	}
 	/* Copy the entries out first: the client may change the ring at any
 	 * time, so only the copies are checked and used. */
 	for (uint32_t i = 0; i < n; i++)
 		b->sqe[i] = kvc_ring_sqes(sh)[(head + i) & ring->mask];
 	atomic_store_explicit(&sh->sq_head, head + n, memory_order_release);
 
-	struct kvc_usrbio_client *client = ring->client;
-	pthread_mutex_lock(&client->lock);
-	client->inflight++; /* the iov memory stays mapped until we are done */
-	pthread_mutex_unlock(&client->lock);
 	execute(svc, ring, b, n);
-	pthread_mutex_lock(&client->lock);
-	if (--client->inflight == 0)
-		pthread_cond_broadcast(&client->idle);
-	pthread_mutex_unlock(&client->lock);
+	kvc_usrbio_client_leave(client);
 	for (uint32_t i = 0; i < n; i++)
 		post(ring, (head + i) & ring->mask, &b->sqe[i], b->result[i]);
 	syscall(SYS_futex, &sh->cq_tail, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
@@ -356,6 +371,27 @@ seen:
 	return true;
 }
 
+/* Take what the client wrote to its doorbell, at most DRAIN bytes (a
+ * flood wakes a worker again, it cannot keep one). kvc-fuse's end is its
+ * own, and MSG_DONTWAIT never waits whatever the client did. Returns 0,
+ * or -EPIPE when the client shut its end down (nothing more will come). */
+#define DRAIN 16384
+static int drain(struct kvc_ring_server_ring *ring)
+{
+	char sink[512];
+	for (size_t taken = 0; taken < DRAIN;) {
+		ssize_t n = recv(ring->bell, sink, sizeof(sink), MSG_DONTWAIT);
+		if (n == 0)
+			return -EPIPE;
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			break;
+		taken += (size_t)n;
+	}
+	return 0;
+}
+
 static void *worker_main(void *arg)
 {
 	struct kvc_ring_service *svc = arg;
@@ -369,9 +405,8 @@ static void *worker_main(void *arg)
 		struct kvc_ring_server_ring *ring = ring_from_event(svc, ev.data.u64);
 		if (!ring)
 			continue; /* removed meanwhile */
-		uint64_t count;
-		if (read(ring->doorbell, &count, sizeof(count)) < 0 && errno != EAGAIN)
-			kvc_log_warn("usrbio: doorbell read: %s", strerror(errno));
+		if (drain(ring) < 0)
+			stop(svc, ring); /* the client shut its doorbell down */
 		while (!atomic_load(&ring->dead)) {
 			if (run_batch(svc, ring, b) > 0)
 				continue;
@@ -381,28 +416,38 @@ static void *worker_main(void *arg)
 		if (!atomic_load(&ring->dead)) {
 			struct epoll_event again = {.events = EPOLLIN | EPOLLONESHOT,
 			                            .data.u64 = event_key(ring)};
-			epoll_ctl(svc->epoll_fd, EPOLL_CTL_MOD, ring->doorbell, &again);
+			epoll_ctl(svc->epoll_fd, EPOLL_CTL_MOD, ring->bell, &again);
 		}
 		ring_put(ring);
 	}
 	return NULL;
 }
 
-/* Ring the doorbell of every ring whose io_depth wait passed its timeout. */
+/* Ring the doorbell of every ring whose io_depth wait passed its timeout:
+ * found under the table lock (with a reference), rung after it. */
+#define POKES 256
 static void poke_expired(struct kvc_ring_service *svc)
 {
+	struct kvc_ring_server_ring *due[POKES];
+	int count = 0;
 	int64_t now = now_ns();
 	pthread_mutex_lock(&svc->table_lock);
-	for (uint32_t i = 0; i < svc->high; i++) {
+	for (uint32_t i = 0; i < svc->high && count < POKES; i++) {
 		struct kvc_ring_server_ring *r = svc->table[i];
 		int64_t since = r ? atomic_load(&r->partial_since_ns) : 0;
-		if (since && r->timeout_ms > 0 && now - since >= (int64_t)r->timeout_ms * 1000000) {
-			uint64_t one = 1;
-			if (write(r->doorbell, &one, sizeof(one)) < 0 && errno != EAGAIN)
-				kvc_log_warn("usrbio: doorbell write: %s", strerror(errno));
+		if (since && r->timeout_ms > 0 && now - since >= (int64_t)r->timeout_ms * 1000000 &&
+		    !atomic_load(&r->dead)) {
+			atomic_fetch_add(&r->refs, 1);
+			due[count++] = r;
 		}
 	}
 	pthread_mutex_unlock(&svc->table_lock);
+	for (int i = 0; i < count; i++) {
+		uint64_t one = 1;
+		/* Full (EAGAIN): it is rung already. Shut down: it is stopped. */
+		send(due[i]->poke, &one, sizeof(one), MSG_DONTWAIT | MSG_NOSIGNAL);
+		ring_put(due[i]);
+	}
 }
 
 /* Sleeps unless some ring waits on an io_depth timeout; then ticks. */
@@ -435,18 +480,19 @@ int kvc_ring_service_start(struct kvc_fuse *fs, int workers, struct kvc_ring_ser
 	pthread_mutex_init(&svc->table_lock, NULL);
 	pthread_mutex_init(&svc->timer_lock, NULL);
 	pthread_cond_init(&svc->timer_wake, NULL);
-	int rc = pthread_create(&thread, NULL, timer_main, svc);
-	for (int i = 0; rc == 0 && i < workers; i++) {
-		pthread_detach(thread);
-		rc = pthread_create(&thread, NULL, worker_main, svc);
+	int rc = 0;
+	for (int i = 0; rc == 0 && i <= workers && workers > 0; i++) {
+		rc = pthread_create(&thread, NULL, i == 0 ? timer_main : worker_main, svc);
+		if (rc == 0)
+			pthread_detach(thread);
 	}
 	if (rc)
 		return -rc; /* the process exits on this error: nothing to undo */
-	pthread_detach(thread);
 	*out = svc;
 	return 0;
 }
 
+/* Map the ring's memory (sealed: see usrbio_service.h) and check its header. */
 static int map_ring(struct kvc_ring_server_ring *ring, int memory_fd)
 {
 	struct stat st;
@@ -491,9 +537,20 @@ static int table_insert(struct kvc_ring_service *svc, struct kvc_ring_server_rin
 	return rc;
 }
 
+/* The ring's doorbell: a socket pair, ends kept in bell and poke. */
+static int make_doorbell(struct kvc_ring_server_ring *ring)
+{
+	int ends[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, ends) < 0)
+		return -errno;
+	ring->bell = ends[0];
+	ring->poke = ends[1];
+	return 0;
+}
+
 int kvc_ring_service_add(struct kvc_ring_service *svc, struct kvc_usrbio_client *client,
                          const struct kvc_msg_ring_register *p, int memory_fd,
-                         int doorbell_fd, struct kvc_ring_server_ring **out)
+                         struct kvc_ring_server_ring **out, int *doorbell)
 {
 	uint32_t e = p->entries;
 	if (e == 0 || e > KVC_RING_MAX_ENTRIES || (e & (e - 1)) || p->timeout_ms < 0 ||
@@ -505,13 +562,15 @@ int kvc_ring_service_add(struct kvc_ring_service *svc, struct kvc_usrbio_client 
 	*ring = (struct kvc_ring_server_ring){.client = client, .entries = e, .mask = e - 1,
 	                                      .for_read = p->for_read != 0,
 	                                      .io_depth = p->io_depth, .timeout_ms = p->timeout_ms,
-	                                      .flags = p->flags, .doorbell = doorbell_fd};
+	                                      .flags = p->flags, .bell = -1, .poke = -1};
 	atomic_init(&ring->refs, 1); /* the table's */
 	int rc = map_ring(ring, memory_fd);
 	if (rc == 0)
+		rc = make_doorbell(ring);
+	if (rc == 0)
 		rc = table_insert(svc, ring);
 	struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT, .data.u64 = event_key(ring)};
-	if (rc == 0 && epoll_ctl(svc->epoll_fd, EPOLL_CTL_ADD, doorbell_fd, &ev) < 0) {
+	if (rc == 0 && epoll_ctl(svc->epoll_fd, EPOLL_CTL_ADD, ring->bell, &ev) < 0) {
 		rc = -errno;
 		pthread_mutex_lock(&svc->table_lock);
 		svc->table[ring->slot] = NULL;
@@ -520,11 +579,14 @@ int kvc_ring_service_add(struct kvc_ring_service *svc, struct kvc_usrbio_client 
 	if (rc < 0) {
 		if (ring->shared)
 			munmap(ring->shared, ring->bytes);
+		if (ring->bell >= 0)
+			close(ring->bell), close(ring->poke);
 		free(ring);
 		return rc;
 	}
-	close(memory_fd);
+	kvc_usrbio_client_get(client); /* dropped with the ring's last reference */
 	*out = ring;
+	*doorbell = ring->poke;
 	return 0;
 }
 
@@ -534,7 +596,19 @@ void kvc_ring_service_remove(struct kvc_ring_service *svc, struct kvc_ring_serve
 	pthread_mutex_lock(&svc->table_lock);
 	svc->table[ring->slot] = NULL;
 	pthread_mutex_unlock(&svc->table_lock);
-	epoll_ctl(svc->epoll_fd, EPOLL_CTL_DEL, ring->doorbell, NULL);
+	epoll_ctl(svc->epoll_fd, EPOLL_CTL_DEL, ring->bell, NULL);
 	set_partial(svc, ring, 0);
 	ring_put(ring);
+}
+
+int kvc_ring_service_run(struct kvc_ring_service *svc, struct kvc_ring_server_ring *ring)
+{
+	struct batch *b = calloc(1, sizeof(*b));
+	int taken = 0;
+	if (!b)
+		return -ENOMEM;
+	for (uint32_t n = 1; n > 0 && !atomic_load(&ring->dead); taken += (int)n)
+		n = run_batch(svc, ring, b);
+	free(b);
+	return taken;
 }

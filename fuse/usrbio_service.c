@@ -7,50 +7,82 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "core/control_socket.h"
-#include "fuse/ring_service.h"
 #include "core/log.h"
+#include "core/ring.h"
+#include "fuse/ring_service.h"
+#include "fuse/usrbio_iovs.h"
 
 #define RING_WORKERS 8
-#define MAX_IOV_SIZE (1ull << 40)
 
-static struct kvc_usrbio_client *client_of(void *conn_service, struct kvc_server_conn *conn)
+void kvc_usrbio_client_get(struct kvc_usrbio_client *c)
+{
+	atomic_fetch_add(&c->refs, 1);
+}
+
+void kvc_usrbio_client_put(struct kvc_usrbio_client *c)
+{
+	if (atomic_fetch_sub(&c->refs, 1) != 1)
+		return;
+	free(c->files);
+	pthread_mutex_destroy(&c->lock);
+	pthread_cond_destroy(&c->idle);
+	free(c);
+}
+
+bool kvc_usrbio_client_enter(struct kvc_usrbio_client *c)
+{
+	/* Counted and checked under one lock: cleanup, which sets dead and
+	 * then waits for inflight to drain, either sees this batch counted or
+	 * this batch sees dead. */
+	pthread_mutex_lock(&c->lock);
+	bool alive = !c->dead;
+	if (alive)
+		c->inflight++;
+	pthread_mutex_unlock(&c->lock);
+	return alive;
+}
+
+void kvc_usrbio_client_leave(struct kvc_usrbio_client *c)
+{
+	pthread_mutex_lock(&c->lock);
+	if (--c->inflight == 0)
+		pthread_cond_broadcast(&c->idle);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* The connection's client, made at its first frame; NULL when out of
+ * memory or the peer is unknown. */
+static struct kvc_usrbio_client *client_of(struct kvc_usrbio *u, struct kvc_server_conn *conn)
 {
 	if (conn->service_state)
 		return conn->service_state;
-	struct kvc_usrbio_client *c = calloc(1, sizeof(*c));
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
+	if (getsockopt(conn->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+		return NULL;
+	struct kvc_usrbio_client *c = calloc(1, sizeof(*c));
 	if (!c)
 		return NULL;
-	if (getsockopt(conn->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
-		free(c);
-		return NULL;
-	}
+	c->service = u;
+	atomic_init(&c->refs, 1); /* the connection's */
 	c->uid = cred.uid;
 	c->pid = cred.pid;
-	c->fs = ((struct kvc_usrbio *)conn_service)->fs;
-	c->imports = ((struct kvc_usrbio *)conn_service)->imports;
-	atomic_fetch_add(&c->fs->usrbio_clients, 1);
+	c->id = atomic_fetch_add(&u->next_client, 1) + 1;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->idle, NULL);
+	atomic_fetch_add(&u->fs->usrbio_clients, 1);
 	conn->service_state = c;
 	return c;
 }
 
-/* Wait until no ring batch uses the client's memory. Lock held. */
-static void wait_idle(struct kvc_usrbio_client *c)
-{
-	while (c->inflight > 0)
-		pthread_cond_wait(&c->idle, &c->lock);
-}
-
-/* Take the one passed fd a message needs; -EBADF when it is missing. */
+/* Take the passed fd a message needs; -EBADF when it is missing. */
 static int take_fd(struct kvc_server_conn *conn, int index)
 {
 	if (index >= conn->passed_fd_count)
@@ -60,112 +92,82 @@ static int take_fd(struct kvc_server_conn *conn, int index)
 	return fd;
 }
 
-static int iov_register(struct kvc_usrbio_client *c, struct kvc_server_conn *conn,
-                        const struct kvc_msg_iov_register *m, struct kvc_msg_handle *reply)
+/* What a handler answers: a body, and an fd passed along (not owned). */
+struct reply {
+	union {
+		struct kvc_msg_handle handle;
+		struct kvc_msg_fd_register_reply fd;
+	} body;
+	uint32_t len;
+	int fd;
+};
+
+static int on_iov_register(struct kvc_usrbio *u, struct kvc_usrbio_client *c,
+                           struct kvc_server_conn *conn, const void *body, struct reply *r)
 {
-	struct stat st;
 	int fd = take_fd(conn, 0);
-	if (fd < 0)
-		return fd;
+	r->len = sizeof(r->body.handle);
+	return fd < 0 ? fd : kvc_usrbio_iov_register(u, c, fd, body, &r->body.handle.handle);
+}
+
+static int on_iov_register_device(struct kvc_usrbio *u, struct kvc_usrbio_client *c,
+                                  struct kvc_server_conn *conn, const void *body,
+                                  struct reply *r)
+{
+	(void)conn;
+	r->len = sizeof(r->body.handle);
+	return kvc_usrbio_iov_register_device(u, c, body, &r->body.handle.handle);
+}
+
+static int on_iov_deregister(struct kvc_usrbio *u, struct kvc_usrbio_client *c,
+                             struct kvc_server_conn *conn, const void *body, struct reply *r)
+{
+	(void)u, (void)conn, (void)r;
+	return kvc_usrbio_iov_deregister(c, ((const struct kvc_msg_handle *)body)->handle);
+}
+
+/* Record file under client_fd (a number registered again names the new
+ * file). Returns 0 and the inode it replaced (or 0), -EMFILE, -ENOMEM. */
+static int file_insert(struct kvc_usrbio_client *c, const struct kvc_usrbio_file *file,
+                       uint64_t *replaced)
+{
 	int rc = 0;
-	if (m->size == 0 || m->size > MAX_IOV_SIZE || m->file_offset > MAX_IOV_SIZE)
-		rc = -EINVAL;
-	else if (fstat(fd, &st) < 0)
-		rc = -errno;
-	else if (!S_ISREG(st.st_mode))
-		rc = -EINVAL;
-	else if (st.st_uid != c->uid)
-		rc = -EACCES; /* shared memory of another user */
-	else if ((uint64_t)st.st_size < m->file_offset + m->size)
-		rc = -EINVAL;
-	int slot = -1;
-	for (int i = 0; rc == 0 && i < KVC_USRBIO_MAX_IOVS && slot < 0; i++)
-		if (!c->iovs[i].base)
-			slot = i;
-	if (rc == 0 && slot < 0)
+	*replaced = 0;
+	pthread_mutex_lock(&c->lock);
+	size_t i = 0;
+	while (i < c->file_count && c->files[i].client_fd != file->client_fd)
+		i++;
+	if (i < c->file_count) {
+		*replaced = c->files[i].ino;
+	} else if (c->file_count == KVC_USRBIO_MAX_FILES) {
 		rc = -EMFILE;
+	} else if (c->file_count == c->file_capacity) {
+		size_t cap = c->file_capacity ? c->file_capacity * 2 : 16;
+		struct kvc_usrbio_file *grown = realloc(c->files, cap * sizeof(*grown));
+		if (grown)
+			c->files = grown, c->file_capacity = cap;
+		else
+			rc = -ENOMEM;
+	}
 	if (rc == 0) {
-		/* mmap wants a page-aligned offset: map from the page below. */
-		uint64_t skew = m->file_offset & 4095u;
-		void *map = mmap(NULL, m->size + skew, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-		                 (off_t)(m->file_offset - skew));
-		if (map == MAP_FAILED) {
-			rc = -errno;
-		} else {
-			pthread_mutex_lock(&c->lock);
-			c->iovs[slot] = (struct kvc_usrbio_iov){.base = (char *)map + skew,
-			                                        .size = m->size, .device = -1};
-			pthread_mutex_unlock(&c->lock);
-			atomic_fetch_add(&c->fs->usrbio_iovs, 1);
-			reply->handle = (uint32_t)slot;
+		if (i == c->file_count) {
+			c->file_count++;
+			atomic_fetch_add(&c->service->fs->usrbio_files, 1);
 		}
-	}
-	close(fd);
-	return rc;
-}
-
-/* Register GPU memory the client shared over CUDA IPC (no fd). */
-static int iov_register_device(struct kvc_usrbio_client *c,
-                               const struct kvc_msg_iov_register_device *m,
-                               struct kvc_msg_handle *reply)
-{
-	struct kvc_device_memory memory;
-	if (m->size == 0 || m->size > MAX_IOV_SIZE || m->offset > MAX_IOV_SIZE)
-		return -EINVAL;
-	int rc = kvc_device_import(c->imports, m, &memory);
-	if (rc < 0)
-		return rc;
-	pthread_mutex_lock(&c->lock);
-	int slot = -1;
-	for (int i = 0; i < KVC_USRBIO_MAX_IOVS && slot < 0; i++)
-		if (!c->iovs[i].base)
-			slot = i;
-	if (slot >= 0)
-		c->iovs[slot] = (struct kvc_usrbio_iov){.base = memory.address, .size = memory.size,
-		                                        .device = memory.device, .gpu = memory};
-	pthread_mutex_unlock(&c->lock);
-	if (slot < 0) {
-		kvc_device_release(c->imports, &memory);
-		return -EMFILE;
-	}
-	atomic_fetch_add(&c->fs->usrbio_iovs, 1);
-	reply->handle = (uint32_t)slot;
-	return 0;
-}
-
-static void unmap_client_iov(struct kvc_usrbio_client *c, struct kvc_usrbio_iov *iov)
-{
-	if (iov->device >= 0) {
-		kvc_device_release(c->imports, &iov->gpu);
-	} else {
-		uintptr_t base = (uintptr_t)iov->base;
-		uintptr_t skew = base & 4095u;
-		munmap((void *)(base - skew), iov->size + skew);
-	}
-	iov->base = NULL;
-	atomic_fetch_sub(&c->fs->usrbio_iovs, 1);
-}
-
-static int iov_deregister(struct kvc_usrbio_client *c, uint32_t handle)
-{
-	if (handle >= KVC_USRBIO_MAX_IOVS)
-		return -EINVAL;
-	pthread_mutex_lock(&c->lock);
-	int rc = c->iovs[handle].base ? 0 : -EINVAL;
-	if (rc == 0) {
-		wait_idle(c);
-		unmap_client_iov(c, &c->iovs[handle]);
+		c->files[i] = *file;
 	}
 	pthread_mutex_unlock(&c->lock);
 	return rc;
 }
 
-static int fd_register(struct kvc_usrbio *u, struct kvc_usrbio_client *c,
-                       struct kvc_server_conn *conn, const struct kvc_msg_fd_register *m,
-                       struct kvc_msg_fd_register_reply *reply)
+static int on_fd_register(struct kvc_usrbio *u, struct kvc_usrbio_client *c,
+                          struct kvc_server_conn *conn, const void *body, struct reply *r)
 {
-	struct stat st;
+	const struct kvc_msg_fd_register *m = body;
+	struct kvc_usrbio_usage one = {.registrations = 1};
+	struct statx stx;
 	int fd = take_fd(conn, 0);
+	r->len = sizeof(r->body.fd);
 	if (fd < 0)
 		return fd;
 	int rc = 0, access = fcntl(fd, F_GETFL);
@@ -174,9 +176,12 @@ static int fd_register(struct kvc_usrbio *u, struct kvc_usrbio_client *c,
 	 * no readable file, or any user could read a file closed to them. */
 	if (m->client_fd < 0 || access < 0 || (access & O_PATH))
 		rc = -EBADF;
-	else if (fstat(fd, &st) < 0)
+	/* Cached attributes only: a file of another FUSE filesystem costs its
+	 * daemon nothing and cannot make us wait. */
+	else if (statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_TYPE | STATX_INO, &stx) < 0)
 		rc = -errno;
-	else if (st.st_dev != u->mount_dev || !S_ISREG(st.st_mode))
+	else if (makedev(stx.stx_dev_major, stx.stx_dev_minor) != u->mount_dev ||
+	         !S_ISREG(stx.stx_mode))
 		rc = -EBADF; /* not a file of this mount */
 	/* Keep what the check needs, not the file: a kvc-fuse holding files
 	 * of its own mount would, when killed, wait forever in the kernel for
@@ -184,94 +189,100 @@ static int fd_register(struct kvc_usrbio *u, struct kvc_usrbio_client *c,
 	 * (3FS's rule: registered fds stay open). */
 	close(fd);
 	if (rc == 0)
-		rc = kvc_fuse_hold_inode(u->fs, st.st_ino);
+		rc = kvc_usrbio_limits_charge(&u->limits, c->uid, &one);
 	if (rc < 0)
 		return rc;
-	struct kvc_usrbio_file file = {m->client_fd, st.st_ino, access & O_ACCMODE};
+	rc = kvc_fuse_hold_inode(u->fs, stx.stx_ino);
+	if (rc < 0) {
+		kvc_usrbio_limits_release(&u->limits, c->uid, &one);
+		return rc;
+	}
+	struct kvc_usrbio_file file = {m->client_fd, stx.stx_ino, access & O_ACCMODE};
 	uint64_t dropping = 0;
-	pthread_mutex_lock(&c->lock);
-	size_t i = 0;
-	while (i < c->file_count && c->files[i].client_fd != m->client_fd)
-		i++;
-	if (i < c->file_count) {
-		dropping = c->files[i].ino; /* the number now names another file */
-	} else if (c->file_count == KVC_USRBIO_MAX_FILES) {
-		rc = -EMFILE;
-	} else if (c->file_count == c->file_capacity) {
-		size_t cap = c->file_capacity ? c->file_capacity * 2 : 16;
-		struct kvc_usrbio_file *grown = realloc(c->files, cap * sizeof(*grown));
-		if (!grown)
-			rc = -ENOMEM;
-		else
-			c->files = grown, c->file_capacity = cap;
-	}
-	if (rc == 0) {
-		if (i == c->file_count) {
-			c->file_count++;
-			atomic_fetch_add(&c->fs->usrbio_files, 1);
-		}
-		c->files[i] = file;
-		*reply = (struct kvc_msg_fd_register_reply){.ino = file.ino, .access = (uint32_t)file.access};
-	}
-	pthread_mutex_unlock(&c->lock);
+	rc = file_insert(c, &file, &dropping);
 	if (rc < 0)
-		dropping = file.ino; /* not registered: let our hold go */
+		dropping = file.ino; /* held but not registered: let the hold go */
+	else
+		r->body.fd = (struct kvc_msg_fd_register_reply){.ino = file.ino,
+		                                                .access = (uint32_t)file.access};
+	if (dropping) /* failed, or the number named another file: no new registration */
+		kvc_usrbio_limits_release(&u->limits, c->uid, &one);
 	if (dropping)
-		kvc_fuse_drop_inode(c->fs, dropping);
+		kvc_fuse_drop_inode(u->fs, dropping);
 	return rc;
 }
 
-static int fd_deregister(struct kvc_usrbio_client *c, int client_fd)
+static int on_fd_deregister(struct kvc_usrbio *u, struct kvc_usrbio_client *c,
+                            struct kvc_server_conn *conn, const void *body, struct reply *r)
 {
-	int rc = -EBADF;
+	int client_fd = ((const struct kvc_msg_fd_register *)body)->client_fd;
+	struct kvc_usrbio_usage one = {.registrations = 1};
 	uint64_t dropping = 0;
+	(void)conn, (void)r;
 	pthread_mutex_lock(&c->lock);
 	for (size_t i = 0; i < c->file_count; i++) {
 		if (c->files[i].client_fd == client_fd) {
-			wait_idle(c);
+			while (c->inflight > 0) /* no batch is using it */
+				pthread_cond_wait(&c->idle, &c->lock);
 			dropping = c->files[i].ino;
 			c->files[i] = c->files[--c->file_count];
-			atomic_fetch_sub(&c->fs->usrbio_files, 1);
-			rc = 0;
+			atomic_fetch_sub(&u->fs->usrbio_files, 1);
 			break;
 		}
 	}
 	pthread_mutex_unlock(&c->lock);
-	if (dropping)
-		kvc_fuse_drop_inode(c->fs, dropping);
-	return rc;
+	if (!dropping)
+		return -EBADF;
+	kvc_fuse_drop_inode(u->fs, dropping);
+	kvc_usrbio_limits_release(&u->limits, c->uid, &one);
+	return 0;
 }
 
-static int ring_register(struct kvc_usrbio *u, struct kvc_usrbio_client *c,
-                         struct kvc_server_conn *conn, const struct kvc_msg_ring_register *m,
-                         struct kvc_msg_handle *reply)
+static int on_ring_register(struct kvc_usrbio *u, struct kvc_usrbio_client *c,
+                            struct kvc_server_conn *conn, const void *body, struct reply *r)
 {
-	int memory_fd = take_fd(conn, 0), doorbell_fd = take_fd(conn, 1);
-	int rc = memory_fd < 0 || doorbell_fd < 0 ? -EBADF : 0;
-	int slot = -1;
+	const struct kvc_msg_ring_register *m = body;
+	struct kvc_usrbio_usage one = {.rings = 1};
+	struct kvc_ring_server_ring *ring = NULL;
+	int memory_fd = take_fd(conn, 0);
+	r->len = sizeof(r->body.handle);
+	if (memory_fd < 0)
+		return memory_fd;
+	int rc = m->entries == 0 || m->entries > KVC_RING_MAX_ENTRIES ? -EINVAL : 0;
+	if (rc == 0)
+		rc = kvc_usrbio_check_memory(u, c, memory_fd, kvc_ring_bytes(m->entries), true);
+	if (rc == 0)
+		rc = kvc_usrbio_limits_charge(&u->limits, c->uid, &one);
+	if (rc == 0) {
+		rc = kvc_ring_service_add(u->rings, c, m, memory_fd, &ring, &r->fd);
+		if (rc < 0)
+			kvc_usrbio_limits_release(&u->limits, c->uid, &one);
+	}
+	close(memory_fd);
+	if (rc < 0)
+		return rc;
 	pthread_mutex_lock(&c->lock);
-	for (int i = 0; rc == 0 && i < KVC_USRBIO_MAX_RINGS && slot < 0; i++)
+	int slot = -1;
+	for (int i = 0; i < KVC_USRBIO_MAX_RINGS && slot < 0; i++)
 		if (!c->rings[i])
 			slot = i;
-	if (rc == 0 && slot < 0)
-		rc = -EMFILE;
-	if (rc == 0)
-		rc = kvc_ring_service_add(u->rings, c, m, memory_fd, doorbell_fd, &c->rings[slot]);
+	if (slot >= 0)
+		c->rings[slot] = ring;
 	pthread_mutex_unlock(&c->lock);
-	if (rc < 0) {
-		if (memory_fd >= 0)
-			close(memory_fd);
-		if (doorbell_fd >= 0)
-			close(doorbell_fd);
-		return rc;
+	if (slot < 0) {
+		kvc_ring_service_remove(u->rings, ring);
+		kvc_usrbio_limits_release(&u->limits, c->uid, &one);
+		r->fd = -1;
+		return -EMFILE;
 	}
-	reply->handle = (uint32_t)slot;
-	atomic_fetch_add(&c->fs->usrbio_rings, 1);
+	r->body.handle.handle = (uint32_t)slot;
+	atomic_fetch_add(&u->fs->usrbio_rings, 1);
 	return 0;
 }
 
 static int ring_deregister(struct kvc_usrbio *u, struct kvc_usrbio_client *c, uint32_t handle)
 {
+	struct kvc_usrbio_usage one = {.rings = 1};
 	if (handle >= KVC_USRBIO_MAX_RINGS)
 		return -EINVAL;
 	pthread_mutex_lock(&c->lock);
@@ -281,115 +292,97 @@ static int ring_deregister(struct kvc_usrbio *u, struct kvc_usrbio_client *c, ui
 	if (!ring)
 		return -EINVAL;
 	kvc_ring_service_remove(u->rings, ring);
-	atomic_fetch_sub(&c->fs->usrbio_rings, 1);
+	atomic_fetch_sub(&u->fs->usrbio_rings, 1);
+	kvc_usrbio_limits_release(&u->limits, c->uid, &one);
 	return 0;
 }
 
-#define BODY(conn, h, type) \
-	((h)->body_len == sizeof(type) ? (const type *)(conn)->body : NULL)
+static int on_ring_deregister(struct kvc_usrbio *u, struct kvc_usrbio_client *c,
+                              struct kvc_server_conn *conn, const void *body, struct reply *r)
+{
+	(void)conn, (void)r;
+	return ring_deregister(u, c, ((const struct kvc_msg_handle *)body)->handle);
+}
 
-static int handle(void *service, struct kvc_server_conn *conn, const struct kvc_wire_header *h)
+/* The control messages: a frame's body must be exactly `body` bytes and
+ * carry `fds` descriptors (fewer: -EBADF; more: -EPROTO, e.g. a
+ * RING_REGISTER with a doorbell of the client's, from a libkvc before
+ * doorbells were kvc-fuse's). A type without a row: -EOPNOTSUPP. */
+static const struct control_message {
+	uint16_t type;
+	uint32_t body;
+	int fds;
+	int (*handler)(struct kvc_usrbio *u, struct kvc_usrbio_client *c,
+	               struct kvc_server_conn *conn, const void *body, struct reply *r);
+} messages[] = {
+	{KVC_MSG_IOV_REGISTER, sizeof(struct kvc_msg_iov_register), 1, on_iov_register},
+	{KVC_MSG_IOV_DEREGISTER, sizeof(struct kvc_msg_handle), 0, on_iov_deregister},
+	{KVC_MSG_FD_REGISTER, sizeof(struct kvc_msg_fd_register), 1, on_fd_register},
+	{KVC_MSG_FD_DEREGISTER, sizeof(struct kvc_msg_fd_register), 0, on_fd_deregister},
+	{KVC_MSG_RING_REGISTER, sizeof(struct kvc_msg_ring_register), 1, on_ring_register},
+	{KVC_MSG_RING_DEREGISTER, sizeof(struct kvc_msg_handle), 0, on_ring_deregister},
+	{KVC_MSG_IOV_REGISTER_DEVICE, sizeof(struct kvc_msg_iov_register_device), 0,
+	 on_iov_register_device},
+};
+
+int kvc_usrbio_handle(void *service, struct kvc_server_conn *conn,
+                      const struct kvc_wire_header *h)
 {
 	struct kvc_usrbio *u = service;
-	struct kvc_usrbio_client *c = client_of(service, conn);
-	union {
-		struct kvc_msg_handle handle;
-		struct kvc_msg_fd_register_reply fd;
-	} reply;
-	uint32_t reply_len = 0;
-	int rc = -EINVAL;
+	struct kvc_usrbio_client *c = client_of(u, conn);
+	struct reply r = {.fd = -1};
+	const struct control_message *m = NULL;
+	int rc;
 	if (!c)
 		return -ENOMEM;
 	if (h->data_len)
 		return -EPROTO;
-	switch (h->type) {
-	case KVC_MSG_IOV_REGISTER: {
-		const struct kvc_msg_iov_register *m = BODY(conn, h, struct kvc_msg_iov_register);
-		rc = m ? iov_register(c, conn, m, &reply.handle) : -EINVAL;
-		reply_len = sizeof(reply.handle);
-		break;
-	}
-	case KVC_MSG_IOV_REGISTER_DEVICE: {
-		const struct kvc_msg_iov_register_device *m =
-			BODY(conn, h, struct kvc_msg_iov_register_device);
-		rc = m ? iov_register_device(c, m, &reply.handle) : -EINVAL;
-		reply_len = sizeof(reply.handle);
-		break;
-	}
-	case KVC_MSG_IOV_DEREGISTER: {
-		const struct kvc_msg_handle *m = BODY(conn, h, struct kvc_msg_handle);
-		rc = m ? iov_deregister(c, m->handle) : -EINVAL;
-		break;
-	}
-	case KVC_MSG_FD_REGISTER: {
-		const struct kvc_msg_fd_register *m = BODY(conn, h, struct kvc_msg_fd_register);
-		rc = m ? fd_register(u, c, conn, m, &reply.fd) : -EINVAL;
-		reply_len = sizeof(reply.fd);
-		break;
-	}
-	case KVC_MSG_FD_DEREGISTER: {
-		const struct kvc_msg_fd_register *m = BODY(conn, h, struct kvc_msg_fd_register);
-		rc = m ? fd_deregister(c, m->client_fd) : -EINVAL;
-		break;
-	}
-	case KVC_MSG_RING_REGISTER: {
-		const struct kvc_msg_ring_register *m = BODY(conn, h, struct kvc_msg_ring_register);
-		rc = m ? ring_register(u, c, conn, m, &reply.handle) : -EINVAL;
-		reply_len = sizeof(reply.handle);
-		break;
-	}
-	case KVC_MSG_RING_DEREGISTER: {
-		const struct kvc_msg_handle *m = BODY(conn, h, struct kvc_msg_handle);
-		rc = m ? ring_deregister(u, c, m->handle) : -EINVAL;
-		break;
-	}
-	default:
+	for (size_t i = 0; i < sizeof(messages) / sizeof(messages[0]) && !m; i++)
+		if (messages[i].type == h->type)
+			m = &messages[i];
+	if (!m)
 		rc = -EOPNOTSUPP;
-	}
-	return kvc_server_reply(conn, h, rc, &reply, reply_len);
+	else if (h->body_len != m->body)
+		rc = -EINVAL;
+	else if (conn->passed_fd_count < m->fds)
+		rc = -EBADF;
+	else if (conn->passed_fd_count > m->fds)
+		rc = -EPROTO;
+	else
+		rc = m->handler(u, c, conn, conn->body, &r);
+	if (rc < 0 || r.fd < 0)
+		return kvc_server_reply(conn, h, rc, &r.body, r.len);
+	/* A reply with an fd (a ring's doorbell): the same frame, with it. */
+	struct kvc_wire_header reply;
+	kvc_wire_header_init(&reply, h->type, h->request_id, 0, r.len, 0);
+	return kvc_wire_send_fds(conn->fd, &reply, &r.body, &r.fd, 1);
 }
 
 /* The client went away (exit, kill, close): drop everything it had. */
-static void cleanup(void *service, struct kvc_server_conn *conn)
+void kvc_usrbio_disconnect(void *service, struct kvc_server_conn *conn)
 {
 	struct kvc_usrbio *u = service;
 	struct kvc_usrbio_client *c = conn->service_state;
 	if (!c)
 		return;
+	pthread_mutex_lock(&c->lock);
+	c->dead = true; /* no batch starts from now on */
+	pthread_mutex_unlock(&c->lock);
 	for (int i = 0; i < KVC_USRBIO_MAX_RINGS; i++)
 		ring_deregister(u, c, (uint32_t)i);
+	kvc_usrbio_iov_drop_all(c); /* after the batches in flight */
 	pthread_mutex_lock(&c->lock);
-	wait_idle(c);
-	for (int i = 0; i < KVC_USRBIO_MAX_IOVS; i++)
-		if (c->iovs[i].base)
-			unmap_client_iov(c, &c->iovs[i]);
+	size_t files = c->file_count;
+	c->file_count = 0;
 	pthread_mutex_unlock(&c->lock);
-	for (size_t i = 0; i < c->file_count; i++)
-		kvc_fuse_drop_inode(c->fs, c->files[i].ino);
-	atomic_fetch_sub(&c->fs->usrbio_files, (int)c->file_count);
-	atomic_fetch_sub(&c->fs->usrbio_clients, 1);
-	free(c->files);
-	pthread_mutex_destroy(&c->lock);
-	pthread_cond_destroy(&c->idle);
-	free(c);
+	for (size_t i = 0; i < files; i++)
+		kvc_fuse_drop_inode(u->fs, c->files[i].ino);
+	struct kvc_usrbio_usage registered = {.registrations = files};
+	kvc_usrbio_limits_release(&u->limits, c->uid, &registered);
+	atomic_fetch_sub(&u->fs->usrbio_files, (int)files);
+	atomic_fetch_sub(&u->fs->usrbio_clients, 1);
 	conn->service_state = NULL;
-}
-
-int kvc_usrbio_resolve_iov(struct kvc_usrbio_client *c, uint32_t handle, uint64_t offset,
-                           uint64_t length, void **out, int *device)
-{
-	int rc = -EFAULT;
-	if (handle >= KVC_USRBIO_MAX_IOVS)
-		return rc;
-	pthread_mutex_lock(&c->lock);
-	const struct kvc_usrbio_iov *iov = &c->iovs[handle];
-	if (iov->base && offset <= iov->size && length <= iov->size - offset) {
-		*out = (char *)iov->base + offset;
-		*device = iov->device;
-		rc = 0;
-	}
-	pthread_mutex_unlock(&c->lock);
-	return rc;
+	kvc_usrbio_client_put(c); /* the rings may still hold it a moment */
 }
 
 int kvc_usrbio_resolve_file(struct kvc_usrbio_client *c, int client_fd,
@@ -416,6 +409,35 @@ static void *listener_main(void *arg)
 	return NULL;
 }
 
+/* Two descriptors per ring (its doorbell's ends), one per connection:
+ * take all the process may have. */
+static void raise_fd_limit(void)
+{
+	struct rlimit limit;
+	if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+		limit.rlim_cur = limit.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &limit);
+	}
+}
+
+int kvc_usrbio_init(struct kvc_usrbio *u, struct kvc_fuse *fs, int workers)
+{
+	const struct kvc_config *config = &fs->config;
+	struct kvc_usrbio_usage max = {.iov_bytes = config->usrbio_uid_iov_mb << 20,
+	                               .rings = config->usrbio_uid_rings,
+	                               .registrations = config->usrbio_uid_registrations};
+	u->fs = fs;
+	atomic_init(&u->next_client, 0);
+	int rc = kvc_usrbio_limits_init(&u->limits, &max);
+	if (rc < 0)
+		return rc;
+	u->imports = kvc_device_io_imports_create();
+	if (!u->imports)
+		return -ENOMEM;
+	raise_fd_limit();
+	return kvc_ring_service_start(fs, workers, &u->rings);
+}
+
 int kvc_usrbio_start(struct kvc_usrbio *u, struct kvc_fuse *fs, const char *mountpoint)
 {
 	char real[PATH_MAX];
@@ -424,11 +446,7 @@ int kvc_usrbio_start(struct kvc_usrbio *u, struct kvc_fuse *fs, const char *moun
 	pthread_t thread;
 	if (!realpath(mountpoint, real))
 		return -errno;
-	u->fs = fs;
-	u->imports = kvc_device_imports_create();
-	if (!u->imports)
-		return -ENOMEM;
-	int rc = kvc_ring_service_start(fs, RING_WORKERS, &u->rings);
+	int rc = kvc_usrbio_init(u, fs, RING_WORKERS);
 	if (rc < 0)
 		return rc;
 	kvc_control_socket_address(real, &addr, &len);
@@ -437,11 +455,15 @@ int kvc_usrbio_start(struct kvc_usrbio *u, struct kvc_fuse *fs, const char *moun
 		return -errno;
 	if (bind(fd, (struct sockaddr *)&addr, len) < 0 || listen(fd, 128) < 0) {
 		rc = -errno;
+		if (rc == -EADDRINUSE)
+			kvc_log_error("usrbio: the control socket of %s is taken: another kvc-fuse, "
+			              "or a process squatting its name (ss -xlp | grep kvc-usrbio)", real);
 		close(fd);
 		return rc;
 	}
 	u->server = (struct kvc_server){.listen_fd = fd, .auth = NULL, .max_connections = 4096,
-	                                .handle = handle, .cleanup = cleanup, .service = u,
+	                                .handle = kvc_usrbio_handle,
+	                                .cleanup = kvc_usrbio_disconnect, .service = u,
 	                                .name = "usrbio"};
 	rc = pthread_create(&thread, NULL, listener_main, u);
 	if (rc)

@@ -51,7 +51,10 @@ struct kvc_completion {
  * /dev/shm/kvc-iov-<id> exists: this handle removes it at kvc_iov_unlink
  * or kvc_iov_destroy (a killed process leaves it behind). Errors: -EINVAL,
  * -ENOENT (not a kvcfs mount), -ECONNREFUSED (kvc-fuse not serving),
- * -ENOMEM, -EACCES. */
+ * -ENOMEM, -EACCES (also: the mount's control socket is served by a
+ * process neither root nor the mount's owner; nothing was sent to it),
+ * -EDQUOT (the uid's USRBIO limits: docs/usrbio.md), -EMFILE. Every
+ * registration below may fail with these last three too. */
 int kvc_iov_create(struct kvc_iov **out, const char *mount, size_t size,
                    size_t block_size, int numa, uint8_t id_out[16]);
 
@@ -60,9 +63,10 @@ int kvc_iov_create(struct kvc_iov **out, const char *mount, size_t size,
 int kvc_iov_open(struct kvc_iov **out, const uint8_t id[16], const char *mount,
                  size_t size, size_t block_size, int numa);
 
-/* Register memory the caller already maps from a shared file (POSIX shm,
- * /dev/shm, memfd, a tmpfs file): base..base+size must lie in one shared
- * file mapping. -EINVAL for private or anonymous memory. */
+/* Register memory the caller already maps from a shared file of tmpfs or
+ * hugetlbfs (POSIX shm, /dev/shm, a tmpfs file): base..base+size must lie
+ * in one shared file mapping. -EINVAL for private or anonymous memory, or
+ * a file elsewhere (a disk, a kvcfs mount). */
 int kvc_iov_wrap(struct kvc_iov **out, void *base, const uint8_t id[16],
                  const char *mount, size_t size, size_t block_size, int numa);
 
@@ -84,8 +88,9 @@ int kvc_iov_unlink(struct kvc_iov *iov);
 void kvc_iov_destroy(struct kvc_iov *iov);
 
 /* Create and register a ring of `entries` slots (1..4096: at most that
- * many I/Os outstanding; its shared memory holds the next power of two)
- * for reads or writes. io_depth: > 0 run exactly that many
+ * many I/Os outstanding; its shared memory, a sealed memfd, holds the
+ * next power of two) for reads or writes; -EPROTO from a kvc-fuse older
+ * than this libkvc. io_depth: > 0 run exactly that many
  * per batch (waiting up to timeout_ms for them, 0 = no limit), 0 run all
  * pending entries at once, < 0 at most -io_depth per batch. flags:
  * KVC_RING_FORBID_READ_HOLES (reading a hole fails with -ENODATA). */

@@ -2,9 +2,11 @@
 #include "client/storage_client.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/layout.h"
 
@@ -151,6 +153,37 @@ static int read_send(struct kvc_storage_client *client, struct read_request *req
 	return kvc_wire_send(req->fd, &h, &req->head, NULL, 0);
 }
 
+static int dev_zero = -1;
+static pthread_once_t dev_zero_once = PTHREAD_ONCE_INIT;
+
+static void open_dev_zero(void)
+{
+	dev_zero = open("/dev/zero", O_RDONLY | O_CLOEXEC);
+}
+
+/* Zero the missing tail of a piece (a hole). The destination may be
+ * memory another process can shrink under us (a USRBIO iov): the kernel
+ * zeroes it, and a page gone is EFAULT for that io, not a SIGBUS for the
+ * process (as for the bytes recv() puts there). Returns 0 or -EFAULT. */
+static int zero_fill(uint8_t *dst, size_t len)
+{
+	pthread_once(&dev_zero_once, open_dev_zero);
+	if (dev_zero < 0) { /* no /dev/zero: only our own buffers are safe */
+		memset(dst, 0, len);
+		return 0;
+	}
+	while (len > 0) {
+		ssize_t n = read(dev_zero, dst, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -EFAULT;
+		dst += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
 /* Receive a reply into each piece's destination. Returns 1 when the frame
  * was consumed (the connection is reusable), or a transport -errno. */
 static int read_receive(struct read_request *req, struct kvc_storage_io *ios)
@@ -186,7 +219,9 @@ static int read_receive(struct read_request *req, struct kvc_storage_io *ios)
 			if (rc < 0)
 				return rc;
 		}
-		memset(dst + results[i].length, 0, req->pieces[i].length - results[i].length);
+		if (results[i].length < req->pieces[i].length &&
+		    zero_fill(dst + results[i].length, req->pieces[i].length - results[i].length) < 0)
+			io_fail(io, -EFAULT);
 		if (results[i].status < 0)
 			io_fail(io, -EIO);
 		else if (io->forbid_holes && results[i].length < req->pieces[i].length)
@@ -450,11 +485,14 @@ static void write_wave(struct write_plan *plan)
 	for (int i = 0; i < plan->wave_count; i++) {
 		struct write_piece *w = &plan->wave[i];
 		struct kvc_rpc_pool *pool = &client->pools[w->server];
+		/* A frame that did not go out whole (e.g. EFAULT: its source
+		 * memory vanished) leaves the connection mid-frame: never reuse it. */
+		bool sent = w->rc == 0;
 		if (w->rc == 0)
 			w->rc = write_receive(w);
 		if (w->fd >= 0)
-			kvc_rpc_pool_put(pool, w->fd,
-			                 w->rc == 1 || (w->rc < 0 && !kvc_rpc_is_transport_error(w->rc)));
+			kvc_rpc_pool_put(pool, w->fd, sent && (w->rc == 1 || (w->rc < 0 &&
+			                                       !kvc_rpc_is_transport_error(w->rc))));
 		if (w->rc < 0 && retryable(w->rc, w->reused)) {
 			kvc_rpc_pool_drain(pool);
 			w->rc = write_send(client, w);

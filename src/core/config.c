@@ -70,6 +70,33 @@ static int parse_int(struct parser *p, const char *key, const char *value,
 	return 0;
 }
 
+/* [fuse] usrbio_uid_*: what the USRBIO clients of one uid may hold. */
+static int usrbio_limit(struct parser *p, const char *key, const char *value)
+{
+	struct kvc_config *c = p->config;
+	long v;
+	int rc;
+	if (strcmp(key, "usrbio_uid_iov_mb") == 0) {
+		rc = parse_int(p, key, value, 1, 1L << 30, &v);
+		if (rc == 0)
+			c->usrbio_uid_iov_mb = (uint64_t)v;
+		return rc;
+	}
+	if (strcmp(key, "usrbio_uid_rings") == 0) {
+		rc = parse_int(p, key, value, 1, 65536, &v);
+		if (rc == 0)
+			c->usrbio_uid_rings = (uint32_t)v;
+		return rc;
+	}
+	if (strcmp(key, "usrbio_uid_registrations") == 0) {
+		rc = parse_int(p, key, value, 1, 1 << 24, &v);
+		if (rc == 0)
+			c->usrbio_uid_registrations = (uint32_t)v;
+		return rc;
+	}
+	return fail(p, "unknown key '%s' in this section", key);
+}
+
 static int section_header(struct parser *p, char *text)
 {
 	struct kvc_config *c = p->config;
@@ -289,6 +316,8 @@ static int section_key(struct parser *p, const char *key, const char *value)
 				c->gpu_staging_mb = (uint32_t)v;
 			return rc;
 		}
+		if (strncmp(key, "usrbio_uid_", 11) == 0)
+			return usrbio_limit(p, key, value);
 		if (strcmp(key, "readahead_kb") == 0) {
 			rc = parse_int(p, key, value, 0, 1 << 20, &v);
 			if (rc == 0)
@@ -348,6 +377,9 @@ int kvc_config_parse(const char *text, const char *origin,
 	config->readahead_kb = 16384;
 	config->receive_threads = -1;
 	config->gpu_staging_mb = 128;
+	config->usrbio_uid_iov_mb = 1 << 20; /* 1 TiB */
+	config->usrbio_uid_rings = 1024;
+	config->usrbio_uid_registrations = 65536;
 
 	const char *cursor = text;
 	while (*cursor && rc == 0) {

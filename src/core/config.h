@@ -50,6 +50,9 @@
  *                               # with 4 cores or more; 0: none)
  *   gpu_staging_mb = 128        # pinned staging per ring worker for
  *                               # device iovs (allocated on first use)
+ *   usrbio_uid_iov_mb = 1048576 # USRBIO clients of one uid, all together:
+ *   usrbio_uid_rings = 1024     # iov memory registered, rings, and
+ *   usrbio_uid_registrations = 65536  # iovs + fds (more: EDQUOT)
  *
  * Target ids are the order in which targets appear in the file; the table
  * may only grow (existing files keep their layout). kvc_config_load checks
@@ -119,6 +122,9 @@ struct kvc_config {
 	int readahead_kb;
 	int receive_threads; /* -1: auto */
 	uint32_t gpu_staging_mb;
+	uint64_t usrbio_uid_iov_mb;       /* per uid: fuse/usrbio_limits.h */
+	uint32_t usrbio_uid_rings;
+	uint32_t usrbio_uid_registrations;
 	uint32_t server_count;
 	struct kvc_config_server servers[KVC_CONFIG_MAX_SERVERS];
 	uint32_t target_count;

@@ -3,9 +3,11 @@
  * client side, src/client/usrbio.c) and kvc-fuse (the server side,
  * fuse/ring_service.c). Nothing else reads or writes it.
  *
- * The client creates the memory (a memfd), registers it with kvc-fuse over
- * the control socket together with an eventfd (the doorbell), and both map
- * it. Layout (little-endian, offsets in bytes):
+ * The client creates the memory (a memfd sealed with F_SEAL_SHRINK and
+ * F_SEAL_GROW, so that it can never shrink under kvc-fuse), registers it
+ * with kvc-fuse over the control socket, gets the ring's doorbell back (a
+ * socket kvc-fuse made: docs/usrbio.md), and both map it. Layout
+ * (little-endian, offsets in bytes):
  *
  *   0     u32 magic          KVC_RING_MAGIC ("KVCR")
  *   4     u32 layout         KVC_RING_LAYOUT: changes with this layout
@@ -26,7 +28,7 @@
  * Protocol and ordering:
  * - The client fills sqes[tail & mask] and then store-releases sq_tail;
  *   then (after a full fence) it reads need_wakeup and rings the doorbell
- *   (eventfd write) only when it is set. A worker about to stop watching
+ *   (writes 8 bytes to it) only when it is set. A worker about to stop watching
  *   sets need_wakeup, fences, and reads sq_tail once more: one of the two
  *   sides always sees the other (as in io_uring's SQPOLL), so no
  *   submission waits unseen. kvc-fuse load-acquires sq_tail,

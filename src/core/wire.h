@@ -486,8 +486,9 @@ struct kvc_msg_fd_register_reply {
 	uint32_t reserved;
 };
 
-/* RING_REGISTER: two fds: the ring's shared memory and its doorbell
- * eventfd. The layout of the shared memory is src/core/ring.h's. */
+/* RING_REGISTER: one fd, the ring's shared memory (a sealed memfd); the
+ * reply carries the ring's doorbell, made by kvc-fuse. The layout of the
+ * shared memory is src/core/ring.h's. */
 struct kvc_msg_ring_register {
 	uint32_t entries;
 	uint32_t for_read;

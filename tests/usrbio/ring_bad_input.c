@@ -25,10 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/control_socket.h"
 #include "kvc/usrbio.h"
-#include "core/ring.h"
-#include "core/wire.h"
+#include "raw_control.h"
 
 static int checks, failures;
 
@@ -111,53 +109,16 @@ static void native_checks(const char *mount, const char *dir)
 	close(not_kvc);
 }
 
-/* The raw side: our own control connection and ring. */
-struct raw {
-	int sock;
-	uint64_t id;
-};
-
-static int raw_call(struct raw *r, uint16_t type, const void *body, uint32_t len,
-                    const int *fds, int nfds, void *reply, uint32_t cap)
-{
-	struct kvc_wire_header h;
-	kvc_wire_header_init(&h, type, ++r->id, 0, len, 0);
-	int rc = kvc_wire_send_fds(r->sock, &h, body, fds, nfds);
-	if (rc == 0)
-		rc = kvc_wire_recv(r->sock, &h, reply, cap);
-	return rc < 0 ? rc : h.status;
-}
-
-static int raw_connect(struct raw *r, const char *mount)
-{
-	struct sockaddr_un addr;
-	socklen_t len;
-	kvc_control_socket_address(mount, &addr, &len);
-	r->sock = socket(AF_UNIX, SOCK_STREAM, 0);
-	if (connect(r->sock, (struct sockaddr *)&addr, len) < 0)
-		return -errno;
-	struct kvc_msg_hello hello = {KVC_WIRE_VERSION, 0};
-	return raw_call(r, KVC_MSG_HELLO, &hello, sizeof(hello), NULL, 0, NULL, 0);
-}
-
+/* A raw ring registered on our own control connection (raw_control.h). */
 static struct kvc_ring_shared *raw_ring(struct raw *r, uint32_t entries, bool for_read,
                                         int *doorbell, uint32_t *handle)
 {
-	int memfd = memfd_create("raw-ring", 0);
-	size_t bytes = kvc_ring_bytes(entries);
-	if (ftruncate(memfd, (off_t)bytes) < 0)
-		return NULL;
-	struct kvc_ring_shared *sh = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
-	sh->magic = KVC_RING_MAGIC;
-	sh->layout = KVC_RING_LAYOUT;
-	sh->entries = entries;
-	*doorbell = eventfd(0, 0);
+	struct kvc_ring_shared *sh;
 	struct kvc_msg_ring_register m = {.entries = entries, .for_read = for_read};
-	int fds[2] = {memfd, *doorbell};
-	struct kvc_msg_handle reply;
-	int rc = raw_call(r, KVC_MSG_RING_REGISTER, &m, sizeof(m), fds, 2, &reply, sizeof(reply));
-	close(memfd);
-	*handle = reply.handle;
+	int memfd = raw_ring_memory(entries, true, &sh);
+	int rc = memfd < 0 ? memfd : raw_ring_register(r, memfd, &m, doorbell, handle);
+	if (memfd >= 0)
+		close(memfd);
 	return rc == 0 ? sh : NULL;
 }
 
@@ -169,8 +130,7 @@ static int raw_run(struct kvc_ring_shared *sh, int doorbell, const struct kvc_ri
 	for (uint32_t i = 0; i < count; i++)
 		kvc_ring_sqes(sh)[(tail + i) & (sh->entries - 1)] = e[i];
 	atomic_store(&sh->sq_tail, tail + count);
-	uint64_t one = 1;
-	if (write(doorbell, &one, 8) != 8)
+	if (raw_doorbell(doorbell) < 0)
 		return -errno;
 	uint32_t got = 0, head = atomic_load(&sh->cq_head);
 	struct timespec deadline;
@@ -249,12 +209,23 @@ static void raw_checks(const char *mount, const char *dir)
 	check(rc == -EBADF, "registering a non-kvcfs file: EBADF", rc);
 
 	struct kvc_msg_ring_register bad = {.entries = 3, .for_read = 0};
-	int db = eventfd(0, 0), fds[2] = {shm, db};
-	rc = raw_call(&r, KVC_MSG_RING_REGISTER, &bad, sizeof(bad), fds, 2, &unused, sizeof(unused));
+	struct kvc_ring_shared *unused_sh;
+	int sealed = raw_ring_memory(16, true, &unused_sh), db;
+	uint32_t unused_handle;
+	rc = raw_ring_register(&r, sealed, &bad, &db, &unused_handle);
 	check(rc == -EINVAL, "ring of 3 entries: EINVAL", rc);
 	bad.entries = 16;
-	rc = raw_call(&r, KVC_MSG_RING_REGISTER, &bad, sizeof(bad), fds, 2, &unused, sizeof(unused));
+	unused_sh->magic = 0;
+	rc = raw_ring_register(&r, sealed, &bad, &db, &unused_handle);
 	check(rc == -EINVAL, "ring memory without a ring header: EINVAL", rc);
+	unused_sh->magic = KVC_RING_MAGIC;
+	int fds[2] = {sealed, eventfd(0, 0)};
+	rc = raw_call(&r, KVC_MSG_RING_REGISTER, &bad, sizeof(bad), fds, 2, &unused, sizeof(unused));
+	check(rc == -EPROTO, "a doorbell of the client's (an old libkvc): EPROTO", rc);
+	rc = raw_call(&r, KVC_MSG_RING_REGISTER, &bad, sizeof(bad), NULL, 0, &unused, sizeof(unused));
+	check(rc == -EBADF, "ring register without its memory: EBADF", rc);
+	close(fds[1]);
+	close(sealed);
 
 	int doorbell;
 	uint32_t ring_handle;
@@ -291,8 +262,7 @@ static void raw_checks(const char *mount, const char *dir)
 
 	/* Corrupt indices stop that ring only. */
 	atomic_store(&sh->sq_tail, atomic_load(&sh->sq_head) + 100000);
-	uint64_t one = 1;
-	if (write(doorbell, &one, 8) != 8)
+	if (raw_doorbell(doorbell) < 0)
 		failures++;
 	int doorbell2;
 	uint32_t handle2;

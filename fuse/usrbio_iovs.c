@@ -1,0 +1,198 @@
+/* usrbio_iovs: see usrbio_iovs.h and usrbio_service.h. */
+#include "fuse/usrbio_iovs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#define MAX_IOV_SIZE (1ull << 40)
+#define RING_SEALS (F_SEAL_SHRINK | F_SEAL_GROW)
+
+int kvc_usrbio_check_memory(struct kvc_usrbio *u, struct kvc_usrbio_client *c, int fd,
+                            uint64_t need, bool ring)
+{
+	struct statx stx;
+	struct statfs fs;
+	/* Cached attributes only: nothing is asked of a FUSE daemon (this
+	 * one, for a file of the mount, or a stranger's). */
+	if (statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC,
+	          STATX_TYPE | STATX_MODE | STATX_UID | STATX_SIZE, &stx) < 0)
+		return -errno;
+	if (makedev(stx.stx_dev_major, stx.stx_dev_minor) == u->mount_dev || !S_ISREG(stx.stx_mode))
+		return -EINVAL;
+	if (stx.stx_uid != c->uid)
+		return -EACCES; /* shared memory of another user */
+	if (stx.stx_size < need)
+		return -EINVAL;
+	/* Memory, not a file whose pages kvc-fuse would wait for (a disk, a
+	 * network or FUSE filesystem); rings on tmpfs only, where a page that
+	 * a client punched out comes back as zeros. */
+	if (fstatfs(fd, &fs) < 0)
+		return -errno;
+	if (fs.f_type != TMPFS_MAGIC && (ring || fs.f_type != HUGETLBFS_MAGIC))
+		return -EINVAL;
+	int seals = ring ? fcntl(fd, F_GET_SEALS) : 0;
+	if (ring && (seals < 0 || (seals & RING_SEALS) != RING_SEALS))
+		return -EPERM; /* it could shrink under kvc-fuse */
+	return 0;
+}
+
+/* A free iov slot of the client, or -1. Client lock held. */
+static int free_slot(struct kvc_usrbio_client *c)
+{
+	for (int i = 0; i < KVC_USRBIO_MAX_IOVS; i++)
+		if (!c->iovs[i].base)
+			return i;
+	return -1;
+}
+
+static void unmap_host(void *base, size_t size)
+{
+	uintptr_t skew = (uintptr_t)base & 4095u;
+	munmap((char *)base - skew, size + skew);
+}
+
+int kvc_usrbio_iov_register(struct kvc_usrbio *u, struct kvc_usrbio_client *c, int memory_fd,
+                            const struct kvc_msg_iov_register *m, uint32_t *handle)
+{
+	struct kvc_usrbio_usage charge = {.iov_bytes = m->size, .registrations = 1};
+	bool charged = false;
+	void *map = MAP_FAILED;
+	int rc = 0;
+	if (m->size == 0 || m->size > MAX_IOV_SIZE || m->file_offset > MAX_IOV_SIZE)
+		rc = -EINVAL;
+	if (rc == 0)
+		rc = kvc_usrbio_check_memory(u, c, memory_fd, m->file_offset + m->size, false);
+	if (rc == 0)
+		rc = kvc_usrbio_limits_charge(&u->limits, c->uid, &charge);
+	charged = rc == 0;
+	/* mmap wants a page-aligned offset: map from the page below. */
+	uint64_t skew = m->file_offset & 4095u;
+	if (rc == 0) {
+		map = mmap(NULL, m->size + skew, PROT_READ | PROT_WRITE, MAP_SHARED, memory_fd,
+		           (off_t)(m->file_offset - skew));
+		if (map == MAP_FAILED)
+			rc = -errno;
+	}
+	if (rc == 0) {
+		pthread_mutex_lock(&c->lock);
+		int slot = free_slot(c);
+		if (slot >= 0) {
+			c->iovs[slot] = (struct kvc_usrbio_iov){.base = (char *)map + skew,
+			                                        .size = m->size, .device = -1};
+			*handle = (uint32_t)slot;
+		}
+		pthread_mutex_unlock(&c->lock);
+		rc = slot >= 0 ? 0 : -EMFILE;
+	}
+	if (rc == 0)
+		atomic_fetch_add(&u->fs->usrbio_iovs, 1);
+	if (rc < 0 && map != MAP_FAILED)
+		munmap(map, m->size + skew);
+	if (rc < 0 && charged)
+		kvc_usrbio_limits_release(&u->limits, c->uid, &charge);
+	close(memory_fd);
+	return rc;
+}
+
+int kvc_usrbio_iov_register_device(struct kvc_usrbio *u, struct kvc_usrbio_client *c,
+                                   const struct kvc_msg_iov_register_device *m,
+                                   uint32_t *handle)
+{
+	struct kvc_usrbio_usage charge = {.iov_bytes = m->size, .registrations = 1};
+	struct kvc_device_owner owner = {.uid = c->uid, .client = c->id};
+	struct kvc_device_memory memory;
+	if (m->size == 0 || m->size > MAX_IOV_SIZE || m->offset > MAX_IOV_SIZE)
+		return -EINVAL;
+	int rc = kvc_usrbio_limits_charge(&u->limits, c->uid, &charge);
+	if (rc < 0)
+		return rc;
+	rc = kvc_device_import(u->imports, &owner, m, &memory);
+	if (rc == 0) {
+		pthread_mutex_lock(&c->lock);
+		int slot = free_slot(c);
+		if (slot >= 0) {
+			c->iovs[slot] = (struct kvc_usrbio_iov){.base = memory.address,
+			                                        .size = memory.size,
+			                                        .device = memory.device, .gpu = memory};
+			*handle = (uint32_t)slot;
+		}
+		pthread_mutex_unlock(&c->lock);
+		if (slot < 0)
+			kvc_device_release(u->imports, &memory);
+		rc = slot >= 0 ? 0 : -EMFILE;
+	}
+	if (rc == 0)
+		atomic_fetch_add(&u->fs->usrbio_iovs, 1);
+	else
+		kvc_usrbio_limits_release(&u->limits, c->uid, &charge);
+	return rc;
+}
+
+/* Unmap one iov and give back its charge. Client lock held, no batch in
+ * flight. */
+static void drop_iov(struct kvc_usrbio_client *c, struct kvc_usrbio_iov *iov)
+{
+	struct kvc_usrbio *u = c->service;
+	struct kvc_usrbio_usage charge = {.iov_bytes = iov->size, .registrations = 1};
+	if (iov->device >= 0)
+		kvc_device_release(u->imports, &iov->gpu);
+	else
+		unmap_host(iov->base, iov->size);
+	iov->base = NULL;
+	atomic_fetch_sub(&u->fs->usrbio_iovs, 1);
+	kvc_usrbio_limits_release(&u->limits, c->uid, &charge);
+}
+
+/* Wait until no ring batch uses the client's memory. Client lock held. */
+static void wait_idle(struct kvc_usrbio_client *c)
+{
+	while (c->inflight > 0)
+		pthread_cond_wait(&c->idle, &c->lock);
+}
+
+int kvc_usrbio_iov_deregister(struct kvc_usrbio_client *c, uint32_t handle)
+{
+	if (handle >= KVC_USRBIO_MAX_IOVS)
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	int rc = c->iovs[handle].base ? 0 : -EINVAL;
+	if (rc == 0) {
+		wait_idle(c);
+		drop_iov(c, &c->iovs[handle]);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+void kvc_usrbio_iov_drop_all(struct kvc_usrbio_client *c)
+{
+	pthread_mutex_lock(&c->lock);
+	wait_idle(c);
+	for (int i = 0; i < KVC_USRBIO_MAX_IOVS; i++)
+		if (c->iovs[i].base)
+			drop_iov(c, &c->iovs[i]);
+	pthread_mutex_unlock(&c->lock);
+}
+
+int kvc_usrbio_resolve_iov(struct kvc_usrbio_client *c, uint32_t handle, uint64_t offset,
+                           uint64_t length, void **out, int *device)
+{
+	int rc = -EFAULT;
+	if (handle >= KVC_USRBIO_MAX_IOVS)
+		return rc;
+	pthread_mutex_lock(&c->lock);
+	const struct kvc_usrbio_iov *iov = &c->iovs[handle];
+	if (iov->base && offset <= iov->size && length <= iov->size - offset) {
+		*out = (char *)iov->base + offset;
+		*device = iov->device;
+		rc = 0;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
