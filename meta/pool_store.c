@@ -209,7 +209,7 @@ int kvc_pool_store_open(const char *dir, struct kvc_pool_store **out)
 	if (rc == 0)
 		rc = kvc_lmdb_errno(mdb_env_set_maxreaders(s->env, 4096));
 	if (rc == 0)
-		rc = kvc_lmdb_errno(mdb_env_open(s->env, dir, MDB_NOSYNC | MDB_NOTLS | MDB_WRITEMAP, 0600));
+		rc = kvc_lmdb_errno(mdb_env_open(s->env, dir, MDB_NOSYNC | MDB_NOTLS, 0600));
 	if (rc == 0)
 		rc = kvc_lmdb_checkpoint_open(s->env, dir, &s->checkpoint);
 	if (rc == 0)

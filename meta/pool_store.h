@@ -38,7 +38,9 @@
  * stores get them empty.) With a binding, accounting reads free + used +
  * punching == num_pages.
  *
- * Durability: MDB_NOSYNC | MDB_WRITEMAP, so a kill -9 loses nothing
+ * Durability: MDB_NOSYNC (not MDB_WRITEMAP: a writable map faults with
+ * SIGBUS when the disk is full, where LMDB's writes return ENOSPC, and
+ * kvc-meta must survive a full disk), so a kill -9 loses nothing
  * committed; kvc_pool_store_sync is a checkpoint (core/lmdb_checkpoint.h)
  * that a machine crash goes back to, consistent, losing at most what was
  * committed after it (kvc-meta takes one every sync_interval_ms).
