@@ -6,6 +6,7 @@
  *   kvc-bench ring [options]   USRBIO rings against FUSE and TCP
  *   kvc-bench meta [options]   page pools over HTTP and the binary protocol
  *   kvc-bench gpu  [options]   KV pages into GPU memory by each path
+ *   kvc-bench keys [options]   one file per key, against a local directory
  *
  * `kvc-bench COMMAND --help` lists a command's options.
  */
@@ -15,6 +16,7 @@
 
 #include "bench/fs.h"
 #include "bench/gpu.h"
+#include "bench/keys.h"
 #include "bench/meta.h"
 #include "bench/ring.h"
 #include "core/cli.h"
@@ -27,6 +29,7 @@ static const struct command {
 	{"ring", bench_ring_main},
 	{"meta", bench_meta_main},
 	{"gpu", bench_gpu_main},
+	{"keys", bench_keys_main},
 };
 
 static const char usage[] =
@@ -37,6 +40,7 @@ static const char usage[] =
 	"  ring    USRBIO rings against FUSE and TCP\n"
 	"  meta    page pools over HTTP and the binary protocol\n"
 	"  gpu     KV pages into GPU memory by each path\n"
+	"  keys    one file per key through the mount, against a local directory\n"
 	"'kvc-bench COMMAND --help' lists a command's options.\n";
 
 int main(int argc, char **argv)
@@ -46,7 +50,7 @@ int main(int argc, char **argv)
 	if (opt != KVC_CLI_END)
 		return kvc_cli_status(opt);
 	if (optind >= argc)
-		return kvc_cli_fail(&cli, "a COMMAND is required (fs, ring, meta or gpu)");
+		return kvc_cli_fail(&cli, "a COMMAND is required (fs, ring, meta, gpu or keys)");
 	const char *name = argv[optind];
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
 		if (strcmp(name, commands[i].name) != 0)

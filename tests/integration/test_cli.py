@@ -15,7 +15,7 @@ from conftest import BUILD, ROOT
 ADMIN = ["status", "ls", "stat", "layout", "pool list", "pool show", "pool world",
          "pool bind", "pool unbind", "rank show", "key ls", "key stat", "key delete",
          "key evict", "clear", "fsck", "pool", "rank", "key"]
-BENCH = ["fs", "ring", "meta", "gpu"]
+BENCH = ["fs", "ring", "meta", "gpu", "keys"]
 CLUSTER = ["start", "stop", "status", "restart-daemon"]
 
 # (program, words of the subcommand, name the usage must show)

@@ -1,0 +1,25 @@
+"""kvc-bench keys: the file-per-key benchmark runs its four phases on a
+local directory and on the mount, writes its JSON, and leaves neither
+directory behind."""
+import json
+import os
+import subprocess
+
+from conftest import BUILD
+
+
+def test_bench_keys_measures_both_and_cleans_up(cluster, local_tmp):
+    out_json = local_tmp / "keys.json"
+    out = subprocess.run([str(BUILD / "kvc-bench"), "keys", "--mount", str(cluster.mount),
+                          "--local", str(local_tmp), "--keys", "64", "--threads", "4",
+                          "--size", "4K", "--json", str(out_json)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = {r["name"]: r for r in json.loads(out_json.read_text())["results"]}
+    for where in ("local", "kvcfs"):
+        for phase in ("create+write+close", "read", "stat", "unlink"):
+            assert rows[f"{where} {phase}"]["iops"] > 0, (where, phase)
+    assert rows["kvcfs read"]["ratio"] > 0
+    left = [n for d in (cluster.mount, local_tmp) for n in os.listdir(d)
+            if n.startswith(".kvc-bench-keys")]
+    assert left == []

@@ -1,0 +1,216 @@
+/*
+ * bench keys: kvc-bench keys [--mount DIR] [--local DIR] [--keys N]
+ *                            [--size BYTES] [--threads N] [--json FILE]
+ *
+ * Every thread owns its share of N keys (files named k<thread>-<i> in a
+ * fresh directory) and runs four phases one after another, each timed as
+ * a whole: create + write + close (O_CREAT|O_EXCL, one write of --size
+ * bytes), read (open, read it all, close), stat, unlink. Each phase runs
+ * on a local directory first (the baseline) and then on the mount; the
+ * table gives keys per second, the latency of one key's operation (p50,
+ * p99) and the mount's rate against the local one.
+ */
+#include "keys.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/cli.h"
+
+enum phase { CREATE, READ, STAT, UNLINK, PHASES };
+
+static const char *const phase_names[PHASES] = {"create+write+close", "read", "stat",
+                                                "unlink"};
+
+struct worker {
+	const char *dir;
+	int id;
+	uint64_t keys;
+	size_t size;
+	enum phase phase;
+	double *lat; /* microseconds, one per key */
+	int failed;  /* errno of the first failure, 0 when none */
+};
+
+/* One key's operation of each phase: 0 or the errno. */
+static int key_create(const char *path, char *buf, size_t size)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+	if (fd < 0)
+		return errno;
+	int rc = write(fd, buf, size) == (ssize_t)size ? 0 : (errno ? errno : EIO);
+	if (close(fd) != 0 && rc == 0)
+		rc = errno;
+	return rc;
+}
+
+static int key_read(const char *path, char *buf, size_t size)
+{
+	int fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return errno;
+	ssize_t n = read(fd, buf, size);
+	close(fd);
+	return n == (ssize_t)size ? 0 : EIO;
+}
+
+static int key_stat(const char *path, char *buf, size_t size)
+{
+	struct stat st;
+	(void)buf;
+	if (stat(path, &st) != 0)
+		return errno;
+	return (size_t)st.st_size == size ? 0 : EIO;
+}
+
+static int key_unlink(const char *path, char *buf, size_t size)
+{
+	(void)buf, (void)size;
+	return unlink(path) == 0 ? 0 : errno;
+}
+
+static int (*const phase_ops[PHASES])(const char *path, char *buf, size_t size) = {
+	[CREATE] = key_create, [READ] = key_read, [STAT] = key_stat, [UNLINK] = key_unlink};
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	char path[4096];
+	char *buf = malloc(w->size ? w->size : 1);
+	if (!buf) {
+		w->failed = ENOMEM;
+		return NULL;
+	}
+	memset(buf, 0x6b, w->size);
+	for (uint64_t i = 0; i < w->keys && !w->failed; i++) {
+		snprintf(path, sizeof(path), "%s/k%d-%" PRIu64, w->dir, w->id, i);
+		double start = bench_now();
+		w->failed = phase_ops[w->phase](path, buf, w->size);
+		w->lat[i] = (bench_now() - start) * 1e6;
+	}
+	free(buf);
+	return NULL;
+}
+
+/* Run one phase on dir with `threads` workers; fill r (keys/s, latency).
+ * Returns 0 or the errno of the first failure. */
+static int run_phase(const char *dir, enum phase phase, uint64_t keys, size_t size,
+                     int threads, struct bench_result *r)
+{
+	struct worker w[64];
+	pthread_t tids[64];
+	uint64_t per = keys / (uint64_t)threads;
+	uint64_t total = per * (uint64_t)threads;
+	double *lat = calloc(total ? total : 1, sizeof(*lat));
+	int failed = lat ? 0 : ENOMEM;
+	double start = bench_now();
+	for (int i = 0; i < threads && !failed; i++) {
+		w[i] = (struct worker){dir, i, per, size, phase, lat + per * (uint64_t)i, 0};
+		if (pthread_create(&tids[i], NULL, worker_main, &w[i]) != 0)
+			bench_die("pthread_create");
+	}
+	for (int i = 0; i < threads && lat; i++) {
+		pthread_join(tids[i], NULL);
+		if (w[i].failed && !failed)
+			failed = w[i].failed;
+	}
+	double seconds = bench_now() - start;
+	if (!failed) {
+		r->iops = (double)(per * (uint64_t)threads) / seconds;
+		bench_percentiles(lat, per * (uint64_t)threads, r);
+	}
+	free(lat);
+	return failed;
+}
+
+static const char usage[] =
+	"usage: kvc-bench keys [--mount DIR] [--local DIR] [--keys N] [--size BYTES]\n"
+	"                      [--threads N] [--json FILE]\n"
+	"One file per key: create+write+close, read, stat and unlink of --keys\n"
+	"files of --size bytes with --threads threads, on a local directory (the\n"
+	"baseline) and then through the mount.\n"
+	"  -m, --mount DIR            the kvcfs mount (default /mnt/kvc)\n"
+	"  -l, --local DIR            where the local baseline runs (default /tmp)\n"
+	"  -k, --keys N               keys per phase (default 4000)\n"
+	"  -s, --size BYTES           bytes per key (default 64K)\n"
+	"  -t, --threads N            threads (default 8, at most 64)\n"
+	"  -j, --json FILE            write the table as JSON too\n"
+	"  -h, --help                 this text\n";
+
+int bench_keys_main(int argc, char **argv)
+{
+	static const struct option options[] = {{"mount", required_argument, 0, 'm'},
+	                                        {"local", required_argument, 0, 'l'},
+	                                        {"keys", required_argument, 0, 'k'},
+	                                        {"size", required_argument, 0, 's'},
+	                                        {"threads", required_argument, 0, 't'},
+	                                        {"json", required_argument, 0, 'j'},
+	                                        {0, 0, 0, 0}};
+	static const struct kvc_cli cli = {"kvc-bench keys", usage, "m:l:k:s:t:j:", options, 0};
+	const char *mount = "/mnt/kvc", *local = "/tmp", *json = NULL;
+	long keys = 4000, threads = 8;
+	uint64_t size = 64 << 10;
+	int opt;
+	while ((opt = kvc_cli_next(&cli, argc, argv)) > 0) {
+		switch (opt) {
+		case 'm': mount = optarg; break;
+		case 'l': local = optarg; break;
+		case 'k': keys = strtol(optarg, NULL, 10); break;
+		case 's': size = bench_parse_size(optarg); break;
+		case 't': threads = strtol(optarg, NULL, 10); break;
+		case 'j': json = optarg; break;
+		}
+	}
+	if (opt != KVC_CLI_END)
+		return kvc_cli_status(opt);
+	if (optind < argc)
+		return kvc_cli_fail(&cli, "unexpected argument '%s'", argv[optind]);
+	if (threads < 1 || threads > 64)
+		return kvc_cli_fail(&cli, "--threads must be 1 to 64");
+	if (keys < threads || keys > 10000000)
+		return kvc_cli_fail(&cli, "--keys must be at least --threads and at most 10000000");
+	if (size > (64u << 20))
+		return kvc_cli_fail(&cli, "--size must be at most 64M");
+	const char *roots[2] = {local, mount}, *labels[2] = {"local", "kvcfs"};
+	char dirs[2][4096];
+	static struct bench_table t = {.ratio_label = "vs local"};
+	struct bench_result *rows[2][PHASES];
+	int failed = 0;
+	for (int d = 0; d < 2; d++) {
+		snprintf(dirs[d], sizeof(dirs[d]), "%s/.kvc-bench-keys-%d", roots[d], (int)getpid());
+		if (mkdir(dirs[d], 0755) != 0) {
+			fprintf(stderr, "kvc-bench keys: %s: %s\n", dirs[d], strerror(errno));
+			return 1;
+		}
+		fprintf(stderr, "%s: %ld keys of %" PRIu64 " bytes, %ld threads...\n", labels[d],
+		        keys, size, threads);
+		for (int p = 0; p < PHASES; p++) {
+			rows[d][p] = bench_add(&t, "%s %s", labels[d], phase_names[p]);
+			int rc = failed ? 0 : run_phase(dirs[d], (enum phase)p, (uint64_t)keys,
+			                                (size_t)size, (int)threads, rows[d][p]);
+			if (rc) {
+				fprintf(stderr, "kvc-bench keys: %s %s: %s\n", labels[d], phase_names[p],
+				        strerror(rc));
+				failed = 1;
+			}
+		}
+		/* Whatever a failure left behind. */
+		char cmd[8300];
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dirs[d]);
+		if (system(cmd) != 0)
+			fprintf(stderr, "kvc-bench keys: could not remove %s\n", dirs[d]);
+	}
+	for (int p = 0; p < PHASES; p++)
+		if (rows[0][p]->iops > 0)
+			rows[1][p]->ratio = rows[1][p]->iops / rows[0][p]->iops;
+	bench_report(&t, json);
+	return failed;
+}

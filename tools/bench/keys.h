@@ -1,0 +1,14 @@
+/*
+ * bench keys: one file per cache key, as file-per-key connectors use a
+ * directory: create + write + close, read, stat and unlink of many small
+ * files through the mount, against the same loop on a local directory
+ * measured in the same run.
+ */
+#ifndef KVC_BENCH_KEYS_H
+#define KVC_BENCH_KEYS_H
+
+#include "common.h"
+
+int bench_keys_main(int argc, char **argv);
+
+#endif
