@@ -33,8 +33,10 @@ int kvc_fuse_commit_size(struct kvc_fuse *fs, uint64_t ino)
 	if (!kvc_inode_table_take_dirty(fs->inodes, ino, &size))
 		return 0;
 	int rc = kvc_meta_client_extend(&fs->meta, ino, size, &attr);
-	if (rc == 0)
+	if (rc == 0) {
 		kvc_inode_table_committed(fs->inodes, ino, size);
+		kvc_fuse_cache_seen(fs, &attr); /* our pages are the file as committed */
+	}
 	else if (rc != -ENOENT)
 		kvc_inode_table_wrote(fs->inodes, ino, size); /* to send again */
 	return rc;
@@ -78,12 +80,40 @@ void kvc_fuse_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offse
 	kvc_fuse_reply_error(req, rc);
 }
 
-static void set_open_flags(struct fuse_file_info *fi)
+/* The page cache of a file is kept across opens when the file is as this
+ * client last saw it: the (mtime, size) kvc-meta gives at open is the one
+ * remembered when this client last opened it or committed its size.
+ * Another client's committed write changes mtime (EXTEND_SIZE, SETATTR),
+ * so a file changed elsewhere is read afresh at its next open here
+ * (close-to-open), events or not. Remembered per inode in a small
+ * direct-mapped table: a slot taken by another inode only costs a reread. */
+static struct kvc_fuse_stamp *stamp_slot(struct kvc_fuse *fs, uint64_t ino)
 {
-	/* Mutable files: no page cache kept across opens, so every open sees
-	 * what other clients wrote and closed. */
-	fi->keep_cache = 0;
+	return &fs->stamps[ino % KVC_FUSE_STAMPS];
+}
+
+void kvc_fuse_cache_seen(struct kvc_fuse *fs, const struct kvc_attr *attr)
+{
+	pthread_mutex_lock(&fs->stamps_lock);
+	*stamp_slot(fs, attr->ino) = (struct kvc_fuse_stamp){attr->ino, attr->mtime_ns, attr->size};
+	pthread_mutex_unlock(&fs->stamps_lock);
+}
+
+static bool cache_current(struct kvc_fuse *fs, const struct kvc_attr *attr)
+{
+	pthread_mutex_lock(&fs->stamps_lock);
+	const struct kvc_fuse_stamp *st = stamp_slot(fs, attr->ino);
+	bool same = st->ino == attr->ino && st->mtime_ns == attr->mtime_ns && st->size == attr->size;
+	pthread_mutex_unlock(&fs->stamps_lock);
+	return same;
+}
+
+static void set_open_flags(struct kvc_fuse *fs, struct fuse_file_info *fi,
+                           const struct kvc_attr *attr)
+{
+	fi->keep_cache = !(fi->flags & O_TRUNC) && cache_current(fs, attr);
 	fi->direct_io = 0;
+	kvc_fuse_cache_seen(fs, attr);
 }
 
 /* Open a file here: an open session with kvc-meta (so a removal anywhere
@@ -91,6 +121,18 @@ static void set_open_flags(struct fuse_file_info *fi)
 static pthread_mutex_t *session_lock(struct kvc_fuse *fs, uint64_t ino)
 {
 	return &fs->session_locks[ino % (sizeof(fs->session_locks) / sizeof(fs->session_locks[0]))];
+}
+
+/* A file kvc-meta made and opened for us in one CREATE: into the table
+ * under its session lock, like open_inode. */
+static int adopt_inode(struct kvc_fuse *fs, const struct kvc_attr *attr)
+{
+	pthread_mutex_lock(session_lock(fs, attr->ino));
+	int rc = kvc_inode_table_open(fs->inodes, attr);
+	if (rc < 0 && !kvc_inode_table_is_open(fs->inodes, attr->ino))
+		kvc_meta_client_close(&fs->meta, attr->ino, fs->client_id);
+	pthread_mutex_unlock(session_lock(fs, attr->ino));
+	return rc;
 }
 
 static int open_inode(struct kvc_fuse *fs, uint64_t ino, struct kvc_attr *attr)
@@ -216,14 +258,17 @@ void kvc_fuse_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mod
                       struct fuse_file_info *fi)
 {
 	struct kvc_fuse *fs = kvc_fuse_of(req);
-	struct kvc_attr attr, dir;
+	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
+	struct kvc_attr attr;
 	struct fuse_entry_param e;
-	int rc = kvc_meta_client_getattr(&fs->meta, parent, &dir);
+	bool created = false;
+	/* One round trip: kvc-meta makes the file, decides its group and
+	 * opens it for us; a file that existed is opened as open() does. */
+	int rc = kvc_meta_client_create_open(&fs->meta, parent, name, mode, fuse_req_ctx(req)->uid,
+	                                     fuse_req_ctx(req)->gid, (fi->flags & O_EXCL) != 0,
+	                                     fs->client_id, &attr, &created);
 	if (rc == 0)
-		rc = kvc_meta_client_create(&fs->meta, parent, name, mode, fuse_req_ctx(req)->uid,
-		                            kvc_fuse_caller_gid(req, &dir), (fi->flags & O_EXCL) != 0, &attr);
-	if (rc == 0)
-		rc = open_inode(fs, attr.ino, &attr);
+		rc = created ? adopt_inode(fs, &attr) : open_inode(fs, attr.ino, &attr);
 	/* An existing file (created meanwhile by another client) is opened. */
 	if (rc == 0 && (fi->flags & O_TRUNC) && attr.size > 0) {
 		rc = truncate_on_open(fs, attr.ino, &attr);
@@ -234,8 +279,8 @@ void kvc_fuse_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mod
 		kvc_fuse_reply_error(req, rc);
 		return;
 	}
-	set_open_flags(fi);
-	kvc_fuse_fill_entry(fs, &attr, &e);
+	set_open_flags(fs, fi, &attr);
+	kvc_fuse_fill_entry_watched(fs, mark, parent, name, &attr, &e);
 	if (fuse_reply_create(req, &e, fi) != 0)
 		close_inode(fs, attr.ino);
 }
@@ -254,7 +299,7 @@ void kvc_fuse_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		kvc_fuse_reply_error(req, rc);
 		return;
 	}
-	set_open_flags(fi);
+	set_open_flags(fs, fi, &attr);
 	if (fuse_reply_open(req, fi) != 0)
 		close_inode(fs, ino);
 }

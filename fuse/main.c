@@ -132,6 +132,10 @@ static int mount_and_serve(struct kvc_fuse *fs, const char *mountpoint, bool deb
 		        strerror(-usrbio_rc));
 		goto unmount;
 	}
+	int events_rc = kvc_meta_events_start(fs, &fs->events);
+	if (events_rc < 0)
+		kvc_log_warn("no change events from kvc-meta (%s): names and attributes are cached "
+		             "for 1 s", strerror(-events_rc));
 	struct fuse_loop_config *loop = fuse_loop_cfg_create();
 	fuse_loop_cfg_set_max_threads(loop, 64);
 	fuse_loop_cfg_set_idle_threads(loop, 16);
@@ -139,6 +143,8 @@ static int mount_and_serve(struct kvc_fuse *fs, const char *mountpoint, bool deb
 	rc = fuse_session_loop_mt(se, loop) ? 1 : 0;
 	fuse_loop_cfg_destroy(loop);
 	kvc_fuse_flush_sizes(fs);
+	kvc_meta_events_stop(fs->events);
+	fs->events = NULL;
 unmount:
 	fuse_session_unmount(se);
 remove_handlers:
@@ -184,7 +190,17 @@ int main(int argc, char **argv)
 	if (!mountpoint)
 		mountpoint = fs.config.mountpoint;
 	fs.attr_timeout = 1.0;
+	/* The client id first: every connection to kvc-meta carries it. */
+	if (getrandom(fs.client_id, sizeof(fs.client_id), 0) != (ssize_t)sizeof(fs.client_id)) {
+		fprintf(stderr, "kvc-fuse: no random bytes for the client id: %s\n", strerror(errno));
+		return 1;
+	}
 	int rc = kvc_meta_client_init(&fs.meta, &fs.config);
+	if (rc == 0) {
+		struct kvc_msg_client_hello hello = {.ttl_ms = fs.config.cache_ttl_ms};
+		memcpy(hello.client, fs.client_id, sizeof(hello.client));
+		kvc_rpc_pool_set_hello(&fs.meta.pool, &hello);
+	}
 	if (rc == 0)
 		rc = kvc_storage_client_init(&fs.storage, &fs.config);
 	if (rc == 0)
@@ -213,10 +229,7 @@ int main(int argc, char **argv)
 	atomic_init(&fs.renewed_ms, (int64_t)started.tv_sec * 1000 + started.tv_nsec / 1000000);
 	for (size_t i = 0; i < sizeof(fs.session_locks) / sizeof(fs.session_locks[0]); i++)
 		pthread_mutex_init(&fs.session_locks[i], NULL);
-	if (getrandom(fs.client_id, sizeof(fs.client_id), 0) != (ssize_t)sizeof(fs.client_id)) {
-		fprintf(stderr, "kvc-fuse: no random bytes for the client id: %s\n", strerror(errno));
-		return 1;
-	}
+	pthread_mutex_init(&fs.stamps_lock, NULL);
 	kvc_fuse_clean_orphans(&fs);
 	signal(SIGPIPE, SIG_IGN);
 	pthread_t flusher;

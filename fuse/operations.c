@@ -44,40 +44,62 @@ void kvc_fuse_fill_entry(struct kvc_fuse *fs, struct kvc_attr *attr, struct fuse
 	attr_to_stat(attr, &e->attr);
 }
 
-void kvc_fuse_reply_entry(fuse_req_t req, int rc, struct kvc_attr *attr)
+struct kvc_meta_events_mark kvc_fuse_mark(struct kvc_fuse *fs)
+{
+	return kvc_meta_events_mark(fs->events);
+}
+
+void kvc_fuse_fill_entry_watched(struct kvc_fuse *fs, struct kvc_meta_events_mark mark,
+                                 uint64_t parent, const char *name, struct kvc_attr *attr,
+                                 struct fuse_entry_param *e)
+{
+	kvc_fuse_fill_entry(fs, attr, e);
+	e->entry_timeout = kvc_meta_events_ttl(fs->events, mark, parent, name, 0);
+	e->attr_timeout = kvc_meta_events_ttl(fs->events, mark, 0, NULL, attr->ino);
+}
+
+void kvc_fuse_reply_entry(fuse_req_t req, struct kvc_meta_events_mark mark, uint64_t parent,
+                          const char *name, int rc, struct kvc_attr *attr)
 {
 	struct fuse_entry_param e;
 	if (rc < 0) {
 		kvc_fuse_reply_error(req, rc);
 		return;
 	}
-	kvc_fuse_fill_entry(kvc_fuse_of(req), attr, &e);
+	kvc_fuse_fill_entry_watched(kvc_fuse_of(req), mark, parent, name, attr, &e);
 	fuse_reply_entry(req, &e);
 }
 
-static void reply_attr(fuse_req_t req, int rc, struct kvc_attr *attr)
+static void reply_attr(fuse_req_t req, struct kvc_meta_events_mark mark, int rc,
+                       struct kvc_attr *attr)
 {
+	struct kvc_fuse *fs = kvc_fuse_of(req);
 	struct stat st;
 	if (rc < 0) {
 		kvc_fuse_reply_error(req, rc);
 		return;
 	}
-	kvc_inode_table_patch_attr(kvc_fuse_of(req)->inodes, attr);
+	kvc_inode_table_patch_attr(fs->inodes, attr);
 	attr_to_stat(attr, &st);
-	fuse_reply_attr(req, &st, kvc_fuse_of(req)->attr_timeout);
+	fuse_reply_attr(req, &st, kvc_meta_events_ttl(fs->events, mark, 0, NULL, attr->ino));
 }
 
+/* Names and attributes are cached for the events' ttl (meta_events.h):
+ * kvc-meta tells us when another client changes them, a missing name
+ * included (the key a prefill host writes next). */
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
+	struct kvc_fuse *fs = kvc_fuse_of(req);
+	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
 	struct kvc_attr attr;
-	int rc = kvc_meta_client_lookup(&kvc_fuse_of(req)->meta, parent, name, &attr);
+	int rc = kvc_meta_client_lookup(&fs->meta, parent, name, &attr);
 	if (rc == -ENOENT) {
-		/* A negative entry the kernel may cache briefly. */
-		struct fuse_entry_param e = {.ino = 0, .entry_timeout = kvc_fuse_of(req)->attr_timeout};
+		struct fuse_entry_param e = {
+			.ino = 0, .entry_timeout = kvc_meta_events_ttl(fs->events, mark, parent, name, 0)};
 		fuse_reply_entry(req, &e);
 		return;
 	}
-	kvc_fuse_reply_entry(req, rc, &attr);
+	kvc_fuse_reply_entry(req, mark, parent, name, rc, &attr);
 }
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
@@ -89,8 +111,9 @@ static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct kvc_attr attr;
+	struct kvc_meta_events_mark mark = kvc_fuse_mark(kvc_fuse_of(req));
 	(void)fi;
-	reply_attr(req, kvc_meta_client_getattr(&kvc_fuse_of(req)->meta, ino, &attr), &attr);
+	reply_attr(req, mark, kvc_meta_client_getattr(&kvc_fuse_of(req)->meta, ino, &attr), &attr);
 }
 
 static int64_t timespec_ns(struct timespec ts)
@@ -126,12 +149,13 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *st, int to_s
 	if (to_set & FUSE_SET_ATTR_MTIME)
 		m.mask |= KVC_SETATTR_MTIME,
 			m.mtime_ns = to_set & FUSE_SET_ATTR_MTIME_NOW ? now_ns() : timespec_ns(st->st_mtim);
+	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
 	int rc = kvc_fuse_commit_size(fs, ino);
 	if (rc == 0)
 		rc = kvc_meta_client_setattr(&fs->meta, &m, &attr);
 	if (rc == 0 && (m.mask & KVC_SETATTR_SIZE))
 		kvc_inode_table_set_size(fs->inodes, ino, attr.size);
-	reply_attr(req, rc, &attr);
+	reply_attr(req, mark, rc, &attr);
 }
 
 uint32_t kvc_fuse_caller_gid(fuse_req_t req, const struct kvc_attr *parent)
@@ -145,41 +169,37 @@ uint32_t kvc_fuse_caller_gid(fuse_req_t req, const struct kvc_attr *parent)
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
 	struct kvc_fuse *fs = kvc_fuse_of(req);
-	struct kvc_attr attr, dir;
-	int rc = kvc_meta_client_getattr(&fs->meta, parent, &dir);
-	/* A setgid directory's subdirectories are setgid too (as on ext4). */
-	if (rc == 0 && (dir.mode & S_ISGID))
-		mode |= S_ISGID;
-	if (rc == 0)
-		rc = kvc_meta_client_mkdir(&fs->meta, parent, name, mode, fuse_req_ctx(req)->uid,
-		                           kvc_fuse_caller_gid(req, &dir), &attr);
-	kvc_fuse_reply_entry(req, rc, &attr);
+	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
+	struct kvc_attr attr;
+	/* kvc-meta hands a setgid parent's group and bit down. */
+	int rc = kvc_meta_client_mkdir(&fs->meta, parent, name, mode, fuse_req_ctx(req)->uid,
+	                               fuse_req_ctx(req)->gid, &attr);
+	kvc_fuse_reply_entry(req, mark, parent, name, rc, &attr);
 }
 
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
                      dev_t rdev)
 {
 	struct kvc_fuse *fs = kvc_fuse_of(req);
-	struct kvc_attr attr, dir;
-	int rc = kvc_meta_client_getattr(&fs->meta, parent, &dir);
-	if (rc == 0)
-		rc = kvc_meta_client_mknod(&fs->meta, parent, name, mode, (uint64_t)rdev,
-		                           fuse_req_ctx(req)->uid, kvc_fuse_caller_gid(req, &dir),
-		                           &attr);
-	kvc_fuse_reply_entry(req, rc, &attr);
+	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
+	struct kvc_attr attr;
+	int rc = kvc_meta_client_mknod(&fs->meta, parent, name, mode, (uint64_t)rdev,
+	                               fuse_req_ctx(req)->uid, fuse_req_ctx(req)->gid, &attr);
+	kvc_fuse_reply_entry(req, mark, parent, name, rc, &attr);
 }
 
 static void op_symlink(fuse_req_t req, const char *target, fuse_ino_t parent,
                        const char *name)
 {
 	struct kvc_fuse *fs = kvc_fuse_of(req);
+	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
 	struct kvc_attr attr, dir;
 	int rc = kvc_meta_client_getattr(&fs->meta, parent, &dir);
 	if (rc == 0)
 		rc = kvc_meta_client_symlink(&fs->meta, parent, name, target,
 		                             fuse_req_ctx(req)->uid, kvc_fuse_caller_gid(req, &dir),
 		                             &attr);
-	kvc_fuse_reply_entry(req, rc, &attr);
+	kvc_fuse_reply_entry(req, mark, parent, name, rc, &attr);
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -196,7 +216,9 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t new_parent,
                     const char *new_name)
 {
 	struct kvc_attr attr;
-	kvc_fuse_reply_entry(req, kvc_meta_client_link(&kvc_fuse_of(req)->meta, ino, new_parent,
+	struct kvc_meta_events_mark mark = kvc_fuse_mark(kvc_fuse_of(req));
+	kvc_fuse_reply_entry(req, mark, new_parent, new_name,
+	                     kvc_meta_client_link(&kvc_fuse_of(req)->meta, ino, new_parent,
 	                                               new_name, &attr), &attr);
 }
 

@@ -7,6 +7,7 @@
 #ifndef KVC_FUSE_OPS_INTERNAL_H
 #define KVC_FUSE_OPS_INTERNAL_H
 
+#include "fuse/meta_events.h"
 #include "fuse/operations.h"
 
 static inline struct kvc_fuse *kvc_fuse_of(fuse_req_t req)
@@ -24,7 +25,14 @@ static inline void kvc_fuse_reply_error(fuse_req_t req, int rc)
  * knowledge of an open file's size applied. */
 void kvc_fuse_fill_entry(struct kvc_fuse *fs, struct kvc_attr *attr,
                          struct fuse_entry_param *e);
-void kvc_fuse_reply_entry(fuse_req_t req, int rc, struct kvc_attr *attr);
+/* The same for an answer kvc-meta gave after mark about (parent, name),
+ * cached for as long as kvc-meta's events allow (meta_events.h). */
+struct kvc_meta_events_mark kvc_fuse_mark(struct kvc_fuse *fs);
+void kvc_fuse_fill_entry_watched(struct kvc_fuse *fs, struct kvc_meta_events_mark mark,
+                                 uint64_t parent, const char *name, struct kvc_attr *attr,
+                                 struct fuse_entry_param *e);
+void kvc_fuse_reply_entry(fuse_req_t req, struct kvc_meta_events_mark mark, uint64_t parent,
+                          const char *name, int rc, struct kvc_attr *attr);
 /* The group of a new entry: a setgid directory's, else the caller's. */
 uint32_t kvc_fuse_caller_gid(fuse_req_t req, const struct kvc_attr *parent);
 

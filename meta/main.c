@@ -83,6 +83,8 @@ static void *sync_main(void *arg)
 static void stop_service(void *arg)
 {
 	struct kvc_meta_service *svc = arg;
+	if (svc->watches)
+		kvc_meta_watches_stop(svc->watches);
 	kvc_meta_store_sync(svc->store);
 	if (svc->pools)
 		kvc_pool_store_sync(svc->pools);
@@ -224,6 +226,8 @@ int main(int argc, char **argv)
 		return 1;
 	rc = kvc_meta_sessions_create(config.client_timeout_ms, &svc.sessions);
 	if (rc == 0)
+		rc = kvc_meta_watches_create(config.meta_watch_entries, &svc.watches);
+	if (rc == 0)
 		rc = kvc_meta_collector_start(svc.store, svc.pools, svc.sessions, &storage, 1000,
 		                              &svc.collector);
 	static struct syncer syncer;
@@ -240,6 +244,7 @@ int main(int argc, char **argv)
 	static struct kvc_server server;
 	server = (struct kvc_server){.listen_fd = listen_fd, .auth = &keys,
 	                             .handle = kvc_meta_service_handle, .service = &svc,
+	                             .cleanup = kvc_meta_service_conn_cleanup,
 	                             .name = "kvc-meta"};
 	kvc_server_configure(&server, &config);
 	rc = kvc_server_run(&server);

@@ -149,6 +149,8 @@ struct new_entry {
 	uint32_t mode, uid, gid;
 	uint64_t rdev;
 	bool exclusive; /* a regular file's create: false opens an existing one */
+	const uint8_t *open_client; /* create: open a file it makes for this client */
+	bool *created;              /* create: whether it made the file */
 	const char *target;
 	uint32_t target_len;
 };
@@ -202,8 +204,13 @@ static int make_entry(struct kvc_meta_store *s, uint64_t parent, const char *nam
 			dir.attr.nlink++;
 		rc = kvc_meta_inode_put(s, txn, &dir);
 	}
-	if (rc == 0)
+	if (rc == 0 && e->open_client)
+		rc = kvc_meta_session_put(s, txn, rec.attr.ino, e->open_client);
+	if (rc == 0) {
 		*attr = rec.attr;
+		if (e->created)
+			*e->created = true;
+	}
 out:
 	return kvc_lmdb_finish(txn, rc);
 }
@@ -212,8 +219,19 @@ int kvc_meta_store_create(struct kvc_meta_store *s, uint64_t parent, const char 
                           uint32_t name_len, uint32_t mode, uint32_t uid, uint32_t gid,
                           bool exclusive, struct kvc_attr *attr)
 {
+	return kvc_meta_store_create_open(s, parent, name, name_len, mode, uid, gid, exclusive,
+	                                  NULL, attr, NULL);
+}
+
+int kvc_meta_store_create_open(struct kvc_meta_store *s, uint64_t parent, const char *name,
+                               uint32_t name_len, uint32_t mode, uint32_t uid, uint32_t gid,
+                               bool exclusive, const uint8_t *client, struct kvc_attr *attr,
+                               bool *created)
+{
 	struct new_entry e = {.mode = S_IFREG | (mode & 07777), .uid = uid, .gid = gid,
-	                      .exclusive = exclusive};
+	                      .exclusive = exclusive, .open_client = client, .created = created};
+	if (created)
+		*created = false;
 	return make_entry(s, parent, name, name_len, &e, attr);
 }
 

@@ -55,7 +55,7 @@ static MDB_val client_key(uint8_t *key, const uint8_t client[KVC_META_CLIENT_ID]
 }
 
 /* Record or end the session (ino, client) in both tables. */
-static int session_put(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
+int kvc_meta_session_put(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
                        const uint8_t client[KVC_META_CLIENT_ID])
 {
 	uint8_t a[8 + KVC_META_CLIENT_ID], b[KVC_META_CLIENT_ID + 8];
@@ -106,7 +106,7 @@ int kvc_meta_store_open_session(struct kvc_meta_store *s, uint64_t ino,
 		return rc;
 	rc = kvc_meta_inode_get(s, txn, ino, &rec);
 	if (rc == 0 && S_ISREG(rec.attr.mode))
-		rc = session_put(s, txn, ino, client);
+		rc = kvc_meta_session_put(s, txn, ino, client);
 	if (rc == 0)
 		*attr = rec.attr;
 	return kvc_lmdb_finish(txn, rc);

@@ -120,6 +120,13 @@ int kvc_meta_store_create(struct kvc_meta_store *store, uint64_t parent,
                           const char *name, uint32_t name_len, uint32_t mode,
                           uint32_t uid, uint32_t gid, bool exclusive,
                           struct kvc_attr *attr);
+/* create, and when it makes the file and client is not NULL, the open
+ * session (client, ino) in the same transaction; *created (may be NULL)
+ * says whether it made the file (an existing one is returned unopened). */
+int kvc_meta_store_create_open(struct kvc_meta_store *store, uint64_t parent,
+                               const char *name, uint32_t name_len, uint32_t mode,
+                               uint32_t uid, uint32_t gid, bool exclusive,
+                               const uint8_t *client, struct kvc_attr *attr, bool *created);
 int kvc_meta_store_mkdir(struct kvc_meta_store *store, uint64_t parent,
                          const char *name, uint32_t name_len, uint32_t mode,
                          uint32_t uid, uint32_t gid, struct kvc_attr *attr);

@@ -66,6 +66,9 @@ int kvc_meta_inode_unlinked(struct kvc_meta_store *s, MDB_txn *txn,
 
 /* meta_opens.c: 1 when some client has ino open, 0 when none. */
 int kvc_meta_has_opens(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino);
+/* Record the open session (ino, client) in txn (meta_opens.c). */
+int kvc_meta_session_put(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
+                         const uint8_t client[KVC_META_CLIENT_ID]);
 
 /* meta_sizes.c: drop ino's pending cut (its inode goes). */
 int kvc_meta_truncate_forget(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino);

@@ -9,6 +9,7 @@
 
 #include "core/log.h"
 #include "meta/pool_service.h"
+#include "meta/watches.h"
 
 /* A request: its fixed struct (checked to be in the body) and the offset
  * of what follows it. Handlers take their variable parts with take() and
@@ -46,6 +47,68 @@ static int bad(struct request *r)
 	return reply(r, -EINVAL, NULL, 0);
 }
 
+/* Watches (watches.h): the client this connection acts for (CLIENT_HELLO)
+ * is told about what others change of what it was answered. */
+static struct kvc_meta_watcher *watcher(const struct request *r)
+{
+	return r->svc->watches ? r->conn->service_state : NULL;
+}
+
+static void note_name(struct request *r, uint64_t parent, const char *name, uint32_t len)
+{
+	if (watcher(r))
+		kvc_meta_watches_note(r->svc->watches, watcher(r), KVC_WATCH_NAME, parent, name, len);
+}
+
+static void note_inode(struct request *r, uint64_t ino)
+{
+	if (watcher(r))
+		kvc_meta_watches_note(r->svc->watches, watcher(r), KVC_WATCH_INODE, ino, NULL, 0);
+}
+
+static void changed_name(struct request *r, uint64_t parent, const char *name, uint32_t len)
+{
+	if (r->svc->watches)
+		kvc_meta_watches_changed(r->svc->watches, watcher(r), KVC_WATCH_NAME, parent, name,
+		                         len);
+}
+
+static void changed_inode(struct request *r, uint64_t ino)
+{
+	if (r->svc->watches && ino)
+		kvc_meta_watches_changed(r->svc->watches, watcher(r), KVC_WATCH_INODE, ino, NULL, 0);
+}
+
+/* A new name made (create, mkdir, mknod, symlink, link): others that
+ * cached its absence or the parent's attributes are told; the maker's
+ * kernel caches both, so it watches them. */
+static void made(struct request *r, uint64_t parent, const char *name, uint32_t len,
+                 uint64_t ino)
+{
+	changed_name(r, parent, name, len);
+	changed_inode(r, parent);
+	note_name(r, parent, name, len);
+	note_inode(r, ino);
+}
+
+/* The inode a name has now, 0 when none (for the events of a removal). */
+static uint64_t ino_of(struct request *r, uint64_t parent, const char *name, uint32_t len)
+{
+	struct kvc_attr attr;
+	return r->svc->watches && kvc_meta_store_lookup(r->svc->store, parent, name, len,
+	                                                &attr) == 0 ? attr.ino : 0;
+}
+
+/* A name removed (unlink, rmdir) or replaced (rename): its old inode and
+ * its parent changed too. */
+static void removed(struct request *r, uint64_t parent, const char *name, uint32_t len,
+                    uint64_t ino)
+{
+	changed_name(r, parent, name, len);
+	changed_inode(r, parent);
+	changed_inode(r, ino);
+}
+
 /* (parent, name) messages. */
 static const char *name_of(struct request *r)
 {
@@ -61,8 +124,12 @@ static int h_lookup(struct request *r)
 	struct kvc_attr attr;
 	if (!name)
 		return bad(r);
-	return reply_attr(r, kvc_meta_store_lookup(r->svc->store, m->parent, name, m->name_len,
-	                                           &attr), &attr);
+	int rc = kvc_meta_store_lookup(r->svc->store, m->parent, name, m->name_len, &attr);
+	if (rc == 0 || rc == -ENOENT)
+		note_name(r, m->parent, name, m->name_len);
+	if (rc == 0)
+		note_inode(r, attr.ino);
+	return reply_attr(r, rc, &attr);
 }
 
 static int h_unlink(struct request *r)
@@ -71,7 +138,10 @@ static int h_unlink(struct request *r)
 	const char *name = name_of(r);
 	if (!name)
 		return bad(r);
+	uint64_t ino = ino_of(r, m->parent, name, m->name_len);
 	int rc = kvc_meta_store_unlink(r->svc->store, m->parent, name, m->name_len);
+	if (rc == 0)
+		removed(r, m->parent, name, m->name_len, ino);
 	if (rc == 0 && r->svc->collector)
 		kvc_meta_collector_wake(r->svc->collector);
 	return reply_attr(r, rc, NULL);
@@ -83,31 +153,62 @@ static int h_rmdir(struct request *r)
 	const char *name = name_of(r);
 	if (!name)
 		return bad(r);
-	return reply_attr(r, kvc_meta_store_rmdir(r->svc->store, m->parent, name, m->name_len),
-	                  NULL);
+	uint64_t ino = ino_of(r, m->parent, name, m->name_len);
+	int rc = kvc_meta_store_rmdir(r->svc->store, m->parent, name, m->name_len);
+	if (rc == 0)
+		removed(r, m->parent, name, m->name_len, ino);
+	return reply_attr(r, rc, NULL);
 }
 
-/* CREATE, MKDIR, MKNOD. */
+/* CREATE, MKDIR, MKNOD. KVC_CREATE_PARENT_GID: a setgid parent hands
+ * down its group (and to directories its setgid bit), decided here from
+ * the parent's attributes, so the client needs no GETATTR first.
+ * KVC_CREATE_OPEN (CREATE): the client id follows the name; a file this
+ * CREATE makes is opened for it in the same transaction, and the reply
+ * says whether it made the file. */
 static int h_create(struct request *r)
 {
 	const struct kvc_msg_create *m = r->msg;
 	const char *name = take(r, m->name_len);
-	struct kvc_attr attr;
+	const uint8_t *client = name && (m->flags & KVC_CREATE_OPEN)
+	                      ? take(r, KVC_WIRE_CLIENT_ID) : NULL;
+	struct kvc_attr attr, dir;
 	struct kvc_meta_store *store = r->svc->store;
-	uint32_t flags = r->h->type == KVC_MSG_CREATE ? KVC_CREATE_EXCL : 0;
-	int rc;
-	if (!name || !done(r) || (m->flags & ~flags))
+	uint32_t flags = KVC_CREATE_PARENT_GID |
+	                 (r->h->type == KVC_MSG_CREATE ? KVC_CREATE_EXCL | KVC_CREATE_OPEN : 0);
+	uint32_t mode = m->mode, gid = m->gid;
+	bool created = true;
+	int rc = 0;
+	if (!name || !done(r) || (m->flags & ~flags) || ((m->flags & KVC_CREATE_OPEN) && !client))
 		return bad(r);
-	if (r->h->type == KVC_MSG_MKDIR)
-		rc = kvc_meta_store_mkdir(store, m->parent, name, m->name_len, m->mode, m->uid,
-		                          m->gid, &attr);
-	else if (r->h->type == KVC_MSG_MKNOD)
-		rc = kvc_meta_store_mknod(store, m->parent, name, m->name_len, m->mode, m->rdev,
-		                          m->uid, m->gid, &attr);
-	else
-		rc = kvc_meta_store_create(store, m->parent, name, m->name_len, m->mode, m->uid,
-		                           m->gid, m->flags & KVC_CREATE_EXCL, &attr);
-	return reply_attr(r, rc, &attr);
+	if (m->flags & KVC_CREATE_PARENT_GID) {
+		rc = kvc_meta_store_getattr(store, m->parent, &dir);
+		if (rc == 0 && (dir.mode & S_ISGID)) {
+			gid = dir.gid;
+			if (r->h->type == KVC_MSG_MKDIR)
+				mode |= S_ISGID;
+		}
+	}
+	if (rc == 0 && r->h->type == KVC_MSG_MKDIR)
+		rc = kvc_meta_store_mkdir(store, m->parent, name, m->name_len, mode, m->uid, gid,
+		                          &attr);
+	else if (rc == 0 && r->h->type == KVC_MSG_MKNOD)
+		rc = kvc_meta_store_mknod(store, m->parent, name, m->name_len, mode, m->rdev,
+		                          m->uid, gid, &attr);
+	else if (rc == 0)
+		rc = kvc_meta_store_create_open(store, m->parent, name, m->name_len, mode, m->uid, gid,
+		                                m->flags & KVC_CREATE_EXCL, client, &attr, &created);
+	if (rc == 0 && created)
+		made(r, m->parent, name, m->name_len, attr.ino);
+	else if (rc == 0)
+		note_inode(r, attr.ino);
+	if (rc < 0 || !(m->flags & KVC_CREATE_OPEN))
+		return reply_attr(r, rc, &attr);
+	struct {
+		struct kvc_attr attr;
+		struct kvc_msg_create_reply out;
+	} body = {attr, {.flags = created ? KVC_CREATED : 0}};
+	return reply(r, 0, &body, sizeof(body));
 }
 
 static int h_symlink(struct request *r)
@@ -118,9 +219,11 @@ static int h_symlink(struct request *r)
 	struct kvc_attr attr;
 	if (!target || !done(r))
 		return bad(r);
-	return reply_attr(r, kvc_meta_store_symlink(r->svc->store, m->parent, name, m->name_len,
-	                                            target, m->target_len, m->uid, m->gid,
-	                                            &attr), &attr);
+	int rc = kvc_meta_store_symlink(r->svc->store, m->parent, name, m->name_len, target,
+	                                m->target_len, m->uid, m->gid, &attr);
+	if (rc == 0)
+		made(r, m->parent, name, m->name_len, attr.ino);
+	return reply_attr(r, rc, &attr);
 }
 
 static int h_link(struct request *r)
@@ -130,8 +233,13 @@ static int h_link(struct request *r)
 	struct kvc_attr attr;
 	if (!name || !done(r))
 		return bad(r);
-	return reply_attr(r, kvc_meta_store_link(r->svc->store, m->ino, m->new_parent, name,
-	                                         m->name_len, &attr), &attr);
+	int rc = kvc_meta_store_link(r->svc->store, m->ino, m->new_parent, name, m->name_len,
+	                             &attr);
+	if (rc == 0) {
+		changed_inode(r, m->ino); /* nlink */
+		made(r, m->new_parent, name, m->name_len, m->ino);
+	}
+	return reply_attr(r, rc, &attr);
 }
 
 static int h_readlink(struct request *r)
@@ -149,8 +257,14 @@ static int h_rename(struct request *r)
 	const char *new_name = name ? take(r, m->new_name_len) : NULL;
 	if (!new_name || !done(r))
 		return bad(r);
+	uint64_t moved = ino_of(r, m->parent, name, m->name_len);
+	uint64_t replaced = ino_of(r, m->new_parent, new_name, m->new_name_len);
 	int rc = kvc_meta_store_rename(r->svc->store, m->parent, name, m->name_len, m->new_parent,
 	                               new_name, m->new_name_len, m->flags);
+	if (rc == 0) {
+		removed(r, m->parent, name, m->name_len, moved);
+		removed(r, m->new_parent, new_name, m->new_name_len, replaced);
+	}
 	if (rc == 0 && r->svc->collector)
 		kvc_meta_collector_wake(r->svc->collector);
 	return reply_attr(r, rc, NULL);
@@ -226,6 +340,10 @@ static int h_setattr(struct request *r)
 			kvc_log_warn("inode %" PRIu64 ": cutting its chunks to %" PRIu64 ": %s; "
 			             "the collector retries", m->ino, m->size, strerror(-cut));
 	}
+	if (rc == 0) {
+		changed_inode(r, m->ino);
+		note_inode(r, m->ino);
+	}
 	return reply_attr(r, rc == -EAGAIN ? -EIO : rc, &attr);
 }
 
@@ -233,7 +351,10 @@ static int h_getattr(struct request *r)
 {
 	const struct kvc_msg_ino *m = r->msg;
 	struct kvc_attr attr;
-	return reply_attr(r, kvc_meta_store_getattr(r->svc->store, m->ino, &attr), &attr);
+	int rc = kvc_meta_store_getattr(r->svc->store, m->ino, &attr);
+	if (rc == 0)
+		note_inode(r, m->ino);
+	return reply_attr(r, rc, &attr);
 }
 
 static int h_extend(struct request *r)
@@ -246,6 +367,8 @@ static int h_extend(struct request *r)
 		if (rc == 0)
 			rc = kvc_meta_store_extend(r->svc->store, m->ino, m->size, &attr);
 	}
+	if (rc == 0)
+		changed_inode(r, m->ino);
 	return reply_attr(r, rc == -EAGAIN ? -EIO : rc, &attr);
 }
 
@@ -259,6 +382,12 @@ static int h_statfs(struct request *r)
 		out.inodes = counts.inodes;
 		out.open_sessions = counts.open_sessions;
 		out.orphans = counts.orphans;
+		if (r->svc->watches) {
+			struct kvc_meta_watch_stats w;
+			kvc_meta_watches_stats(r->svc->watches, &w);
+			out.watch_entries = w.entries;
+			out.watch_events = w.events;
+		}
 		out.gc_pending = counts.gc_pending;
 	}
 	if (rc == 0 && r->svc->space && kvc_reserve_state(r->svc->space, &space) == 0) {
@@ -343,6 +472,46 @@ static int h_listxattr(struct request *r)
 /* The namespace's messages: the fixed struct each body starts with, and
  * whether the body is exactly that (else the handler takes the rest and
  * checks it ends at the body's end). A type not listed is refused. */
+/* CLIENT_HELLO: this connection acts for a client (once). WATCH: the
+ * connection becomes the client's event stream and stays in this handler
+ * until it ends; then the connection is closed. */
+static int h_client_hello(struct request *r)
+{
+	const struct kvc_msg_client_hello *m = r->msg;
+	struct kvc_meta_watcher *c;
+	if (r->conn->service_state)
+		return bad(r);
+	int rc = r->svc->watches ? kvc_meta_watches_bind(r->svc->watches, m->client, m->ttl_ms, &c)
+	                         : 0;
+	if (rc == 0 && r->svc->watches)
+		r->conn->service_state = c;
+	return reply(r, rc, NULL, 0);
+}
+
+static int h_watch(struct request *r)
+{
+	const struct kvc_msg_client_hello *m = r->msg;
+	struct kvc_meta_watcher *c;
+	if (!r->svc->watches)
+		return reply(r, -EOPNOTSUPP, NULL, 0);
+	int rc = kvc_meta_watches_bind(r->svc->watches, m->client, m->ttl_ms, &c);
+	if (rc < 0)
+		return reply(r, rc, NULL, 0);
+	rc = reply(r, 0, NULL, 0);
+	if (rc == 0)
+		rc = kvc_meta_watches_stream(r->svc->watches, c, r->conn->fd);
+	kvc_meta_watches_unbind(r->svc->watches, c);
+	return rc < 0 ? rc : -ECONNRESET; /* the stream is over: close it */
+}
+
+void kvc_meta_service_conn_cleanup(void *service, struct kvc_server_conn *conn)
+{
+	struct kvc_meta_service *svc = service;
+	if (svc->watches && conn->service_state)
+		kvc_meta_watches_unbind(svc->watches, conn->service_state);
+	conn->service_state = NULL;
+}
+
 struct op {
 	uint32_t size;
 	bool exact;
@@ -376,6 +545,8 @@ static const struct op ops[] = {
 	[KVC_MSG_RENEW] = EXACT(struct kvc_msg_session, h_session),
 	[KVC_MSG_STATFS] = {0, true, h_statfs},
 	[KVC_MSG_META_SYNC] = {0, true, h_sync},
+	[KVC_MSG_CLIENT_HELLO] = EXACT(struct kvc_msg_client_hello, h_client_hello),
+	[KVC_MSG_WATCH] = EXACT(struct kvc_msg_client_hello, h_watch),
 };
 
 /* The messages that grow kvc-meta's databases (a name, an inode, an

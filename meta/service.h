@@ -16,6 +16,7 @@
 #include "meta/meta_store.h"
 #include "meta/sessions.h"
 #include "meta/pool_store.h"
+#include "meta/watches.h"
 #include "core/reserve.h"
 #include "core/server.h"
 #include "client/storage_client.h"
@@ -27,9 +28,12 @@ struct kvc_meta_service {
 	struct kvc_meta_collector *collector;
 	struct kvc_meta_sessions *sessions;
 	struct kvc_reserve *space; /* of the data's volume; NULL: no reserve */
+	struct kvc_meta_watches *watches; /* NULL: nobody is told of changes */
 };
 
 int kvc_meta_service_handle(void *service, struct kvc_server_conn *conn,
                             const struct kvc_wire_header *header);
+/* The server's cleanup of a connection (a client's watches binding). */
+void kvc_meta_service_conn_cleanup(void *service, struct kvc_server_conn *conn);
 
 #endif

@@ -134,14 +134,50 @@ int kvc_meta_client_mkdir(struct kvc_meta_client *client, uint64_t parent,
                           const char *name, uint32_t mode, uint32_t uid, uint32_t gid,
                           struct kvc_attr *attr)
 {
-	return call_create(client, KVC_MSG_MKDIR, parent, name, mode, uid, gid, 0, 0, attr);
+	return call_create(client, KVC_MSG_MKDIR, parent, name, mode, uid, gid,
+	                   KVC_CREATE_PARENT_GID, 0, attr);
 }
 
 int kvc_meta_client_mknod(struct kvc_meta_client *client, uint64_t parent,
                           const char *name, uint32_t mode, uint64_t rdev, uint32_t uid,
                           uint32_t gid, struct kvc_attr *attr)
 {
-	return call_create(client, KVC_MSG_MKNOD, parent, name, mode, uid, gid, 0, rdev, attr);
+	return call_create(client, KVC_MSG_MKNOD, parent, name, mode, uid, gid,
+	                   KVC_CREATE_PARENT_GID, rdev, attr);
+}
+
+int kvc_meta_client_create_open(struct kvc_meta_client *client, uint64_t parent,
+                                const char *name, uint32_t mode, uint32_t uid, uint32_t gid,
+                                bool exclusive, const uint8_t id[KVC_WIRE_CLIENT_ID],
+                                struct kvc_attr *attr, bool *created)
+{
+	struct named_body b = {.len = 0};
+	struct kvc_msg_create m = {.parent = parent, .mode = mode, .uid = uid, .gid = gid,
+	                           .flags = KVC_CREATE_OPEN | KVC_CREATE_PARENT_GID |
+	                                    (exclusive ? KVC_CREATE_EXCL : 0)};
+	struct {
+		struct kvc_attr attr;
+		struct kvc_msg_create_reply out;
+	} reply;
+	uint32_t got = 0;
+	int rc = name_len(name, &m.name_len);
+	if (rc == 0)
+		rc = append(&b, &m, sizeof(m));
+	if (rc == 0)
+		rc = append(&b, name, m.name_len);
+	if (rc == 0)
+		rc = append(&b, id, KVC_WIRE_CLIENT_ID);
+	if (rc < 0)
+		return rc;
+	rc = kvc_rpc_call(&client->pool, KVC_MSG_CREATE, b.bytes, b.len, &reply, sizeof(reply),
+	                  &got);
+	if (rc < 0)
+		return kvc_rpc_is_transport_error(rc) ? -EIO : rc;
+	if (got != sizeof(reply))
+		return -EIO;
+	*attr = reply.attr;
+	*created = (reply.out.flags & KVC_CREATED) != 0;
+	return 0;
 }
 
 /* A call with a body of (fixed struct, up to two variable parts) that

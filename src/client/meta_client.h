@@ -50,6 +50,15 @@ int kvc_meta_client_getattr(struct kvc_meta_client *client, uint64_t ino,
 int kvc_meta_client_create(struct kvc_meta_client *client, uint64_t parent,
                            const char *name, uint32_t mode, uint32_t uid, uint32_t gid,
                            bool exclusive, struct kvc_attr *attr);
+/* CREATE that also opens, in kvc-meta's same transaction, a file it makes
+ * (the session of client `id`, as kvc_meta_client_open); *created says
+ * whether it did; an existing file (exclusive false) comes back unopened.
+ * The group is gid unless the parent is setgid (then the parent's), here
+ * and in mkdir (which also hands the setgid bit down) and mknod. */
+int kvc_meta_client_create_open(struct kvc_meta_client *client, uint64_t parent,
+                                const char *name, uint32_t mode, uint32_t uid, uint32_t gid,
+                                bool exclusive, const uint8_t id[KVC_WIRE_CLIENT_ID],
+                                struct kvc_attr *attr, bool *created);
 int kvc_meta_client_mkdir(struct kvc_meta_client *client, uint64_t parent,
                           const char *name, uint32_t mode, uint32_t uid, uint32_t gid,
                           struct kvc_attr *attr);

@@ -265,6 +265,12 @@ static int section_key(struct parser *p, const char *key, const char *value)
 				c->client_timeout_ms = (uint32_t)v;
 			return rc;
 		}
+		if (strcmp(key, "watch_entries") == 0) {
+			rc = parse_int(p, key, value, 1024, 1 << 26, &v);
+			if (rc == 0)
+				c->meta_watch_entries = (uint32_t)v;
+			return rc;
+		}
 		if (strcmp(key, "lease_ms") == 0) {
 			rc = parse_int(p, key, value, 0, 3600000, &v);
 			if (rc == 0)
@@ -300,6 +306,12 @@ static int section_key(struct parser *p, const char *key, const char *value)
 	case SECTION_FUSE:
 		if (strcmp(key, "mountpoint") == 0)
 			return copy_string(p, c->mountpoint, sizeof(c->mountpoint), key, value);
+		if (strcmp(key, "cache_ttl_ms") == 0) {
+			rc = parse_int(p, key, value, 1000, 600000, &v);
+			if (rc == 0)
+				c->cache_ttl_ms = (uint32_t)v;
+			return rc;
+		}
 		if (strcmp(key, "receive_threads") == 0) {
 			if (strcmp(value, "auto") == 0) {
 				c->receive_threads = -1;
@@ -372,6 +384,8 @@ int kvc_config_parse(const char *text, const char *origin,
 	config->http_threads = 4;
 	config->lease_ms = 5000;
 	config->client_timeout_ms = 30000;
+	config->meta_watch_entries = 1 << 20;
+	config->cache_ttl_ms = 10000;
 	strcpy(config->vllm_namespace, "vllm");
 	strcpy(config->mountpoint, "/mnt/kvc");
 	config->readahead_kb = 16384;

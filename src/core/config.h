@@ -37,6 +37,9 @@
  *   lease_ms = 5000             # read lease of a location lookup
  *   client_timeout_ms = 30000   # a kvc-fuse silent this long is gone: the
  *                               # files it had open are released
+ *   watch_entries = 1048576     # names and inodes clients cache that
+ *                               # kvc-meta tracks to tell them of changes
+ *                               # (meta/watches.h; ~40 bytes each)
  *   world_size = 0              # TP world of every namespace (0: infer)
  *   vllm_namespace = vllm       # the namespace vLLM's routes use
  *   [storage s1]                # one section per storage server
@@ -45,6 +48,9 @@
  *   [fuse]
  *   mountpoint = /mnt/kvc
  *   readahead_kb = 16384        # kernel readahead of the mount
+ *   cache_ttl_ms = 10000        # how long the kernel caches names and
+ *                               # attributes while kvc-meta's change
+ *                               # events reach this client (1 s without)
  *   receive_threads = auto      # threads receiving read answers in
  *                               # parallel (auto: half the cores, up to 8,
  *                               # with 4 cores or more; 0: none)
@@ -116,10 +122,12 @@ struct kvc_config {
 	int http_destructive;           /* enum kvc_config_http_destructive */
 	uint32_t lease_ms;
 	uint32_t client_timeout_ms;
+	uint32_t meta_watch_entries;
 	uint32_t world_size;
 	char vllm_namespace[65];
 	char mountpoint[PATH_MAX];
 	int readahead_kb;
+	uint32_t cache_ttl_ms;
 	int receive_threads; /* -1: auto */
 	uint32_t gpu_staging_mb;
 	uint64_t usrbio_uid_iov_mb;       /* per uid: fuse/usrbio_limits.h */

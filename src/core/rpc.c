@@ -88,7 +88,16 @@ static int greet(struct kvc_rpc_pool *pool, int fd)
 	if (rc == 0 && !kvc_auth_proof_check(&cred->key, true, cred->role, hello.nonce.nonce,
 	                                     theirs.nonce, proof.mac))
 		rc = -EACCES;
+	if (rc == 0 && pool->has_hello)
+		rc = handshake_step(pool, fd, KVC_MSG_CLIENT_HELLO, &pool->hello,
+		                    sizeof(pool->hello), NULL, 0);
 	return rc;
+}
+
+void kvc_rpc_pool_set_hello(struct kvc_rpc_pool *pool, const struct kvc_msg_client_hello *hello)
+{
+	pool->hello = *hello;
+	pool->has_hello = true;
 }
 
 /* An idle connection has nothing to read: anything there (EOF, a reset)

@@ -34,6 +34,10 @@ struct kvc_rpc_pool {
 	int idle[KVC_RPC_MAX_IDLE];
 	int idle_count;
 	atomic_uint_fast64_t next_request_id;
+	/* Sent on every new connection after the handshake when set (kvc-fuse's
+	 * connections to kvc-meta act for its client id: CLIENT_HELLO). */
+	bool has_hello;
+	struct kvc_msg_client_hello hello;
 };
 
 /* cred (copied) is what every connection proves; role none only for a
@@ -53,6 +57,10 @@ int kvc_rpc_pool_get(struct kvc_rpc_pool *pool, bool *reused);
 
 /* Give a connection back (healthy) or close it (after any error). */
 void kvc_rpc_pool_put(struct kvc_rpc_pool *pool, int fd, bool healthy);
+
+/* Send hello (CLIENT_HELLO) on every connection made from now on; call
+ * before the pool is used. */
+void kvc_rpc_pool_set_hello(struct kvc_rpc_pool *pool, const struct kvc_msg_client_hello *hello);
 
 /* Close every idle connection (after the server was seen restarting). */
 void kvc_rpc_pool_drain(struct kvc_rpc_pool *pool);

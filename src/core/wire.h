@@ -45,6 +45,13 @@
  *   4  full disks: SPACE's target records carry flags (refusing), the
  *      reserve and the refused writes (56 bytes); STATFS's reply carries
  *      kvc-meta's volume, reserve and refusals (80 bytes).
+ *   5  keys at speed: CLIENT_HELLO (a connection acts for one kvc-fuse),
+ *      WATCH and WATCH_EVENTS (kvc-meta tells a client which cached names
+ *      and inodes another client changed); CREATE takes KVC_CREATE_OPEN
+ *      (the open session in the same transaction; the reply carries
+ *      kvc_msg_create_reply after the attributes) and
+ *      KVC_CREATE_PARENT_GID (a setgid parent's group, decided in kvc-meta);
+ *      STATFS's reply carries the watch counters (96 bytes).
  */
 #ifndef KVC_WIRE_H
 #define KVC_WIRE_H
@@ -58,7 +65,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "kvcfs wire structs are little-endian in memory");
 
 #define KVC_WIRE_MAGIC 0x3143564bu /* "KVC1" */
-#define KVC_WIRE_VERSION 4
+#define KVC_WIRE_VERSION 5
 #define KVC_WIRE_MAX_BODY (1u << 20)
 #define KVC_WIRE_MAX_DATA (64u << 20)
 #define KVC_WIRE_MAX_NAME 255
@@ -112,6 +119,9 @@ enum kvc_wire_type {
 	KVC_MSG_LISTXATTR = 52,
 	KVC_MSG_REMOVEXATTR = 53,
 	KVC_MSG_META_SYNC = 54,
+	KVC_MSG_CLIENT_HELLO = 55,
+	KVC_MSG_WATCH = 56,
+	KVC_MSG_WATCH_EVENTS = 57,
 	/* chunks (kvc-storage) */
 	KVC_MSG_CHUNK_WRITE = 64,
 	KVC_MSG_CHUNK_READ = 65,
@@ -229,6 +239,53 @@ struct kvc_msg_create {
 };
 _Static_assert(sizeof(struct kvc_msg_create) == 40, "");
 #define KVC_CREATE_EXCL 1u
+/* CREATE only: the client (KVC_WIRE_CLIENT_ID bytes after the name) opens
+ * the file in the same transaction (an open session, as OPEN), but only a
+ * file this CREATE made; the reply is kvc_attr then kvc_msg_create_reply,
+ * whose flags say whether it did (KVC_CREATED: then the session is open;
+ * otherwise the file existed and the client opens it with OPEN). */
+#define KVC_CREATE_OPEN 2u
+/* CREATE, MKDIR, MKNOD: gid is the caller's; kvc-meta puts the parent's
+ * group instead when the parent is setgid (and, for MKDIR, the setgid
+ * bit), as local filesystems do, in the same transaction. */
+#define KVC_CREATE_PARENT_GID 4u
+struct kvc_msg_create_reply {
+	uint32_t flags; /* KVC_CREATED */
+	uint32_t reserved;
+};
+#define KVC_CREATED 1u
+
+/* CLIENT_HELLO: the connection acts for the kvc-fuse client `client`
+ * (sent once, right after the handshake): kvc-meta remembers the names and
+ * inodes this connection's LOOKUP, GETATTR, CREATE, MKDIR, MKNOD, SYMLINK,
+ * LINK and SETATTR answered, for ttl_ms plus a margin, and tells the
+ * client's WATCH stream when another client changes them. Reply: empty. */
+struct kvc_msg_client_hello {
+	uint8_t client[KVC_WIRE_CLIENT_ID];
+	uint32_t ttl_ms; /* how long the client caches what it is told */
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct kvc_msg_client_hello) == 24, "");
+
+/* WATCH: the connection becomes client's event stream (one per client; a
+ * new one replaces the old). Reply: empty; then kvc-meta sends
+ * WATCH_EVENTS frames (request_id 0, status 0) on it for as long as it
+ * stays open; the client sends nothing more. Each frame's body is
+ * kvc_msg_watch_events then count records of kvc_msg_watch_event, each
+ * followed by its name (name_len bytes, kind NAME only) padded to 8. */
+struct kvc_msg_watch_events {
+	uint32_t count;
+	uint32_t flags; /* KVC_WATCH_LOST: events were dropped before these */
+};
+#define KVC_WATCH_LOST 1u
+struct kvc_msg_watch_event {
+	uint64_t id;       /* NAME: the parent directory; INODE: the inode */
+	uint32_t kind;     /* KVC_WATCH_NAME or KVC_WATCH_INODE */
+	uint32_t name_len; /* NAME: 1 .. KVC_WIRE_MAX_NAME; INODE: 0 */
+};
+_Static_assert(sizeof(struct kvc_msg_watch_event) == 16, "");
+#define KVC_WATCH_NAME 1u
+#define KVC_WATCH_INODE 2u
 
 /* SYMLINK: followed by the name, then target_len bytes of target (1 ..
  * KVC_WIRE_MAX_SYMLINK, no NUL). Reply: kvc_attr. READLINK: kvc_msg_ino;
@@ -346,8 +403,10 @@ struct kvc_msg_statfs_reply {
 	uint64_t refused;       /* growth refused for the reserve since start */
 	uint32_t flags;         /* KVC_SPACE_REFUSING */
 	uint32_t reserved;
+	uint64_t watch_entries; /* cached names and inodes tracked (watches.h) */
+	uint64_t watch_events;  /* change events sent to clients since start */
 };
-_Static_assert(sizeof(struct kvc_msg_statfs_reply) == 80, "");
+_Static_assert(sizeof(struct kvc_msg_statfs_reply) == 96, "");
 
 /* CHUNK_WRITE: data_len bytes follow; offset + data_len <= chunk_size. */
 struct kvc_msg_chunk_write {

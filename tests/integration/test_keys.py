@@ -1,0 +1,161 @@
+"""Keys as files (issue 11): many small files by several processes at once,
+and what another kvc-fuse client of the same cluster sees of them. kvc-meta
+tells a client when another one creates, replaces, changes or removes a
+name or an inode it cached (meta/watches.h, fuse/meta_events.h), so its
+kernel may cache names and attributes for cache_ttl_ms (10 s) and still see
+a new key within milliseconds. The bounds asserted here (0.5 s) only tell
+events from timeouts (1 s without events, 10 s with them): the measured
+times are printed."""
+import hashlib
+import json
+import multiprocessing
+import os
+import statistics
+import subprocess
+import time
+
+import pytest
+
+from conftest import wait_until
+from test_namespace import second_mount
+
+EVENT_BOUND = 0.5
+
+
+@pytest.fixture
+def other(cluster, workdir):
+    """The workdir as a second kvc-fuse client sees it."""
+    proc, mount2 = second_mount(cluster)
+    try:
+        yield os.path.join(mount2, workdir.relative_to(cluster.mount))
+    finally:
+        proc.kill()
+        proc.wait()
+        subprocess.run(["fusermount3", "-uz", mount2], capture_output=True)
+        os.rmdir(mount2)
+
+
+def seen_within(predicate, bound=EVENT_BOUND * 4):
+    """Seconds until predicate() holds (polled every 0.5 ms), or None."""
+    start = time.monotonic()
+    while time.monotonic() - start < bound:
+        if predicate():
+            return time.monotonic() - start
+        time.sleep(0.0005)
+    return None
+
+
+def opens(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def test_new_key_reaches_a_client_that_looked_it_up_before(workdir, other):
+    """The decode host looked the key up (negative entry cached), then the
+    prefill host writes it: the decode host opens it within milliseconds."""
+    times = []
+    for i in range(20):
+        name = f"key-{i}"
+        assert not os.path.exists(os.path.join(other, name))  # cached: absent
+        data = os.urandom(65536)
+        with open(workdir / name, "wb") as f:
+            f.write(data)
+        took = seen_within(lambda: opens(os.path.join(other, name)) == data)
+        assert took is not None, f"{name} never appeared on the other client"
+        times.append(took)
+    print(f"new key visible on the other client: median {statistics.median(times) * 1000:.2f} ms,"
+          f" max {max(times) * 1000:.2f} ms over {len(times)} keys")
+    assert statistics.median(times) < EVENT_BOUND, "seen only after a cache timeout"
+
+
+def test_replaced_key_and_removed_key(workdir, other):
+    """A key replaced by rename (an editor's or a connector's atomic write)
+    and a key removed: the other client sees both soon; an overwrite in
+    place is seen at the next open (close-to-open)."""
+    path, there = workdir / "k", os.path.join(other, "k")
+    path.write_bytes(b"one" * 1000)
+    assert wait_until(lambda: opens(there) == b"one" * 1000, timeout=5)
+    (workdir / "k.tmp").write_bytes(b"two" * 2000)
+    os.rename(workdir / "k.tmp", path)
+    took = seen_within(lambda: opens(there) == b"two" * 2000)
+    assert took is not None and took < EVENT_BOUND, f"replacement seen after {took}"
+    # In place, same size: the other client's next open reads it afresh.
+    with open(path, "r+b") as f:
+        f.write(b"TWO")
+    assert opens(there)[:3] == b"TWO"
+    os.unlink(path)
+    took = seen_within(lambda: not os.path.exists(there))
+    assert took is not None and took < EVENT_BOUND, f"removal seen after {took}"
+
+
+def test_size_change_and_own_writes(workdir, other):
+    """An append on one client: the other's stat follows soon; the writer
+    sees its own size at once."""
+    path, there = workdir / "grows", os.path.join(other, "grows")
+    path.write_bytes(b"x" * 100)
+    assert os.stat(path).st_size == 100  # the writer, at once
+    assert wait_until(lambda: os.path.exists(there) and os.stat(there).st_size == 100,
+                      timeout=5)
+    with open(path, "ab") as f:
+        f.write(b"y" * 900)
+    assert os.stat(path).st_size == 1000
+    took = seen_within(lambda: os.stat(there).st_size == 1000)
+    assert took is not None and took < EVENT_BOUND, f"new size seen after {took}"
+    assert opens(there) == b"x" * 100 + b"y" * 900
+
+
+def _writer(args):
+    directory, worker, count = args
+    sums = {}
+    for i in range(count):
+        data = os.urandom(1 + (worker * 7919 + i * 104729) % (200 * 1024))
+        name = f"w{worker}-{i}"
+        with open(os.path.join(directory, name), "wb") as f:
+            f.write(data)
+        sums[name] = (len(data), hashlib.sha256(data).hexdigest())
+    return sums
+
+
+def _checker(args):
+    directory, sums = args
+    bad = []
+    for name, (size, digest) in sums.items():
+        path = os.path.join(directory, name)
+        data = opens(path)
+        if data is None or len(data) != size or hashlib.sha256(data).hexdigest() != digest \
+                or os.stat(path).st_size != size:
+            bad.append(name)
+    return bad
+
+
+def test_many_small_files_by_several_processes(workdir, other):
+    """4 processes write 150 files each (1 B .. 200 KiB) at once; every
+    byte reads back on both clients, also from 4 processes at once; then
+    they remove them and both clients see an empty directory."""
+    with multiprocessing.get_context("fork").Pool(4) as pool:
+        parts = pool.map(_writer, [(str(workdir), w, 150) for w in range(4)])
+        sums = {k: v for part in parts for k, v in part.items()}
+        assert len(sums) == 600
+        names = sorted(sums)
+        for directory in (str(workdir), other):
+            chunks = [dict((n, sums[n]) for n in names[i::4]) for i in range(4)]
+            bad = sum(pool.map(_checker, [(directory, c) for c in chunks]), [])
+            assert bad == [], f"{len(bad)} files differ on {directory}: {bad[:5]}"
+        pool.map(os.unlink, [os.path.join(str(workdir), n) for n in names])
+    assert os.listdir(workdir) == []
+    assert wait_until(lambda: os.listdir(other) == [], timeout=5)
+    assert all(seen_within(lambda n=n: not os.path.exists(os.path.join(other, n)), 2)
+               is not None for n in names[:20])
+
+
+def test_events_are_counted(cluster, workdir, other):
+    """kvc-admin shows kvc-meta's watch table and the events it sent."""
+    os.path.exists(os.path.join(other, "counted"))
+    (workdir / "counted").write_bytes(b"1")
+    assert wait_until(lambda: opens(os.path.join(other, "counted")) == b"1", timeout=5)
+    meta = json.loads(cluster.admin("--json", "status").stdout)["meta"]
+    assert meta["watch_events"] >= 1
+    assert meta["watch_entries"] >= 1

@@ -1,0 +1,169 @@
+/* Unit tests of kvc-meta's watches (meta/watches.h): who is told of a
+ * change, once; the origin never; a full table floods instead of missing
+ * an event; the stream sends events and heartbeats and ends on stop. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "meta/watches.h"
+
+static const uint8_t id_a[16] = {1}, id_b[16] = {2};
+
+struct streamer {
+	struct kvc_meta_watches *w;
+	struct kvc_meta_watcher *c;
+	int fd;
+	int rc;
+	pthread_t thread;
+};
+
+static void *stream_main(void *arg)
+{
+	struct streamer *s = arg;
+	s->rc = kvc_meta_watches_stream(s->w, s->c, s->fd);
+	return NULL;
+}
+
+/* The next non-empty frame's events: count returned, names appended to
+ * out (NUL-separated), kinds and ids to kinds/ids. */
+static int next_events(int fd, uint32_t *flags, uint32_t *kinds, uint64_t *ids, char *names)
+{
+	static uint8_t body[1 << 16];
+	for (;;) {
+		struct kvc_wire_header h;
+		cr_assert_eq(kvc_wire_recv(fd, &h, body, sizeof(body)), 0);
+		cr_assert_eq(h.type, KVC_MSG_WATCH_EVENTS);
+		const struct kvc_msg_watch_events *head = (const void *)body;
+		if (head->count == 0 && !(head->flags & KVC_WATCH_LOST))
+			continue; /* heartbeat */
+		*flags = head->flags;
+		uint32_t off = sizeof(*head);
+		for (uint32_t i = 0; i < head->count; i++) {
+			const struct kvc_msg_watch_event *e = (const void *)(body + off);
+			kinds[i] = e->kind;
+			ids[i] = e->id;
+			off += sizeof(*e);
+			memcpy(names, body + off, e->name_len);
+			names[e->name_len] = '\0';
+			names += e->name_len + 1;
+			off += (e->name_len + 7) & ~7u;
+		}
+		cr_assert_eq(off, h.body_len);
+		return (int)head->count;
+	}
+}
+
+static void start_stream(struct streamer *s, struct kvc_meta_watches *w,
+                         struct kvc_meta_watcher *c, int *peer)
+{
+	int fds[2];
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+	*s = (struct streamer){.w = w, .c = c, .fd = fds[0]};
+	*peer = fds[1];
+	cr_assert_eq(pthread_create(&s->thread, NULL, stream_main, s), 0);
+}
+
+Test(meta_watches, others_are_told_once_and_the_origin_never)
+{
+	struct kvc_meta_watches *w;
+	struct kvc_meta_watcher *a, *b;
+	struct streamer s;
+	int peer;
+	cr_assert_eq(kvc_meta_watches_create(1024, &w), 0);
+	cr_assert_eq(kvc_meta_watches_bind(w, id_a, 10000, &a), 0);
+	cr_assert_eq(kvc_meta_watches_bind(w, id_b, 10000, &b), 0);
+	start_stream(&s, w, a, &peer);
+	kvc_meta_watches_note(w, a, KVC_WATCH_NAME, 7, "key", 3);   /* a cached "absent" */
+	kvc_meta_watches_note(w, b, KVC_WATCH_NAME, 7, "key", 3);
+	kvc_meta_watches_note(w, a, KVC_WATCH_INODE, 42, NULL, 0);
+	kvc_meta_watches_changed(w, a, KVC_WATCH_NAME, 7, "other", 5); /* nobody watches */
+	kvc_meta_watches_changed(w, b, KVC_WATCH_NAME, 7, "key", 3);   /* b makes it */
+	kvc_meta_watches_changed(w, b, KVC_WATCH_NAME, 7, "key", 3);   /* a was told already */
+	kvc_meta_watches_changed(w, b, KVC_WATCH_INODE, 42, NULL, 0);
+	uint32_t flags, kinds[8];
+	uint64_t ids[8];
+	char names[256];
+	int n = next_events(peer, &flags, kinds, ids, names);
+	if (n == 1) { /* the inode event may come in a second frame */
+		uint32_t k2[8];
+		uint64_t i2[8];
+		cr_assert_eq(next_events(peer, &flags, k2, i2, names + 4), 1);
+		kinds[1] = k2[0];
+		ids[1] = i2[0];
+		n = 2;
+	}
+	cr_assert_eq(n, 2);
+	cr_assert_eq(kinds[0], KVC_WATCH_NAME);
+	cr_assert_eq(ids[0], 7);
+	cr_assert_str_eq(names, "key");
+	cr_assert_eq(kinds[1], KVC_WATCH_INODE);
+	cr_assert_eq(ids[1], 42);
+	struct kvc_meta_watch_stats st;
+	kvc_meta_watches_stats(w, &st);
+	cr_assert_eq(st.events, 2, "b is the origin of every change: b hears nothing");
+	kvc_meta_watches_stop(w);
+	pthread_join(s.thread, NULL);
+	cr_assert_eq(s.rc, 0);
+	close(peer);
+	close(s.fd);
+	kvc_meta_watches_unbind(w, a);
+	kvc_meta_watches_unbind(w, b);
+	kvc_meta_watches_destroy(w);
+}
+
+Test(meta_watches, a_full_table_floods_rather_than_misses)
+{
+	struct kvc_meta_watches *w;
+	struct kvc_meta_watcher *a, *b;
+	cr_assert_eq(kvc_meta_watches_create(64, &w), 0);
+	cr_assert_eq(kvc_meta_watches_bind(w, id_a, 10000, &a), 0);
+	cr_assert_eq(kvc_meta_watches_bind(w, id_b, 10000, &b), 0);
+	char name[16];
+	for (int i = 0; i < 200; i++) {
+		int len = snprintf(name, sizeof(name), "k%d", i);
+		kvc_meta_watches_note(w, a, KVC_WATCH_NAME, 1, name, (uint32_t)len);
+	}
+	struct kvc_meta_watch_stats st;
+	kvc_meta_watches_stats(w, &st);
+	cr_assert_leq(st.entries, 64);
+	cr_assert_gt(st.floods, 0);
+	/* k199 could not be noted: its change still reaches a. */
+	kvc_meta_watches_changed(w, b, KVC_WATCH_NAME, 1, "k199", 4);
+	kvc_meta_watches_stats(w, &st);
+	cr_assert_eq(st.events, 1);
+	kvc_meta_watches_unbind(w, a);
+	kvc_meta_watches_unbind(w, b);
+	kvc_meta_watches_destroy(w);
+}
+
+Test(meta_watches, bad_binds_are_refused)
+{
+	struct kvc_meta_watches *w;
+	struct kvc_meta_watcher *a;
+	cr_assert_eq(kvc_meta_watches_create(64, &w), 0);
+	cr_assert_eq(kvc_meta_watches_bind(w, id_a, 0, &a), -EINVAL);
+	cr_assert_eq(kvc_meta_watches_bind(w, id_a, KVC_META_WATCH_MAX_TTL_MS + 1, &a), -EINVAL);
+	kvc_meta_watches_destroy(w);
+}
+
+Test(meta_watches, a_stream_ends_when_its_peer_goes)
+{
+	struct kvc_meta_watches *w;
+	struct kvc_meta_watcher *a;
+	struct streamer s;
+	int peer;
+	cr_assert_eq(kvc_meta_watches_create(64, &w), 0);
+	cr_assert_eq(kvc_meta_watches_bind(w, id_a, 1000, &a), 0);
+	start_stream(&s, w, a, &peer);
+	close(peer);
+	pthread_join(s.thread, NULL);
+	cr_assert_lt(s.rc, 0);
+	close(s.fd);
+	kvc_meta_watches_unbind(w, a);
+	kvc_meta_watches_destroy(w);
+}
