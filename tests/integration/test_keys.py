@@ -159,3 +159,24 @@ def test_events_are_counted(cluster, workdir, other):
     meta = json.loads(cluster.admin("--json", "status").stdout)["meta"]
     assert meta["watch_events"] >= 1
     assert meta["watch_entries"] >= 1
+
+
+def test_an_unchanged_file_is_read_from_the_page_cache(cluster, workdir):
+    """The page cache of a file is kept across opens while kvc-meta says it
+    is unchanged: with every storage server stopped, a file read before
+    reads again (from memory), byte for byte."""
+    import signal
+    data = os.urandom(1 << 20)
+    (workdir / "cached").write_bytes(data)
+    assert opens(workdir / "cached") == data
+    pids = [cluster.pid(name) for name in ("s1", "s2", "s3")]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        out = subprocess.run(["sha256sum", str(workdir / "cached")], capture_output=True,
+                             text=True, timeout=20)
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    assert out.returncode == 0
+    assert out.stdout.split()[0] == hashlib.sha256(data).hexdigest()
