@@ -32,10 +32,12 @@ int kvc_fuse_commit_size(struct kvc_fuse *fs, uint64_t ino)
 	struct kvc_attr attr;
 	if (!kvc_inode_table_take_dirty(fs->inodes, ino, &size))
 		return 0;
+	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
 	int rc = kvc_meta_client_extend(&fs->meta, ino, size, &attr);
 	if (rc == 0) {
 		kvc_inode_table_committed(fs->inodes, ino, size);
-		kvc_fuse_cache_seen(fs, &attr); /* our pages are the file as committed */
+		/* Our pages are the file as committed. */
+		kvc_attr_cache_put(fs->attrs, &attr, mark);
 	}
 	else if (rc != -ENOENT)
 		kvc_inode_table_wrote(fs->inodes, ino, size); /* to send again */
@@ -81,39 +83,15 @@ void kvc_fuse_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offse
 }
 
 /* The page cache of a file is kept across opens when the file is as this
- * client last saw it: the (mtime, size) kvc-meta gives at open is the one
- * remembered when this client last opened it or committed its size.
- * Another client's committed write changes mtime (EXTEND_SIZE, SETATTR),
- * so a file changed elsewhere is read afresh at its next open here
- * (close-to-open), events or not. Remembered per inode in a small
- * direct-mapped table: a slot taken by another inode only costs a reread. */
-static struct kvc_fuse_stamp *stamp_slot(struct kvc_fuse *fs, uint64_t ino)
-{
-	return &fs->stamps[ino % KVC_FUSE_STAMPS];
-}
-
-void kvc_fuse_cache_seen(struct kvc_fuse *fs, const struct kvc_attr *attr)
-{
-	pthread_mutex_lock(&fs->stamps_lock);
-	*stamp_slot(fs, attr->ino) = (struct kvc_fuse_stamp){attr->ino, attr->mtime_ns, attr->size};
-	pthread_mutex_unlock(&fs->stamps_lock);
-}
-
-static bool cache_current(struct kvc_fuse *fs, const struct kvc_attr *attr)
-{
-	pthread_mutex_lock(&fs->stamps_lock);
-	const struct kvc_fuse_stamp *st = stamp_slot(fs, attr->ino);
-	bool same = st->ino == attr->ino && st->mtime_ns == attr->mtime_ns && st->size == attr->size;
-	pthread_mutex_unlock(&fs->stamps_lock);
-	return same;
-}
-
+ * client last saw it (attr_cache.h): another client's committed write
+ * changes mtime (EXTEND_SIZE, SETATTR), so a file changed elsewhere is
+ * read afresh at its next open here (close-to-open), events or not. */
 static void set_open_flags(struct kvc_fuse *fs, struct fuse_file_info *fi,
-                           const struct kvc_attr *attr)
+                           const struct kvc_attr *attr, struct kvc_meta_events_mark mark)
 {
-	fi->keep_cache = !(fi->flags & O_TRUNC) && cache_current(fs, attr);
+	fi->keep_cache = !(fi->flags & O_TRUNC) && kvc_attr_cache_same(fs->attrs, attr);
 	fi->direct_io = 0;
-	kvc_fuse_cache_seen(fs, attr);
+	kvc_attr_cache_put(fs->attrs, attr, mark);
 }
 
 /* Open a file here: an open session with kvc-meta (so a removal anywhere
@@ -279,7 +257,7 @@ void kvc_fuse_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mod
 		kvc_fuse_reply_error(req, rc);
 		return;
 	}
-	set_open_flags(fs, fi, &attr);
+	set_open_flags(fs, fi, &attr, mark);
 	kvc_fuse_fill_entry_watched(fs, mark, parent, name, &attr, &e);
 	if (fuse_reply_create(req, &e, fi) != 0)
 		close_inode(fs, attr.ino);
@@ -288,6 +266,7 @@ void kvc_fuse_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mod
 void kvc_fuse_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct kvc_fuse *fs = kvc_fuse_of(req);
+	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
 	struct kvc_attr attr;
 	int rc = open_inode(fs, ino, &attr);
 	if (rc == 0 && (fi->flags & O_TRUNC) && S_ISREG(attr.mode)) {
@@ -299,7 +278,7 @@ void kvc_fuse_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		kvc_fuse_reply_error(req, rc);
 		return;
 	}
-	set_open_flags(fs, fi, &attr);
+	set_open_flags(fs, fi, &attr, mark);
 	if (fuse_reply_open(req, fi) != 0)
 		close_inode(fs, ino);
 }

@@ -206,6 +206,8 @@ int main(int argc, char **argv)
 	if (rc == 0)
 		rc = kvc_inode_table_create(&fs.inodes);
 	if (rc == 0)
+		rc = kvc_attr_cache_create(&fs.attrs);
+	if (rc == 0)
 		rc = kvc_storage_client_start_receivers(&fs.storage,
 		                                        receive_threads(fs.config.receive_threads));
 	if (rc < 0) {
@@ -229,7 +231,6 @@ int main(int argc, char **argv)
 	atomic_init(&fs.renewed_ms, (int64_t)started.tv_sec * 1000 + started.tv_nsec / 1000000);
 	for (size_t i = 0; i < sizeof(fs.session_locks) / sizeof(fs.session_locks[0]); i++)
 		pthread_mutex_init(&fs.session_locks[i], NULL);
-	pthread_mutex_init(&fs.stamps_lock, NULL);
 	kvc_fuse_clean_orphans(&fs);
 	signal(SIGPIPE, SIG_IGN);
 	pthread_t flusher;

@@ -110,10 +110,24 @@ static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 
 static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	struct kvc_fuse *fs = kvc_fuse_of(req);
 	struct kvc_attr attr;
-	struct kvc_meta_events_mark mark = kvc_fuse_mark(kvc_fuse_of(req));
+	struct stat st;
 	(void)fi;
-	reply_attr(req, mark, kvc_meta_client_getattr(&kvc_fuse_of(req)->meta, ino, &attr), &attr);
+	/* What kvc-meta said of a file of ours, while still fresh (the kernel
+	 * asks after each of our writes): no round trip. */
+	double left = kvc_attr_cache_get(fs->attrs, fs->events, ino, &attr);
+	if (left > 0) {
+		kvc_inode_table_patch_attr(fs->inodes, &attr);
+		attr_to_stat(&attr, &st);
+		fuse_reply_attr(req, &st, left);
+		return;
+	}
+	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
+	int rc = kvc_meta_client_getattr(&fs->meta, ino, &attr);
+	if (rc == 0 && S_ISREG(attr.mode))
+		kvc_attr_cache_put(fs->attrs, &attr, mark);
+	reply_attr(req, mark, rc, &attr);
 }
 
 static int64_t timespec_ns(struct timespec ts)
@@ -155,6 +169,8 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *st, int to_s
 		rc = kvc_meta_client_setattr(&fs->meta, &m, &attr);
 	if (rc == 0 && (m.mask & KVC_SETATTR_SIZE))
 		kvc_inode_table_set_size(fs->inodes, ino, attr.size);
+	if (rc == 0 && S_ISREG(attr.mode))
+		kvc_attr_cache_put(fs->attrs, &attr, mark);
 	reply_attr(req, mark, rc, &attr);
 }
 
@@ -217,6 +233,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t new_parent,
 {
 	struct kvc_attr attr;
 	struct kvc_meta_events_mark mark = kvc_fuse_mark(kvc_fuse_of(req));
+	kvc_attr_cache_forget(kvc_fuse_of(req)->attrs); /* nlink */
 	kvc_fuse_reply_entry(req, mark, new_parent, new_name,
 	                     kvc_meta_client_link(&kvc_fuse_of(req)->meta, ino, new_parent,
 	                                               new_name, &attr), &attr);
@@ -226,7 +243,9 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t new_parent,
  * unlink is just unlink, and the data stays until the last close. */
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	kvc_fuse_reply_error(req, kvc_meta_client_unlink(&kvc_fuse_of(req)->meta, parent, name));
+	int rc = kvc_meta_client_unlink(&kvc_fuse_of(req)->meta, parent, name);
+	kvc_attr_cache_forget(kvc_fuse_of(req)->attrs); /* an nlink changed */
+	kvc_fuse_reply_error(req, rc);
 }
 
 /* Earlier versions renamed files removed while open into this directory;
@@ -268,7 +287,9 @@ void kvc_fuse_clean_orphans(struct kvc_fuse *fs)
 
 static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	kvc_fuse_reply_error(req, kvc_meta_client_rmdir(&kvc_fuse_of(req)->meta, parent, name));
+	int rc = kvc_meta_client_rmdir(&kvc_fuse_of(req)->meta, parent, name);
+	kvc_attr_cache_forget(kvc_fuse_of(req)->attrs);
+	kvc_fuse_reply_error(req, rc);
 }
 
 static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -281,8 +302,10 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	}
 	if (flags & RENAME_NOREPLACE)
 		kvc_flags |= KVC_RENAME_NOREPLACE;
-	kvc_fuse_reply_error(req, kvc_meta_client_rename(&kvc_fuse_of(req)->meta, parent, name, new_parent,
-	                                        new_name, kvc_flags));
+	int rc = kvc_meta_client_rename(&kvc_fuse_of(req)->meta, parent, name, new_parent, new_name,
+	                                kvc_flags);
+	kvc_attr_cache_forget(kvc_fuse_of(req)->attrs); /* ctime, a replaced file's nlink */
+	kvc_fuse_reply_error(req, rc);
 }
 
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)
@@ -337,6 +360,11 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	/* Write-through: every write reaches the storage servers before the
 	 * syscall returns, so a closed file is complete for every client. */
 	conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
+	/* Page cache: kept across opens while kvc-meta says the file is as we
+	 * last saw it (file_ops.c), dropped by kvc-meta's change events
+	 * (meta_events.h). Not dropped when a GETATTR shows a new mtime: our
+	 * own close commits one after our writes filled the cache. */
+	conn->want &= ~(unsigned)FUSE_CAP_AUTO_INVAL_DATA;
 }
 
 const struct fuse_lowlevel_ops kvc_fuse_operations = {

@@ -16,12 +16,11 @@
 #include <stdatomic.h>
 
 #include "core/config.h"
+#include "fuse/attr_cache.h"
 #include "fuse/inode_table.h"
 #include "fuse/meta_events.h"
 #include "client/meta_client.h"
 #include "client/storage_client.h"
-
-#define KVC_FUSE_STAMPS 4096
 
 /* The daemon's state, owned by main; every operation reaches it through
  * fuse_req_userdata. */
@@ -51,22 +50,14 @@ struct kvc_fuse {
 	/* CLOSEs kvc-meta did not take (it was down): retried every second,
 	 * or a removed file would be kept for as long as we live. */
 	pthread_mutex_t closes_lock;
-	/* (mtime, size) of files as this client last saw them: their page
-	 * cache is kept across opens while kvc-meta still says the same. */
-	pthread_mutex_t stamps_lock;
-	struct kvc_fuse_stamp {
-		uint64_t ino;
-		int64_t mtime_ns;
-		uint64_t size;
-	} stamps[KVC_FUSE_STAMPS];
+	/* What kvc-meta last said of our open files (attr_cache.h). */
+	struct kvc_attr_cache *attrs;
 	uint64_t pending_closes[256];
 	int pending_close_count;
 };
 
 #define KVC_FUSE_ORPHANS ".kvc-orphans"
 
-/* The page cache of a file is as kvc-meta's attr says (file_ops.c). */
-void kvc_fuse_cache_seen(struct kvc_fuse *fs, const struct kvc_attr *attr);
 
 /* Remove what a run of an earlier version on this host left in the orphan
  * directory (files removed while open now stay in kvc-meta, not there).
