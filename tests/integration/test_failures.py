@@ -54,9 +54,13 @@ def read_file(path):
 
 
 def test_storage_down_reads_fail_with_eio_then_recover(cluster, workdir):
+    from conftest import _drop_caches
     path = workdir / "striped"
     data = os.urandom(6 * CHUNK)
     path.write_bytes(data)
+    # The writer's page cache would serve the reads (it is kept across
+    # opens of an unchanged file): read from the servers.
+    _drop_caches()
     subprocess.run(["kill", "-TERM", str(cluster.pid("s3"))], check=True)
     try:
         assert wait_until(lambda: subprocess.run(
@@ -81,9 +85,11 @@ def test_storage_down_reads_fail_with_eio_then_recover(cluster, workdir):
 
 
 def test_frozen_storage_server_times_out_with_eio(cluster, workdir):
+    from conftest import _drop_caches
     path = workdir / "frozen"
     data = os.urandom(3 * CHUNK)
     path.write_bytes(data)
+    _drop_caches()  # not from the writer's page cache
     pid = cluster.pid("s1")
     os.kill(pid, signal.SIGSTOP)
     try:
