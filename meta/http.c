@@ -118,6 +118,7 @@ static int parse_pages(json_t *array, int64_t **pages, uint32_t *count)
 		json_t *p = json_array_get(array, i);
 		if (!json_is_integer(p)) {
 			free(*pages);
+			*pages = NULL; /* the caller frees what it holds: nothing */
 			return -EINVAL;
 		}
 		(*pages)[i] = json_integer_value(p);

@@ -121,6 +121,8 @@ def test_sglang_connector_sequence(cluster):
     ("/keys/batch_allocate", b'{"keys": [["a", ""]]}', 400),        # no rank
     ("/keys/batch_allocate", b'{"rank": 0, "keys": "abc"}', 400),    # keys not a list
     ("/keys/confirm_write", b'{"rank": 0, "confirmations": [["a"]]}', 400),
+    # releases that are not pages (found by fuzz_http: freed twice before)
+    ("/keys/confirm_write", b'{"rank": 0, "pages_to_release": [["a", 0]]}', 400),
     ("/keys/batch_exists", b'[1, 2]', 400),                          # not an object
     ("/keys/get_locations", b'{"rank": 7, "keys": ["a"]}', 404),     # unknown rank
     ("/9/exists", b'{"keys": ["a"]}', 404),                          # SGLang unknown rank
