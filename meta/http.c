@@ -77,7 +77,7 @@ int kvc_http_parse_keys(json_t *array, bool pairs, struct kvc_pool_key **out, ui
 	return 0;
 }
 
-/* (key, page) pairs and their pages. */
+/* (key, page) pairs and their pages (on failure both NULL). */
 static int parse_confirmations(json_t *array, struct kvc_pool_key **keys, int64_t **pages,
                                uint32_t *count)
 {
@@ -90,12 +90,15 @@ static int parse_confirmations(json_t *array, struct kvc_pool_key **keys, int64_
 		if (!json_is_integer(page)) {
 			free(*pages);
 			free(*keys);
+			*pages = NULL;
+			*keys = NULL;
 			return -EINVAL;
 		}
 		(*pages)[i] = json_integer_value(page);
 	}
 	if (!*pages) {
 		free(*keys);
+		*keys = NULL;
 		return -ENOMEM;
 	}
 	return 0;
@@ -230,9 +233,9 @@ static void do_confirm(struct kvc_http_server *s, const char *ns, uint32_t rank,
 			fail_store(r, rc, ns, rank);
 		else
 			r->status = 204;
-		free(keys);
-		free(pages);
 	}
+	free(keys); /* NULL where parsing failed: each parser frees its own */
+	free(pages);
 	free(release);
 	json_decref(confirmations);
 }
