@@ -442,19 +442,19 @@ static const struct {
 	void (*fn)(struct call *c);
 	bool path_ns;
 } routes[R_COUNT] = {
-	[R_V_INIT] = {false, false, false, r_v_init},
-	[R_V_ALLOC] = {false, true, false, r_v_alloc},
-	[R_V_CONFIRM] = {false, true, false, r_v_confirm},
-	[R_V_EXISTS] = {false, false, false, r_exists},
-	[R_V_LOCATIONS] = {false, true, false, r_v_locations},
-	[R_V_CLEAR] = {false, false, true, r_clear},
-	[R_S_INIT] = {true, false, false, r_s_init},
-	[R_S_EXISTS] = {true, false, false, r_exists},
-	[R_S_RESERVE] = {true, false, false, r_s_reserve},
-	[R_S_CONFIRM] = {true, false, false, r_s_confirm},
-	[R_S_DELETE] = {true, false, true, r_s_delete},
-	[R_S_CLEAR] = {true, false, true, r_clear},
-	[R_S_INDICES] = {true, false, false, r_s_indices},
+	[R_V_INIT] = {false, false, false, r_v_init, false},
+	[R_V_ALLOC] = {false, true, false, r_v_alloc, false},
+	[R_V_CONFIRM] = {false, true, false, r_v_confirm, false},
+	[R_V_EXISTS] = {false, false, false, r_exists, false},
+	[R_V_LOCATIONS] = {false, true, false, r_v_locations, false},
+	[R_V_CLEAR] = {false, false, true, r_clear, false},
+	[R_S_INIT] = {true, false, false, r_s_init, false},
+	[R_S_EXISTS] = {true, false, false, r_exists, false},
+	[R_S_RESERVE] = {true, false, false, r_s_reserve, false},
+	[R_S_CONFIRM] = {true, false, false, r_s_confirm, false},
+	[R_S_DELETE] = {true, false, true, r_s_delete, false},
+	[R_S_CLEAR] = {true, false, true, r_clear, false},
+	[R_S_INDICES] = {true, false, false, r_s_indices, false},
 	[R_WAIT] = {false, false, false, r_wait, true},
 };
 
