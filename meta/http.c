@@ -1,5 +1,6 @@
-/* http: see http.h; routes and payloads: docs/pools.md. */
-#include "meta/http.h"
+/* http: see http.h and http_internal.h; routes and payloads:
+ * docs/pools.md. */
+#include "meta/http_internal.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -18,52 +19,20 @@
 #include "core/log.h"
 #include "core/net.h"
 
-enum route_id {
-	R_HEALTH, R_METRICS, R_V_INIT, R_V_ALLOC, R_V_CONFIRM, R_V_EXISTS, R_V_LOCATIONS,
-	R_V_CLEAR, R_S_INIT, R_S_EXISTS, R_S_RESERVE, R_S_CONFIRM, R_S_DELETE, R_S_CLEAR,
-	R_S_INDICES, R_UNKNOWN, R_COUNT
-};
-
-static const char *route_names[R_COUNT] = {
+const char *const kvc_http_route_names[R_COUNT] = {
 	"health", "metrics", "vllm_initialize", "vllm_batch_allocate", "vllm_confirm_write",
 	"vllm_batch_exists", "vllm_get_locations", "vllm_clear", "sglang_initialize",
 	"sglang_exists", "sglang_reserve_and_allocate", "sglang_confirm_write",
-	"sglang_delete_keys", "sglang_clear", "sglang_get_page_indices", "unknown"};
+	"sglang_delete_keys", "sglang_clear", "sglang_get_page_indices", "pool_wait", "unknown"};
 
-struct kvc_http_server {
-	struct MHD_Daemon *daemon;
-	struct kvc_pool_store *pools;
-	struct kvc_http_options options;
-	char vllm_namespace[KVC_POOL_MAX_NAMESPACE + 1];
-	char token[KVC_AUTH_MAX_KEY]; /* options.token's bytes; token_length of them */
-	atomic_uint_fast64_t requests[R_COUNT];
-	atomic_uint_fast64_t errors[R_COUNT];
-	atomic_uint_fast64_t latency_us[R_COUNT];
-	atomic_uint_fast64_t hits, misses;
-};
-
-/* One request's body as it arrives. */
-struct upload {
-	char *data;
-	size_t length;
-	bool too_big;
-};
-
-struct reply {
-	unsigned status;
-	json_t *json;   /* owned; NULL: no body (204) */
-	char *text;     /* owned; plain text instead of JSON */
-};
-
-static uint64_t monotonic_us(void)
+uint64_t kvc_http_now_us(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
-__attribute__((format(printf, 3, 4)))
-static void fail(struct reply *r, unsigned status, const char *fmt, ...)
+void kvc_http_fail(struct reply *r, unsigned status, const char *fmt, ...)
 {
 	char msg[256];
 	va_list ap;
@@ -78,16 +47,14 @@ static void fail(struct reply *r, unsigned status, const char *fmt, ...)
 static void fail_store(struct reply *r, int rc, const char *ns, uint32_t rank)
 {
 	if (rc == -ENOENT)
-		fail(r, 404, "rank %u is not initialized in namespace '%s'", rank, ns);
+		kvc_http_fail(r, 404, "rank %u is not initialized in namespace '%s'", rank, ns);
 	else if (rc == -EINVAL)
-		fail(r, 400, "invalid request for namespace '%s'", ns);
+		kvc_http_fail(r, 400, "invalid request for namespace '%s'", ns);
 	else
-		fail(r, 500, "pool store: %s", strerror(-rc));
+		kvc_http_fail(r, 500, "pool store: %s", strerror(-rc));
 }
 
-/* Keys of a JSON array: strings, or [key, prefix] pairs (pairs = true).
- * The strings stay owned by the JSON document. */
-static int parse_keys(json_t *array, bool pairs, struct kvc_pool_key **out, uint32_t *count)
+int kvc_http_parse_keys(json_t *array, bool pairs, struct kvc_pool_key **out, uint32_t *count)
 {
 	if (!json_is_array(array) || json_array_size(array) > KVC_POOL_MAX_BATCH)
 		return -EINVAL;
@@ -110,11 +77,11 @@ static int parse_keys(json_t *array, bool pairs, struct kvc_pool_key **out, uint
 	return 0;
 }
 
-/* (key, page) pairs and their pages. */
+/* (key, page) pairs and their pages (on failure both NULL). */
 static int parse_confirmations(json_t *array, struct kvc_pool_key **keys, int64_t **pages,
                                uint32_t *count)
 {
-	int rc = parse_keys(array, true, keys, count);
+	int rc = kvc_http_parse_keys(array, true, keys, count);
 	if (rc < 0)
 		return rc;
 	*pages = calloc(*count ? *count : 1, sizeof(**pages));
@@ -123,12 +90,15 @@ static int parse_confirmations(json_t *array, struct kvc_pool_key **keys, int64_
 		if (!json_is_integer(page)) {
 			free(*pages);
 			free(*keys);
+			*pages = NULL;
+			*keys = NULL;
 			return -EINVAL;
 		}
 		(*pages)[i] = json_integer_value(page);
 	}
 	if (!*pages) {
 		free(*keys);
+		*keys = NULL;
 		return -ENOMEM;
 	}
 	return 0;
@@ -151,6 +121,7 @@ static int parse_pages(json_t *array, int64_t **pages, uint32_t *count)
 		json_t *p = json_array_get(array, i);
 		if (!json_is_integer(p)) {
 			free(*pages);
+			*pages = NULL; /* the caller frees what it holds: nothing */
 			return -EINVAL;
 		}
 		(*pages)[i] = json_integer_value(p);
@@ -187,13 +158,13 @@ static void do_init(struct kvc_http_server *s, const char *ns, uint32_t rank, js
 	json_t *pages = json_object_get(body, "num_pages");
 	if (!json_is_integer(pages) || json_integer_value(pages) <= 0 ||
 	    json_integer_value(pages) > KVC_POOL_MAX_PAGES) {
-		fail(r, 400, "num_pages must be an integer in [1, %u]", KVC_POOL_MAX_PAGES);
+		kvc_http_fail(r, 400, "num_pages must be an integer in [1, %u]", KVC_POOL_MAX_PAGES);
 		return;
 	}
 	int rc = kvc_pool_init(s->pools, ns, rank, (uint32_t)json_integer_value(pages),
 	                       s->options.world_size);
 	if (rc == -EINVAL) {
-		fail(r, 400, "cannot initialize rank %u of '%s' with %lld pages (shrinking, or a "
+		kvc_http_fail(r, 400, "cannot initialize rank %u of '%s' with %lld pages (shrinking, or a "
 		             "rank outside world size %u)", rank, ns,
 		     (long long)json_integer_value(pages), s->options.world_size);
 		return;
@@ -216,8 +187,8 @@ static void do_allocate(struct kvc_http_server *s, const char *ns, uint32_t rank
 {
 	struct kvc_pool_key *keys;
 	uint32_t n;
-	if (parse_keys(json_object_get(body, "keys"), true, &keys, &n) < 0) {
-		fail(r, 400, "need 'keys': a list of [key, prefix_key] pairs");
+	if (kvc_http_parse_keys(json_object_get(body, "keys"), true, &keys, &n) < 0) {
+		kvc_http_fail(r, 400, "need 'keys': a list of [key, prefix_key] pairs");
 		return;
 	}
 	struct kvc_pool_allocation *out = calloc(n ? n : 1, sizeof(*out));
@@ -253,7 +224,7 @@ static void do_confirm(struct kvc_http_server *s, const char *ns, uint32_t rank,
 		json_incref(confirmations);
 	if (parse_confirmations(confirmations, &keys, &pages, &n) < 0 ||
 	    parse_pages(json_object_get(body, "pages_to_release"), &release, &m) < 0) {
-		fail(r, 400, "need '%s': a list of [key, page] pairs, and 'pages_to_release': a "
+		kvc_http_fail(r, 400, "need '%s': a list of [key, page] pairs, and 'pages_to_release': a "
 		             "list of pages", field);
 	} else {
 		int rc = kvc_pool_confirm(s->pools, ns, rank, keys, pages, n, release, m, kvc_pool_now_ms(s->pools),
@@ -262,9 +233,9 @@ static void do_confirm(struct kvc_http_server *s, const char *ns, uint32_t rank,
 			fail_store(r, rc, ns, rank);
 		else
 			r->status = 204;
-		free(keys);
-		free(pages);
 	}
+	free(keys); /* NULL where parsing failed: each parser frees its own */
+	free(pages);
 	free(release);
 	json_decref(confirmations);
 }
@@ -273,8 +244,8 @@ static void do_exists(struct kvc_http_server *s, const char *ns, json_t *body, s
 {
 	struct kvc_pool_key *keys;
 	uint32_t n;
-	if (parse_keys(json_object_get(body, "keys"), false, &keys, &n) < 0) {
-		fail(r, 400, "need 'keys': a list of strings");
+	if (kvc_http_parse_keys(json_object_get(body, "keys"), false, &keys, &n) < 0) {
+		kvc_http_fail(r, 400, "need 'keys': a list of strings");
 		return;
 	}
 	bool *out = calloc(n ? n : 1, sizeof(*out));
@@ -299,8 +270,8 @@ static void do_locations(struct kvc_http_server *s, const char *ns, uint32_t ran
 {
 	struct kvc_pool_key *keys;
 	uint32_t n;
-	if (parse_keys(json_object_get(body, "keys"), false, &keys, &n) < 0) {
-		fail(r, 400, "need 'keys': a list of strings");
+	if (kvc_http_parse_keys(json_object_get(body, "keys"), false, &keys, &n) < 0) {
+		kvc_http_fail(r, 400, "need 'keys': a list of strings");
 		return;
 	}
 	int64_t *pages = calloc(n ? n : 1, sizeof(*pages));
@@ -324,8 +295,8 @@ static void do_delete(struct kvc_http_server *s, const char *ns, json_t *body, s
 {
 	struct kvc_pool_key *keys;
 	uint32_t n;
-	if (parse_keys(json_object_get(body, "keys"), false, &keys, &n) < 0) {
-		fail(r, 400, "need 'keys': a list of strings");
+	if (kvc_http_parse_keys(json_object_get(body, "keys"), false, &keys, &n) < 0) {
+		kvc_http_fail(r, 400, "need 'keys': a list of strings");
 		return;
 	}
 	int rc = kvc_pool_delete(s->pools, ns, keys, n, kvc_pool_now_ms(s->pools));
@@ -352,97 +323,31 @@ static bool rank_known(struct kvc_http_server *s, const char *ns, uint32_t rank,
 	uint32_t pages, free_pages;
 	if (kvc_pool_info(s->pools, ns, rank, &pages, &free_pages) == 0)
 		return true;
-	fail(r, 404, "rank %u is not initialized in namespace '%s'", rank, ns);
+	kvc_http_fail(r, 404, "rank %u is not initialized in namespace '%s'", rank, ns);
 	return false;
 }
 
-struct metrics_out {
-	FILE *out;
-	struct kvc_pool_store *pools;
-};
-
-/* A namespace as a Prometheus label value: backslash, double quote and
- * newline escaped, other control bytes dropped (namespaces are bytes a
- * client chose). */
-static void label_value(const char *ns, char *out, size_t cap)
+/* POST /pools/{ns}/wait: the namespace (1 to KVC_POOL_MAX_NAMESPACE
+ * bytes, any but NUL) into ns; another length is no such route. */
+static bool wait_route(const char *url, char ns[KVC_POOL_MAX_NAMESPACE + 1])
 {
-	size_t n = 0;
-	for (const unsigned char *p = (const unsigned char *)ns; *p && n + 3 < cap; p++) {
-		if (*p == '\\' || *p == '"') {
-			out[n++] = '\\';
-			out[n++] = (char)*p;
-		} else if (*p == '\n') {
-			out[n++] = '\\';
-			out[n++] = 'n';
-		} else if (*p >= 0x20 && *p != 0x7f) {
-			out[n++] = (char)*p;
-		}
-	}
-	out[n] = '\0';
+	static const char head[] = "/pools/", tail[] = "/wait";
+	size_t n = strlen(url);
+	if (n < sizeof(head) + sizeof(tail) - 1 || strncmp(url, head, sizeof(head) - 1) != 0 ||
+	    strcmp(url + n - (sizeof(tail) - 1), tail) != 0)
+		return false;
+	size_t length = n - (sizeof(head) - 1) - (sizeof(tail) - 1);
+	if (length > KVC_POOL_MAX_NAMESPACE)
+		return false;
+	memcpy(ns, url + sizeof(head) - 1, length);
+	ns[length] = '\0';
+	return true;
 }
 
-static int metrics_pool(void *arg, const char *raw_ns, uint32_t rank, uint32_t num_pages,
-                        uint32_t free_pages)
-{
-	struct metrics_out *m = arg;
-	char ns[2 * KVC_POOL_MAX_NAMESPACE + 1];
-	label_value(raw_ns, ns, sizeof(ns));
-	fprintf(m->out, "kvc_pool_pages{namespace=\"%s\",rank=\"%u\"} %u\n", ns, rank, num_pages);
-	fprintf(m->out, "kvc_pool_pages_free{namespace=\"%s\",rank=\"%u\"} %u\n", ns, rank,
-	        free_pages);
-	fprintf(m->out, "kvc_pool_pages_used{namespace=\"%s\",rank=\"%u\"} %u\n", ns, rank,
-	        num_pages - free_pages);
-	struct kvc_pool_stats st;
-	if (rank == 0 && kvc_pool_stats(m->pools, raw_ns, 0, kvc_pool_now_ms(m->pools), &st) == 0) {
-		fprintf(m->out, "kvc_pool_keys{namespace=\"%s\"} %llu\n", ns,
-		        (unsigned long long)st.keys);
-		fprintf(m->out, "kvc_pool_keys_complete{namespace=\"%s\"} %llu\n", ns,
-		        (unsigned long long)st.complete_keys);
-		fprintf(m->out, "kvc_pool_keys_leased{namespace=\"%s\"} %llu\n", ns,
-		        (unsigned long long)st.leased_keys);
-		fprintf(m->out, "kvc_pool_evictions_total{namespace=\"%s\"} %llu\n", ns,
-		        (unsigned long long)st.evictions);
-		fprintf(m->out, "kvc_pool_world_size{namespace=\"%s\"} %u\n", ns, st.world_size);
-	}
-	return 0;
-}
-
-static void do_metrics(struct kvc_http_server *s, struct reply *r)
-{
-	char *text = NULL;
-	size_t size = 0;
-	FILE *out = open_memstream(&text, &size);
-	if (!out) {
-		fail(r, 500, "out of memory");
-		return;
-	}
-	struct metrics_out m = {out, s->pools};
-	fprintf(out, "# TYPE kvc_pool_pages gauge\n");
-	kvc_pool_list(s->pools, metrics_pool, &m);
-	fprintf(out, "# TYPE kvc_http_requests_total counter\n");
-	for (int i = 0; i < R_COUNT; i++) {
-		uint64_t n = atomic_load(&s->requests[i]);
-		if (!n)
-			continue;
-		fprintf(out, "kvc_http_requests_total{route=\"%s\"} %llu\n", route_names[i],
-		        (unsigned long long)n);
-		fprintf(out, "kvc_http_errors_total{route=\"%s\"} %llu\n", route_names[i],
-		        (unsigned long long)atomic_load(&s->errors[i]));
-		fprintf(out, "kvc_http_request_seconds_sum{route=\"%s\"} %.6f\n", route_names[i],
-		        (double)atomic_load(&s->latency_us[i]) / 1e6);
-		fprintf(out, "kvc_http_request_seconds_count{route=\"%s\"} %llu\n", route_names[i],
-		        (unsigned long long)n);
-	}
-	fprintf(out, "kvc_pool_exists_hits_total %llu\nkvc_pool_exists_misses_total %llu\n",
-	        (unsigned long long)atomic_load(&s->hits),
-	        (unsigned long long)atomic_load(&s->misses));
-	fclose(out);
-	r->status = 200;
-	r->text = text;
-}
-
-/* Which route a method and URL name; *rank gets the rank in the path. */
-static enum route_id route_of(const char *method, const char *url, uint32_t *rank)
+/* Which route a method and URL name; *rank gets the rank in the path, ns
+ * the namespace in the path. */
+static enum kvc_http_route route_of(const char *method, const char *url, uint32_t *rank,
+                                    char ns[KVC_POOL_MAX_NAMESPACE + 1])
 {
 	char tail[64];
 	unsigned r = 0;
@@ -456,13 +361,15 @@ static enum route_id route_of(const char *method, const char *url, uint32_t *ran
 		return R_UNKNOWN;
 	static const struct {
 		const char *url;
-		enum route_id id;
+		enum kvc_http_route id;
 	} fixed[] = {{"/keys/batch_allocate", R_V_ALLOC}, {"/keys/confirm_write", R_V_CONFIRM},
 	             {"/keys/batch_exists", R_V_EXISTS}, {"/keys/get_locations", R_V_LOCATIONS},
 	             {"/clear", R_V_CLEAR}};
 	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
 		if (strcmp(url, fixed[i].url) == 0)
 			return fixed[i].id;
+	if (wait_route(url, ns))
+		return R_WAIT;
 	if (sscanf(url, "/rank/%u/initialize%n", &r, &used) == 1 && url[used] == '\0') {
 		*rank = r;
 		return r < KVC_POOL_MAX_WORLD ? R_V_INIT : R_UNKNOWN;
@@ -473,7 +380,7 @@ static enum route_id route_of(const char *method, const char *url, uint32_t *ran
 	*rank = r;
 	static const struct {
 		const char *name;
-		enum route_id id;
+		enum kvc_http_route id;
 	} sglang[] = {{"initialize", R_S_INIT}, {"exists", R_S_EXISTS},
 	              {"reserve_and_allocate_page_indices", R_S_RESERVE},
 	              {"confirm_write", R_S_CONFIRM}, {"delete_keys", R_S_DELETE},
@@ -491,6 +398,7 @@ struct call {
 	uint32_t rank;      /* from the path, or the body's for vLLM's key routes */
 	json_t *body;
 	struct reply *r;
+	uint64_t start_us;
 };
 
 static void r_v_init(struct call *c) { do_init(c->s, c->ns, c->rank, c->body, true, c->r); }
@@ -519,31 +427,35 @@ static void r_s_indices(struct call *c)
 {
 	do_locations(c->s, c->ns, c->rank, c->body, "indices", c->r);
 }
+static void r_wait(struct call *c) { kvc_http_wait_parse(c->s, c->ns, c->body, c->r, c->start_us); }
 
 /* The pool routes: whose (SGLang's take their namespace from the body and
- * answer 404 for an unknown rank), where the rank comes from (the body's
- * "rank" for vLLM's key routes), whether it destroys keys (taken only from
- * the peers [meta] http_destructive allows), and the handler. Health,
- * metrics and unknown routes are answered before this table. */
+ * answer 404 for an unknown rank; path_ns: the namespace is in the path;
+ * the others use vLLM's), where the rank comes from (the body's "rank"
+ * for vLLM's key routes), whether it destroys keys (taken only from the
+ * peers [meta] http_destructive allows), and the handler. Health, metrics
+ * and unknown routes are answered before this table. */
 static const struct {
 	bool sglang;
 	bool body_rank;
 	bool destructive;
 	void (*fn)(struct call *c);
+	bool path_ns;
 } routes[R_COUNT] = {
-	[R_V_INIT] = {false, false, false, r_v_init},
-	[R_V_ALLOC] = {false, true, false, r_v_alloc},
-	[R_V_CONFIRM] = {false, true, false, r_v_confirm},
-	[R_V_EXISTS] = {false, false, false, r_exists},
-	[R_V_LOCATIONS] = {false, true, false, r_v_locations},
-	[R_V_CLEAR] = {false, false, true, r_clear},
-	[R_S_INIT] = {true, false, false, r_s_init},
-	[R_S_EXISTS] = {true, false, false, r_exists},
-	[R_S_RESERVE] = {true, false, false, r_s_reserve},
-	[R_S_CONFIRM] = {true, false, false, r_s_confirm},
-	[R_S_DELETE] = {true, false, true, r_s_delete},
-	[R_S_CLEAR] = {true, false, true, r_clear},
-	[R_S_INDICES] = {true, false, false, r_s_indices},
+	[R_V_INIT] = {false, false, false, r_v_init, false},
+	[R_V_ALLOC] = {false, true, false, r_v_alloc, false},
+	[R_V_CONFIRM] = {false, true, false, r_v_confirm, false},
+	[R_V_EXISTS] = {false, false, false, r_exists, false},
+	[R_V_LOCATIONS] = {false, true, false, r_v_locations, false},
+	[R_V_CLEAR] = {false, false, true, r_clear, false},
+	[R_S_INIT] = {true, false, false, r_s_init, false},
+	[R_S_EXISTS] = {true, false, false, r_exists, false},
+	[R_S_RESERVE] = {true, false, false, r_s_reserve, false},
+	[R_S_CONFIRM] = {true, false, false, r_s_confirm, false},
+	[R_S_DELETE] = {true, false, true, r_s_delete, false},
+	[R_S_CLEAR] = {true, false, true, r_clear, false},
+	[R_S_INDICES] = {true, false, false, r_s_indices, false},
+	[R_WAIT] = {false, false, false, r_wait, true},
 };
 
 /* With a token, "Bearer <token>" (the scheme in any case). */
@@ -565,21 +477,24 @@ static bool destructive_allowed(const struct kvc_http_server *s, bool loopback)
 	       (s->options.destructive == KVC_HTTP_DESTRUCTIVE_LOOPBACK && loopback);
 }
 
-static void dispatch(struct kvc_http_server *s, enum route_id id, uint32_t path_rank,
-                     json_t *body, struct reply *r)
+static void dispatch(struct kvc_http_server *s, enum kvc_http_route id, uint32_t path_rank,
+                     const char *path_ns, json_t *body, struct reply *r, uint64_t start_us)
 {
-	struct call c = {.s = s, .rank = path_rank, .body = body, .r = r};
+	struct call c = {.s = s, .rank = path_rank, .body = body, .r = r, .start_us = start_us};
 	if (!routes[id].fn) {
-		fail(r, 404, "no such route");
+		kvc_http_fail(r, 404, "no such route");
 		return;
 	}
-	c.ns = routes[id].sglang ? sglang_namespace(body) : s->vllm_namespace;
+	c.ns = routes[id].path_ns ? path_ns
+	     : routes[id].sglang  ? sglang_namespace(body)
+	                          : s->vllm_namespace;
+
 	if (routes[id].body_rank && !get_rank(body, &c.rank)) {
-		fail(r, 400, "need 'rank': an integer in [0, %d)", KVC_POOL_MAX_WORLD);
+		kvc_http_fail(r, 400, "need 'rank': an integer in [0, %d)", KVC_POOL_MAX_WORLD);
 		return;
 	}
 	if (routes[id].sglang && (strlen(c.ns) == 0 || strlen(c.ns) > KVC_POOL_MAX_NAMESPACE)) {
-		fail(r, 400, "'namespace' must be 1 to %d bytes", KVC_POOL_MAX_NAMESPACE);
+		kvc_http_fail(r, 400, "'namespace' must be 1 to %d bytes", KVC_POOL_MAX_NAMESPACE);
 		return;
 	}
 	if (routes[id].sglang && id != R_S_INIT && !rank_known(s, c.ns, path_rank, r))
@@ -587,9 +502,9 @@ static void dispatch(struct kvc_http_server *s, enum route_id id, uint32_t path_
 	routes[id].fn(&c);
 }
 
-/* A reply as text: JSON or Prometheus text, owned by the caller. */
-static void render(struct reply *r, struct kvc_http_answer *out)
+void kvc_http_render(struct reply *r, struct kvc_http_answer *out)
 {
+	out->wait = r->wait;
 	out->status = r->status;
 	out->text = r->text;
 	out->content_type = "text/plain; version=0.0.4";
@@ -605,44 +520,52 @@ static void render(struct reply *r, struct kvc_http_answer *out)
 void kvc_http_serve(struct kvc_http_server *s, const struct kvc_http_request *q,
                     struct kvc_http_answer *out)
 {
-	uint64_t start = monotonic_us();
+	uint64_t start = kvc_http_now_us();
 	uint32_t path_rank = 0;
-	enum route_id id = route_of(q->method, q->url, &path_rank);
+	char path_ns[KVC_POOL_MAX_NAMESPACE + 1] = "";
+	enum kvc_http_route id = route_of(q->method, q->url, &path_rank, path_ns);
 	struct reply r = {0};
 	json_error_t error;
 	json_t *body = NULL;
 	if (id != R_HEALTH && !authorized(s, q->authorization)) {
-		fail(&r, 401, "this server needs \"Authorization: Bearer <token>\"");
+		kvc_http_fail(&r, 401, "this server needs \"Authorization: Bearer <token>\"");
 	} else if (routes[id].destructive && !destructive_allowed(s, q->loopback)) {
-		fail(&r, 403, "%s is refused from this peer ([meta] http_destructive)",
-		     route_names[id]);
+		kvc_http_fail(&r, 403, "%s is refused from this peer ([meta] http_destructive)",
+		     kvc_http_route_names[id]);
 	} else if (q->too_big) {
-		fail(&r, 413, "request body over %u bytes", s->options.max_body);
+		kvc_http_fail(&r, 413, "request body over %u bytes", s->options.max_body);
 	} else if ((id == R_V_INIT || id == R_V_ALLOC || id == R_S_INIT || id == R_S_RESERVE) &&
 	           s->options.space && kvc_reserve_admit(s->options.space, 0) < 0) {
-		fail(&r, 507, "the metadata volume is at its reserve: delete keys or files first");
+		kvc_http_fail(&r, 507, "the metadata volume is at its reserve: delete keys or files first");
 	} else if (id == R_HEALTH) {
 		r.status = 200;
 		r.json = json_pack("{s:s}", "status", "ok");
 	} else if (id == R_METRICS) {
-		do_metrics(s, &r);
+		kvc_http_metrics(s, &r);
 	} else if (id == R_UNKNOWN) {
-		fail(&r, 404, "no route %s %s", q->method, q->url);
+		kvc_http_fail(&r, 404, "no route %s %s", q->method, q->url);
 	} else {
 		body = q->length ? json_loadb(q->data, q->length, 0, &error) : json_object();
 		if (!body)
-			fail(&r, 400, "malformed JSON: %s", error.text);
+			kvc_http_fail(&r, 400, "malformed JSON: %s", error.text);
 		else if (!json_is_object(body))
-			fail(&r, 400, "the body must be a JSON object");
+			kvc_http_fail(&r, 400, "the body must be a JSON object");
 		else
-			dispatch(s, id, path_rank, body, &r);
+			dispatch(s, id, path_rank, path_ns, body, &r, start);
 		json_decref(body);
 	}
+	if (!r.wait) /* a wait counts when it ends (kvc_http_wait_run) */
+		kvc_http_account(s, id, r.status, start);
+	kvc_http_render(&r, out);
+}
+
+void kvc_http_account(struct kvc_http_server *s, enum kvc_http_route id, unsigned status,
+                      uint64_t start_us)
+{
 	atomic_fetch_add(&s->requests[id], 1);
-	if (r.status >= 400)
+	if (status >= 400)
 		atomic_fetch_add(&s->errors[id], 1);
-	atomic_fetch_add(&s->latency_us[id], monotonic_us() - start);
-	render(&r, out);
+	atomic_fetch_add(&s->latency_us[id], kvc_http_now_us() - start_us);
 }
 
 static enum MHD_Result send_answer(struct MHD_Connection *conn, struct kvc_http_answer *a)
@@ -701,6 +624,12 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 		*data_size = 0;
 		return MHD_YES;
 	}
+	if (up->answered) { /* resumed: the wait's thread prepared the answer */
+		up->answered = false;
+		MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
+		                          KVC_HTTP_CONNECTION_TIMEOUT_S);
+		return send_answer(conn, &up->answer);
+	}
 	const union MHD_ConnectionInfo *peer =
 		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
 	struct kvc_http_request request = {
@@ -710,6 +639,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 		                                             MHD_HTTP_HEADER_AUTHORIZATION)};
 	struct kvc_http_answer answer;
 	kvc_http_serve(s, &request, &answer);
+	if (answer.wait && kvc_http_wait_defer(s, conn, up, &answer))
+		return MHD_YES; /* suspended: called again with the answer */
 	return send_answer(conn, &answer);
 }
 
@@ -719,6 +650,8 @@ static void request_done(void *cls, struct MHD_Connection *conn, void **state,
 	struct upload *up = *state;
 	(void)cls, (void)conn, (void)code;
 	if (up) {
+		if (up->answered) /* a wait's answer that never went out */
+			free(up->answer.text);
 		free(up->data);
 		free(up);
 		*state = NULL;
@@ -733,6 +666,11 @@ int kvc_http_create(const struct kvc_http_options *options, struct kvc_pool_stor
 	struct kvc_http_server *s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
+	int rc = kvc_http_waits_init(s);
+	if (rc < 0) {
+		free(s);
+		return rc;
+	}
 	s->pools = pools;
 	s->options = *options;
 	snprintf(s->vllm_namespace, sizeof(s->vllm_namespace), "%s", options->vllm_namespace);
@@ -764,14 +702,15 @@ int kvc_http_start(const struct kvc_http_options *options, struct kvc_pool_store
 	if (rc < 0)
 		return rc;
 	s->daemon = MHD_start_daemon(
-		MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_TURBO | MHD_USE_ERROR_LOG, 0,
+		MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_TURBO | MHD_USE_ERROR_LOG |
+			MHD_ALLOW_SUSPEND_RESUME, 0,
 		NULL, NULL,
 		handle, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
 		MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(options->threads > 0 ? options->threads : 4),
 		MHD_OPTION_NOTIFY_COMPLETED, request_done, s,
-		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30, MHD_OPTION_END);
+		MHD_OPTION_CONNECTION_TIMEOUT, KVC_HTTP_CONNECTION_TIMEOUT_S, MHD_OPTION_END);
 	if (!s->daemon) {
-		free(s);
+		kvc_http_stop(s);
 		return -EADDRINUSE;
 	}
 	*out = s;
@@ -782,7 +721,10 @@ void kvc_http_stop(struct kvc_http_server *s)
 {
 	if (!s)
 		return;
-	if (s->daemon)
+	if (s->daemon) {
+		kvc_http_waits_stop(s); /* no connection stays suspended */
 		MHD_stop_daemon(s->daemon);
+	}
+	kvc_http_waits_destroy(s);
 	free(s);
 }

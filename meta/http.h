@@ -2,11 +2,13 @@
  * http: kvc-meta's HTTP/JSON front of the page pools, speaking the vLLM
  * hf3fs metadata server's routes and SGLang's mini 3fs metadata server's
  * routes with their exact payloads, so their clients work unchanged; plus
- * GET /health and GET /metrics (Prometheus text). docs/pools.md lists
- * every route.
+ * GET /health and GET /metrics (Prometheus text), and POST
+ * /pools/{ns}/wait (wait until keys are complete; meta/http_wait.c).
+ * docs/pools.md lists every route.
  *
- * libmicrohttpd serves it (a thread pool), jansson parses and builds the
- * JSON. Every request is bounded: a body over max_body bytes is refused
+ * libmicrohttpd serves it (a thread pool; a wait runs on a thread of its
+ * own with its connection suspended, so it stalls nobody), jansson parses
+ * and builds the JSON. Every request is bounded: a body over max_body bytes is refused
  * with 413, malformed JSON or a missing field with 400, an unknown rank
  * or namespace with 404; the server keeps serving everyone else.
  *
@@ -42,6 +44,8 @@ struct kvc_http_options {
 	uint32_t token_length;
 	int destructive;            /* enum kvc_config_http_destructive */
 	struct kvc_reserve *space;  /* the data's volume; NULL: no reserve */
+	uint32_t max_wait_ms;       /* cap on a wait's timeout_ms (0 or over
+	                               KVC_POOL_MAX_WAIT_MS: that) */
 };
 
 struct kvc_http_server;
@@ -71,13 +75,25 @@ struct kvc_http_request {
 	const char *authorization; /* the header's value; NULL when absent */
 };
 /* The answer's text (JSON or Prometheus text, NULL for none) is the
- * caller's to free. */
+ * caller's to free. With `wait` set (POST /pools/{ns}/wait) there is no
+ * answer yet: the caller runs the wait (kvc_http_wait_run), on a thread
+ * that may block, and that fills the answer. */
+struct kvc_http_wait;
 struct kvc_http_answer {
 	unsigned status;
 	char *text;
 	const char *content_type; /* NULL when there is no text */
+	struct kvc_http_wait *wait;
 };
 void kvc_http_serve(struct kvc_http_server *server, const struct kvc_http_request *request,
                     struct kvc_http_answer *out);
+
+/* Run a wait that kvc_http_serve handed out: blocks until its keys are
+ * complete, its timeout, or an event on ends (at most 2, may be NULL:
+ * fds whose events end the wait early, as kvc_pool_wait's), then fills
+ * out and frees wait. */
+struct pollfd;
+void kvc_http_wait_run(struct kvc_http_server *server, struct kvc_http_wait *wait,
+                       const struct pollfd *ends, int nends, struct kvc_http_answer *out);
 
 #endif

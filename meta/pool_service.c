@@ -2,6 +2,7 @@
 #include "meta/pool_service.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -219,6 +220,29 @@ static int p_exists(struct call *c)
 	return rc;
 }
 
+/* Blocks this connection's thread until the keys are complete or the
+ * timeout (bounded: KVC_POOL_MAX_WAIT_MS, KVC_POOL_MAX_WAITS at once),
+ * holding no lock; the peer closing its socket ends it early. The reply
+ * is EXISTS': a flag per key, status 0 also at the timeout. */
+static int p_wait(struct call *c)
+{
+	uint32_t n = c->r->m->count;
+	bool *complete = calloc(n ? n : 1, sizeof(*complete));
+	uint8_t *out = calloc(n ? n : 1, 1);
+	struct pollfd hangup = {.fd = c->conn->fd, .events = POLLRDHUP};
+	int rc = complete && out ? kvc_pool_wait(c->pools, c->r->ns, c->r->keys, n, c->r->m->value,
+	                                         &hangup, 1, complete)
+	                         : -ENOMEM;
+	if (rc == -ETIMEDOUT)
+		rc = 0; /* the flags say which keys are missing */
+	for (uint32_t i = 0; rc == 0 && i < n; i++)
+		out[i] = complete[i];
+	free(complete);
+	*c->reply = out;
+	*c->len = n;
+	return rc;
+}
+
 static int p_locations(struct call *c)
 {
 	const struct kvc_msg_pool *m = c->r->m;
@@ -381,6 +405,7 @@ static const struct {
 	[KVC_MSG_POOL_KEYS] = {NULL, p_keys},
 	[KVC_MSG_POOL_BIND] = {bind_tail, p_bind},
 	[KVC_MSG_POOL_BINDING] = {NULL, p_binding},
+	[KVC_MSG_POOL_WAIT] = {NULL, p_wait},
 };
 
 static int run(struct call *c)

@@ -1,9 +1,12 @@
 /*
  * pool_service: kvc-meta's handlers of the page pool messages of the
- * binary protocol (wire types 32-46; src/core/wire.h). Decodes and checks each
- * request (namespace, counts, key lengths against the limits) and runs it
- * on the pool store in one transaction. The HTTP front (http.c) serves the
- * same store for the vLLM and SGLang connectors.
+ * binary protocol (wire types 32-47; src/core/wire.h). Decodes and checks
+ * each request (namespace, counts, key lengths against the limits) and
+ * runs it on the pool store in one transaction. POOL_WAIT blocks its
+ * connection's thread (thread per connection) until its keys are
+ * complete or its timeout, holding no lock; the peer hanging up ends it.
+ * The HTTP front (http.c) serves the same store for the vLLM and SGLang
+ * connectors.
  */
 #ifndef KVC_META_POOL_SERVICE_H
 #define KVC_META_POOL_SERVICE_H

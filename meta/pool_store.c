@@ -197,7 +197,9 @@ int kvc_pool_store_open(const char *dir, struct kvc_pool_store **out)
 	MDB_txn *txn;
 	if (!s)
 		return -ENOMEM;
-	int rc = kvc_fsutil_mkdirs(dir, 0700);
+	int rc = kvc_pool_waits_open(s);
+	if (rc == 0)
+		rc = kvc_fsutil_mkdirs(dir, 0700);
 	if (rc == 0) /* after a machine crash: back to the last checkpoint */
 		rc = kvc_lmdb_checkpoint_recover(dir) < 0 ? -EIO : 0; /* files unreadable */
 	if (rc == 0)
@@ -245,6 +247,7 @@ void kvc_pool_store_close(struct kvc_pool_store *s)
 {
 	if (!s)
 		return;
+	kvc_pool_waits_close(s); /* no waiter looks at the store after this */
 	if (s->clock_start_ms) /* opened: the clock goes on from here next time */
 		clock_save(s);
 	kvc_lmdb_checkpoint_close(s->checkpoint);

@@ -45,6 +45,9 @@
  * that a machine crash goes back to, consistent, losing at most what was
  * committed after it (kvc-meta takes one every sync_interval_ms).
  *
+ * Waiting for keys to become complete (kvc_pool_wait) sleeps until a
+ * confirm or clear of the namespace wakes it (meta/pool_store_wait.c).
+ *
  * Thread-safe (LMDB serializes writers). Times are passed in (now_ms, on
  * the pool clock: kvc_pool_now_ms) so tests can move time.
  *
@@ -78,6 +81,10 @@
 #define KVC_POOL_FORMAT 1 /* changes with any record layout below */
 #define KVC_POOL_MAX_PATH 400 /* of a bound file, in the namespace */
 #define KVC_POOL_MAX_PAGE_SIZE (1ull << 30)
+#define KVC_POOL_MAX_WAIT_KEYS KVC_POOL_MAX_BATCH /* keys of one wait */
+#define KVC_POOL_MAX_WAIT_MS 600000u /* a wait's longest timeout (10 min) */
+#define KVC_POOL_MAX_WAITS 256 /* waits in progress at once, per store */
+#define KVC_POOL_WAIT_MAX_ENDS 2 /* end fds of one wait */
 
 struct kvc_pool_store;
 
@@ -143,6 +150,25 @@ int kvc_pool_confirm(struct kvc_pool_store *store, const char *ns, uint32_t rank
 /* Whether each key is complete. Counts hits and misses. */
 int kvc_pool_exists(struct kvc_pool_store *store, const char *ns,
                     const struct kvc_pool_key *keys, uint32_t count, bool *out);
+
+struct pollfd;
+
+/* Wait until every key is complete (confirmed on every rank of the
+ * namespace's world), for at most timeout_ms (<= KVC_POOL_MAX_WAIT_MS; 0:
+ * look once). A confirm that completes a key of ns wakes the wait: no
+ * polling. complete[i]: keys[i] was seen complete during the wait (a key
+ * evicted or deleted after that still counts; readers ask locations).
+ * ends (nends <= KVC_POOL_WAIT_MAX_ENDS, may be NULL): fds whose events
+ * end the wait early (a peer's socket with POLLRDHUP, a stop eventfd with
+ * POLLIN). Returns 0 (all complete), or with complete[] filled -ETIMEDOUT
+ * (the timeout came first) or -ECANCELED (a clear of ns ran meanwhile);
+ * or -ECONNABORTED (an end fd fired), -ESHUTDOWN (the store is closing),
+ * -EBUSY (KVC_POOL_MAX_WAITS waits in progress), -ENOENT (no pool of ns
+ * was ever initialized), -EINVAL (bad namespace, key, count or timeout),
+ * -ENOMEM, -EIO. Holds no lock and no transaction while it sleeps. */
+int kvc_pool_wait(struct kvc_pool_store *store, const char *ns,
+                  const struct kvc_pool_key *keys, uint32_t count, uint32_t timeout_ms,
+                  const struct pollfd *ends, int nends, bool *complete);
 
 /* The page of each complete key on rank (-1 otherwise); each found key is
  * touched (LRU) and leased until now_ms + lease_ms (0: no lease). */

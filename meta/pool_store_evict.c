@@ -251,7 +251,10 @@ int kvc_pool_clear_some(struct kvc_pool_store *s, const char *ns, uint64_t now_m
 	if (rc >= 0)
 		rc = kvc_pool_world_put(s, txn, ns, &w);
 	free(c);
-	return kvc_lmdb_finish(txn, rc < 0 ? rc : 0);
+	rc = kvc_lmdb_finish(txn, rc < 0 ? rc : 0);
+	if (rc == 0) /* committed: waits on ns end (their keys are gone) */
+		kvc_pool_waits_notify(s, ns, true);
+	return rc;
 }
 
 int kvc_pool_clear(struct kvc_pool_store *s, const char *ns, uint64_t now_ms)

@@ -17,12 +17,15 @@
  *                        (leased keys retired), ending leases, the sweep
  *   pool_store_punch.c   bindings of pools to files and the punch lists
  *   pool_store_fsck.c    the accounting check and its repair
+ *   pool_store_wait.c    waits for keys to become complete, and their
+ *                        wake-ups after confirms and clears
  *
  * The helpers declared here work inside a transaction their caller owns
  * and never commit or abort it; they return 0 or -errno unless they say
  * otherwise. The handle is not changed after kvc_pool_store_open, so it
- * needs no lock; LMDB serializes the writers, and every public function
- * is one transaction (kvc_pool_clear: a series of them).
+ * needs no lock (its waiters have a lock of their own, a leaf: see
+ * pool_store_wait.c); LMDB serializes the writers, and every public
+ * function is one transaction (kvc_pool_clear: a series of them).
  */
 #ifndef KVC_POOL_STORE_INTERNAL_H
 #define KVC_POOL_STORE_INTERNAL_H
@@ -55,6 +58,7 @@ struct kvc_pool_store {
 	/* The pool clock (kvc_pool_now_ms): clock_base_ms at the monotonic
 	 * instant clock_start_ms. */
 	uint64_t clock_base_ms, clock_start_ms;
+	struct pool_waits *waits; /* pool_store_wait.c */
 };
 
 /* worlds: ns -> a namespace's world and counters. */
@@ -261,5 +265,14 @@ int kvc_pool_evict_for(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, u
 
 /* At open: pages a crash left in `punching` go back, listed again. */
 int kvc_pool_punching_recover(struct kvc_pool_store *s, MDB_txn *txn);
+
+/* ---- pool_store_wait.c: waiters ---- */
+
+int kvc_pool_waits_open(struct kvc_pool_store *s);
+/* Wake every waiter (-ESHUTDOWN) and wait until they left; then free. */
+void kvc_pool_waits_close(struct kvc_pool_store *s);
+/* After a commit that completed keys of ns (or cleared it): wake its
+ * waiters. Call with no transaction open. */
+void kvc_pool_waits_notify(struct kvc_pool_store *s, const char *ns, bool cleared);
 
 #endif

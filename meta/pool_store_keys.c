@@ -114,7 +114,7 @@ static bool complete(const struct key_head *h)
 
 static int confirm_one(struct kvc_pool_store *s, MDB_txn *txn, struct record_at *at,
                        const char *ns, uint32_t rank, const struct kvc_pool_key *key,
-                       int64_t page, struct pool_world *w)
+                       int64_t page, struct pool_world *w, uint32_t *completed)
 {
 	struct key_record r;
 	int rc = record_seek(at, ns, key, &r);
@@ -130,6 +130,7 @@ static int confirm_one(struct kvc_pool_store *s, MDB_txn *txn, struct record_at 
 	r.slots[rank].state = SLOT_CONFIRMED;
 	r.head.confirmed++;
 	if (r.head.confirmed == r.head.world) {
+		(*completed)++;
 		r.head.lru_seq = w->next_lru++;
 		rc = kvc_pool_lru_put(s, txn, ns, r.head.lru_seq, key);
 	}
@@ -177,6 +178,7 @@ int kvc_pool_confirm(struct kvc_pool_store *s, const char *ns, uint32_t rank,
 	MDB_txn *txn;
 	struct pool_world w;
 	struct record_at at = {.cursor = NULL};
+	uint32_t completed = 0;
 	(void)now_ms;
 	if (kvc_pool_check_ns(ns) < 0 || count > KVC_POOL_MAX_BATCH ||
 	    release_count > KVC_POOL_MAX_BATCH)
@@ -189,7 +191,7 @@ int kvc_pool_confirm(struct kvc_pool_store *s, const char *ns, uint32_t rank,
 		return rc;
 	rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->keys, &at.cursor));
 	for (uint32_t i = 0; i < count && rc == 0; i++) {
-		int one = confirm_one(s, txn, &at, ns, rank, &keys[i], pages[i], &w);
+		int one = confirm_one(s, txn, &at, ns, rank, &keys[i], pages[i], &w, &completed);
 		if (statuses)
 			statuses[i] = one == -ESTALE ? -ESTALE : 0;
 		rc = one == -ESTALE ? 0 : one;
@@ -205,7 +207,10 @@ int kvc_pool_confirm(struct kvc_pool_store *s, const char *ns, uint32_t rank,
 	free(c);
 	if (rc == 0)
 		rc = kvc_pool_world_put(s, txn, ns, &w);
-	return kvc_lmdb_finish(txn, rc);
+	rc = kvc_lmdb_finish(txn, rc);
+	if (rc == 0 && completed) /* committed: the waiters see it */
+		kvc_pool_waits_notify(s, ns, false);
+	return rc;
 }
 
 /* ---- readers ---- */

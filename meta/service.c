@@ -572,7 +572,7 @@ static bool over_reserve(const struct kvc_meta_service *svc, uint16_t type)
  * collector will punch (that takes the cluster secret, like the namespace). */
 static bool pool_role_may_send(uint16_t type)
 {
-	return type >= KVC_MSG_POOL_INIT && type <= KVC_MSG_POOL_BINDING &&
+	return type >= KVC_MSG_POOL_INIT && type <= KVC_MSG_POOL_WAIT &&
 	       type != KVC_MSG_POOL_BIND;
 }
 
@@ -586,7 +586,7 @@ int kvc_meta_service_handle(void *service, struct kvc_server_conn *conn,
 		return kvc_server_reply(conn, h, -EACCES, NULL, 0);
 	if (over_reserve(svc, h->type))
 		return kvc_server_reply(conn, h, -ENOSPC, NULL, 0);
-	if (h->type >= KVC_MSG_POOL_INIT && h->type <= KVC_MSG_POOL_BINDING)
+	if (h->type >= KVC_MSG_POOL_INIT && h->type <= KVC_MSG_POOL_WAIT)
 		return kvc_pool_service_handle(svc->pools, svc->store, conn, h);
 	const struct op *op = h->type < sizeof(ops) / sizeof(ops[0]) ? &ops[h->type] : NULL;
 	if (!op || !op->handler)

@@ -28,6 +28,8 @@ extern "C" {
 
 #define KVC_META_MAX_BATCH 4096
 #define KVC_META_MAX_KEY 400
+#define KVC_META_MAX_WAIT_KEYS 4096    /* keys of one kvc_meta_wait */
+#define KVC_META_MAX_WAIT_MS 600000u   /* its longest timeout */
 
 struct kvc_meta;
 
@@ -84,6 +86,19 @@ int kvc_meta_confirm(struct kvc_meta *meta, const char *ns, uint32_t rank,
                      const int64_t *release, uint32_t release_count, int *statuses);
 int kvc_meta_exists(struct kvc_meta *meta, const char *ns, const struct kvc_meta_key *keys,
                     uint32_t count, bool *out);
+/* Wait until every key is complete (confirmed on every rank of ns's
+ * world), for at most timeout_ms (<= KVC_META_MAX_WAIT_MS; 0: look once):
+ * the decode side of a prefill/decode handoff. kvc-meta answers as soon
+ * as the last rank confirms, without polling. complete[i]: keys[i] was
+ * seen complete. Returns how many keys are complete (count: all; fewer:
+ * the timeout came first, and complete[] names the missing ones), or
+ * -ECANCELED (ns was cleared during the wait), -EBUSY (too many waits in
+ * progress in kvc-meta: 256), -ENOENT (no pool of ns was initialized),
+ * -EINVAL (over KVC_META_MAX_WAIT_KEYS keys, a timeout over the cap, a bad
+ * key), and the errors above. Holds one connection of the handle for the
+ * wait. */
+int kvc_meta_wait(struct kvc_meta *meta, const char *ns, const struct kvc_meta_key *keys,
+                  uint32_t count, uint32_t timeout_ms, bool *complete);
 /* Pages of complete keys on rank (-1 otherwise), each leased for lease_ms
  * (0: none): no eviction takes a leased key. */
 int kvc_meta_locations(struct kvc_meta *meta, const char *ns, uint32_t rank,

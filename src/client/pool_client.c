@@ -8,6 +8,7 @@
 
 #include "client/pool_client.h"
 #include "core/config.h"
+#include "core/net.h"
 #include "core/rpc.h"
 
 struct kvc_meta {
@@ -73,11 +74,11 @@ void kvc_meta_close(struct kvc_meta *m)
 	free(m);
 }
 
-/* Build and send one pool request; the reply body lands in reply. */
-static int call(struct kvc_meta *m, uint16_t type, const char *ns, struct kvc_msg_pool head,
-                const struct kvc_meta_key *keys, const int64_t *a, uint32_t a_count,
-                const int64_t *b, uint32_t b_count, void *reply, uint32_t reply_cap,
-                uint32_t *reply_len)
+/* One pool request's body: the head, the namespace, the keys, then a and
+ * b (i64 arrays). Returns its length, or -errno; *out is malloc'd. */
+static int encode(const char *ns, struct kvc_msg_pool head, const struct kvc_meta_key *keys,
+                  const int64_t *a, uint32_t a_count, const int64_t *b, uint32_t b_count,
+                  uint8_t **out)
 {
 	size_t ns_len = ns ? strlen(ns) : 0;
 	if (ns_len > 64 || head.count > KVC_META_MAX_BATCH)
@@ -101,19 +102,77 @@ static int call(struct kvc_meta *m, uint16_t type, const char *ns, struct kvc_ms
 	int rc = keys ? kvc_wire_keys_encode(body, (uint32_t)need, &off,
 	                                     (const struct kvc_wire_key *)keys, head.count)
 	              : 0;
-	uint64_t extra = ((uint64_t)a_count + b_count) * 8u;
 	if (rc == 0) {
 		if (a_count)
 			memcpy(body + off, a, a_count * 8u);
 		if (b_count)
 			memcpy(body + off + a_count * 8u, b, b_count * 8u);
-		off += (uint32_t)extra;
-		rc = kvc_rpc_call(&m->pool, type, body, off, reply, reply_cap, reply_len);
-		if (kvc_rpc_is_transport_error(rc) && rc != -ECONNREFUSED && rc != -ETIMEDOUT)
-			rc = -EIO;
+		off += (a_count + b_count) * 8u;
+		*out = body;
+		return (int)off;
 	}
 	free(body);
 	return rc;
+}
+
+/* Transport errors the caller sees as such; the rest as -EIO. */
+static int transport(int rc)
+{
+	return kvc_rpc_is_transport_error(rc) && rc != -ECONNREFUSED && rc != -ETIMEDOUT ? -EIO
+	                                                                                   : rc;
+}
+
+/* Build and send one pool request; the reply body lands in reply. */
+static int call(struct kvc_meta *m, uint16_t type, const char *ns, struct kvc_msg_pool head,
+                const struct kvc_meta_key *keys, const int64_t *a, uint32_t a_count,
+                const int64_t *b, uint32_t b_count, void *reply, uint32_t reply_cap,
+                uint32_t *reply_len)
+{
+	uint8_t *body = NULL;
+	int len = encode(ns, head, keys, a, a_count, b, b_count, &body);
+	int rc = len < 0 ? len
+	                 : transport(kvc_rpc_call(&m->pool, type, body, (uint32_t)len, reply,
+	                                          reply_cap, reply_len));
+	free(body);
+	return rc;
+}
+
+/* One exchange whose reply may take wait_ms more than the pool's I/O
+ * bound (POOL_WAIT): the connection's receive timeout is stretched for
+ * it, then put back. Retried once on a fresh connection when a reused
+ * one was dead before the request left (as kvc_rpc_call). Returns the
+ * server's status or a transport -errno. */
+static int exchange_waiting(struct kvc_meta *m, uint16_t type, const void *body, uint32_t len,
+                            void *reply, uint32_t cap, uint32_t *reply_len, uint32_t wait_ms)
+{
+	for (int attempt = 0;; attempt++) {
+		bool reused, sent = false;
+		struct kvc_wire_header h;
+		int fd = kvc_rpc_pool_get(&m->pool, &reused);
+		if (fd < 0)
+			return fd;
+		uint64_t id = kvc_rpc_next_id(&m->pool);
+		kvc_wire_header_init(&h, type, id, 0, len, 0);
+		int rc = kvc_net_set_timeout(fd, m->pool.io_timeout_ms + (int)wait_ms);
+		if (rc == 0) {
+			rc = kvc_wire_send(fd, &h, body, NULL, 0);
+			sent = rc == 0;
+		}
+		if (rc == 0)
+			rc = kvc_wire_recv(fd, &h, reply, cap);
+		if (rc == 0 && (h.request_id != id || h.type != type || h.data_len != 0))
+			rc = -EBADMSG;
+		if (rc == 0)
+			rc = kvc_net_set_timeout(fd, m->pool.io_timeout_ms);
+		kvc_rpc_pool_put(&m->pool, fd, rc == 0);
+		if (rc == 0) {
+			*reply_len = h.body_len;
+			return h.status;
+		}
+		if (!(reused && attempt == 0 && !sent && (rc == -ECONNRESET || rc == -EPIPE)))
+			return rc;
+		kvc_rpc_pool_drain(&m->pool);
+	}
 }
 
 static struct kvc_msg_pool head_of(uint32_t rank, uint32_t count, uint32_t value)
@@ -191,6 +250,30 @@ int kvc_meta_exists(struct kvc_meta *m, const char *ns, const struct kvc_meta_ke
 		found[i] = out[i] != 0;
 	free(out);
 	return rc;
+}
+
+int kvc_meta_wait(struct kvc_meta *m, const char *ns, const struct kvc_meta_key *keys,
+                  uint32_t count, uint32_t timeout_ms, bool *complete)
+{
+	if (timeout_ms > KVC_META_MAX_WAIT_MS || count > KVC_META_MAX_WAIT_KEYS)
+		return -EINVAL;
+	uint8_t *body = NULL, *out = calloc(count ? count : 1, 1);
+	uint32_t len = 0;
+	int size = out ? encode(ns, head_of(0, count, timeout_ms), keys, NULL, 0, NULL, 0, &body)
+	               : -ENOMEM;
+	int rc = size < 0 ? size
+	                  : transport(exchange_waiting(m, KVC_MSG_POOL_WAIT, body, (uint32_t)size,
+	                                               out, count, &len, timeout_ms));
+	if (rc == 0 && len != count)
+		rc = -EIO;
+	int done = 0;
+	for (uint32_t i = 0; rc == 0 && i < count; i++) {
+		complete[i] = out[i] != 0;
+		done += out[i] != 0;
+	}
+	free(body);
+	free(out);
+	return rc < 0 ? rc : done;
 }
 
 int kvc_meta_locations(struct kvc_meta *m, const char *ns, uint32_t rank,

@@ -325,6 +325,7 @@ const char *kvc_wire_type_name(uint16_t type)
 	case KVC_MSG_META_SYNC: return "meta_sync";
 	case KVC_MSG_POOL_BIND: return "pool_bind";
 	case KVC_MSG_POOL_BINDING: return "pool_binding";
+	case KVC_MSG_POOL_WAIT: return "pool_wait";
 	case KVC_MSG_CHUNK_PUNCH: return "chunk_punch";
 	case KVC_MSG_IOV_REGISTER: return "iov_register";
 	case KVC_MSG_IOV_DEREGISTER: return "iov_deregister";

@@ -52,6 +52,8 @@
  *      kvc_msg_create_reply after the attributes) and
  *      KVC_CREATE_PARENT_GID (a setgid parent's group, decided in kvc-meta);
  *      STATFS's reply carries the watch counters (96 bytes).
+ *      Also POOL_WAIT (47): wait until keys are complete on every rank, with a
+ *      timeout (the decode side's handoff); replies as POOL_EXISTS.
  */
 #ifndef KVC_WIRE_H
 #define KVC_WIRE_H
@@ -111,6 +113,7 @@ enum kvc_wire_type {
 	KVC_MSG_POOL_KEYS = 44,
 	KVC_MSG_POOL_BIND = 45,
 	KVC_MSG_POOL_BINDING = 46,
+	KVC_MSG_POOL_WAIT = 47,
 	/* namespace, continued (kvc-meta) */
 	KVC_MSG_LINK = 48,
 	KVC_MSG_READLINK = 49,
@@ -575,14 +578,21 @@ _Static_assert(sizeof(struct kvc_msg_ring_register) == 32, "");
  *   LIST       count kvc_msg_pool_entry (kvc_msg_count_reply first)
  *   KEYS       (request: count 0 or 1 key to start after, value = max)
  *              u32 count, u32 more, then count kvc_msg_pool_key_info
- *              each followed by its key bytes */
+ *              each followed by its key bytes
+ *   WAIT       (request: keys as EXISTS', value = timeout_ms, at most
+ *              600000) count u8 (1: complete), sent when all are
+ *              complete or at the timeout (status 0 either way: the 0
+ *              flags name the keys still missing); -ECANCELED when the
+ *              namespace was cleared meanwhile, -EBUSY when too many
+ *              waits are in progress, -ENOENT for a namespace without
+ *              pools */
 struct kvc_msg_pool {
 	uint32_t rank;
 	uint32_t count;         /* keys */
 	uint32_t ns_len;
 	uint32_t value;         /* INIT: num_pages; WORLD: world size;
 	                           LOCATIONS: lease_ms; CONFIRM: release_count;
-	                           FSCK: 1 to repair */
+	                           FSCK: 1 to repair; WAIT: timeout_ms */
 	uint32_t world_size;    /* INIT */
 	uint32_t reserved;
 	uint64_t now_ms;        /* 0: the server's clock */

@@ -15,9 +15,10 @@ static struct kvc_pool_store *pools;
 
 static void setup(void)
 {
+	/* Waits run here, inline: cap their timeout at a few ms. */
 	struct kvc_http_options options = {.address = "127.0.0.1:0", .max_body = 1 << 16,
 	                                   .lease_ms = 1000, .world_size = 2,
-	                                   .vllm_namespace = "vllm"};
+	                                   .vllm_namespace = "vllm", .max_wait_ms = 3};
 	char path[128];
 	snprintf(path, sizeof(path), "%s/pools", fuzz_temp_dir());
 	if (kvc_pool_store_open(path, &pools) != 0 || kvc_http_create(&options, pools, &server))
@@ -51,6 +52,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	                                   .loopback = length == 0 || (body[0] & 1) == 0};
 	struct kvc_http_answer answer;
 	kvc_http_serve(server, &request, &answer);
+	if (answer.wait)
+		kvc_http_wait_run(server, answer.wait, NULL, 0, &answer);
 	if (answer.status < 200 || answer.status > 599)
 		abort();
 	free(answer.text);

@@ -62,7 +62,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		KVC_MSG_POOL_DELETE, KVC_MSG_POOL_CLEAR, KVC_MSG_POOL_STATS, KVC_MSG_POOL_LIST,
 		KVC_MSG_POOL_FSCK, KVC_MSG_POOL_KEYS, KVC_MSG_POOL_BIND, KVC_MSG_POOL_BINDING,
 		KVC_MSG_META_SYNC,
-		0, 1, 47, 54, 200};
+		0, 1, 55, 54, 200, KVC_MSG_POOL_WAIT};
 	if (!svc.store)
 		setup();
 	size_t at = 0;
@@ -83,6 +83,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		 * the fuzzer spends its time on decoding. */
 		if (type == KVC_MSG_POOL_INIT && len >= sizeof(struct kvc_msg_pool))
 			((struct kvc_msg_pool *)body)->value %= 4096;
+		/* A wait blocks up to its timeout: a few ms here (the cap of
+		 * 600000 is checked before the value is cut, as sent). */
+		if (type == KVC_MSG_POOL_WAIT && len >= sizeof(struct kvc_msg_pool) &&
+		    ((struct kvc_msg_pool *)body)->value <= KVC_POOL_MAX_WAIT_MS)
+			((struct kvc_msg_pool *)body)->value %= 4;
 		kvc_wire_header_init(&h, type, 1, 0, len, 0);
 		/* The pick's top bit: a connection of the pool secret, which
 		 * may send page-pool messages only. */

@@ -121,6 +121,8 @@ def test_sglang_connector_sequence(cluster):
     ("/keys/batch_allocate", b'{"keys": [["a", ""]]}', 400),        # no rank
     ("/keys/batch_allocate", b'{"rank": 0, "keys": "abc"}', 400),    # keys not a list
     ("/keys/confirm_write", b'{"rank": 0, "confirmations": [["a"]]}', 400),
+    # releases that are not pages (found by fuzz_http: freed twice before)
+    ("/keys/confirm_write", b'{"rank": 0, "pages_to_release": [["a", 0]]}', 400),
     ("/keys/batch_exists", b'[1, 2]', 400),                          # not an object
     ("/keys/get_locations", b'{"rank": 7, "keys": ["a"]}', 404),     # unknown rank
     ("/9/exists", b'{"keys": ["a"]}', 404),                          # SGLang unknown rank
@@ -411,7 +413,7 @@ def test_pool_frames_must_end_where_their_parts_do(cluster):
         assert ask(confirm, body(count=1, keys=[b"k"], tail=one_page + b"\0")) == -22
         assert ask(confirm, body(count=1, keys=[b"k"], tail=one_page[:-1])) == -22
         assert ask(confirm, body(count=1, value=1, keys=[b"k"], tail=one_page)) == -22
-        assert ask(47, b"\0" * 8) == -95  # no such message
+        assert ask(63, b"\0" * 8) == -95  # no such message
         assert ask(kvcwire.POOL_STATS, body()) == 0
     finally:
         sock.close()
