@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "core/log.h"
+#include "meta/meta_keys.h"
 #include "meta/pool_service.h"
 
 /* A request: its fixed struct (checked to be in the body) and the offset
@@ -340,6 +341,24 @@ static int h_listxattr(struct request *r)
 	return rc;
 }
 
+/* KEYS_*: meta_keys.c parses the records and runs them in one transaction. */
+static int h_keys(struct request *r)
+{
+	const struct kvc_msg_keys *m = r->msg;
+	uint32_t len = r->h->body_len - r->off;
+	const uint8_t *records = take(r, len);
+	if (!records || m->count > KVC_WIRE_MAX_KEYS)
+		return bad(r);
+	struct kvc_msg_key_result *out = calloc(m->count ? m->count : 1, sizeof(*out));
+	int rc = out ? kvc_meta_keys_run(r->svc->store, r->h->type, m, records, len, out) : -ENOMEM;
+	if (rc == 0 && r->h->type != KVC_MSG_KEYS_LOOKUP && r->h->type != KVC_MSG_KEYS_CREATE &&
+	    r->svc->collector)
+		kvc_meta_collector_wake(r->svc->collector);
+	rc = reply(r, rc, out, m->count * (uint32_t)sizeof(*out));
+	free(out);
+	return rc;
+}
+
 /* The namespace's messages: the fixed struct each body starts with, and
  * whether the body is exactly that (else the handler takes the rest and
  * checks it ends at the body's end). A type not listed is refused. */
@@ -376,6 +395,10 @@ static const struct op ops[] = {
 	[KVC_MSG_RENEW] = EXACT(struct kvc_msg_session, h_session),
 	[KVC_MSG_STATFS] = {0, true, h_statfs},
 	[KVC_MSG_META_SYNC] = {0, true, h_sync},
+	[KVC_MSG_KEYS_LOOKUP] = VAR(struct kvc_msg_keys, h_keys),
+	[KVC_MSG_KEYS_CREATE] = VAR(struct kvc_msg_keys, h_keys),
+	[KVC_MSG_KEYS_PUBLISH] = VAR(struct kvc_msg_keys, h_keys),
+	[KVC_MSG_KEYS_REMOVE] = VAR(struct kvc_msg_keys, h_keys),
 };
 
 /* The messages that grow kvc-meta's databases (a name, an inode, an
@@ -388,6 +411,7 @@ static const bool grows[] = {
 	[KVC_MSG_MKNOD] = true,      [KVC_MSG_SYMLINK] = true,
 	[KVC_MSG_LINK] = true,       [KVC_MSG_SETXATTR] = true,
 	[KVC_MSG_POOL_INIT] = true,  [KVC_MSG_POOL_ALLOCATE] = true,
+	[KVC_MSG_KEYS_CREATE] = true,
 };
 
 static bool over_reserve(const struct kvc_meta_service *svc, uint16_t type)
