@@ -73,6 +73,7 @@ static void fuzz_usrbio_setup(void)
 	                     "fuzz", &fuzz_fs.config, err, sizeof(err)) != 0)
 		abort();
 	if (kvc_storage_client_init(&fuzz_fs.storage, &fuzz_fs.config) != 0 ||
+	    kvc_meta_client_init(&fuzz_fs.meta, &fuzz_fs.config) != 0 || /* ring keys: -EIO */
 	    kvc_inode_table_create(&fuzz_fs.inodes) != 0)
 		abort();
 	snprintf(fuzz_file, sizeof(fuzz_file), "%s/file", dir);
