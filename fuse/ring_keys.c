@@ -18,6 +18,12 @@
 #define MAX_KEYS 256 /* a ring batch's entries at most */
 #define MAX_DIRS 8   /* distinct key directories per batch we group by */
 #define TEMP_MAX 48
+/* A key of several host segments up to BOUNCE_KEY bytes moves as one
+ * storage io through the worker's bounce buffer (the kernel gathers and
+ * scatters it: process_vm_readv/writev): one chunk piece instead of one
+ * per segment. Larger keys, and device segments, go segment by segment. */
+#define BOUNCE_KEY (1u << 20)
+#define BOUNCE_BYTES (32u << 20)
 _Static_assert(MAX_KEYS <= KVC_WIRE_MAX_KEYS, "one message per kind and directory");
 
 /* One key entry of the batch, copied and checked. */
@@ -34,6 +40,7 @@ struct key {
 	int rc;             /* 0 while it goes on */
 	struct kvc_attr attr;
 	int first_io, ios;  /* its storage ios */
+	char *bounce;       /* its bytes in the bounce buffer, or NULL */
 	char temp[TEMP_MAX];
 	uint32_t temp_len;
 };
@@ -55,10 +62,14 @@ struct kvc_ring_keys_scratch {
 	struct kvc_meta_keyname mk[MAX_KEYS];
 	struct kvc_msg_key_result res[MAX_KEYS];
 	struct key *group[MAX_KEYS];
+	char *bounce; /* BOUNCE_BYTES, made on first use */
+	struct iovec local[KVC_RING_KEY_MAX_SEGS], remote[KVC_RING_KEY_MAX_SEGS];
 };
 
 void kvc_ring_keys_scratch_free(struct kvc_ring_keys_scratch *scratch)
 {
+	if (scratch)
+		free(scratch->bounce);
 	free(scratch);
 }
 
@@ -235,11 +246,50 @@ static void take_results(struct kvc_ring_keys_scratch *s, int n, int rc)
 	}
 }
 
-/* The storage ios of a key: its segments in order, back to back. */
-static int add_ios(struct kvc_ring_keys_scratch *s, int count, struct key *k)
+/* Move a bounced key between the bounce buffer and its segments (the
+ * kernel copies: memory the client shrank is -EFAULT, never a SIGBUS). */
+static int bounce_copy(struct kvc_ring_keys_scratch *s, const struct key *k, bool in)
+{
+	for (int i = 0; i < k->d.nsegs; i++)
+		s->remote[i] = (struct iovec){k->mem[i], k->segs[i].length};
+	s->local[0] = (struct iovec){k->bounce, k->total};
+	ssize_t n = in ? process_vm_readv(getpid(), s->local, 1, s->remote, k->d.nsegs, 0)
+	               : process_vm_writev(getpid(), s->local, 1, s->remote, k->d.nsegs, 0);
+	return n == (ssize_t)k->total ? 0 : -EFAULT;
+}
+
+/* Whether key k (several host segments, small) goes through the bounce
+ * buffer at *used; advances *used. */
+static bool bounce(struct kvc_ring_keys_scratch *s, struct key *k, size_t *used)
+{
+	k->bounce = NULL;
+	if (k->d.nsegs < 2 || k->total > BOUNCE_KEY || BOUNCE_BYTES - *used < k->total)
+		return false;
+	for (int i = 0; i < k->d.nsegs; i++)
+		if (k->dev[i] >= 0)
+			return false;
+	if (!s->bounce && !(s->bounce = malloc(BOUNCE_BYTES)))
+		return false;
+	k->bounce = s->bounce + *used;
+	*used += k->total;
+	return true;
+}
+
+/* The storage ios of a key: its segments in order, back to back (or its
+ * bounce buffer, gathered first for a put). */
+static int add_ios(struct kvc_ring_keys_scratch *s, int count, struct key *k, size_t *used,
+                   bool read)
 {
 	uint64_t offset = 0;
 	k->first_io = count;
+	if (bounce(s, k, used)) {
+		k->rc = read ? 0 : bounce_copy(s, k, true);
+		s->io[count] = (struct kvc_storage_io){.inode = k->attr.ino, .layout = k->attr.layout,
+		                                       .length = k->total, .buf = k->bounce};
+		s->dev[count++] = -1;
+		k->ios = k->rc ? 0 : 1;
+		return k->rc ? count - 1 : count;
+	}
 	for (int i = 0; i < k->d.nsegs; i++) {
 		s->io[count] = (struct kvc_storage_io){.inode = k->attr.ino, .layout = k->attr.layout,
 		                                       .offset = offset, .length = k->segs[i].length,
@@ -390,6 +440,7 @@ void kvc_ring_keys_execute(const struct kvc_ring_keys_batch *b)
 		return;
 	}
 	int count = b->count < MAX_KEYS ? b->count : MAX_KEYS, dirs = 0, ios = 0;
+	size_t used = 0;
 	for (int i = 0; i < count; i++) {
 		const struct kvc_ring_sqe *e = &b->sqes[b->index[i]];
 		struct key *k = &s->keys[i];
@@ -399,6 +450,8 @@ void kvc_ring_keys_execute(const struct kvc_ring_keys_batch *b)
 		k->userdata = e->userdata;
 		k->temp_len = 0;
 		k->ios = 0;
+		k->bounce = NULL;
+		k->attr = (struct kvc_attr){0};
 		prepare(b, s, &dirs, e, k);
 	}
 	for (int di = 0; di < dirs; di++)
@@ -407,6 +460,7 @@ void kvc_ring_keys_execute(const struct kvc_ring_keys_batch *b)
 	for (int pass = 0; pass < 2; pass++) {
 		bool read = pass == 0;
 		ios = 0;
+		used = 0;
 		for (int i = 0; i < count; i++) {
 			struct key *k = &s->keys[i];
 			if (k->rc || k->op != (read ? KVC_RING_KEY_GET : KVC_RING_KEY_PUT))
@@ -416,13 +470,17 @@ void kvc_ring_keys_execute(const struct kvc_ring_keys_batch *b)
 			else if (read && k->attr.size != k->total)
 				k->rc = -EMSGSIZE; /* segments must match the key, never a partial copy */
 			else
-				ios = add_ios(s, ios, k);
+				ios = add_ios(s, ios, k, &used, read);
 		}
 		if (ios > 0)
 			run_storage(b, s, ios, read);
-		for (int i = 0; i < count; i++)
-			if (s->keys[i].rc == 0 && s->keys[i].ios)
-				s->keys[i].rc = io_result(s, &s->keys[i]);
+		for (int i = 0; i < count; i++) {
+			struct key *k = &s->keys[i];
+			if (k->rc == 0 && k->ios)
+				k->rc = io_result(s, k);
+			if (k->rc == 0 && k->ios && read && k->bounce)
+				k->rc = bounce_copy(s, k, false); /* scatter what was read */
+		}
 	}
 	for (int di = 0; di < dirs; di++)
 		publish(b, s, count, di);
