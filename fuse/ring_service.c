@@ -656,9 +656,11 @@ bool kvc_ring_service_dead(struct kvc_ring_server_ring *ring)
 
 int kvc_ring_service_park(struct kvc_ring_server_ring *ring, int delta)
 {
-	if (delta > 0 && atomic_load(&ring->parked) >= (int)ring->entries)
-		return -EAGAIN;
-	atomic_fetch_add(&ring->parked, delta);
+	int now = atomic_load(&ring->parked);
+	do {
+		if (delta > 0 && now >= (int)ring->entries)
+			return -EAGAIN;
+	} while (!atomic_compare_exchange_weak(&ring->parked, &now, now + delta));
 	return 0;
 }
 

@@ -58,6 +58,13 @@ int fuse_lowlevel_notify_inval_inode(struct fuse_session *se, fuse_ino_t ino, of
 	return 0;
 }
 
+int fuse_lowlevel_notify_inval_entry(struct fuse_session *se, fuse_ino_t parent,
+                                     const char *name, size_t namelen)
+{
+	(void)se, (void)parent, (void)name, (void)namelen;
+	return 0;
+}
+
 static void fuzz_usrbio_setup(void)
 {
 	const char *dir = fuzz_temp_dir();
