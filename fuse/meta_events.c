@@ -15,6 +15,7 @@
 #include "core/net.h"
 #include "core/wire.h"
 #include "fuse/operations.h"
+#include "fuse/ring_keys.h"
 
 #define RECENT_SLOTS 4096          /* power of two */
 #define SILENT_STREAM_MS 5000      /* kvc-meta beats every second */
@@ -63,16 +64,6 @@ double kvc_meta_events_ttl(struct kvc_meta_events *ev, struct kvc_meta_events_ma
 	if (ino && atomic_load(&ev->recent[slot_of(KVC_WATCH_INODE, ino, NULL, 0)]) > mark.seq)
 		return 0;
 	return ev->fs->config.cache_ttl_ms / 1000.0;
-}
-
-/* The USRBIO key waits (fuse/ring_keys.c) are told of names made; a
- * build without them has nothing to tell. */
-void kvc_ring_keys_notify(struct kvc_fuse *fs, uint64_t parent, const char *name,
-                          size_t name_len) __attribute__((weak));
-void kvc_ring_keys_notify(struct kvc_fuse *fs, uint64_t parent, const char *name,
-                          size_t name_len)
-{
-	(void)fs, (void)parent, (void)name, (void)name_len;
 }
 
 /* One event: remember it, then drop what the kernel caches of it. */

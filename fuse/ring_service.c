@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "fuse/device_io.h"
+#include "fuse/ring_keys.h"
 #include "core/layout.h"
 #include "core/log.h"
 #include "core/ring.h"
@@ -58,6 +59,10 @@ struct kvc_ring_server_ring {
 	atomic_bool dead;
 	/* io_depth > 0: when fewer entries than io_depth started waiting */
 	_Atomic int64_t partial_since_ns;
+	/* Completions are posted by the worker running the ring and by the
+	 * key waits (ring_keys_wait.c): one at a time. A leaf lock. */
+	pthread_mutex_t post_lock;
+	atomic_int parked; /* key waits parked on this ring */
 };
 
 struct kvc_ring_service {
@@ -87,6 +92,7 @@ static void ring_put(struct kvc_ring_server_ring *ring)
 	close(ring->bell);
 	close(ring->poke);
 	kvc_usrbio_client_put(ring->client);
+	pthread_mutex_destroy(&ring->post_lock);
 	free(ring);
 }
 
@@ -179,6 +185,8 @@ struct batch {
 	int device_of[MAX_BATCH];
 	int device_from[MAX_BATCH], host_from[MAX_BATCH];
 	struct kvc_device_stager *stager; /* the worker's, made on first use */
+	uint32_t key_index[MAX_BATCH];     /* the key entries (ring_keys) */
+	struct kvc_ring_keys_scratch *keys; /* the worker's, made on first use */
 };
 
 /* Check one entry against the client's registrations; fill its io. */
@@ -200,6 +208,8 @@ static int prepare_entry(struct kvc_fuse *fs, struct kvc_ring_server_ring *ring,
 	                                &memory, device);
 	if (rc == 0)
 		rc = kvc_usrbio_resolve_file(ring->client, e->fd, &file);
+	if (rc == 0 && file.dir)
+		rc = -EISDIR; /* a key directory: for key ops only */
 	if (rc < 0)
 		return rc;
 	if ((read && file.access == O_WRONLY) || (!read && file.access == O_RDONLY))
@@ -277,11 +287,16 @@ static void run_ios(struct kvc_ring_service *svc, struct kvc_ring_server_ring *r
 
 /* Run the checked entries of a batch and record each one's result. */
 static void execute(struct kvc_ring_service *svc, struct kvc_ring_server_ring *ring,
-                    struct batch *b, uint32_t n)
+                    struct batch *b, uint32_t head, uint32_t n)
 {
-	int count = 0;
+	int count = 0, keys = 0;
 	int lease = kvc_fuse_check_lease(svc->fs); /* sessions held: no holes to read */
 	for (uint32_t i = 0; i < n; i++) {
+		if (kvc_ring_keys_is_key_op(b->sqe[i].op)) { /* ring_keys runs those */
+			b->runnable[i] = -1;
+			b->key_index[keys++] = i;
+			continue;
+		}
 		int rc = lease < 0 ? lease
 		       : prepare_entry(svc->fs, ring, &b->sqe[i], &b->io[count], &b->ino[count],
 		                       &b->device[count]);
@@ -290,6 +305,11 @@ static void execute(struct kvc_ring_service *svc, struct kvc_ring_server_ring *r
 	}
 	if (count > 0)
 		run_ios(svc, ring, b, count);
+	if (keys > 0)
+		kvc_ring_keys_execute(&(struct kvc_ring_keys_batch){
+			.fs = svc->fs, .ring = ring, .client = ring->client, .scratch = &b->keys,
+			.stager = &b->stager, .sqes = b->sqe, .head = head, .mask = ring->mask,
+			.index = b->key_index, .count = keys, .results = b->result});
 	for (uint32_t i = 0; i < n; i++) {
 		int k = b->runnable[i];
 		if (k < 0) /* refused (negative) or a read at/after the end (0) */
@@ -330,10 +350,13 @@ static uint32_t run_batch(struct kvc_ring_service *svc, struct kvc_ring_server_r
 		b->sqe[i] = kvc_ring_sqes(sh)[(head + i) & ring->mask];
 	atomic_store_explicit(&sh->sq_head, head + n, memory_order_release);
 
-	execute(svc, ring, b, n);
+	execute(svc, ring, b, head, n);
 	kvc_usrbio_client_leave(client);
+	pthread_mutex_lock(&ring->post_lock);
 	for (uint32_t i = 0; i < n; i++)
-		post(ring, (head + i) & ring->mask, &b->sqe[i], b->result[i]);
+		if (b->result[i] != KVC_RING_KEYS_PARKED) /* a wait: completed later */
+			post(ring, (head + i) & ring->mask, &b->sqe[i], b->result[i]);
+	pthread_mutex_unlock(&ring->post_lock);
 	syscall(SYS_futex, &sh->cq_tail, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 	return n;
 }
@@ -564,6 +587,7 @@ int kvc_ring_service_add(struct kvc_ring_service *svc, struct kvc_usrbio_client 
 	                                      .io_depth = p->io_depth, .timeout_ms = p->timeout_ms,
 	                                      .flags = p->flags, .bell = -1, .poke = -1};
 	atomic_init(&ring->refs, 1); /* the table's */
+	pthread_mutex_init(&ring->post_lock, NULL);
 	int rc = map_ring(ring, memory_fd);
 	if (rc == 0)
 		rc = make_doorbell(ring);
@@ -581,6 +605,7 @@ int kvc_ring_service_add(struct kvc_ring_service *svc, struct kvc_usrbio_client 
 			munmap(ring->shared, ring->bytes);
 		if (ring->bell >= 0)
 			close(ring->bell), close(ring->poke);
+		pthread_mutex_destroy(&ring->post_lock);
 		free(ring);
 		return rc;
 	}
@@ -609,6 +634,52 @@ int kvc_ring_service_run(struct kvc_ring_service *svc, struct kvc_ring_server_ri
 		return -ENOMEM;
 	for (uint32_t n = 1; n > 0 && !atomic_load(&ring->dead); taken += (int)n)
 		n = run_batch(svc, ring, b);
+	kvc_ring_keys_scratch_free(b->keys);
 	free(b);
 	return taken;
+}
+
+void kvc_ring_service_hold(struct kvc_ring_server_ring *ring)
+{
+	atomic_fetch_add(&ring->refs, 1);
+}
+
+void kvc_ring_service_release(struct kvc_ring_server_ring *ring)
+{
+	ring_put(ring);
+}
+
+bool kvc_ring_service_dead(struct kvc_ring_server_ring *ring)
+{
+	return atomic_load(&ring->dead);
+}
+
+int kvc_ring_service_park(struct kvc_ring_server_ring *ring, int delta)
+{
+	int now = atomic_load(&ring->parked);
+	do {
+		if (delta > 0 && now >= (int)ring->entries)
+			return -EAGAIN;
+	} while (!atomic_compare_exchange_weak(&ring->parked, &now, now + delta));
+	return 0;
+}
+
+int kvc_ring_service_complete(struct kvc_ring_server_ring *ring, uint32_t slot,
+                              uint64_t userdata, int64_t result)
+{
+	struct kvc_ring_shared *sh = ring->shared;
+	int rc = 0;
+	pthread_mutex_lock(&ring->post_lock);
+	uint32_t used = atomic_load_explicit(&sh->cq_tail, memory_order_relaxed) -
+	                atomic_load_explicit(&sh->cq_head, memory_order_acquire);
+	if (atomic_load(&ring->dead))
+		rc = -ESHUTDOWN;
+	else if (used >= ring->entries)
+		rc = -EAGAIN; /* a client past its entries: try again later */
+	else
+		post(ring, slot, &(struct kvc_ring_sqe){.userdata = userdata}, result);
+	pthread_mutex_unlock(&ring->post_lock);
+	if (rc == 0)
+		syscall(SYS_futex, &sh->cq_tail, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+	return rc;
 }

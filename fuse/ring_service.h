@@ -28,6 +28,7 @@
 #ifndef KVC_FUSE_RING_SERVICE_H
 #define KVC_FUSE_RING_SERVICE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "fuse/usrbio_service.h"
@@ -53,5 +54,18 @@ void kvc_ring_service_remove(struct kvc_ring_service *service,
  * does (no lingering), for tests and fuzzing without workers. Returns the
  * entries taken, or -ENOMEM. */
 int kvc_ring_service_run(struct kvc_ring_service *service, struct kvc_ring_server_ring *ring);
+
+/* For ring keys' parked waits (ring_keys_wait.c): a reference on a ring
+ * (hold/release), whether it stopped, the count of its parked waits
+ * (park: delta +1 is -EAGAIN when `entries` are parked already, -1 gives
+ * one back), and posting a completion outside a batch: 0, -EAGAIN (the
+ * completion queue is full: the client went past its entries; try
+ * later), -ESHUTDOWN (the ring stopped: drop it). */
+void kvc_ring_service_hold(struct kvc_ring_server_ring *ring);
+void kvc_ring_service_release(struct kvc_ring_server_ring *ring);
+bool kvc_ring_service_dead(struct kvc_ring_server_ring *ring);
+int kvc_ring_service_park(struct kvc_ring_server_ring *ring, int delta);
+int kvc_ring_service_complete(struct kvc_ring_server_ring *ring, uint32_t slot,
+                              uint64_t userdata, int64_t result);
 
 #endif

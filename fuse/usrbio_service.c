@@ -73,7 +73,16 @@ static struct kvc_usrbio_client *client_of(struct kvc_usrbio *u, struct kvc_serv
 	c->service = u;
 	atomic_init(&c->refs, 1); /* the connection's */
 	c->uid = cred.uid;
+	c->gid = cred.gid;
 	c->pid = cred.pid;
+	gid_t groups[KVC_USRBIO_MAX_GROUPS * 4];
+	len = sizeof(groups);
+	if (getsockopt(conn->fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) == 0) {
+		/* More groups than we keep: the first ones (a denial, never more). */
+		size_t n = len / sizeof(gid_t);
+		c->group_count = (int)(n < KVC_USRBIO_MAX_GROUPS ? n : KVC_USRBIO_MAX_GROUPS);
+		memcpy(c->groups, groups, (size_t)c->group_count * sizeof(gid_t));
+	}
 	c->id = atomic_fetch_add(&u->next_client, 1) + 1;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->idle, NULL);
@@ -127,18 +136,18 @@ static int on_iov_deregister(struct kvc_usrbio *u, struct kvc_usrbio_client *c,
 }
 
 /* Record file under client_fd (a number registered again names the new
- * file). Returns 0 and the inode it replaced (or 0), -EMFILE, -ENOMEM. */
+ * file). Returns 0 and the file it replaced (or ino 0), -EMFILE, -ENOMEM. */
 static int file_insert(struct kvc_usrbio_client *c, const struct kvc_usrbio_file *file,
-                       uint64_t *replaced)
+                       struct kvc_usrbio_file *replaced)
 {
 	int rc = 0;
-	*replaced = 0;
+	replaced->ino = 0;
 	pthread_mutex_lock(&c->lock);
 	size_t i = 0;
 	while (i < c->file_count && c->files[i].client_fd != file->client_fd)
 		i++;
 	if (i < c->file_count) {
-		*replaced = c->files[i].ino;
+		*replaced = c->files[i];
 	} else if (c->file_count == KVC_USRBIO_MAX_FILES) {
 		rc = -EMFILE;
 	} else if (c->file_count == c->file_capacity) {
@@ -171,18 +180,21 @@ static int on_fd_register(struct kvc_usrbio *u, struct kvc_usrbio_client *c,
 	if (fd < 0)
 		return fd;
 	int rc = 0, access = fcntl(fd, F_GETFL);
-	/* O_PATH opens without read or write access (search permission on the
-	 * directory is enough): its access mode reads as O_RDONLY, but it is
-	 * no readable file, or any user could read a file closed to them. */
-	if (m->client_fd < 0 || access < 0 || (access & O_PATH))
+	if (m->client_fd < 0 || access < 0)
 		rc = -EBADF;
 	/* Cached attributes only: a file of another FUSE filesystem costs its
 	 * daemon nothing and cannot make us wait. */
 	else if (statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_TYPE | STATX_INO, &stx) < 0)
 		rc = -errno;
 	else if (makedev(stx.stx_dev_major, stx.stx_dev_minor) != u->mount_dev ||
-	         !S_ISREG(stx.stx_mode))
-		rc = -EBADF; /* not a file of this mount */
+	         (!S_ISREG(stx.stx_mode) && !S_ISDIR(stx.stx_mode)))
+		rc = -EBADF; /* not a file or directory of this mount */
+	/* O_PATH opens without read or write access (search permission on the
+	 * directory is enough): its access mode reads as O_RDONLY, but it is
+	 * no readable file, or any user could read a file closed to them. A
+	 * key directory may be O_PATH: ring keys check every access anew. */
+	else if ((access & O_PATH) && !S_ISDIR(stx.stx_mode))
+		rc = -EBADF;
 	/* Keep what the check needs, not the file: a kvc-fuse holding files
 	 * of its own mount would, when killed, wait forever in the kernel for
 	 * itself to answer their flush. The client's open keeps the inode
@@ -192,23 +204,25 @@ static int on_fd_register(struct kvc_usrbio *u, struct kvc_usrbio_client *c,
 		rc = kvc_usrbio_limits_charge(&u->limits, c->uid, &one);
 	if (rc < 0)
 		return rc;
-	rc = kvc_fuse_hold_inode(u->fs, stx.stx_ino);
+	bool dir = S_ISDIR(stx.stx_mode);
+	rc = dir ? 0 : kvc_fuse_hold_inode(u->fs, stx.stx_ino);
 	if (rc < 0) {
 		kvc_usrbio_limits_release(&u->limits, c->uid, &one);
 		return rc;
 	}
-	struct kvc_usrbio_file file = {m->client_fd, stx.stx_ino, access & O_ACCMODE};
-	uint64_t dropping = 0;
+	struct kvc_usrbio_file file = {m->client_fd, stx.stx_ino,
+	                               dir ? O_RDONLY : access & O_ACCMODE, dir};
+	struct kvc_usrbio_file dropping = {.ino = 0};
 	rc = file_insert(c, &file, &dropping);
 	if (rc < 0)
-		dropping = file.ino; /* held but not registered: let the hold go */
-	else
-		r->body.fd = (struct kvc_msg_fd_register_reply){.ino = file.ino,
-		                                                .access = (uint32_t)file.access};
-	if (dropping) /* failed, or the number named another file: no new registration */
+		dropping = file; /* held but not registered: let the hold go */
+	else /* a directory answers O_DIRECTORY in its access */
+		r->body.fd = (struct kvc_msg_fd_register_reply){
+			.ino = file.ino, .access = (uint32_t)file.access | (dir ? O_DIRECTORY : 0)};
+	if (dropping.ino) /* failed, or the number named another file: no new registration */
 		kvc_usrbio_limits_release(&u->limits, c->uid, &one);
-	if (dropping)
-		kvc_fuse_drop_inode(u->fs, dropping);
+	if (dropping.ino && !dropping.dir)
+		kvc_fuse_drop_inode(u->fs, dropping.ino);
 	return rc;
 }
 
@@ -218,6 +232,7 @@ static int on_fd_deregister(struct kvc_usrbio *u, struct kvc_usrbio_client *c,
 	int client_fd = ((const struct kvc_msg_fd_register *)body)->client_fd;
 	struct kvc_usrbio_usage one = {.registrations = 1};
 	uint64_t dropping = 0;
+	bool dir = false;
 	(void)conn, (void)r;
 	pthread_mutex_lock(&c->lock);
 	for (size_t i = 0; i < c->file_count; i++) {
@@ -225,6 +240,7 @@ static int on_fd_deregister(struct kvc_usrbio *u, struct kvc_usrbio_client *c,
 			while (c->inflight > 0) /* no batch is using it */
 				pthread_cond_wait(&c->idle, &c->lock);
 			dropping = c->files[i].ino;
+			dir = c->files[i].dir;
 			c->files[i] = c->files[--c->file_count];
 			atomic_fetch_sub(&u->fs->usrbio_files, 1);
 			break;
@@ -233,7 +249,8 @@ static int on_fd_deregister(struct kvc_usrbio *u, struct kvc_usrbio_client *c,
 	pthread_mutex_unlock(&c->lock);
 	if (!dropping)
 		return -EBADF;
-	kvc_fuse_drop_inode(u->fs, dropping);
+	if (!dir)
+		kvc_fuse_drop_inode(u->fs, dropping);
 	kvc_usrbio_limits_release(&u->limits, c->uid, &one);
 	return 0;
 }
@@ -376,7 +393,8 @@ void kvc_usrbio_disconnect(void *service, struct kvc_server_conn *conn)
 	c->file_count = 0;
 	pthread_mutex_unlock(&c->lock);
 	for (size_t i = 0; i < files; i++)
-		kvc_fuse_drop_inode(u->fs, c->files[i].ino);
+		if (!c->files[i].dir)
+			kvc_fuse_drop_inode(u->fs, c->files[i].ino);
 	struct kvc_usrbio_usage registered = {.registrations = files};
 	kvc_usrbio_limits_release(&u->limits, c->uid, &registered);
 	atomic_fetch_sub(&u->fs->usrbio_files, (int)files);
@@ -399,6 +417,27 @@ int kvc_usrbio_resolve_file(struct kvc_usrbio_client *c, int client_fd,
 	}
 	pthread_mutex_unlock(&c->lock);
 	return rc;
+}
+
+static bool in_group(const struct kvc_usrbio_client *c, uint32_t gid)
+{
+	if (c->gid == gid)
+		return true;
+	for (int i = 0; i < c->group_count; i++)
+		if (c->groups[i] == gid)
+			return true;
+	return false;
+}
+
+int kvc_usrbio_client_may(const struct kvc_usrbio_client *c, const struct kvc_attr *attr,
+                          int mask)
+{
+	mask &= R_OK | W_OK | X_OK;
+	if (c->uid == 0) /* CAP_DAC_OVERRIDE: all but executing a file no one may */
+		return !(mask & X_OK) || S_ISDIR(attr->mode) || (attr->mode & 0111) ? 0 : -EACCES;
+	uint32_t bits = c->uid == attr->uid ? attr->mode >> 6
+	              : in_group(c, attr->gid) ? attr->mode >> 3 : attr->mode;
+	return ((int)bits & mask) == mask ? 0 : -EACCES;
 }
 
 static void *listener_main(void *arg)

@@ -69,12 +69,18 @@ struct kvc_usrbio_file {
 	int client_fd;
 	uint64_t ino;
 	int access;   /* O_RDONLY, O_WRONLY or O_RDWR */
+	bool dir;     /* a key directory (ring keys): no hold, no read or write */
 };
+
+#define KVC_USRBIO_MAX_GROUPS 64
 
 struct kvc_usrbio_client {
 	struct kvc_usrbio *service;
 	atomic_int refs;       /* the connection's, and one per ring */
 	uid_t uid;             /* of the peer (SO_PEERCRED) */
+	gid_t gid;
+	gid_t groups[KVC_USRBIO_MAX_GROUPS]; /* supplementary (SO_PEERGROUPS) */
+	int group_count;
 	pid_t pid;
 	uint64_t id;           /* unique among this kvc-fuse's connections */
 	pthread_mutex_t lock;  /* everything below */
@@ -131,5 +137,13 @@ int kvc_usrbio_resolve_iov(struct kvc_usrbio_client *client, uint32_t handle,
                            uint64_t offset, uint64_t length, void **out, int *device);
 int kvc_usrbio_resolve_file(struct kvc_usrbio_client *client, int client_fd,
                             struct kvc_usrbio_file *out);
+
+/* Whether the client's process (its uid, gid and supplementary groups as
+ * at connection) may access an inode of attr with mask (R_OK, W_OK,
+ * X_OK bits), as the kernel's generic_permission decides it (owner, then
+ * group, then other bits; root passes all but X_OK on a file without any
+ * x bit). Returns 0 or -EACCES. The one permission check of ring keys. */
+int kvc_usrbio_client_may(const struct kvc_usrbio_client *client, const struct kvc_attr *attr,
+                          int mask);
 
 #endif

@@ -23,6 +23,7 @@ struct kvc_meta_collector {
 	struct kvc_pool_store *pools;
 	struct kvc_meta_sessions *sessions;
 	struct kvc_storage_client *storage;
+	struct kvc_meta_watches *watches; /* told of punched files; may be NULL */
 	int interval_ms;
 	pthread_mutex_t lock; /* protects woken and cutting */
 	pthread_cond_t cond;  /* a pass is asked for */
@@ -136,7 +137,15 @@ static int punch(struct kvc_meta_collector *c)
 	for (int i = 0; i < count && durable; i++) {
 		const struct kvc_pool_punch *p = &pages[i];
 		struct kvc_attr attr;
-		int rc = kvc_meta_store_getattr(c->store, p->inode, &attr);
+		/* A punch changes the file's data: mtime first, so a client that
+		 * opens it from now on drops its cached pages (file_ops.c), and an
+		 * event after, for clients that have it open. */
+		struct timespec now;
+		clock_gettime(CLOCK_REALTIME, &now);
+		struct kvc_msg_setattr touch = {.ino = p->inode, .mask = KVC_SETATTR_MTIME,
+		                                .mtime_ns = (int64_t)now.tv_sec * 1000000000 +
+		                                            now.tv_nsec};
+		int rc = kvc_meta_store_setattr(c->store, &touch, &attr);
 		if (rc == 0)
 			rc = kvc_storage_client_punch(c->storage, p->inode, &attr.layout,
 			                              p->page * p->page_size, p->page_size, attr.size);
@@ -147,6 +156,8 @@ static int punch(struct kvc_meta_collector *c)
 			             "will retry", p->page, p->ns, p->rank, strerror(-rc));
 		punched[i] = rc == 0;
 		done += punched[i];
+		if (rc == 0 && c->watches)
+			kvc_meta_watches_changed(c->watches, NULL, KVC_WATCH_INODE, p->inode, NULL, 0);
 	}
 	int rc = count > 0 ? kvc_pool_punch_done(c->pools, pages, count, punched) : 0;
 	if (rc < 0)
@@ -213,6 +224,12 @@ int kvc_meta_collector_start(struct kvc_meta_store *store, struct kvc_pool_store
 	pthread_detach(thread);
 	*out = c;
 	return 0;
+}
+
+void kvc_meta_collector_set_watches(struct kvc_meta_collector *c,
+                                    struct kvc_meta_watches *watches)
+{
+	c->watches = watches;
 }
 
 void kvc_meta_collector_wake(struct kvc_meta_collector *c)

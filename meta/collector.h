@@ -30,6 +30,7 @@
 #define KVC_META_COLLECTOR_H
 
 #include "meta/meta_store.h"
+#include "meta/watches.h"
 #include "meta/pool_store.h"
 #include "meta/sessions.h"
 #include "client/storage_client.h"
@@ -42,6 +43,10 @@ int kvc_meta_collector_start(struct kvc_meta_store *store, struct kvc_pool_store
                              struct kvc_storage_client *storage, int interval_ms,
                              struct kvc_meta_collector **out);
 /* Ask for a pass now (after an unlink). */
+/* Tell watches (meta/watches.h) of files whose pages were punched; call
+ * before the first wake. */
+void kvc_meta_collector_set_watches(struct kvc_meta_collector *c,
+                                    struct kvc_meta_watches *watches);
 void kvc_meta_collector_wake(struct kvc_meta_collector *collector);
 
 /* Finish ino's pending cut: cut its chunks on every target of its layout

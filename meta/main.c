@@ -230,6 +230,8 @@ int main(int argc, char **argv)
 	if (rc == 0)
 		rc = kvc_meta_collector_start(svc.store, svc.pools, svc.sessions, &storage, 1000,
 		                              &svc.collector);
+	if (rc == 0)
+		kvc_meta_collector_set_watches(svc.collector, svc.watches);
 	static struct syncer syncer;
 	syncer = (struct syncer){svc.store, svc.pools, config.sync_interval_ms};
 	pthread_t sync_thread;

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "core/log.h"
+#include "meta/meta_keys.h"
 #include "meta/pool_service.h"
 #include "meta/watches.h"
 
@@ -469,6 +470,52 @@ static int h_listxattr(struct request *r)
 	return rc;
 }
 
+/* KEYS_* and the watches: a published or removed key is a change others
+ * hear of (a USRBIO wait on another client included); a lookup notes what
+ * it answered, found or not (so such a wait hears of the key's arrival).
+ * Temp names (KEYS_CREATE) concern nobody. */
+static void keys_watch(struct request *r, const struct kvc_msg_keys *m, const uint8_t *records,
+                       uint32_t len, const struct kvc_msg_key_result *out)
+{
+	uint16_t type = r->h->type;
+	struct kvc_meta_key_record *recs;
+	if (!r->svc->watches || type == KVC_MSG_KEYS_CREATE || m->count == 0 ||
+	    !(recs = calloc(m->count, sizeof(*recs))))
+		return;
+	if (kvc_meta_keys_parse(type, m, records, len, recs) == 0) {
+		for (uint32_t i = 0; i < m->count; i++) {
+			const struct kvc_meta_key_record *k = &recs[i];
+			if (type == KVC_MSG_KEYS_LOOKUP && (out[i].rc == 0 || out[i].rc == -ENOENT))
+				note_name(r, m->parent, k->name, k->name_len);
+			else if (type == KVC_MSG_KEYS_PUBLISH && out[i].rc == 0)
+				made(r, m->parent, k->name, k->name_len, out[i].attr.ino);
+			else if (type == KVC_MSG_KEYS_REMOVE && out[i].rc == 0)
+				removed(r, m->parent, k->name, k->name_len, out[i].attr.ino);
+		}
+	}
+	free(recs);
+}
+
+/* KEYS_*: meta_keys.c parses the records and runs them in one transaction. */
+static int h_keys(struct request *r)
+{
+	const struct kvc_msg_keys *m = r->msg;
+	uint32_t len = r->h->body_len - r->off;
+	const uint8_t *records = take(r, len);
+	if (!records || m->count > KVC_WIRE_MAX_KEYS)
+		return bad(r);
+	struct kvc_msg_key_result *out = calloc(m->count ? m->count : 1, sizeof(*out));
+	int rc = out ? kvc_meta_keys_run(r->svc->store, r->h->type, m, records, len, out) : -ENOMEM;
+	if (rc == 0 && r->h->type != KVC_MSG_KEYS_LOOKUP && r->h->type != KVC_MSG_KEYS_CREATE &&
+	    r->svc->collector)
+		kvc_meta_collector_wake(r->svc->collector);
+	if (rc == 0)
+		keys_watch(r, m, records, len, out);
+	rc = reply(r, rc, out, m->count * (uint32_t)sizeof(*out));
+	free(out);
+	return rc;
+}
+
 /* The namespace's messages: the fixed struct each body starts with, and
  * whether the body is exactly that (else the handler takes the rest and
  * checks it ends at the body's end). A type not listed is refused. */
@@ -547,6 +594,10 @@ static const struct op ops[] = {
 	[KVC_MSG_META_SYNC] = {0, true, h_sync},
 	[KVC_MSG_CLIENT_HELLO] = EXACT(struct kvc_msg_client_hello, h_client_hello),
 	[KVC_MSG_WATCH] = EXACT(struct kvc_msg_client_hello, h_watch),
+	[KVC_MSG_KEYS_LOOKUP] = VAR(struct kvc_msg_keys, h_keys),
+	[KVC_MSG_KEYS_CREATE] = VAR(struct kvc_msg_keys, h_keys),
+	[KVC_MSG_KEYS_PUBLISH] = VAR(struct kvc_msg_keys, h_keys),
+	[KVC_MSG_KEYS_REMOVE] = VAR(struct kvc_msg_keys, h_keys),
 };
 
 /* The messages that grow kvc-meta's databases (a name, an inode, an
@@ -559,6 +610,7 @@ static const bool grows[] = {
 	[KVC_MSG_MKNOD] = true,      [KVC_MSG_SYMLINK] = true,
 	[KVC_MSG_LINK] = true,       [KVC_MSG_SETXATTR] = true,
 	[KVC_MSG_POOL_INIT] = true,  [KVC_MSG_POOL_ALLOCATE] = true,
+	[KVC_MSG_KEYS_CREATE] = true,
 };
 
 static bool over_reserve(const struct kvc_meta_service *svc, uint16_t type)

@@ -110,6 +110,59 @@ int kvc_ring_entries(const struct kvc_ring *ring);
 int kvc_ring_prep(struct kvc_ring *ring, const struct kvc_iov *iov, bool read, void *ptr,
                   int fd, uint64_t file_offset, uint64_t length, const void *userdata);
 
+/* Keys (docs/usrbio.md "Keys"): put, get, exists, remove and wait of a
+ * key, a regular file named `name` (one path component: 1..255 bytes, no
+ * '/', not "." or "..") in the key directory dir_fd, a directory of the
+ * mount registered with kvc_fd_register (O_RDONLY or O_PATH). kvc-fuse
+ * creates, sizes and publishes a put key itself: it becomes visible
+ * complete, never partly written. On rings of either direction.
+ *
+ *   PUT    gather the segments in order into a new key (nsegs 0: an
+ *          empty key); -EEXIST when the key exists, unless flags has
+ *          KVC_KEY_REPLACE. Result: the key's size.
+ *   GET    scatter the key into the segments in order; -EMSGSIZE unless
+ *          their lengths add up to the key's size (nothing is copied).
+ *   EXISTS the key's size, or -ENOENT.
+ *   REMOVE remove it: its size, or -ENOENT.
+ *   WAIT   complete with the key's size once it exists (published), or
+ *          -ETIMEDOUT after timeout_ms (0: the longest, an hour). It
+ *          holds its slot but no kvc-fuse worker; a removed key is waited
+ *          for again.
+ *
+ * A segment is `length` bytes at `offset` of a registered iov, host or
+ * GPU (kvc/gpu.h); up to KVC_KEY_MAX_SEGS per key, not overlapping.
+ * Errors arrive in the completion: -ENOENT, -EEXIST, -EMSGSIZE, -EACCES
+ * (the process's uid and groups may not: x on the key directory, w too
+ * for put and remove, r on the key for get; -EPERM: sticky directory),
+ * -EFAULT (a segment outside its iov), -EINVAL (overlapping or empty
+ * segments, a bad name or flags), -E2BIG (over KVC_KEY_MAX_SEGS segments),
+ * -ENAMETOOLONG, -ENOTDIR (dir_fd no registered directory), -EDQUOT (too
+ * many waits parked), -EIO. The entries of one submission run together,
+ * in no order among them. kvc_ring_prep_key returns the slot, or -EAGAIN
+ * (ring full), -EBADF (dir_fd not registered), -EINVAL (bad op, or over
+ * KVC_KEY_MAX_DESC_SEGS segments, or a name over 256 bytes: they would
+ * not fit the descriptor), -EFAULT (an iov of another mount), -ENOMEM. */
+enum kvc_key_op {
+	KVC_KEY_PUT = 3,
+	KVC_KEY_GET = 4,
+	KVC_KEY_EXISTS = 5,
+	KVC_KEY_REMOVE = 6,
+	KVC_KEY_WAIT = 7,
+};
+#define KVC_KEY_REPLACE 1u
+#define KVC_KEY_MAX_SEGS 64
+#define KVC_KEY_MAX_DESC_SEGS 159 /* what libkvc passes on: kvc-fuse checks the rest */
+
+struct kvc_key_seg {
+	const struct kvc_iov *iov;
+	size_t offset;
+	size_t length;
+};
+
+int kvc_ring_prep_key(struct kvc_ring *ring, int op, int dir_fd, const char *name,
+                      const struct kvc_key_seg *segs, int nsegs, uint32_t flags,
+                      uint32_t timeout_ms, const void *userdata);
+
 /* Hand every prepared entry to kvc-fuse. Returns the count submitted. */
 int kvc_ring_submit(struct kvc_ring *ring);
 

@@ -408,3 +408,46 @@ int kvc_meta_client_sync(struct kvc_meta_client *client)
 {
 	return call_attr(client, KVC_MSG_META_SYNC, NULL, 0, NULL);
 }
+
+/* ---- ring keys (KEYS_*: many names of one directory per message) ---- */
+
+int kvc_meta_client_keys(struct kvc_meta_client *client, uint16_t type,
+                         const struct kvc_msg_keys *m, const struct kvc_meta_keyname *keys,
+                         struct kvc_msg_key_result *out)
+{
+	if (m->count > KVC_WIRE_MAX_KEYS)
+		return -EINVAL;
+	bool publish = type == KVC_MSG_KEYS_PUBLISH;
+	size_t cap = sizeof(*m);
+	for (uint32_t i = 0; i < m->count; i++)
+		cap += 16 + (size_t)keys[i].name_len + (publish ? keys[i].temp_len : 0);
+	if (cap > KVC_WIRE_MAX_BODY)
+		return -EINVAL;
+	uint8_t *body = malloc(cap);
+	if (!body)
+		return -ENOMEM;
+	size_t off = sizeof(*m);
+	memcpy(body, m, sizeof(*m));
+	for (uint32_t i = 0; i < m->count; i++) {
+		const struct kvc_meta_keyname *k = &keys[i];
+		if (publish) {
+			memcpy(body + off, &k->size, 8);
+			memcpy(body + off + 8, &k->temp_len, 4);
+			off += 12;
+		}
+		memcpy(body + off, &k->name_len, 4);
+		off += 4;
+		if (publish) {
+			memcpy(body + off, k->temp, k->temp_len);
+			off += k->temp_len;
+		}
+		memcpy(body + off, k->name, k->name_len);
+		off += k->name_len;
+	}
+	uint32_t want = m->count * (uint32_t)sizeof(*out), len = 0;
+	int rc = kvc_rpc_call(&client->pool, type, body, (uint32_t)off, out, want, &len);
+	free(body);
+	if (rc < 0)
+		return kvc_rpc_is_transport_error(rc) ? -EIO : rc;
+	return len == want ? 0 : -EIO;
+}

@@ -110,4 +110,18 @@ int kvc_meta_client_statfs(struct kvc_meta_client *client,
  * (META_SYNC: a checkpoint of the namespace and the page pools). */
 int kvc_meta_client_sync(struct kvc_meta_client *client);
 
+
+/* Ring keys: one KEYS_* message (type) for m->count names of directory
+ * m->parent (PUBLISH: each with its temp name and size). out gets each
+ * name's result. Returns 0 (see out), -EINVAL, -EIO, or the server's
+ * whole-message -errno. */
+struct kvc_meta_keyname {
+	const char *name, *temp;
+	uint32_t name_len, temp_len;
+	uint64_t size;
+};
+int kvc_meta_client_keys(struct kvc_meta_client *client, uint16_t type,
+                         const struct kvc_msg_keys *m, const struct kvc_meta_keyname *keys,
+                         struct kvc_msg_key_result *out);
+
 #endif

@@ -51,8 +51,14 @@ static size_t fd_count, fd_capacity;
 
 int kvc_is_kvcfs(int fd)
 {
-	char value[32];
-	return fgetxattr(fd, "user.kvc.inode", value, sizeof(value)) > 0 ? 1 : 0;
+	char value[32], path[64];
+	if (fgetxattr(fd, "user.kvc.inode", value, sizeof(value)) > 0)
+		return 1;
+	if (errno != EBADF)
+		return 0;
+	/* An O_PATH fd (a key directory) has no xattr calls of its own. */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	return getxattr(path, "user.kvc.inode", value, sizeof(value)) > 0 ? 1 : 0;
 }
 
 static void id_to_name(const uint8_t id[16], char *name, size_t size)

@@ -38,7 +38,15 @@ struct kvc_ring {
 	uint32_t handle;
 	struct kvc_usrbio_control *control;
 	uint64_t generation; /* of control when registered */
+	char *mount;             /* for the key descriptors' iov */
+	struct kvc_iov *descs;   /* key descriptors: DESC_SLOT bytes per slot */
 };
+
+/* A slot's key descriptor: reused only once its entry completed (kvc-fuse
+ * copies it before any later entry of the ring completes). */
+#define DESC_SLOT 4096u
+_Static_assert(sizeof(struct kvc_ring_key_desc) +
+               KVC_KEY_MAX_DESC_SEGS * sizeof(struct kvc_ring_key_seg) <= DESC_SLOT, "");
 
 static uint32_t round_up_pow2(uint32_t v)
 {
@@ -63,8 +71,9 @@ int kvc_ring_create(struct kvc_ring **out, const char *mount, int entries, bool 
 	ring->for_read = for_read;
 	ring->bytes = kvc_ring_bytes(ring->entries);
 	ring->doorbell = -1;
+	ring->mount = strdup(mount);
 	int memfd = memfd_create("kvc-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	int rc = memfd < 0 ? -errno : 0;
+	int rc = memfd < 0 ? -errno : ring->mount ? 0 : -ENOMEM;
 	if (rc == 0 && ftruncate(memfd, (off_t)ring->bytes) < 0)
 		rc = -errno;
 	/* Its size is fixed for good: kvc-fuse can never fault on it. */
@@ -120,6 +129,8 @@ void kvc_ring_destroy(struct kvc_ring *ring)
 		munmap(ring->shared, ring->bytes);
 	if (ring->doorbell >= 0)
 		close(ring->doorbell);
+	kvc_iov_destroy(ring->descs);
+	free(ring->mount);
 	free(ring);
 }
 
@@ -150,6 +161,52 @@ int kvc_ring_prep(struct kvc_ring *ring, const struct kvc_iov *iov, bool read, v
 		.iov_offset = p - base, .file_offset = file_offset, .length = length,
 		.userdata = (uint64_t)(uintptr_t)userdata, .fd = fd, .iov_handle = iov->handle,
 		.op = read ? KVC_RING_READ : KVC_RING_WRITE};
+	ring->local_tail++;
+	ring->outstanding++;
+	return (int)slot;
+}
+
+int kvc_ring_prep_key(struct kvc_ring *ring, int op, int dir_fd, const char *name,
+                      const struct kvc_key_seg *segs, int nsegs, uint32_t flags,
+                      uint32_t timeout_ms, const void *userdata)
+{
+	size_t len = name ? strlen(name) : 0;
+	if (op < KVC_KEY_PUT || op > KVC_KEY_WAIT || nsegs < 0 || nsegs > KVC_KEY_MAX_DESC_SEGS ||
+	    len > KVC_RING_KEY_MAX_NAME + 1 || (nsegs && !segs))
+		return -EINVAL;
+	if (kvc_usrbio_fd_access(dir_fd, ring->control) < 0)
+		return -EBADF;
+	for (int i = 0; i < nsegs; i++)
+		if (!segs[i].iov || segs[i].iov->control != ring->control)
+			return -EFAULT;
+	if (ring->outstanding == ring->limit)
+		return -EAGAIN;
+	if (!ring->descs) { /* the first key entry: the descriptors' iov */
+		int rc = kvc_iov_create(&ring->descs, ring->mount, (size_t)ring->entries * DESC_SLOT,
+		                        0, -1, NULL);
+		if (rc == 0)
+			kvc_iov_unlink(ring->descs); /* ours alone: no name needed */
+		if (rc < 0) {
+			ring->descs = NULL;
+			return rc;
+		}
+	}
+	uint32_t slot = ring->local_tail & ring->mask;
+	char *at = (char *)ring->descs->base + (size_t)slot * DESC_SLOT;
+	struct kvc_ring_key_desc d = {.name_len = (uint16_t)len, .nsegs = (uint16_t)nsegs,
+	                              .flags = flags, .timeout_ms = timeout_ms};
+	memcpy(d.name, name, len);
+	memcpy(at, &d, sizeof(d));
+	struct kvc_ring_key_seg *out = (struct kvc_ring_key_seg *)(at + sizeof(d));
+	for (int i = 0; i < nsegs; i++)
+		out[i] = (struct kvc_ring_key_seg){.iov_handle = segs[i].iov->handle,
+		                                   .offset = segs[i].offset,
+		                                   .length = segs[i].length};
+	kvc_ring_sqes(ring->shared)[slot] = (struct kvc_ring_sqe){
+		.iov_offset = (size_t)slot * DESC_SLOT,
+		.length = sizeof(d) + (size_t)nsegs * sizeof(struct kvc_ring_key_seg),
+		.userdata = (uint64_t)(uintptr_t)userdata, .fd = dir_fd,
+		.iov_handle = ring->descs->handle, .op = (uint32_t)op};
 	ring->local_tail++;
 	ring->outstanding++;
 	return (int)slot;

@@ -54,7 +54,55 @@
 #define KVC_RING_MAX_ENTRIES 4096
 #define KVC_RING_HEADER 512u
 
-enum kvc_ring_op { KVC_RING_READ = 1, KVC_RING_WRITE = 2 };
+enum kvc_ring_op {
+	KVC_RING_READ = 1,
+	KVC_RING_WRITE = 2,
+	/* Key ops (fuse/ring_keys.h, docs/usrbio.md "Keys"), on rings of either
+	 * direction: fd is a registered directory of the mount (the key
+	 * directory), iov_handle + iov_offset locate the entry's key
+	 * descriptor in a registered host iov, length is its size in bytes
+	 * (sizeof(struct kvc_ring_key_desc) + nsegs * sizeof(struct
+	 * kvc_ring_key_seg)), file_offset is 0. */
+	KVC_RING_KEY_PUT = 3,
+	KVC_RING_KEY_GET = 4,
+	KVC_RING_KEY_EXISTS = 5,
+	KVC_RING_KEY_REMOVE = 6,
+	KVC_RING_KEY_WAIT = 7,
+};
+
+/* A key descriptor: the key's name (one path component of the key
+ * directory: 1..255 bytes, no '/', no NUL, not "." or ".."), its
+ * segments (put: gathered in order; get: scattered in order; the other
+ * ops take none), and per op: flags (put: KVC_RING_KEY_REPLACE), mode
+ * (put: permission bits of a new key, 0 = 0644), timeout_ms (wait: 0 =
+ * kvc-fuse's longest, KVC_RING_KEY_MAX_WAIT_MS). kvc-fuse copies it out
+ * of the iov before it checks it. */
+#define KVC_RING_KEY_MAX_SEGS 64
+#define KVC_RING_KEY_MAX_NAME 255
+#define KVC_RING_KEY_REPLACE 1u
+#define KVC_RING_KEY_MAX_WAIT_MS 3600000u
+
+struct kvc_ring_key_seg {
+	uint32_t iov_handle;  /* a registered iov (host or device) */
+	uint32_t reserved;
+	uint64_t offset;      /* in the iov */
+	uint64_t length;      /* > 0 */
+};
+_Static_assert(sizeof(struct kvc_ring_key_seg) == 24, "");
+
+struct kvc_ring_key_desc {
+	uint16_t name_len;
+	uint16_t nsegs;       /* <= KVC_RING_KEY_MAX_SEGS */
+	uint32_t flags;
+	uint32_t timeout_ms;
+	uint32_t mode;
+	char name[KVC_RING_KEY_MAX_NAME + 1]; /* name_len bytes used */
+	/* struct kvc_ring_key_seg segs[nsegs] follow */
+};
+_Static_assert(sizeof(struct kvc_ring_key_desc) == 272, "");
+
+#define KVC_RING_KEY_DESC_MAX                                                            \
+	(sizeof(struct kvc_ring_key_desc) + KVC_RING_KEY_MAX_SEGS * sizeof(struct kvc_ring_key_seg))
 
 struct kvc_ring_sqe {
 	uint64_t iov_offset;  /* into the registered iov */

@@ -323,6 +323,10 @@ const char *kvc_wire_type_name(uint16_t type)
 	case KVC_MSG_LISTXATTR: return "listxattr";
 	case KVC_MSG_REMOVEXATTR: return "removexattr";
 	case KVC_MSG_META_SYNC: return "meta_sync";
+	case KVC_MSG_KEYS_LOOKUP: return "keys_lookup";
+	case KVC_MSG_KEYS_CREATE: return "keys_create";
+	case KVC_MSG_KEYS_PUBLISH: return "keys_publish";
+	case KVC_MSG_KEYS_REMOVE: return "keys_remove";
 	case KVC_MSG_POOL_BIND: return "pool_bind";
 	case KVC_MSG_POOL_BINDING: return "pool_binding";
 	case KVC_MSG_POOL_WAIT: return "pool_wait";

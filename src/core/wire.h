@@ -54,6 +54,8 @@
  *      STATFS's reply carries the watch counters (96 bytes).
  *      Also POOL_WAIT (47): wait until keys are complete on every rank, with a
  *      timeout (the decode side's handoff); replies as POOL_EXISTS.
+ *      Also ring keys: KEYS_LOOKUP, KEYS_CREATE, KEYS_PUBLISH,
+ *      KEYS_REMOVE (80..83): many names of one directory per message.
  */
 #ifndef KVC_WIRE_H
 #define KVC_WIRE_H
@@ -125,6 +127,11 @@ enum kvc_wire_type {
 	KVC_MSG_CLIENT_HELLO = 55,
 	KVC_MSG_WATCH = 56,
 	KVC_MSG_WATCH_EVENTS = 57,
+	/* Ring keys (80..87): fuse/ring_keys.c's batched namespace work. */
+	KVC_MSG_KEYS_LOOKUP = 80,
+	KVC_MSG_KEYS_CREATE = 81,
+	KVC_MSG_KEYS_PUBLISH = 82,
+	KVC_MSG_KEYS_REMOVE = 83,
 	/* chunks (kvc-storage) */
 	KVC_MSG_CHUNK_WRITE = 64,
 	KVC_MSG_CHUNK_READ = 65,
@@ -383,6 +390,38 @@ struct kvc_msg_extend {
 	uint64_t ino;
 	uint64_t size;
 };
+
+/* KEYS_*: many names under one directory in one message and one LMDB
+ * transaction (the batched namespace work of USRBIO ring keys). Body:
+ * kvc_msg_keys, then `count` (<= KVC_WIRE_MAX_KEYS) records:
+ *   LOOKUP, CREATE, REMOVE: u32 name_len, name bytes
+ *   PUBLISH: u64 size, u32 temp_len, u32 name_len, temp bytes, name bytes
+ * CREATE makes regular files (mode, uid, gid of the header) exclusively;
+ * PUBLISH sets the temp file's size and renames it to name (without
+ * KVC_KEYS_REPLACE: -EEXIST when name exists, and the temp is removed);
+ * REMOVE unlinks regular files (-EISDIR for a directory).
+ * Reply: `count` kvc_msg_key_result in order (rc 0 or -errno per name,
+ * attr of the file found, made or published). A failure of the whole
+ * transaction (-EIO, -ENOSPC, -ENOTDIR for parent) answers the message. */
+#define KVC_WIRE_MAX_KEYS 1024
+#define KVC_KEYS_REPLACE 1u
+struct kvc_msg_keys {
+	uint64_t parent;
+	uint32_t count;
+	uint32_t flags;
+	uint32_t mode;
+	uint32_t uid;
+	uint32_t gid;
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct kvc_msg_keys) == 32, "");
+
+struct kvc_msg_key_result {
+	int32_t rc;
+	uint32_t reserved;
+	struct kvc_attr attr;
+};
+_Static_assert(sizeof(struct kvc_msg_key_result) == 88, "");
 
 /* META_SYNC: empty body, empty reply: when it answers 0, everything
  * kvc-meta acknowledged before (namespace and page pools) is durable

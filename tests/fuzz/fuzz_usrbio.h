@@ -58,6 +58,13 @@ int fuse_lowlevel_notify_inval_inode(struct fuse_session *se, fuse_ino_t ino, of
 	return 0;
 }
 
+int fuse_lowlevel_notify_inval_entry(struct fuse_session *se, fuse_ino_t parent,
+                                     const char *name, size_t namelen)
+{
+	(void)se, (void)parent, (void)name, (void)namelen;
+	return 0;
+}
+
 static void fuzz_usrbio_setup(void)
 {
 	const char *dir = fuzz_temp_dir();
@@ -73,6 +80,7 @@ static void fuzz_usrbio_setup(void)
 	                     "fuzz", &fuzz_fs.config, err, sizeof(err)) != 0)
 		abort();
 	if (kvc_storage_client_init(&fuzz_fs.storage, &fuzz_fs.config) != 0 ||
+	    kvc_meta_client_init(&fuzz_fs.meta, &fuzz_fs.config) != 0 || /* ring keys: -EIO */
 	    kvc_inode_table_create(&fuzz_fs.inodes) != 0)
 		abort();
 	snprintf(fuzz_file, sizeof(fuzz_file), "%s/file", dir);

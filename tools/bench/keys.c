@@ -9,6 +9,9 @@
  * on a local directory first (the baseline) and then on the mount; the
  * table gives keys per second, the latency of one key's operation (p50,
  * p99) and the mount's rate against the local one.
+ *
+ * --ring [--batch N] [--segments N]: the keys through USRBIO ring key
+ * operations instead (keys_ring.c; no local baseline).
  */
 #include "keys.h"
 
@@ -134,6 +137,8 @@ static int run_phase(const char *dir, enum phase phase, uint64_t keys, size_t si
 static const char usage[] =
 	"usage: kvc-bench keys [--mount DIR] [--local DIR] [--keys N] [--size BYTES]\n"
 	"                      [--threads N] [--json FILE]\n"
+	"       kvc-bench keys --ring [--mount DIR] [--keys N] [--size BYTES]\n"
+	"                      [--batch N] [--segments N] [--json FILE]\n"
 	"One file per key: create+write+close, read, stat and unlink of --keys\n"
 	"files of --size bytes with --threads threads, on a local directory (the\n"
 	"baseline) and then through the mount.\n"
@@ -143,6 +148,12 @@ static const char usage[] =
 	"  -s, --size BYTES           bytes per key (default 64K)\n"
 	"  -t, --threads N            threads (default 8, at most 64)\n"
 	"  -j, --json FILE            write the table as JSON too\n"
+	"  -r, --ring                 ring key operations from one process instead\n"
+	"                             (put, get, exists, remove; 1 and --segments\n"
+	"                             segments per key)\n"
+	"  -b, --batch N              ring: entries per submission (default 64)\n"
+	"  -S, --segments N           ring: segments per key of the second run\n"
+	"                             (default 16, at most 64)\n"
 	"  -h, --help                 this text\n";
 
 int bench_keys_main(int argc, char **argv)
@@ -153,8 +164,14 @@ int bench_keys_main(int argc, char **argv)
 	                                        {"size", required_argument, 0, 's'},
 	                                        {"threads", required_argument, 0, 't'},
 	                                        {"json", required_argument, 0, 'j'},
+	                                        {"ring", no_argument, 0, 'r'},
+	                                        {"batch", required_argument, 0, 'b'},
+	                                        {"segments", required_argument, 0, 'S'},
 	                                        {0, 0, 0, 0}};
-	static const struct kvc_cli cli = {"kvc-bench keys", usage, "m:l:k:s:t:j:", options, 0};
+	static const struct kvc_cli cli = {"kvc-bench keys", usage, "m:l:k:s:t:j:rb:S:", options,
+	                                   0};
+	bool ring = false;
+	long batch = 64, segments = 16;
 	const char *mount = "/mnt/kvc", *local = "/tmp", *json = NULL;
 	long keys = 4000, threads = 8;
 	uint64_t size = 64 << 10;
@@ -167,6 +184,9 @@ int bench_keys_main(int argc, char **argv)
 		case 's': size = bench_parse_size(optarg); break;
 		case 't': threads = strtol(optarg, NULL, 10); break;
 		case 'j': json = optarg; break;
+		case 'r': ring = true; break;
+		case 'b': batch = strtol(optarg, NULL, 10); break;
+		case 'S': segments = strtol(optarg, NULL, 10); break;
 		}
 	}
 	if (opt != KVC_CLI_END)
@@ -179,6 +199,13 @@ int bench_keys_main(int argc, char **argv)
 		return kvc_cli_fail(&cli, "--keys must be at least --threads and at most 10000000");
 	if (size > (64u << 20))
 		return kvc_cli_fail(&cli, "--size must be at most 64M");
+	if (ring && (batch < 1 || batch > 4096 || segments < 1 || segments > 64 ||
+	             size < (uint64_t)segments))
+		return kvc_cli_fail(&cli, "--batch must be 1 to 4096, --segments 1 to 64 and "
+		                          "at most --size");
+	if (ring)
+		return bench_keys_ring(mount, (uint64_t)keys, (size_t)size, (int)batch,
+		                       (int)segments, json);
 	const char *roots[2] = {local, mount}, *labels[2] = {"local", "kvcfs"};
 	char dirs[2][4096];
 	static struct bench_table t = {.ratio_label = "vs local"};

@@ -19,6 +19,16 @@ ENOTSUP; PyTorch is imported only by as_tensor):
     dev = kvcfs.Iov.wrap_device(torch_cuda_tensor, mount)  # or create_device
     ring.prepare(dev, True, fd, offset, length)      # lands in GPU memory
     dev.as_tensor()                                  # a view, no copy
+
+Keys (docs/usrbio.md "Keys"): put, get, exists, remove and wait many keys
+(files of one key directory) per submission, each key gathered from or
+scattered into segments: (iov, offset, length) tuples, or numpy arrays,
+torch tensors (CPU or CUDA) and memoryviews lying inside a registered iov.
+
+    keys = kvcfs.KeyDir(mount + "/pool")
+    ring.put_keys(keys, [("k1", [layer0_page, layer1_page]), ...])   # sizes
+    ring.get_keys(keys, [("k1", [dst0, dst1]), ...]).wait()          # sizes
+    ring.wait_keys(keys, ["k2", "k3"], timeout=5.0).wait()
 """
 import ctypes
 import errno as _errno
@@ -26,12 +36,14 @@ import os
 import pathlib
 import time
 
-__all__ = ["Iov", "Ring", "Completion", "register_fd", "deregister_fd", "fsync",
+__all__ = ["Iov", "Ring", "KeyDir", "KeyBatch", "KEY_REPLACE", "Completion", "register_fd", "deregister_fd", "fsync",
            "extract_mount_point", "is_kvcfs", "library", "FORBID_READ_HOLES",
            "ALLOW_READ_UNCOMMITTED", "gpu_available"]
 
 ALLOW_READ_UNCOMMITTED = 1
 FORBID_READ_HOLES = 2
+KEY_PUT, KEY_GET, KEY_EXISTS, KEY_REMOVE, KEY_WAIT = 3, 4, 5, 6, 7
+KEY_REPLACE = 1
 
 
 def _find_library():
@@ -86,6 +98,14 @@ _ring_destroy = _sig("kvc_ring_destroy", None, _vp)
 _ring_entries = _sig("kvc_ring_entries", _int, _vp)
 _ring_prep = _sig("kvc_ring_prep", _int, _vp, _vp, ctypes.c_bool, _vp, _int, _u64, _u64, _vp)
 _ring_submit = _sig("kvc_ring_submit", _int, _vp)
+
+
+class _KeySeg(ctypes.Structure):
+    _fields_ = [("iov", _vp), ("offset", _sz), ("length", _sz)]
+
+
+_ring_prep_key = _sig("kvc_ring_prep_key", _int, _vp, _int, _int, _cp, ctypes.POINTER(_KeySeg),
+                      _int, ctypes.c_uint32, ctypes.c_uint32, _vp)
 _ring_wait = _sig("kvc_ring_wait", _int, _vp, ctypes.POINTER(_Completion), _int, _int, _vp)
 _fd_register = _sig("kvc_fd_register", _int, _int, _u64)
 _fd_deregister = _sig("kvc_fd_deregister", _int, _int)
@@ -126,6 +146,103 @@ class _CudaArray:
         self._owner = owner
 
 
+import weakref  # noqa: E402
+
+_live_iovs = weakref.WeakSet()  # to find the iov a buffer lies in
+
+
+def _address(buffer):
+    """(address, bytes) of a numpy array, torch tensor, or buffer object."""
+    if hasattr(buffer, "data_ptr"):  # torch, either device
+        if not buffer.is_contiguous():
+            raise ValueError("a key segment must be contiguous")
+        return buffer.data_ptr(), buffer.numel() * buffer.element_size()
+    for name in ("__cuda_array_interface__", "__array_interface__"):
+        face = getattr(buffer, name, None)
+        if face is not None:
+            if face.get("strides") not in (None, ()):
+                import numpy  # strides given: contiguous only
+                if not numpy.asarray(buffer).flags.c_contiguous:
+                    raise ValueError("a key segment must be contiguous")
+            count = 1
+            for n in face["shape"]:
+                count *= n
+            itemsize = int(face["typestr"][2:])
+            return face["data"][0], count * itemsize
+    view = memoryview(buffer)
+    if not view.contiguous:
+        raise ValueError("a key segment must be contiguous")
+    if view.readonly:
+        import numpy
+        return _address(numpy.frombuffer(view, dtype=numpy.uint8))
+    return ctypes.addressof(ctypes.c_char.from_buffer(view)), view.nbytes
+
+
+def _segment(seg):
+    """(iov, offset, length) of a segment: a tuple, or a buffer lying in
+    a registered iov."""
+    if isinstance(seg, tuple):
+        return seg
+    address, nbytes = _address(seg)
+    for iov in list(_live_iovs):
+        if iov._handle and iov.base <= address and address + nbytes <= iov.base + iov.size:
+            return iov, address - iov.base, nbytes
+    raise ValueError("a key segment must lie inside a registered kvcfs.Iov")
+
+
+class KeyDir:
+    """A key directory: a directory of the mount, opened and registered
+    for ring key operations (O_PATH: search permission suffices)."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        self.fd = os.open(self.path, os.O_PATH | os.O_DIRECTORY)
+        try:
+            _check(_fd_register(self.fd, 0), "register key directory")
+        except Exception:
+            os.close(self.fd)
+            raise
+
+    def close(self):
+        if self.fd >= 0:
+            _fd_deregister(self.fd)
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class KeyBatch:
+    """Key entries submitted on a ring; wait() returns each key's result
+    (size or -errno) in the order given."""
+
+    def __init__(self, ring, count):
+        self._ring, self._results, self._left = ring, [None] * count, count
+
+    def wait(self, timeout=None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._left:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            done = self._ring.wait(min_results=1, timeout=left)
+            if not done and deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError("key batch")
+            for c in done:
+                batch, i = c.userdata
+                batch._results[i] = c.result
+                batch._left -= 1
+        return self._results
+
+
 def _b(text):
     return os.fsencode(text)
 
@@ -138,6 +255,7 @@ class Iov:
         self.size = size
         self.base = _iov_base(handle)
         self._keep = keep  # the caller's buffer object, kept alive with us
+        _live_iovs.add(self)
 
     @classmethod
     def create(cls, mount, size, block_size=0, numa=-1):
@@ -288,6 +406,69 @@ class Ring:
 
     def submit(self):
         return _check(_ring_submit(self._handle), "ring submit")
+
+    def prepare_key(self, op, keydir, name, segments=(), flags=0, timeout_ms=0,
+                    userdata=None):
+        """Queue one key entry (op: KEY_PUT ... KEY_WAIT); returns its slot."""
+        segs = [_segment(x) for x in segments]
+        array = (_KeySeg * max(1, len(segs)))()
+        for i, (iov, offset, length) in enumerate(segs):
+            array[i] = _KeySeg(iov._handle, offset, length)
+        token = self._next_token
+        self._next_token += 1
+        fd = keydir.fd if isinstance(keydir, KeyDir) else int(keydir)
+        rc = _ring_prep_key(self._handle, op, fd, os.fsencode(name), array, len(segs), flags,
+                            timeout_ms, token)
+        _check(rc, "ring prepare key")
+        self._userdata[token] = userdata
+        return rc
+
+    def _keys(self, op, keydir, items, flags=0, timeout_ms=0):
+        """Submit items ((name, segments) pairs, or names) as key entries,
+        as many at a time as the ring takes; the batch's wait() gives the
+        results in order."""
+        items = list(items)
+        batch = KeyBatch(self, len(items))
+        queued = 0
+        for i, item in enumerate(items):
+            name, segs = (item, ()) if isinstance(item, (str, bytes)) else item
+            while True:
+                try:
+                    self.prepare_key(op, keydir, name, segs, flags, timeout_ms, (batch, i))
+                    break
+                except OSError as e:
+                    if e.errno != _errno.EAGAIN:
+                        raise
+                    self.submit()  # ring full: take some completions first
+                    for c in self.wait(min_results=1):
+                        b, j = c.userdata
+                        b._results[j] = c.result
+                        b._left -= 1
+            queued += 1
+        self.submit()
+        return batch
+
+    def put_keys(self, keydir, items, replace=False):
+        """Put keys: items are (name, [segment, ...]); a key is its segments
+        back to back. Results: the size, or -EEXIST (unless replace)."""
+        return self._keys(KEY_PUT, keydir, items, KEY_REPLACE if replace else 0)
+
+    def get_keys(self, keydir, items):
+        """Get keys into (name, [segment, ...]): -EMSGSIZE unless the
+        segments add up to the key's size."""
+        return self._keys(KEY_GET, keydir, items)
+
+    def exists_keys(self, keydir, names):
+        return self._keys(KEY_EXISTS, keydir, names)
+
+    def remove_keys(self, keydir, names):
+        return self._keys(KEY_REMOVE, keydir, names)
+
+    def wait_keys(self, keydir, names, timeout=None):
+        """Complete each name with its size once it exists, or -ETIMEDOUT
+        after timeout seconds (None: kvc-fuse's longest, an hour)."""
+        ms = 0 if timeout is None else max(1, int(timeout * 1000))
+        return self._keys(KEY_WAIT, keydir, names, timeout_ms=ms)
 
     def wait(self, max_results=0, min_results=0, timeout=None):
         """Completions (up to max_results; 0 = the ring's size), waiting for

@@ -1,0 +1,500 @@
+/* ring_keys: see ring_keys.h; protocol: docs/usrbio.md "Keys". */
+#include "fuse/ring_keys.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "core/layout.h"
+#include "fuse/ring_service.h"
+
+#define MAX_KEYS 256 /* a ring batch's entries at most */
+#define MAX_DIRS 8   /* distinct key directories per batch we group by */
+#define TEMP_MAX 48
+/* A key of several host segments up to BOUNCE_KEY bytes moves as one
+ * storage io through the worker's bounce buffer (the kernel gathers and
+ * scatters it: process_vm_readv/writev): one chunk piece instead of one
+ * per segment. Larger keys, and device segments, go segment by segment. */
+#define BOUNCE_KEY (1u << 20)
+#define BOUNCE_BYTES (32u << 20)
+_Static_assert(MAX_KEYS <= KVC_WIRE_MAX_KEYS, "one message per kind and directory");
+
+/* One key entry of the batch, copied and checked. */
+struct key {
+	int64_t *result;
+	uint32_t op, slot;
+	uint64_t userdata;
+	struct kvc_ring_key_desc d;
+	struct kvc_ring_key_seg segs[KVC_RING_KEY_MAX_SEGS];
+	void *mem[KVC_RING_KEY_MAX_SEGS];
+	int dev[KVC_RING_KEY_MAX_SEGS];
+	uint64_t total;
+	int dir;            /* index into the batch's dirs */
+	int rc;             /* 0 while it goes on */
+	struct kvc_attr attr;
+	int first_io, ios;  /* its storage ios */
+	char *bounce;       /* its bytes in the bounce buffer, or NULL */
+	char temp[TEMP_MAX];
+	uint32_t temp_len;
+};
+
+struct dir {
+	uint64_t ino;
+	struct kvc_attr attr;
+	int rc;
+};
+
+struct kvc_ring_keys_scratch {
+	struct key keys[MAX_KEYS];
+	struct dir dirs[MAX_DIRS];
+	struct kvc_storage_io io[MAX_KEYS * KVC_RING_KEY_MAX_SEGS];
+	int dev[MAX_KEYS * KVC_RING_KEY_MAX_SEGS];
+	struct kvc_storage_io split[MAX_KEYS * KVC_RING_KEY_MAX_SEGS];
+	int split_dev[KVC_DEVICE_MAX_IOS];
+	int from[MAX_KEYS * KVC_RING_KEY_MAX_SEGS];
+	struct kvc_meta_keyname mk[MAX_KEYS];
+	struct kvc_msg_key_result res[MAX_KEYS];
+	struct key *group[MAX_KEYS];
+	char *bounce; /* BOUNCE_BYTES, made on first use */
+	struct iovec local[KVC_RING_KEY_MAX_SEGS], remote[KVC_RING_KEY_MAX_SEGS];
+};
+
+void kvc_ring_keys_scratch_free(struct kvc_ring_keys_scratch *scratch)
+{
+	if (scratch)
+		free(scratch->bounce);
+	free(scratch);
+}
+
+int kvc_ring_keys_decode(const void *raw, size_t len, uint32_t op,
+                         struct kvc_ring_key_desc *desc, struct kvc_ring_key_seg *segs)
+{
+	struct kvc_ring_key_desc d;
+	if (len < sizeof(d))
+		return -EINVAL;
+	memcpy(&d, raw, sizeof(d));
+	if (d.nsegs > KVC_RING_KEY_MAX_SEGS)
+		return -E2BIG;
+	if (len != sizeof(d) + (size_t)d.nsegs * sizeof(*segs))
+		return -EINVAL;
+	if (d.name_len > KVC_RING_KEY_MAX_NAME)
+		return -ENAMETOOLONG;
+	int rc = kvc_wire_name_check(d.name, d.name_len);
+	if (rc < 0)
+		return rc;
+	bool data = op == KVC_RING_KEY_PUT || op == KVC_RING_KEY_GET;
+	if ((d.flags & ~KVC_RING_KEY_REPLACE) || (d.flags && op != KVC_RING_KEY_PUT) ||
+	    (d.nsegs && !data) || d.timeout_ms > KVC_RING_KEY_MAX_WAIT_MS || (d.mode & ~07777u))
+		return -EINVAL;
+	memcpy(segs, (const char *)raw + sizeof(d), (size_t)d.nsegs * sizeof(*segs));
+	for (int i = 0; i < d.nsegs; i++)
+		if (segs[i].length == 0 || segs[i].reserved)
+			return -EINVAL;
+	*desc = d;
+	return 0;
+}
+
+/* Copy len bytes of client memory at src: the kernel copies, so memory
+ * the client shrank is -EFAULT here, never a SIGBUS. */
+static int copy_in(void *dst, const void *src, size_t len)
+{
+	struct iovec local = {dst, len}, remote = {(void *)src, len};
+	ssize_t n = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+	return n == (ssize_t)len ? 0 : -EFAULT;
+}
+
+/* Segments: inside their iovs, not overlapping each other, sizes summed. */
+static int resolve_segs(struct kvc_usrbio_client *c, struct key *k)
+{
+	uint64_t total = 0;
+	for (int i = 0; i < k->d.nsegs; i++) {
+		const struct kvc_ring_key_seg *s = &k->segs[i];
+		int rc = kvc_usrbio_resolve_iov(c, s->iov_handle, s->offset, s->length, &k->mem[i],
+		                                &k->dev[i]);
+		if (rc < 0)
+			return rc;
+		for (int j = 0; j < i; j++) {
+			const struct kvc_ring_key_seg *t = &k->segs[j];
+			if (t->iov_handle == s->iov_handle && s->offset < t->offset + t->length &&
+			    t->offset < s->offset + s->length)
+				return -EINVAL;
+		}
+		total += s->length; /* each is inside an iov: no overflow */
+	}
+	if (total > KVC_LAYOUT_MAX_FILE_SIZE)
+		return -EFBIG;
+	k->total = total;
+	return 0;
+}
+
+static int dir_of(struct kvc_ring_keys_scratch *s, int *dirs, struct kvc_fuse *fs, uint64_t ino)
+{
+	for (int i = 0; i < *dirs; i++)
+		if (s->dirs[i].ino == ino)
+			return i;
+	if (*dirs == MAX_DIRS)
+		return -EMFILE; /* too many key directories in one batch: resubmit */
+	struct dir *d = &s->dirs[*dirs];
+	d->ino = ino;
+	d->rc = kvc_meta_client_getattr(&fs->meta, ino, &d->attr);
+	if (d->rc == 0 && !S_ISDIR(d->attr.mode))
+		d->rc = -ENOTDIR;
+	return (*dirs)++;
+}
+
+/* Copy and check one entry; k->rc says how it went. */
+static void prepare(const struct kvc_ring_keys_batch *b, struct kvc_ring_keys_scratch *s,
+                    int *dirs, const struct kvc_ring_sqe *e, struct key *k)
+{
+	void *raw;
+	int dev = -1;
+	uint8_t copy[KVC_RING_KEY_DESC_MAX];
+	struct kvc_usrbio_file file;
+	/* Longer than any descriptor: copy what decode needs to say why
+	 * (too many segments), it refuses the length itself. */
+	size_t take = e->length < sizeof(copy) ? e->length : sizeof(copy);
+	int rc = e->length < sizeof(k->d) || e->file_offset ? -EINVAL
+	       : kvc_usrbio_resolve_iov(b->client, e->iov_handle, e->iov_offset, e->length, &raw,
+	                                &dev);
+	if (rc == 0 && dev >= 0)
+		rc = -EINVAL; /* a descriptor lives in host memory */
+	if (rc == 0)
+		rc = copy_in(copy, raw, take);
+	if (rc == 0)
+		rc = kvc_ring_keys_decode(copy, e->length, e->op, &k->d, k->segs);
+	if (rc == 0)
+		rc = kvc_usrbio_resolve_file(b->client, e->fd, &file);
+	if (rc == 0 && !file.dir)
+		rc = -ENOTDIR;
+	if (rc == 0)
+		rc = resolve_segs(b->client, k);
+	if (rc == 0)
+		rc = k->dir = dir_of(s, dirs, b->fs, file.ino);
+	if (rc >= 0)
+		rc = s->dirs[k->dir].rc;
+	bool writes = e->op == KVC_RING_KEY_PUT || e->op == KVC_RING_KEY_REMOVE;
+	if (rc == 0)
+		rc = kvc_usrbio_client_may(b->client, &s->dirs[k->dir].attr,
+		                           X_OK | (writes ? W_OK : 0));
+	k->rc = rc < 0 ? rc : 0;
+}
+
+/* One KEYS_* message for the keys of dir d in group[0..n). */
+static int meta_call(struct kvc_fuse *fs, struct kvc_ring_keys_scratch *s, uint16_t type,
+                     const struct dir *d, const struct kvc_usrbio_client *c, uint32_t flags,
+                     int n)
+{
+	for (int i = 0; i < n; i++) {
+		struct key *k = s->group[i];
+		s->mk[i] = (struct kvc_meta_keyname){.name = k->d.name, .name_len = k->d.name_len,
+		                                 .temp = k->temp, .temp_len = k->temp_len,
+		                                 .size = k->total};
+		if (type == KVC_MSG_KEYS_CREATE) /* the temp is what is made */
+			s->mk[i].name = k->temp, s->mk[i].name_len = k->temp_len;
+	}
+	uint32_t mode = n ? s->group[0]->d.mode : 0;
+	struct kvc_msg_keys m = {.parent = d->ino, .count = (uint32_t)n, .flags = flags,
+	                         .mode = mode ? mode : 0644, .uid = c->uid,
+	                         .gid = d->attr.mode & S_ISGID ? d->attr.gid : c->gid};
+	return n ? kvc_meta_client_keys(&fs->meta, type, &m, s->mk, s->res) : 0;
+}
+
+/* Gather the keys of dir `di` that pass `want` into group. */
+static int gather(struct kvc_ring_keys_scratch *s, int count, int di,
+                  bool (*want)(const struct key *k, const void *arg), const void *arg)
+{
+	int n = 0;
+	for (int i = 0; i < count; i++)
+		if (s->keys[i].rc == 0 && s->keys[i].dir == di && want(&s->keys[i], arg))
+			s->group[n++] = &s->keys[i];
+	return n;
+}
+
+static bool op_is(const struct key *k, const void *arg)
+{
+	return k->op == *(const uint32_t *)arg;
+}
+
+static bool looks_up(const struct key *k, const void *arg)
+{
+	(void)arg;
+	return k->op == KVC_RING_KEY_GET || k->op == KVC_RING_KEY_EXISTS ||
+	       k->op == KVC_RING_KEY_WAIT;
+}
+
+static bool put_with(const struct key *k, const void *arg)
+{
+	return k->op == KVC_RING_KEY_PUT && k->temp_len &&
+	       (k->d.flags & KVC_RING_KEY_REPLACE) == *(const uint32_t *)arg;
+}
+
+/* Results of a call for its group: the whole message's failure, or each
+ * key's own. */
+static void take_results(struct kvc_ring_keys_scratch *s, int n, int rc)
+{
+	for (int i = 0; i < n; i++) {
+		s->group[i]->rc = rc < 0 ? rc : s->res[i].rc;
+		if (rc == 0 && s->res[i].rc == 0)
+			s->group[i]->attr = s->res[i].attr;
+	}
+}
+
+/* Move a bounced key between the bounce buffer and its segments (the
+ * kernel copies: memory the client shrank is -EFAULT, never a SIGBUS). */
+static int bounce_copy(struct kvc_ring_keys_scratch *s, const struct key *k, bool in)
+{
+	for (int i = 0; i < k->d.nsegs; i++)
+		s->remote[i] = (struct iovec){k->mem[i], k->segs[i].length};
+	s->local[0] = (struct iovec){k->bounce, k->total};
+	ssize_t n = in ? process_vm_readv(getpid(), s->local, 1, s->remote, k->d.nsegs, 0)
+	               : process_vm_writev(getpid(), s->local, 1, s->remote, k->d.nsegs, 0);
+	return n == (ssize_t)k->total ? 0 : -EFAULT;
+}
+
+/* Whether key k (several host segments, small) goes through the bounce
+ * buffer at *used; advances *used. */
+static bool bounce(struct kvc_ring_keys_scratch *s, struct key *k, size_t *used)
+{
+	k->bounce = NULL;
+	if (k->d.nsegs < 2 || k->total > BOUNCE_KEY || BOUNCE_BYTES - *used < k->total)
+		return false;
+	for (int i = 0; i < k->d.nsegs; i++)
+		if (k->dev[i] >= 0)
+			return false;
+	if (!s->bounce && !(s->bounce = malloc(BOUNCE_BYTES)))
+		return false;
+	k->bounce = s->bounce + *used;
+	*used += k->total;
+	return true;
+}
+
+/* The storage ios of a key: its segments in order, back to back (or its
+ * bounce buffer, gathered first for a put). */
+static int add_ios(struct kvc_ring_keys_scratch *s, int count, struct key *k, size_t *used,
+                   bool read)
+{
+	uint64_t offset = 0;
+	k->first_io = count;
+	if (bounce(s, k, used)) {
+		k->rc = read ? 0 : bounce_copy(s, k, true);
+		s->io[count] = (struct kvc_storage_io){.inode = k->attr.ino, .layout = k->attr.layout,
+		                                       .length = k->total, .buf = k->bounce};
+		s->dev[count++] = -1;
+		k->ios = k->rc ? 0 : 1;
+		return k->rc ? count - 1 : count;
+	}
+	for (int i = 0; i < k->d.nsegs; i++) {
+		s->io[count] = (struct kvc_storage_io){.inode = k->attr.ino, .layout = k->attr.layout,
+		                                       .offset = offset, .length = k->segs[i].length,
+		                                       .buf = k->mem[i]};
+		s->dev[count++] = k->dev[i];
+		offset += k->segs[i].length;
+	}
+	k->ios = k->d.nsegs;
+	return count;
+}
+
+/* Run ios: device ones through device_io (in runs it takes), host ones
+ * straight, in one batch each. */
+static void run_storage(const struct kvc_ring_keys_batch *b, struct kvc_ring_keys_scratch *s,
+                        int count, bool read)
+{
+	struct kvc_fuse *fs = b->fs;
+	int host = 0;
+	for (int i = 0; i < count; i++)
+		if (s->dev[i] < 0) {
+			s->split[host] = s->io[i];
+			s->from[host++] = i;
+		}
+	if (host > 0 && read)
+		kvc_storage_client_read_batch(&fs->storage, s->split, host);
+	else if (host > 0)
+		kvc_storage_client_write_batch(&fs->storage, s->split, host);
+	for (int j = 0; j < host; j++)
+		s->io[s->from[j]].result = s->split[j].result;
+	for (int i = 0; i < count;) {
+		int n = 0;
+		for (; i < count && n < KVC_DEVICE_MAX_IOS; i++)
+			if (s->dev[i] >= 0) {
+				s->split[n] = s->io[i];
+				s->split_dev[n] = s->dev[i];
+				s->from[n++] = i;
+			}
+		if (n > 0)
+			kvc_device_io_run(b->stager, (size_t)fs->config.gpu_staging_mb << 20, &fs->storage,
+			                  s->split, s->split_dev, n, read);
+		for (int j = 0; j < n; j++)
+			s->io[s->from[j]].result = s->split[j].result;
+	}
+}
+
+static int io_result(const struct kvc_ring_keys_scratch *s, const struct key *k)
+{
+	for (int i = 0; i < k->ios; i++)
+		if (s->io[k->first_io + i].result < 0)
+			return s->io[k->first_io + i].result;
+	return 0;
+}
+
+/* The kernel may cache (parent, name) as absent, or as another inode:
+ * drop its dentry so the mount sees what the ring did. */
+static void inval_entry(struct kvc_fuse *fs, uint64_t parent, const struct key *k)
+{
+	if (fs->session)
+		fuse_lowlevel_notify_inval_entry(fs->session, parent, k->d.name, k->d.name_len);
+}
+
+static atomic_uint_fast64_t temp_counter;
+
+/* Lookups (get, exists, wait; removes under a sticky directory), creates
+ * of the puts' temps, removes: the namespace work before the I/O. */
+static void namespace_first(const struct kvc_ring_keys_batch *b, struct kvc_ring_keys_scratch *s,
+                            int count, int di)
+{
+	struct dir *d = &s->dirs[di];
+	static const uint32_t put = KVC_RING_KEY_PUT, rm = KVC_RING_KEY_REMOVE;
+	int n = gather(s, count, di, looks_up, NULL);
+	take_results(s, n, meta_call(b->fs, s, KVC_MSG_KEYS_LOOKUP, d, b->client, 0, n));
+	/* Sticky directory: only the key's or the directory's owner removes. */
+	if ((d->attr.mode & S_ISVTX) && b->client->uid != 0 && b->client->uid != d->attr.uid) {
+		n = gather(s, count, di, op_is, &rm);
+		take_results(s, n, meta_call(b->fs, s, KVC_MSG_KEYS_LOOKUP, d, b->client, 0, n));
+		for (int i = 0; i < n; i++)
+			if (s->group[i]->rc == 0 && s->group[i]->attr.uid != b->client->uid)
+				s->group[i]->rc = -EPERM;
+	}
+	n = gather(s, count, di, op_is, &rm);
+	take_results(s, n, meta_call(b->fs, s, KVC_MSG_KEYS_REMOVE, d, b->client, 0, n));
+	for (int i = 0; i < n; i++)
+		inval_entry(b->fs, d->ino, s->group[i]);
+	/* Puts: temps by mode (the message carries one). */
+	for (int i = 0; i < count; i++) {
+		struct key *k = &s->keys[i];
+		if (k->rc || k->op != KVC_RING_KEY_PUT || k->dir != di || k->temp_len)
+			continue;
+		n = 0;
+		for (int j = i; j < count; j++) {
+			struct key *o = &s->keys[j];
+			if (o->rc == 0 && o->op == put && o->dir == di && !o->temp_len &&
+			    o->d.mode == k->d.mode) {
+				uint64_t id = atomic_fetch_add(&temp_counter, 1);
+				o->temp_len = (uint32_t)snprintf(o->temp, sizeof(o->temp),
+				                                 ".kvc-key.%d.%" PRIx64, (int)getpid(), id);
+				s->group[n++] = o;
+			}
+		}
+		take_results(s, n, meta_call(b->fs, s, KVC_MSG_KEYS_CREATE, d, b->client, 0, n));
+	}
+}
+
+/* After the I/O: publish the puts that wrote (by flag), remove the temps
+ * of those that did not. */
+static void publish(const struct kvc_ring_keys_batch *b, struct kvc_ring_keys_scratch *s,
+                    int count, int di)
+{
+	struct dir *d = &s->dirs[di];
+	for (uint32_t flags = 0; flags <= KVC_RING_KEY_REPLACE; flags++) {
+		int n = gather(s, count, di, put_with, &flags);
+		take_results(s, n, meta_call(b->fs, s, KVC_MSG_KEYS_PUBLISH, d, b->client, flags, n));
+		for (int i = 0; i < n; i++) {
+			s->group[i]->temp_len = 0; /* published, or removed by the publish */
+			if (s->group[i]->rc == 0) {
+				inval_entry(b->fs, d->ino, s->group[i]);
+				kvc_ring_keys_notify(b->fs, d->ino, s->group[i]->d.name,
+				                     s->group[i]->d.name_len);
+			}
+		}
+	}
+	int n = 0;
+	for (int i = 0; i < count; i++) { /* failed writes: their temps go */
+		struct key *k = &s->keys[i];
+		if (k->op == KVC_RING_KEY_PUT && k->dir == di && k->temp_len && k->rc < 0) {
+			memcpy(k->d.name, k->temp, k->temp_len); /* the name is done with */
+			k->d.name_len = (uint16_t)k->temp_len;
+			s->group[n++] = k;
+		}
+	}
+	int keep[MAX_KEYS];
+	for (int i = 0; i < n; i++)
+		keep[i] = s->group[i]->rc;
+	meta_call(b->fs, s, KVC_MSG_KEYS_REMOVE, d, b->client, 0, n);
+	for (int i = 0; i < n; i++)
+		s->group[i]->rc = keep[i];
+}
+
+void kvc_ring_keys_execute(const struct kvc_ring_keys_batch *b)
+{
+	struct kvc_ring_keys_scratch *s = *b->scratch;
+	if (!s)
+		s = *b->scratch = malloc(sizeof(*s));
+	if (!s) {
+		for (int i = 0; i < b->count; i++)
+			b->results[b->index[i]] = -ENOMEM;
+		return;
+	}
+	int count = b->count < MAX_KEYS ? b->count : MAX_KEYS, dirs = 0, ios = 0;
+	size_t used = 0;
+	for (int i = 0; i < count; i++) {
+		const struct kvc_ring_sqe *e = &b->sqes[b->index[i]];
+		struct key *k = &s->keys[i];
+		k->result = &b->results[b->index[i]];
+		k->op = e->op;
+		k->slot = (b->head + b->index[i]) & b->mask;
+		k->userdata = e->userdata;
+		k->temp_len = 0;
+		k->ios = 0;
+		k->bounce = NULL;
+		k->attr = (struct kvc_attr){0};
+		prepare(b, s, &dirs, e, k);
+	}
+	for (int di = 0; di < dirs; di++)
+		namespace_first(b, s, count, di);
+	/* Reads of the gets, writes of the puts: one batch each. */
+	for (int pass = 0; pass < 2; pass++) {
+		bool read = pass == 0;
+		ios = 0;
+		used = 0;
+		for (int i = 0; i < count; i++) {
+			struct key *k = &s->keys[i];
+			if (k->rc || k->op != (read ? KVC_RING_KEY_GET : KVC_RING_KEY_PUT))
+				continue;
+			if (read && kvc_usrbio_client_may(b->client, &k->attr, R_OK) < 0)
+				k->rc = -EACCES;
+			else if (read && k->attr.size != k->total)
+				k->rc = -EMSGSIZE; /* segments must match the key, never a partial copy */
+			else
+				ios = add_ios(s, ios, k, &used, read);
+		}
+		if (ios > 0)
+			run_storage(b, s, ios, read);
+		for (int i = 0; i < count; i++) {
+			struct key *k = &s->keys[i];
+			if (k->rc == 0 && k->ios)
+				k->rc = io_result(s, k);
+			if (k->rc == 0 && k->ios && read && k->bounce)
+				k->rc = bounce_copy(s, k, false); /* scatter what was read */
+		}
+	}
+	for (int di = 0; di < dirs; di++)
+		publish(b, s, count, di);
+	for (int i = 0; i < count; i++) {
+		struct key *k = &s->keys[i];
+		int64_t result = k->rc < 0 ? k->rc : (int64_t)k->attr.size;
+		if (k->op == KVC_RING_KEY_WAIT && k->rc == -ENOENT) {
+			int rc = kvc_ring_keys_park(b->fs, b->ring, b->client->uid, k->slot, k->userdata,
+			                            s->dirs[k->dir].ino, k->d.name, k->d.name_len,
+			                            k->d.timeout_ms);
+			result = rc < 0 ? rc : KVC_RING_KEYS_PARKED;
+		}
+		*k->result = result;
+	}
+	for (int i = count; i < b->count; i++)
+		b->results[b->index[i]] = -EAGAIN; /* cannot happen: a batch is <= MAX_KEYS */
+}

@@ -1,0 +1,245 @@
+/* meta_keys: see meta_keys.h; messages: docs/protocol.md (KEYS_*). */
+#include "meta/meta_keys.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/lmdb_txn.h"
+#include "meta/meta_store_internal.h"
+
+static bool take(const uint8_t *in, uint32_t len, uint32_t *off, void *out, uint32_t n)
+{
+	if (len - *off < n)
+		return false;
+	if (out)
+		memcpy(out, in + *off, n);
+	*off += n;
+	return true;
+}
+
+int kvc_meta_keys_parse(uint16_t type, const struct kvc_msg_keys *m, const uint8_t *in, uint32_t len,
+                 struct kvc_meta_key_record *recs)
+{
+	uint32_t off = 0;
+	for (uint32_t i = 0; i < m->count; i++) {
+		struct kvc_meta_key_record *r = &recs[i];
+		*r = (struct kvc_meta_key_record){0};
+		if (type == KVC_MSG_KEYS_PUBLISH &&
+		    (!take(in, len, &off, &r->size, 8) || !take(in, len, &off, &r->temp_len, 4)))
+			return -EINVAL;
+		if (!take(in, len, &off, &r->name_len, 4))
+			return -EINVAL;
+		if (r->temp_len > KVC_WIRE_MAX_NAME || r->name_len > KVC_WIRE_MAX_NAME + 1)
+			return -EINVAL;
+		r->temp = (const char *)in + off;
+		if (!take(in, len, &off, NULL, r->temp_len))
+			return -EINVAL;
+		r->name = (const char *)in + off;
+		if (!take(in, len, &off, NULL, r->name_len))
+			return -EINVAL;
+	}
+	return off == len ? 0 : -EINVAL;
+}
+
+/* A failure that concerns one name only (nothing was changed for it). */
+static bool per_name(int rc)
+{
+	return rc == -ENOENT || rc == -EEXIST || rc == -EISDIR || rc == -EINVAL ||
+	       rc == -ENAMETOOLONG;
+}
+
+static int dirent_put(struct kvc_meta_store *s, MDB_txn *txn, uint64_t parent,
+                      const char *name, uint32_t len, uint64_t ino, uint32_t mode)
+{
+	uint8_t key[KVC_META_DIRENT_KEY_MAX];
+	struct kvc_meta_dirent value = {ino, mode & (uint32_t)S_IFMT, 0};
+	MDB_val k = {kvc_meta_dirent_key(key, parent, name, len), key},
+		v = {sizeof(value), &value};
+	return kvc_lmdb_errno(mdb_put(txn, s->dirents, &k, &v, 0));
+}
+
+static int dirent_del(struct kvc_meta_store *s, MDB_txn *txn, uint64_t parent,
+                      const char *name, uint32_t len)
+{
+	uint8_t key[KVC_META_DIRENT_KEY_MAX];
+	MDB_val k = {kvc_meta_dirent_key(key, parent, name, len), key};
+	return kvc_lmdb_errno(mdb_del(txn, s->dirents, &k, NULL));
+}
+
+/* The regular file at (parent, name): -ENOENT, -EISDIR (a directory),
+ * -EINVAL (another type), -errno. */
+static int file_get(struct kvc_meta_store *s, MDB_txn *txn, uint64_t parent, const char *name,
+                    uint32_t len, struct kvc_inode_record *rec)
+{
+	struct kvc_meta_dirent d;
+	int rc = kvc_wire_name_check(name, len);
+	if (rc == 0)
+		rc = kvc_meta_dirent_get(s, txn, parent, name, len, &d);
+	if (rc == 0)
+		rc = kvc_meta_inode_get(s, txn, d.ino, rec);
+	if (rc == 0 && !S_ISREG(rec->attr.mode))
+		rc = S_ISDIR(rec->attr.mode) ? -EISDIR : -EINVAL;
+	return rc;
+}
+
+/* A new regular file's record under dir (as meta_names.c places files:
+ * the next inode id, the next first target, the parent's layout). */
+static int new_file(struct kvc_meta_store *s, MDB_txn *txn, const struct kvc_inode_record *dir,
+                    const struct kvc_msg_keys *m, struct kvc_inode_record *rec)
+{
+	uint64_t next_ino;
+	uint32_t next_target;
+	int rc = kvc_meta_state_get(s, txn, "next_ino", &next_ino, sizeof(next_ino));
+	if (rc == 0)
+		rc = kvc_meta_state_get(s, txn, "next_target", &next_target, sizeof(next_target));
+	if (rc < 0)
+		return rc;
+	struct kvc_layout layout = dir->attr.layout;
+	layout.target_count = s->default_layout.target_count;
+	if (layout.stripe > layout.target_count)
+		layout.stripe = layout.target_count;
+	layout.first_target = next_target % layout.target_count;
+	int64_t now = kvc_meta_now_ns();
+	*rec = (struct kvc_inode_record){.magic = KVC_INODE_MAGIC, .parent = dir->attr.ino};
+	rec->attr = (struct kvc_attr){.ino = next_ino, .mode = S_IFREG | (m->mode & 07777),
+	                              .uid = m->uid, .gid = m->gid, .nlink = 1, .atime_ns = now,
+	                              .mtime_ns = now, .ctime_ns = now, .layout = layout};
+	next_ino++;
+	next_target = (next_target + 1) % layout.target_count;
+	rc = kvc_meta_state_put(s, txn, "next_ino", &next_ino, sizeof(next_ino));
+	if (rc == 0)
+		rc = kvc_meta_state_put(s, txn, "next_target", &next_target, sizeof(next_target));
+	return rc;
+}
+
+static int key_create(struct kvc_meta_store *s, MDB_txn *txn, const struct kvc_inode_record *dir,
+                      const struct kvc_msg_keys *m, const struct kvc_meta_key_record *r,
+                      struct kvc_attr *attr)
+{
+	struct kvc_meta_dirent d;
+	struct kvc_inode_record rec;
+	int rc = kvc_wire_name_check(r->name, r->name_len);
+	if (rc == 0) {
+		rc = kvc_meta_dirent_get(s, txn, dir->attr.ino, r->name, r->name_len, &d);
+		rc = rc == 0 ? -EEXIST : rc == -ENOENT ? 0 : rc;
+	}
+	if (rc == 0)
+		rc = new_file(s, txn, dir, m, &rec);
+	if (rc == 0)
+		rc = kvc_meta_inode_put(s, txn, &rec);
+	if (rc == 0)
+		rc = dirent_put(s, txn, dir->attr.ino, r->name, r->name_len, rec.attr.ino,
+		                rec.attr.mode);
+	if (rc == 0)
+		*attr = rec.attr;
+	return rc;
+}
+
+/* Remove (parent, name) of rec: its name goes, the inode follows the
+ * usual rules (gc queue, or an orphan while open somewhere). */
+static int drop(struct kvc_meta_store *s, MDB_txn *txn, uint64_t parent, const char *name,
+                uint32_t len, const struct kvc_inode_record *rec)
+{
+	int rc = dirent_del(s, txn, parent, name, len);
+	return rc == 0 ? kvc_meta_inode_unlinked(s, txn, rec) : rc;
+}
+
+static int key_publish(struct kvc_meta_store *s, MDB_txn *txn, uint64_t parent, uint32_t flags,
+                       const struct kvc_meta_key_record *r, struct kvc_attr *attr)
+{
+	struct kvc_inode_record temp, old;
+	int rc = kvc_wire_name_check(r->name, r->name_len);
+	if (rc == 0)
+		rc = file_get(s, txn, parent, r->temp, r->temp_len, &temp);
+	if (rc < 0)
+		return rc == -EISDIR ? -EINVAL : rc;
+	int found = file_get(s, txn, parent, r->name, r->name_len, &old);
+	if (found != -ENOENT && (found < 0 || !(flags & KVC_KEYS_REPLACE))) {
+		/* Taken (or not a file): the key stays as it is, the temp goes. */
+		rc = drop(s, txn, parent, r->temp, r->temp_len, &temp);
+		return rc < 0 ? rc : found == 0 ? -EEXIST : found;
+	}
+	if (found == 0)
+		rc = drop(s, txn, parent, r->name, r->name_len, &old);
+	if (rc == 0)
+		rc = dirent_del(s, txn, parent, r->temp, r->temp_len);
+	if (rc == 0)
+		rc = dirent_put(s, txn, parent, r->name, r->name_len, temp.attr.ino, temp.attr.mode);
+	if (rc < 0)
+		return rc;
+	int64_t now = kvc_meta_now_ns();
+	temp.attr.size = r->size;
+	temp.attr.mtime_ns = temp.attr.ctime_ns = now;
+	rc = kvc_meta_inode_put(s, txn, &temp);
+	if (rc == 0)
+		*attr = temp.attr;
+	return rc;
+}
+
+static int key_one(struct kvc_meta_store *s, MDB_txn *txn, uint16_t type,
+                   const struct kvc_inode_record *dir, const struct kvc_msg_keys *m,
+                   const struct kvc_meta_key_record *r, struct kvc_attr *attr)
+{
+	struct kvc_inode_record rec;
+	int rc;
+	switch (type) { /* every type is a case: no default acts */
+	case KVC_MSG_KEYS_CREATE:
+		return key_create(s, txn, dir, m, r, attr);
+	case KVC_MSG_KEYS_PUBLISH:
+		return key_publish(s, txn, dir->attr.ino, m->flags, r, attr);
+	case KVC_MSG_KEYS_REMOVE:
+		rc = file_get(s, txn, dir->attr.ino, r->name, r->name_len, &rec);
+		if (rc == 0)
+			rc = drop(s, txn, dir->attr.ino, r->name, r->name_len, &rec);
+		break;
+	case KVC_MSG_KEYS_LOOKUP:
+		rc = file_get(s, txn, dir->attr.ino, r->name, r->name_len, &rec);
+		break;
+	default:
+		return -EOPNOTSUPP;
+	}
+	if (rc == 0)
+		*attr = rec.attr;
+	return rc;
+}
+
+int kvc_meta_keys_run(struct kvc_meta_store *s, uint16_t type, const struct kvc_msg_keys *m,
+                      const uint8_t *records, uint32_t len, struct kvc_msg_key_result *out)
+{
+	if (m->count > KVC_WIRE_MAX_KEYS || (m->flags & ~KVC_KEYS_REPLACE))
+		return -EINVAL;
+	struct kvc_meta_key_record *recs = calloc(m->count ? m->count : 1, sizeof(*recs));
+	if (!recs)
+		return -ENOMEM;
+	int rc = kvc_meta_keys_parse(type, m, records, len, recs);
+	bool write = type != KVC_MSG_KEYS_LOOKUP, changed = false;
+	MDB_txn *txn = NULL;
+	struct kvc_inode_record dir;
+	if (rc == 0)
+		rc = kvc_meta_begin(s, write, &txn);
+	if (rc < 0) {
+		free(recs);
+		return rc;
+	}
+	rc = kvc_meta_parent_get(s, txn, m->parent, &dir);
+	for (uint32_t i = 0; rc == 0 && i < m->count; i++) {
+		out[i] = (struct kvc_msg_key_result){0};
+		int one = key_one(s, txn, type, &dir, m, &recs[i], &out[i].attr);
+		if (one < 0 && !per_name(one))
+			rc = one;
+		out[i].rc = one;
+		changed |= write && (one == 0 || type == KVC_MSG_KEYS_PUBLISH);
+	}
+	if (rc == 0 && changed) {
+		dir.attr.mtime_ns = dir.attr.ctime_ns = kvc_meta_now_ns();
+		rc = kvc_meta_inode_put(s, txn, &dir);
+	}
+	free(recs);
+	if (!write) {
+		mdb_txn_abort(txn);
+		return rc;
+	}
+	return kvc_lmdb_finish(txn, rc);
+}

@@ -1,0 +1,230 @@
+"""Ring keys (issue 11): put, get, exists, remove and wait of keys through
+USRBIO rings, with random scatter-gather layouts, against a live cluster:
+keys cross between the ring and the FUSE mount both ways, waits are
+released by another process's put or time out, permissions are checked
+for the ring's uid, and malformed entries fail alone."""
+import errno
+import os
+import pwd
+import random
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import LIBKVC, ROOT
+
+sys.path.insert(0, str(ROOT / "tools" / "python"))
+os.environ.setdefault("KVC_LIB", str(LIBKVC))
+
+import kvcfs  # noqa: E402
+
+MiB = 1 << 20
+
+
+def layout(rng, size, iovs, used):
+    """Random segments adding up to size: 1..64 pieces, each placed at a
+    free random spot of one of the iovs (used: taken ranges per iov)."""
+    count = rng.randint(1, min(64, size))
+    cuts = sorted(rng.sample(range(1, size), count - 1)) if count > 1 else []
+    bounds = [0] + cuts + [size]
+    segs = []
+    for a, b in zip(bounds, bounds[1:]):
+        n = b - a
+        while True:
+            iov = rng.choice(iovs)
+            at = rng.randrange(0, iov.size - n)
+            if all(at + n <= x or y <= at for x, y in used[id(iov)]):
+                used[id(iov)].append((at, at + n))
+                segs.append((iov, at, n))
+                break
+    return segs
+
+
+def fill(segs, data):
+    off = 0
+    for iov, at, n in segs:
+        iov.memoryview()[at:at + n] = data[off:off + n]
+        off += n
+
+
+def collect(segs):
+    return b"".join(bytes(iov.memoryview()[at:at + n]) for iov, at, n in segs)
+
+
+@pytest.fixture
+def ring(cluster):
+    r = kvcfs.Ring(str(cluster.mount), 64, for_read=False)
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def iovs(cluster):
+    made = [kvcfs.Iov.create(str(cluster.mount), 24 * MiB) for _ in range(2)]
+    for iov in made:
+        iov.unlink()
+    yield made
+    for iov in made:
+        iov.close()
+
+
+def test_round_trips_with_random_segment_layouts(ring, iovs, workdir):
+    rng = random.Random(11)
+    keys = kvcfs.KeyDir(workdir)
+    for rnd in range(3):
+        used = {id(i): [] for i in iovs}
+        names = [f"k{rnd}-{i}" for i in range(40)]
+        datas = [os.urandom(rng.choice([1, 100, 4096, 65536, 200_001])) for _ in names]
+        puts = []
+        for name, data in zip(names, datas):
+            segs = layout(rng, len(data), iovs, used)
+            fill(segs, data)
+            puts.append((name, segs))
+        assert ring.put_keys(keys, puts).wait() == [len(d) for d in datas]
+        assert ring.exists_keys(keys, names).wait() == [len(d) for d in datas]
+        used = {id(i): [] for i in iovs}
+        gets = [(name, layout(rng, len(d), iovs, used)) for name, d in zip(names, datas)]
+        assert ring.get_keys(keys, gets).wait() == [len(d) for d in datas]
+        for (name, segs), data in zip(gets, datas):
+            assert collect(segs) == data, name
+        # Again: -EEXIST, or replaced with KEY_REPLACE
+        assert ring.put_keys(keys, puts[:3]).wait() == [-errno.EEXIST] * 3
+        assert ring.put_keys(keys, puts[:3], replace=True).wait() == [len(d) for d in datas[:3]]
+        # A get whose segments do not add up to the size copies nothing
+        iov = iovs[0]
+        iov.memoryview()[0:8] = b"untouchd"
+        bad = [(names[0], [(iov, 0, len(datas[0]) + 1)])]
+        assert ring.get_keys(keys, bad).wait() == [-errno.EMSGSIZE]
+        assert bytes(iov.memoryview()[0:8]) == b"untouchd"
+        assert ring.remove_keys(keys, names[:20]).wait() == [len(d) for d in datas[:20]]
+        assert ring.exists_keys(keys, names).wait() == \
+            [-errno.ENOENT] * 20 + [len(d) for d in datas[20:]]
+        assert ring.get_keys(keys, gets[:1]).wait() == [-errno.ENOENT]
+    # No temp files left behind
+    assert not [n for n in os.listdir(workdir) if n.startswith(".kvc-key")]
+    keys.close()
+
+
+def test_keys_cross_between_the_ring_and_fuse(ring, iovs, workdir):
+    keys = kvcfs.KeyDir(workdir)
+    data = os.urandom(3 * MiB + 17)
+    # The kernel has looked the name up (a negative dentry) before the put
+    assert not (workdir / "from-ring").exists()
+    segs = [(iovs[0], 0, MiB), (iovs[1], 5 * MiB, len(data) - MiB)]
+    fill(segs, data)
+    assert ring.put_keys(keys, [("from-ring", segs)]).wait() == [len(data)]
+    assert (workdir / "from-ring").read_bytes() == data
+    other = os.urandom(777_777)
+    (workdir / "from-fuse").write_bytes(other)
+    segs = [(iovs[1], 0, 1000), (iovs[0], 100, len(other) - 1000)]
+    assert ring.get_keys(keys, [("from-fuse", segs)]).wait() == [len(other)]
+    assert collect(segs) == other
+    # Removed through the ring: gone from the mount too
+    assert ring.remove_keys(keys, ["from-ring"]).wait() == [len(data)]
+    assert not (workdir / "from-ring").exists()
+    os.unlink(workdir / "from-fuse")
+    assert ring.exists_keys(keys, ["from-fuse"]).wait() == [-errno.ENOENT]
+    keys.close()
+
+
+PUT_SCRIPT = textwrap.dedent("""
+    import os, sys
+    sys.path.insert(0, {path!r})
+    import kvcfs
+    mount, directory, name, size = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    ring = kvcfs.Ring(mount, 4, for_read=False)
+    iov = kvcfs.Iov.create(mount, size)
+    iov.unlink()
+    iov.memoryview()[:] = bytes([7]) * size
+    keys = kvcfs.KeyDir(directory)
+    print(ring.put_keys(keys, [(name, [(iov, 0, size)])]).wait()[0])
+""")
+
+
+def put_from_another_process(cluster, workdir, name, size, user=None):
+    script = PUT_SCRIPT.format(path=str(ROOT / "tools" / "python"))
+    cmd = [sys.executable, "-c", script, str(cluster.mount), str(workdir), name, str(size)]
+    if user:
+        cmd = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}",
+               "--clear-groups"] + cmd
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, KVC_LIB=str(LIBKVC)))
+
+
+def test_wait_is_released_by_a_put_from_another_process(cluster, ring, workdir):
+    keys = kvcfs.KeyDir(workdir)
+    batch = ring.wait_keys(keys, ["handoff", "handoff2"], timeout=60)
+    out = put_from_another_process(cluster, workdir, "handoff", 65536)
+    assert out.stdout.strip() == "65536", out.stderr
+    out = put_from_another_process(cluster, workdir, "handoff2", 100)
+    assert out.stdout.strip() == "100", out.stderr
+    assert batch.wait(timeout=30) == [65536, 100]
+    # A key that is there already completes at once
+    assert ring.wait_keys(keys, ["handoff"], timeout=60).wait(timeout=30) == [65536]
+    keys.close()
+
+
+def test_wait_times_out(ring, workdir):
+    keys = kvcfs.KeyDir(workdir)
+    assert ring.wait_keys(keys, ["never"], timeout=0.3).wait(timeout=30) == [-errno.ETIMEDOUT]
+    keys.close()
+
+
+def test_a_remove_during_a_wait_keeps_it_waiting(cluster, ring, iovs, workdir):
+    keys = kvcfs.KeyDir(workdir)
+    waiting = ring.wait_keys(keys, ["later"], timeout=60)
+    short = ring.wait_keys(keys, ["gone"], timeout=0.5)
+    assert ring.remove_keys(keys, ["later", "gone"]).wait() == [-errno.ENOENT] * 2
+    assert short.wait(timeout=30) == [-errno.ETIMEDOUT]
+    iovs[0].memoryview()[0:10] = b"0123456789"
+    assert ring.put_keys(keys, [("later", [(iovs[0], 0, 10)])]).wait() == [10]
+    assert waiting.wait(timeout=30) == [10]
+    keys.close()
+
+
+def test_malformed_entries_fail_alone(ring, iovs, workdir):
+    keys = kvcfs.KeyDir(workdir)
+    iov = iovs[0]
+    iov.memoryview()[0:4096] = os.urandom(4096)
+    ok = [(iov, 0, 4096)]
+    many = [(iov, i * 10, 10) for i in range(65)]
+    overlap = [(iov, 0, 100), (iov, 50, 100)]
+    outside = [(iov, iov.size - 10, 20)]
+    batch = ring._keys(kvcfs.KEY_PUT, keys, [
+        ("good1", ok), ("many", many), ("overlap", overlap), ("..", ok), ("a/b", ok),
+        ("x" * 256, ok), ("outside", outside), ("", ok), ("good2", ok)])
+    assert batch.wait() == [4096, -errno.E2BIG, -errno.EINVAL, -errno.EINVAL, -errno.EINVAL,
+                            -errno.ENAMETOOLONG, -errno.EFAULT, -errno.EINVAL, 4096]
+    # Sizes that do not add up, next to a good get
+    got = [(iovs[1], 0, 4096)]
+    assert ring.get_keys(keys, [("good1", [(iovs[1], 0, 4000)]), ("good2", got)]).wait() == \
+        [-errno.EMSGSIZE, 4096]
+    assert bytes(iovs[1].memoryview()[0:4096]) == bytes(iov.memoryview()[0:4096])
+    assert sorted(os.listdir(workdir)) == ["good1", "good2"]
+    keys.close()
+
+
+def test_key_directories_are_confined_and_permission_checked(cluster, workdir, local_tmp):
+    # Only directories of the mount register as key directories
+    outside = os.open(local_tmp, os.O_PATH | os.O_DIRECTORY)
+    with pytest.raises(OSError) as e:
+        kvcfs.register_fd(outside)
+    assert e.value.errno == errno.EBADF
+    os.close(outside)
+    nobody = pwd.getpwnam("nobody")
+    locked = workdir / "locked"
+    locked.mkdir()
+    os.chmod(workdir, 0o755)
+    os.chmod(locked, 0o755)  # root's: nobody may search, not write
+    out = put_from_another_process(cluster, locked, "k", 10, user=nobody)
+    assert out.stdout.strip() == str(-errno.EACCES), out.stderr
+    open_dir = workdir / "open"
+    open_dir.mkdir()
+    os.chmod(open_dir, 0o777)
+    out = put_from_another_process(cluster, open_dir, "k", 10, user=nobody)
+    assert out.stdout.strip() == "10", out.stderr
+    st = os.stat(open_dir / "k")
+    assert (st.st_uid, st.st_size) == (nobody.pw_uid, 10)
+    assert not os.listdir(locked)

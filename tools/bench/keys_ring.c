@@ -1,0 +1,155 @@
+/*
+ * bench keys --ring: the same keys through USRBIO ring key operations
+ * (include/kvc/usrbio.h kvc_ring_prep_key) from one process: put, get,
+ * exists and remove of --keys keys of --size bytes in batches of --batch
+ * entries, first with every key one segment, then with each key gathered
+ * from (put) or scattered into (get) --segments segments laid out
+ * layer-major, as KV pages of one block spread across layers. A key's
+ * latency is its batch's (prepare to last completion). The ratio column
+ * is the rate against the one-segment run of the same operation.
+ */
+#include "keys.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kvc/usrbio.h"
+
+enum op { PUT, GET, EXISTS, REMOVE, OPS };
+static const int op_codes[OPS] = {KVC_KEY_PUT, KVC_KEY_GET, KVC_KEY_EXISTS, KVC_KEY_REMOVE};
+static const char *const op_names[OPS] = {"put", "get", "exists", "remove"};
+
+struct run {
+	struct kvc_ring *ring;
+	struct kvc_iov *iov;
+	int dir_fd;
+	uint64_t keys;
+	size_t size;
+	int batch, segs;
+	struct kvc_completion *done;
+};
+
+/* Segment s of the key in batch slot j: layer-major (all keys' segment 0,
+ * then all keys' segment 1, ...); the get area follows the put area. */
+static void segments(const struct run *r, int j, bool get, struct kvc_key_seg *out)
+{
+	size_t seg = r->size / (size_t)r->segs, area = (size_t)r->batch * r->size;
+	for (int s = 0; s < r->segs; s++) {
+		size_t len = s == r->segs - 1 ? r->size - seg * (size_t)(r->segs - 1) : seg;
+		out[s] = (struct kvc_key_seg){r->iov, (get ? area : 0) +
+		                              (size_t)s * (size_t)r->batch * seg + (size_t)j * seg, len};
+	}
+}
+
+/* One operation over every key; fills row. Returns 0 or the errno of the
+ * first failure. */
+static int run_op(struct run *r, enum op op, struct bench_result *row)
+{
+	struct kvc_key_seg segs[KVC_KEY_MAX_SEGS];
+	double *lat = calloc(r->keys, sizeof(*lat));
+	int failed = lat ? 0 : ENOMEM;
+	char name[64];
+	double start = bench_now();
+	for (uint64_t first = 0; first < r->keys && !failed; first += (uint64_t)r->batch) {
+		int n = (int)(r->keys - first < (uint64_t)r->batch ? r->keys - first : (uint64_t)r->batch);
+		double t0 = bench_now();
+		for (int j = 0; j < n && !failed; j++) {
+			bool data = op == PUT || op == GET;
+			if (data)
+				segments(r, j, op == GET, segs);
+			snprintf(name, sizeof(name), "k%d-%" PRIu64, r->segs, first + (uint64_t)j);
+			int rc = kvc_ring_prep_key(r->ring, op_codes[op], r->dir_fd, name, segs,
+			                           data ? r->segs : 0, 0, 0, NULL);
+			failed = rc < 0 ? -rc : 0;
+		}
+		int got = 0;
+		while (!failed && got < n) {
+			int c = kvc_ring_wait(r->ring, r->done, n - got, n - got, NULL);
+			if (c < 0)
+				failed = -c;
+			for (int i = 0; i < c && !failed; i++)
+				if (r->done[i].result != (int64_t)(op == EXISTS || op == REMOVE || op == GET ||
+				                                   op == PUT ? r->size : 0))
+					failed = r->done[i].result < 0 ? (int)-r->done[i].result : EIO;
+			got += c > 0 ? c : 0;
+		}
+		double t = (bench_now() - t0) * 1e6;
+		for (int j = 0; j < n; j++)
+			lat[first + (uint64_t)j] = t;
+	}
+	double seconds = bench_now() - start;
+	if (!failed) {
+		row->iops = (double)r->keys / seconds;
+		if (op == PUT || op == GET)
+			row->gbps = row->iops * (double)r->size / 1e9;
+		bench_percentiles(lat, r->keys, row);
+	}
+	free(lat);
+	return failed;
+}
+
+int bench_keys_ring(const char *mount, uint64_t keys, size_t size, int batch, int segs,
+                    const char *json)
+{
+	static struct bench_table t = {.ratio_label = "vs 1 seg"};
+	struct run r = {.keys = keys, .size = size, .batch = batch, .dir_fd = -1};
+	char dir[4096];
+	snprintf(dir, sizeof(dir), "%s/.kvc-bench-ring-keys-%d", mount, (int)getpid());
+	int rc = mkdir(dir, 0755) == 0 ? 0 : -errno;
+	if (rc == 0)
+		r.dir_fd = open(dir, O_PATH | O_DIRECTORY);
+	if (rc == 0 && r.dir_fd < 0)
+		rc = -errno;
+	if (rc == 0)
+		rc = kvc_fd_register(r.dir_fd, 0);
+	if (rc == 0)
+		rc = kvc_iov_create(&r.iov, mount, 2 * (size_t)batch * size, 0, -1, NULL);
+	if (rc == 0)
+		rc = kvc_iov_unlink(r.iov);
+	if (rc == 0)
+		rc = kvc_ring_create(&r.ring, mount, batch, false, 0, 0, 0, -1, 0);
+	r.done = calloc((size_t)batch, sizeof(*r.done));
+	if (rc == 0 && !r.done)
+		rc = -ENOMEM;
+	if (rc < 0) {
+		fprintf(stderr, "kvc-bench keys --ring: setup: %s\n", strerror(-rc));
+		return 1;
+	}
+	memset(kvc_iov_base(r.iov), 0x6b, (size_t)batch * size);
+	struct bench_result *rows[2][OPS];
+	int failed = 0, counts[2] = {1, segs};
+	for (int k = 0; k < 2; k++) {
+		r.segs = counts[k];
+		fprintf(stderr, "ring: %" PRIu64 " keys of %zu bytes, batch %d, %d segment(s)...\n",
+		        keys, size, batch, r.segs);
+		for (int op = 0; op < OPS; op++) {
+			rows[k][op] = bench_add(&t, "ring %s %d seg%s", op_names[op], r.segs,
+			                        r.segs > 1 ? "s" : "");
+			int err = failed ? 0 : run_op(&r, (enum op)op, rows[k][op]);
+			if (err) {
+				fprintf(stderr, "kvc-bench keys --ring: %s: %s\n", op_names[op], strerror(err));
+				failed = 1;
+			}
+		}
+	}
+	for (int op = 0; op < OPS; op++)
+		if (rows[0][op]->iops > 0)
+			rows[1][op]->ratio = rows[1][op]->iops / rows[0][op]->iops;
+	kvc_ring_destroy(r.ring);
+	kvc_iov_destroy(r.iov);
+	kvc_fd_deregister(r.dir_fd);
+	close(r.dir_fd);
+	free(r.done);
+	char cmd[8300];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "kvc-bench keys: could not remove %s\n", dir);
+	bench_report(&t, json);
+	return failed;
+}
