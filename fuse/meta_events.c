@@ -201,6 +201,11 @@ void kvc_meta_events_stop(struct kvc_meta_events *ev)
 	free(ev);
 }
 
+bool kvc_meta_events_up(struct kvc_meta_events *ev)
+{
+	return ev && (atomic_load(&ev->gen) & 1) != 0;
+}
+
 void kvc_meta_events_stats(struct kvc_meta_events *ev, struct kvc_meta_events_stats *out)
 {
 	*out = (struct kvc_meta_events_stats){

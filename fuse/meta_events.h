@@ -46,6 +46,9 @@ struct kvc_meta_events_mark kvc_meta_events_mark(struct kvc_meta_events *ev);
 double kvc_meta_events_ttl(struct kvc_meta_events *ev, struct kvc_meta_events_mark mark,
                            uint64_t parent, const char *name, uint64_t ino);
 
+/* Whether the stream is up (changes reach us as events). */
+bool kvc_meta_events_up(struct kvc_meta_events *ev);
+
 /* Counters: events received, streams opened, events lost. */
 struct kvc_meta_events_stats {
 	uint64_t events, streams, lost;

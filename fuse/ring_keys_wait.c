@@ -1,9 +1,12 @@
 /*
  * ring_keys_wait: parked key waits (see ring_keys.h). One waiter thread,
  * started with the first wait, asleep unless some wait is due. A wait is
- * due when kvc_ring_keys_notify names its key, when its backoff passes
- * (1 ms, doubling to 20 ms: waits work across clients without events) or
- * at its deadline. Due waits are taken out of the list, looked up in one
+ * due when kvc_ring_keys_notify names its key (kvc-meta's change events:
+ * a KEYS_LOOKUP that finds nothing is noted, so another client's put of
+ * the key is told to us), when its backoff passes (1 ms, doubling to 20 ms
+ * while the event stream is down, to 1 s while it is up: the lookup also
+ * renews kvc-meta's note) or at its deadline. An event that came while the
+ * wait was being looked up makes it due at once (meta_events.h's marks). Due waits are taken out of the list, looked up in one
  * KEYS_LOOKUP per directory, then completed (found: the key's size; past
  * the deadline: -ETIMEDOUT; the directory gone: its error) or put back.
  * A removed key just goes on being waited for.
@@ -25,6 +28,7 @@
 
 #define FIRST_BACKOFF_NS 1000000
 #define LAST_BACKOFF_NS 20000000
+#define LAST_BACKOFF_EVENTS_NS 1000000000
 #define TAKE 256 /* waits looked at per round */
 
 struct wait {
@@ -128,6 +132,9 @@ static int look(struct kvc_fuse *fs, struct wait **took, int n)
 				break;
 		}
 		struct kvc_msg_keys m = {.parent = w->parent, .count = (uint32_t)g};
+		struct kvc_meta_events_mark mark = kvc_meta_events_mark(fs->events);
+		int64_t last = kvc_meta_events_up(fs->events) ? LAST_BACKOFF_EVENTS_NS
+		                                             : LAST_BACKOFF_NS;
 		int rc = kvc_meta_client_keys(&fs->meta, KVC_MSG_KEYS_LOOKUP, &m, keys, res);
 		for (int j = 0; j < g; j++) {
 			struct wait *x = group[j];
@@ -145,10 +152,11 @@ static int look(struct kvc_fuse *fs, struct wait **took, int n)
 				done = finish(x, one); /* the directory went, or the name is no key */
 			if (done)
 				continue;
-			if (x->due_ns <= now) {
+			if (kvc_meta_events_ttl(fs->events, mark, x->parent, x->name, 0) == 0) {
+				x->due_ns = now; /* told of it while we looked: again now */
+			} else if (x->due_ns <= now) {
 				x->due_ns = now + x->backoff_ns;
-				x->backoff_ns = x->backoff_ns * 2 < LAST_BACKOFF_NS ? x->backoff_ns * 2
-				                                                    : LAST_BACKOFF_NS;
+				x->backoff_ns = x->backoff_ns * 2 < last ? x->backoff_ns * 2 : last;
 			}
 			if (x->due_ns > x->deadline_ns)
 				x->due_ns = x->deadline_ns;
