@@ -228,3 +228,32 @@ def test_key_directories_are_confined_and_permission_checked(cluster, workdir, l
     st = os.stat(open_dir / "k")
     assert (st.st_uid, st.st_size) == (nobody.pw_uid, 10)
     assert not os.listdir(locked)
+
+
+def test_wait_on_another_client_is_woken_by_kvc_meta(cluster, workdir):
+    """A decoder's wait on a second kvc-fuse client, released by a put on
+    the first: kvc-meta's change event wakes it (without events the wait
+    would find the key at its next look, up to 1 s later)."""
+    import time
+    from test_namespace import second_mount
+    proc, mount2 = second_mount(cluster)
+    try:
+        there = os.path.join(mount2, workdir.relative_to(cluster.mount))
+        ring2 = kvcfs.Ring(mount2, 16, for_read=False)
+        keys2 = kvcfs.KeyDir(there)
+        batch = ring2.wait_keys(keys2, ["pushed"], timeout=60)
+        time.sleep(2.5)  # the wait's lookups back off to their longest
+        out = put_from_another_process(cluster, workdir, "pushed", 4096)
+        put_done = time.monotonic()
+        assert out.stdout.strip() == "4096", out.stderr
+        assert batch.wait(timeout=30) == [4096]
+        took = time.monotonic() - put_done
+        print(f"wait on the other client released {took * 1000:.1f} ms after the put returned")
+        assert took < 0.5
+        keys2.close()
+        ring2.close()
+    finally:
+        proc.kill()
+        proc.wait()
+        subprocess.run(["fusermount3", "-uz", mount2], capture_output=True)
+        os.rmdir(mount2)
