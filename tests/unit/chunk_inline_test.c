@@ -3,7 +3,8 @@
  * file. Round trips of random writes against a model, the move to a file
  * past the limit, punch / truncate / remove, crc checks of the record's
  * bytes (corrupted through LMDB directly), reopening, batches mixing
- * inline, file-backed and missing chunks, and the limit at 0. */
+ * inline, file-backed and missing chunks, the limit at 0, and the cluster
+ * file's storage_inline_kb. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
@@ -15,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/config.h"
 #include "storage/chunk_store.h"
 
 #define CS (1u << 20)
@@ -421,4 +423,31 @@ Test(chunk_inline, a_stale_file_is_started_anew_by_the_move)
 	for (uint32_t i = 0; i < 100000; i++)
 		cr_assert_eq(back[i], i >= 20000 && i < 21000 ? data[i - 20000] : 0, "byte %u", i);
 	cr_assert_eq(memcmp(back + 100000, data, 10), 0);
+}
+
+/* The cluster file's storage_inline_kb (global, KiB, 0 to 256; absent: the
+ * chunk store's default). */
+static int parse(const char *line, struct kvc_config *config, char *err, size_t size)
+{
+	char full[512];
+	snprintf(full, sizeof(full), "%s\n[meta]\naddress = 127.0.0.1:1\n"
+	         "[storage s]\naddress = 127.0.0.1:2\ntarget = /t\n", line);
+	return kvc_config_parse(full, "test", config, err, size);
+}
+
+Test(chunk_inline, cluster_file_key)
+{
+	static struct kvc_config config;
+	char err[256];
+	cr_assert_eq(parse("", &config, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config.storage_inline_bytes, -1);
+	cr_assert_eq(parse("storage_inline_kb = 128", &config, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config.storage_inline_bytes, 128 << 10);
+	cr_assert_eq(kvc_chunk_store_set_inline(store, (uint32_t)config.storage_inline_bytes), 0);
+	cr_assert_eq(parse("storage_inline_kb = 0", &config, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config.storage_inline_bytes, 0);
+	cr_assert_eq(parse("storage_inline_kb = 257", &config, err, sizeof(err)), -EINVAL);
+	cr_assert(strstr(err, "test:1: storage_inline_kb"), "%s", err);
+	cr_assert_eq(parse("storage_inline_kb = 64K", &config, err, sizeof(err)), -EINVAL);
+	cr_assert_eq((256u << 10), KVC_CHUNK_INLINE_LIMIT, "the key's bound is the store's");
 }
