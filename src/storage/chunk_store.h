@@ -128,10 +128,12 @@
 
 /* Inline chunks (above). The default, 64 KiB: the key size of issue 11 and
  * of a KV-cache block of one layer (16 tokens x 8 KV heads x 128 x K+V x
- * 2 bytes), so such keys take no file; larger records cost every partial
- * write a rewrite of the whole record and LMDB runs of contiguous
- * overflow pages (measured in docs/development.md: 64, 128 and 256 KiB).
- * The limit: 256 KiB. */
+ * 2 bytes), so such keys take no file. Above it: every partial write
+ * rewrites the whole record, under LMDB's one writer lock (a target's
+ * small writes do not run in parallel), in longer runs of contiguous
+ * overflow pages (docs/development.md has 64, 128 and 256 KiB measured);
+ * and a large file written in 128 KiB pieces (cp's) would put each of its
+ * chunks in a record first, then move it to a file. The limit: 256 KiB. */
 #define KVC_CHUNK_INLINE_DEFAULT (64u << 10)
 #define KVC_CHUNK_INLINE_LIMIT (256u << 10)
 
