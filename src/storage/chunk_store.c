@@ -75,8 +75,10 @@ int kvc_chunk_record_parse(const MDB_val *v, struct record *rec, const uint8_t *
 	if (v->mv_size != RECORD_HEADER + crcs + (is_inline ? rec->length : 0))
 		return -EIO;
 	memcpy(rec->block_crc, (const uint8_t *)v->mv_data + RECORD_HEADER, crcs);
-	if (inline_data)
-		*inline_data = is_inline ? (const uint8_t *)v->mv_data + RECORD_HEADER + crcs : NULL;
+	if (inline_data && is_inline)
+		*inline_data = (const uint8_t *)v->mv_data + RECORD_HEADER + crcs;
+	else if (inline_data)
+		*inline_data = NULL;
 	return 0;
 }
 
@@ -295,7 +297,8 @@ static int put_zeros(int fd, uint32_t offset, uint32_t length, uint32_t old_leng
 {
 	if (offset < old_length &&
 	    fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, length) < 0)
-		return errno == EOPNOTSUPP ? kvc_chunk_file_io(fd, true, (void *)data, length, offset) : -errno;
+		return errno == EOPNOTSUPP ? kvc_chunk_file_io(fd, true, (void *)data, length, offset)
+		                           : -errno;
 	if (offset + length > old_length && ftruncate(fd, (off_t)offset + length) < 0)
 		return -errno;
 	return 0;

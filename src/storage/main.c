@@ -87,9 +87,11 @@ int main(int argc, char **argv)
 			        strerror(-rc));
 			return 1;
 		}
-		if (config.storage_inline_bytes >= 0 &&
-		    kvc_chunk_store_set_inline(svc.stores[i], (uint32_t)config.storage_inline_bytes) < 0) {
-			fprintf(stderr, "kvc-storage: storage_inline_kb is above the chunk store's limit\n");
+		/* Small chunks in the index (config.c bounds the key to the store's limit). */
+		int64_t inline_bytes = config.storage_inline_bytes;
+		if (inline_bytes >= 0 && kvc_chunk_store_set_inline(svc.stores[i],
+		                                                    (uint32_t)inline_bytes) < 0) {
+			fprintf(stderr, "kvc-storage: storage_inline_kb is above 256\n");
 			return 1;
 		}
 		struct kvc_chunk_space space;
