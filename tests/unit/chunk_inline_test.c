@@ -3,8 +3,8 @@
  * file. Round trips of random writes against a model, the move to a file
  * past the limit, punch / truncate / remove, crc checks of the record's
  * bytes (corrupted through LMDB directly), reopening, batches mixing
- * inline, file-backed and missing chunks, the limit at 0, and the cluster
- * file's storage_inline_kb. */
+ * inline, file-backed and missing chunks, the limit at 0, the cluster
+ * file's storage_inline_kb, and the reserve of a full volume. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
@@ -450,4 +450,55 @@ Test(chunk_inline, cluster_file_key)
 	cr_assert(strstr(err, "test:1: storage_inline_kb"), "%s", err);
 	cr_assert_eq(parse("storage_inline_kb = 64K", &config, err, sizeof(err)), -EINVAL);
 	cr_assert_eq((256u << 10), KVC_CHUNK_INLINE_LIMIT, "the key's bound is the store's");
+}
+
+/* A volume at its reserve (core/reserve.h's seam): inline writes of data
+ * are refused like a file's, zeros into an inline chunk and everything
+ * that frees go through. */
+static uint64_t fake_free;
+static int fake_stat(void *arg, uint64_t *total, uint64_t *free_bytes)
+{
+	(void)arg;
+	*total = 1ull << 30;
+	*free_bytes = fake_free;
+	return 0;
+}
+
+static uint64_t fake_now(void *arg)
+{
+	(void)arg;
+	return 0;
+}
+
+Test(chunk_inline, the_reserve_refuses_inline_data_and_never_frees)
+{
+	static const struct kvc_reserve_ops ops = {fake_stat, fake_now, NULL};
+	static uint8_t data[IMAX], zeros[1000], back[IMAX];
+	uint64_t version;
+	uint32_t length, chunk, len;
+	fake_free = 100u << 20;
+	cr_assert_eq(kvc_chunk_store_set_reserve(store, 8 << 20, &ops), 0);
+	fill(data, IMAX, 12);
+	write_ok(61, 0, 0, data, 50000, 50000);
+	write_ok(61, 1, 0, data, 50000, 50000);
+	fake_free = 8u << 20; /* the volume is full: a fresh look at it */
+	cr_assert_eq(kvc_chunk_store_set_reserve(store, 8 << 20, &ops), 0);
+	cr_assert_eq(kvc_chunk_store_write(store, 61, 2, CS, 0, data, 100, &version, &length),
+	             -ENOSPC, "a new inline chunk");
+	cr_assert_eq(kvc_chunk_store_write(store, 61, 0, CS, 10, data, 100, &version, &length),
+	             -ENOSPC, "an inline rewrite");
+	expect_chunk(61, 0, data, 50000); /* untouched */
+	write_ok(61, 0, 10, zeros, sizeof(zeros), 50000); /* a punch's edge */
+	cr_assert_eq(read_range(61, 0, 0, 2000, back), 0);
+	cr_assert_eq(memcmp(back, data, 10), 0);
+	for (int i = 10; i < 1010; i++)
+		cr_assert_eq(back[i], 0);
+	cr_assert_eq(kvc_chunk_store_truncate(store, 61, 1000, CS), 2, "chunk 0 cut, 1 gone");
+	cr_assert_eq(kvc_chunk_store_last(store, 61, &chunk, &len), 1);
+	cr_assert_eq(len, 1000);
+	cr_assert_eq(kvc_chunk_store_remove(store, 61), 1);
+	struct kvc_chunk_space space;
+	cr_assert_eq(kvc_chunk_store_space(store, &space), 0);
+	cr_assert_eq(space.chunks, 0);
+	cr_assert_eq(space.refused_writes, 2);
 }
