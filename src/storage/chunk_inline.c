@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <lmdb.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -19,6 +20,8 @@
 #include "core/lmdb_txn.h"
 #include "core/log.h"
 #include "storage/chunk_store_internal.h"
+
+static atomic_flag map_full_logged = ATOMIC_FLAG_INIT;
 
 /* Bytes of an inline value for rec. */
 static size_t value_size(const struct record *rec)
@@ -120,9 +123,9 @@ int kvc_chunk_inline_write(struct kvc_chunk_store *store, uint64_t inode, uint32
 		rc = mdb_txn_commit(txn);
 		txn = NULL;
 	}
-	if (rc == MDB_MAP_FULL)
-		kvc_log_warn("index of %s at its map size: chunk %u of inode %" PRIu64
-		             " goes to a file", store->path, chunk, inode);
+	if (rc == MDB_MAP_FULL && !atomic_flag_test_and_set(&map_full_logged))
+		kvc_log_warn("index of %s at its map size: small chunks go to files (chunk %u of "
+		             "inode %" PRIu64 " first; logged once)", store->path, chunk, inode);
 	result = rc == MDB_MAP_FULL ? 0 : rc ? kvc_lmdb_errno(rc) : 1;
 out:
 	if (txn)
