@@ -166,6 +166,12 @@ static int server_key(struct parser *p, const char *key, const char *value)
 	}
 	if (strcmp(key, "storage_reserve_mb") == 0)
 		return reserve_value(p, key, value, &c->storage_reserve_bytes);
+	if (strcmp(key, "storage_inline_kb") == 0) { /* storage/chunk_store.h's limit */
+		rc = parse_int(p, key, value, 0, 256, &v);
+		if (rc == 0)
+			c->storage_inline_bytes = (int64_t)v << 10;
+		return rc;
+	}
 	return fail(p, "unknown key '%s'", key);
 }
 
@@ -378,6 +384,7 @@ int kvc_config_parse(const char *text, const char *origin,
 	config->server_io_timeout_ms = KVC_SERVER_DEFAULT_IO_TIMEOUT_MS;
 	config->sync_interval_ms = 1000;
 	config->storage_reserve_bytes = -1;
+	config->storage_inline_bytes = -1;
 	config->meta_reserve_bytes = -1;
 	strcpy(config->http_address, "127.0.0.1:18000");
 	config->http_max_body = 1 << 20;

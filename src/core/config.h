@@ -18,6 +18,10 @@
  *                               # back: chunk data that would go below it
  *                               # gets ENOSPC (auto: min(1 GiB, max(8 MiB,
  *                               # 2% of the volume)); 0: none)
+ *   storage_inline_kb = 64      # chunks ending at or below it live in the
+ *                               # target's index, not in a file of their
+ *                               # own (0: none; at most 256; default: the
+ *                               # chunk store's, storage/chunk_store.h)
  *   [meta]
  *   address = 127.0.0.1:9000
  *   data = /var/lib/kvc/meta    # LMDB directory
@@ -111,6 +115,7 @@ struct kvc_config {
 	int server_idle_timeout_ms;
 	int server_io_timeout_ms;
 	int64_t storage_reserve_bytes; /* -1: auto (core/reserve.h) */
+	int64_t storage_inline_bytes;  /* -1: the chunk store's default */
 	char meta_address[KVC_NET_ADDRESS_MAX];
 	char meta_data[PATH_MAX];
 	int sync_interval_ms;

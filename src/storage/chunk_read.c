@@ -1,5 +1,7 @@
 /* chunk_read: batched chunk reads through io_uring; see chunk_store.h for
- * the contract and the lock order.
+ * the contract and the lock order. The blocks of an inline chunk are
+ * copied from its record while the piece is looked up (no ring read); its
+ * crcs are checked with everyone else's.
  *
  * A batch goes in rounds of at most the ring's size. Each piece of a round
  * is looked up under its chunk lock (shared), gets a buffer covering its
@@ -126,6 +128,7 @@ static int read_begin(struct kvc_chunk_read *r, struct kvc_chunk_ring *ring)
 {
 	struct kvc_chunk_store *store = r->store;
 	struct record *rec = NULL;
+	const uint8_t *inline_data = NULL;
 	MDB_txn *txn = NULL;
 	if (!store || !ring->ready) {
 		r->status = !store ? -ENXIO : -EIO;
@@ -143,9 +146,8 @@ static int read_begin(struct kvc_chunk_read *r, struct kvc_chunk_ring *ring)
 	r->locked = true;
 	int rc = mdb_txn_begin(store->env, NULL, MDB_RDONLY, &txn);
 	int found = rc ? kvc_lmdb_errno(rc)
-	               : kvc_chunk_record_get(txn, store->dbi, r->inode, r->chunk, rec);
-	if (txn)
-		mdb_txn_abort(txn);
+	               : kvc_chunk_record_get(txn, store->dbi, r->inode, r->chunk, rec,
+	                                      &inline_data);
 	if (found <= 0 || r->offset >= rec->length || r->length == 0) {
 		r->status = found < 0 ? found : 0; /* absent or past the end: a hole */
 		goto out;
@@ -158,9 +160,6 @@ static int read_begin(struct kvc_chunk_read *r, struct kvc_chunk_ring *ring)
 	r->aligned_length = (aligned_end < rec->length ? aligned_end : rec->length) -
 	                    (uint32_t)r->aligned_start;
 	r->present = end - r->offset;
-	r->status = open_blocks(r);
-	if (r->status < 0)
-		goto out;
 	r->block_crcs = malloc((last_block - r->first_block + 1) * 4u);
 	if (!r->block_crcs) {
 		r->status = -ENOMEM;
@@ -168,12 +167,23 @@ static int read_begin(struct kvc_chunk_read *r, struct kvc_chunk_ring *ring)
 	}
 	memcpy(r->block_crcs, &rec->block_crc[r->first_block],
 	       (last_block - r->first_block + 1) * 4u);
+	if (inline_data) { /* its blocks come from the record: no disk read */
+		r->status = kvc_chunk_inline_blocks(r, inline_data);
+		goto out;
+	}
+	mdb_txn_abort(txn);
+	txn = NULL;
+	r->status = open_blocks(r);
+	if (r->status < 0)
+		goto out;
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&ring->ring); /* space checked above */
 	io_uring_prep_read(sqe, r->fd, r->buffer, r->aligned_length, r->aligned_start);
 	io_uring_sqe_set_data(sqe, r);
 	r->io_result = -EINPROGRESS;
 	r->queued = true;
 out:
+	if (txn)
+		mdb_txn_abort(txn);
 	free(rec);
 	if (!r->queued) {
 		unlock_piece(r);

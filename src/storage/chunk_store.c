@@ -22,11 +22,13 @@
 #include "core/lmdb_txn.h"
 
 #define FORMAT_LINE "kvc-target 1\n"
-#define MAP_SIZE (8ull << 30)
+/* Address space only (no MDB_WRITEMAP: the file grows with what it holds);
+ * inline chunks make the index as large as the small chunks it keeps. */
+#define MAP_SIZE (1ull << 40)
 /* Chunks one write transaction of a range operation handles at most. */
 #define RANGE_BATCH 64
 
-static void make_key(uint8_t key[12], uint64_t inode, uint32_t chunk)
+void kvc_chunk_key(uint8_t key[12], uint64_t inode, uint32_t chunk)
 {
 	for (int i = 0; i < 8; i++)
 		key[i] = (uint8_t)(inode >> (56 - 8 * i));
@@ -59,24 +61,40 @@ static void chunk_file(uint64_t inode, uint32_t chunk, char *out, size_t size)
 	         inode, chunk);
 }
 
+int kvc_chunk_record_parse(const MDB_val *v, struct record *rec, const uint8_t **inline_data)
+{
+	if (v->mv_size < RECORD_HEADER)
+		return -EIO;
+	memcpy(rec, v->mv_data, RECORD_HEADER); /* 2-byte aligned in LMDB: copied */
+	bool is_inline = kvc_chunk_record_inline(rec);
+	if ((rec->magic != KVC_CHUNK_RECORD_MAGIC && !is_inline) || rec->block_count > MAX_BLOCKS ||
+	    (is_inline && (rec->length > KVC_CHUNK_INLINE_LIMIT ||
+	                   rec->block_count != kvc_chunk_blocks(rec->length))))
+		return -EIO;
+	size_t crcs = rec->block_count * 4u;
+	if (v->mv_size != RECORD_HEADER + crcs + (is_inline ? rec->length : 0))
+		return -EIO;
+	memcpy(rec->block_crc, (const uint8_t *)v->mv_data + RECORD_HEADER, crcs);
+	if (inline_data && is_inline)
+		*inline_data = (const uint8_t *)v->mv_data + RECORD_HEADER + crcs;
+	else if (inline_data)
+		*inline_data = NULL;
+	return 0;
+}
+
 int kvc_chunk_record_get(MDB_txn *txn, MDB_dbi dbi, uint64_t inode, uint32_t chunk,
-                         struct record *rec)
+                         struct record *rec, const uint8_t **inline_data)
 {
 	uint8_t key[12];
-	make_key(key, inode, chunk);
+	kvc_chunk_key(key, inode, chunk);
 	MDB_val k = {sizeof(key), key}, v;
 	int rc = mdb_get(txn, dbi, &k, &v);
 	if (rc == MDB_NOTFOUND)
 		return 0;
 	if (rc)
 		return kvc_lmdb_errno(rc);
-	if (v.mv_size < RECORD_HEADER || v.mv_size > sizeof(*rec))
-		return -EIO;
-	memcpy(rec, v.mv_data, v.mv_size);
-	if (rec->magic != KVC_CHUNK_RECORD_MAGIC ||
-	    v.mv_size != RECORD_HEADER + rec->block_count * 4u)
-		return -EIO;
-	return 1;
+	rc = kvc_chunk_record_parse(&v, rec, inline_data);
+	return rc < 0 ? rc : 1;
 }
 
 static int record_put(struct kvc_chunk_store *store, uint64_t inode, uint32_t chunk,
@@ -84,7 +102,7 @@ static int record_put(struct kvc_chunk_store *store, uint64_t inode, uint32_t ch
 {
 	uint8_t key[12];
 	MDB_txn *txn;
-	make_key(key, inode, chunk);
+	kvc_chunk_key(key, inode, chunk);
 	MDB_val k = {sizeof(key), key};
 	MDB_val v = {RECORD_HEADER + rec->block_count * 4u, (void *)rec};
 	int rc = mdb_txn_begin(store->env, NULL, 0, &txn);
@@ -99,9 +117,7 @@ static int record_put(struct kvc_chunk_store *store, uint64_t inode, uint32_t ch
 	return rc ? kvc_lmdb_errno(rc) : 0;
 }
 
-/* Read or write the whole range with pread/pwrite; a short read (past
- * the end of the file) is zero-filled: a hole. Returns 0 or -errno. */
-static int file_io(int fd, bool write, void *buf, size_t length, uint64_t offset)
+int kvc_chunk_file_io(int fd, bool write, void *buf, size_t length, uint64_t offset)
 {
 	size_t done = 0;
 	while (done < length) {
@@ -199,6 +215,7 @@ int kvc_chunk_store_open(const char *path, struct kvc_chunk_store **out)
 	if (!store)
 		return -ENOMEM;
 	store->dir_fd = -1;
+	store->inline_max = KVC_CHUNK_INLINE_DEFAULT;
 	for (int i = 0; i < LOCK_SLOTS; i++)
 		pthread_rwlock_init(&store->locks[i], NULL);
 	if (strlen(path) >= sizeof(store->path)) {
@@ -255,13 +272,13 @@ static int block_crc(int fd, uint32_t b, uint32_t length, uint32_t write_offset,
 		return 0;
 	}
 	uint8_t buf[KVC_CHUNK_BLOCK];
-	int rc = file_io(fd, false, buf, end - start, start);
+	int rc = kvc_chunk_file_io(fd, false, buf, end - start, start);
 	if (rc == 0)
 		*crc = kvc_crc32c(0, buf, end - start);
 	return rc;
 }
 
-static uint32_t chunk_crc(const struct record *rec)
+uint32_t kvc_chunk_record_crc(const struct record *rec)
 {
 	return kvc_crc32c(0, rec->block_crc, rec->block_count * 4u);
 }
@@ -280,24 +297,50 @@ static int put_zeros(int fd, uint32_t offset, uint32_t length, uint32_t old_leng
 {
 	if (offset < old_length &&
 	    fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, length) < 0)
-		return errno == EOPNOTSUPP ? file_io(fd, true, (void *)data, length, offset) : -errno;
+		return errno == EOPNOTSUPP ? kvc_chunk_file_io(fd, true, (void *)data, length, offset)
+		                           : -errno;
 	if (offset + length > old_length && ftruncate(fd, (off_t)offset + length) < 0)
 		return -errno;
 	return 0;
 }
 
+/* A chunk's record (1; 0 when absent, or -errno) and, for an inline one,
+ * a copy of its bytes in *bytes (the caller frees it; NULL otherwise). */
+static int lookup(struct kvc_chunk_store *store, uint64_t inode, uint32_t chunk,
+                  struct record *rec, uint8_t **bytes)
+{
+	MDB_txn *txn;
+	const uint8_t *inline_data = NULL;
+	*bytes = NULL;
+	int rc = mdb_txn_begin(store->env, NULL, MDB_RDONLY, &txn);
+	if (rc)
+		return kvc_lmdb_errno(rc);
+	int found = kvc_chunk_record_get(txn, store->dbi, inode, chunk, rec, &inline_data);
+	if (found > 0 && inline_data) {
+		*bytes = malloc(rec->length ? rec->length : 1);
+		if (*bytes)
+			memcpy(*bytes, inline_data, rec->length);
+		else
+			found = -ENOMEM;
+	}
+	mdb_txn_abort(txn);
+	return found;
+}
+
 /* The write itself; the chunk's lock is held exclusively. zeros: data is
- * all zeros (put_zeros). */
+ * all zeros (put_zeros). An inline chunk (chunk_inline.c) stays in its
+ * record when it can, else moves to its file first. */
 static int write_locked(struct kvc_chunk_store *store, uint64_t inode, uint32_t chunk,
                         uint32_t offset, const uint8_t *data, uint32_t length, bool zeros,
                         struct record *rec)
 {
-	MDB_txn *txn;
-	int rc = mdb_txn_begin(store->env, NULL, MDB_RDONLY, &txn);
-	if (rc)
-		return kvc_lmdb_errno(rc);
-	int found = kvc_chunk_record_get(txn, store->dbi, inode, chunk, rec);
-	mdb_txn_abort(txn);
+	uint8_t *inline_bytes;
+	int rc = 0;
+	if (offset + length <= store->inline_max)
+		rc = kvc_chunk_inline_write(store, inode, chunk, offset, data, length, zeros, rec);
+	if (rc != 0)
+		return rc < 0 ? rc : 0;
+	int found = lookup(store, inode, chunk, rec, &inline_bytes);
 	if (found < 0)
 		return found;
 	if (!found)
@@ -305,12 +348,16 @@ static int write_locked(struct kvc_chunk_store *store, uint64_t inode, uint32_t 
 
 	/* No record: whatever a file may hold (its removal was cut short) is
 	 * a hole, so the file starts empty. */
-	int fd = kvc_chunk_open_file(store, inode, chunk, O_RDWR | O_CREAT | (found ? 0 : O_TRUNC));
+	int fd = inline_bytes
+	                 ? kvc_chunk_inline_to_file(store, inode, chunk, rec, inline_bytes)
+	                 : kvc_chunk_open_file(store, inode, chunk,
+	                                       O_RDWR | O_CREAT | (found ? 0 : O_TRUNC));
+	free(inline_bytes);
 	if (fd < 0)
 		return fd;
 	uint32_t old_length = rec->length;
 	rc = zeros ? put_zeros(fd, offset, length, old_length, data)
-	           : file_io(fd, true, (void *)data, length, offset);
+	           : kvc_chunk_file_io(fd, true, (void *)data, length, offset);
 	if (rc < 0)
 		goto out;
 
@@ -324,7 +371,7 @@ static int write_locked(struct kvc_chunk_store *store, uint64_t inode, uint32_t 
 	if (rc < 0)
 		goto out;
 	rec->version++;
-	rec->chunk_crc = chunk_crc(rec);
+	rec->chunk_crc = kvc_chunk_record_crc(rec);
 	rc = record_put(store, inode, chunk, rec); /* the LMDB write lock, innermost */
 out:
 	close(fd);
@@ -375,13 +422,16 @@ static int shorten(struct kvc_chunk_store *store, const struct range_op *op,
                    MDB_cursor *cursor, const MDB_val *k, const MDB_val *v)
 {
 	struct record rec;
-	if (v->mv_size < RECORD_HEADER || v->mv_size > sizeof(rec))
-		return -EIO;
-	memcpy(&rec, v->mv_data, v->mv_size);
+	const uint8_t *inline_data;
+	int rc = kvc_chunk_record_parse(v, &rec, &inline_data);
+	if (rc < 0)
+		return rc;
+	if (inline_data)
+		return kvc_chunk_inline_shorten(cursor, k, v, op->keep_bytes);
 	if (rec.length <= op->keep_bytes)
 		return 0;
 	int fd = kvc_chunk_open_file(store, op->inode, op->boundary_chunk, O_RDWR | O_CREAT);
-	int rc = fd < 0 ? fd : (ftruncate(fd, op->keep_bytes) < 0 ? -errno : 0);
+	rc = fd < 0 ? fd : (ftruncate(fd, op->keep_bytes) < 0 ? -errno : 0);
 	rec.length = op->keep_bytes;
 	rec.block_count = (op->keep_bytes + KVC_CHUNK_BLOCK - 1) / KVC_CHUNK_BLOCK;
 	if (rc == 0 && op->keep_bytes % KVC_CHUNK_BLOCK)
@@ -389,7 +439,7 @@ static int shorten(struct kvc_chunk_store *store, const struct range_op *op,
 		               &rec.block_crc[rec.block_count - 1]);
 	if (rc == 0) {
 		rec.version++;
-		rec.chunk_crc = chunk_crc(&rec);
+		rec.chunk_crc = kvc_chunk_record_crc(&rec);
 		MDB_val key = *k, nv = {RECORD_HEADER + rec.block_count * 4u, &rec};
 		rc = mdb_cursor_put(cursor, &key, &nv, MDB_CURRENT);
 		rc = rc ? kvc_lmdb_errno(rc) : 1;
@@ -401,18 +451,22 @@ static int shorten(struct kvc_chunk_store *store, const struct range_op *op,
 
 /* Apply the range operation to the chunk whose record is under the cursor;
  * its lock is held exclusively. *drop is set when its file is to go once
- * the transaction committed. Returns 1 when changed, 0 or -errno. */
+ * the transaction committed (an inline chunk has none). Returns 1 when
+ * changed, 0 or -errno. */
 static int change_chunk(struct kvc_chunk_store *store, const struct range_op *op,
                         MDB_cursor *cursor, uint32_t chunk, const MDB_val *k,
                         const MDB_val *v, bool *drop)
 {
+	uint32_t magic = 0;
 	*drop = false;
 	if (chunk == op->boundary_chunk && op->keep_bytes > 0)
 		return shorten(store, op, cursor, k, v);
+	if (v->mv_size >= sizeof(magic))
+		memcpy(&magic, v->mv_data, sizeof(magic));
 	int rc = mdb_cursor_del(cursor, 0);
 	if (rc)
 		return kvc_lmdb_errno(rc);
-	*drop = true;
+	*drop = magic != KVC_CHUNK_RECORD_INLINE_MAGIC;
 	return 1;
 }
 
@@ -458,7 +512,7 @@ static int64_t range_batch(struct kvc_chunk_store *store, const struct range_op 
 		mdb_txn_abort(txn);
 		return kvc_lmdb_errno(rc);
 	}
-	make_key(key, op->inode, (uint32_t)*next);
+	kvc_chunk_key(key, op->inode, (uint32_t)*next);
 	MDB_val k = {sizeof(key), key}, v;
 	uint64_t resume = (uint64_t)op->to + 1;
 	rc = mdb_cursor_get(cursor, &k, &v, MDB_SET_RANGE);
@@ -518,7 +572,7 @@ static int range_one(struct kvc_chunk_store *store, const struct range_op *op, u
 	bool drop = false;
 	pthread_rwlock_t *lock = &store->locks[kvc_chunk_lock_slot(op->inode, chunk)];
 	pthread_rwlock_wrlock(lock);
-	make_key(key, op->inode, chunk);
+	kvc_chunk_key(key, op->inode, chunk);
 	MDB_val k = {sizeof(key), key}, v;
 	int rc = mdb_txn_begin(store->env, NULL, 0, &txn);
 	if (rc == 0)
@@ -605,7 +659,7 @@ int kvc_chunk_store_last(struct kvc_chunk_store *store, uint64_t inode, uint32_t
 		mdb_txn_abort(txn);
 		return kvc_lmdb_errno(rc);
 	}
-	make_key(key, inode, UINT32_MAX);
+	kvc_chunk_key(key, inode, UINT32_MAX);
 	MDB_val k = {sizeof(key), key}, v;
 	rc = mdb_cursor_get(cursor, &k, &v, MDB_SET_RANGE);
 	if (rc == 0 && key_inode(k.mv_data) == inode && key_chunk(k.mv_data) == UINT32_MAX)
@@ -632,6 +686,14 @@ int kvc_chunk_store_set_reserve(struct kvc_chunk_store *store, int64_t bytes,
 {
 	kvc_reserve_destroy(&store->reserve);
 	return kvc_reserve_init(&store->reserve, store->dir_fd, bytes, KVC_RESERVE_DATA, ops);
+}
+
+int kvc_chunk_store_set_inline(struct kvc_chunk_store *store, uint32_t bytes)
+{
+	if (bytes > KVC_CHUNK_INLINE_LIMIT)
+		return -EINVAL;
+	store->inline_max = bytes;
+	return 0;
 }
 
 int kvc_chunk_store_space(struct kvc_chunk_store *store, struct kvc_chunk_space *space)

@@ -14,29 +14,64 @@
  *                       (big-endian so one inode's chunks are adjacent and
  *                       in order, for remove / truncate / last scans)
  *     value (little-endian)
- *       0   u32 magic        KVC_CHUNK_RECORD_MAGIC
- *       4   u32 length       bytes of the chunk (<= chunk_size)
+ *       0   u32 magic        KVC_CHUNK_RECORD_MAGIC: the bytes are in the
+ *                            chunk's file; KVC_CHUNK_RECORD_INLINE_MAGIC:
+ *                            they follow the crcs in this value
+ *       4   u32 length       bytes of the chunk (<= chunk_size; inline:
+ *                            <= KVC_CHUNK_INLINE_LIMIT)
  *       8   u64 version      +1 on every write or truncate
  *       16  u32 chunk_crc    crc32c of the block crc array below
  *       20  u32 block_count  ceil(length / KVC_CHUNK_BLOCK)
  *       24  u32 block_crc[block_count]  crc32c of each 16 KiB block (the
  *                                       last one covers only up to length)
- *   chunks/XX/IIIIIIIIIIIIIIII.CCCCCCCC  the chunk's bytes at their offsets
- *                             (XX: low byte of the inode in hex; I: inode,
- *                             C: chunk index, in hex). Sparse where unwritten
- *                             or written as zeros only (those are punched).
+ *       inline records only:
+ *       24 + 4 * block_count  u8 data[length]  the chunk's bytes (zeros
+ *                                       where never written)
+ *   chunks/XX/IIIIIIIIIIIIIIII.CCCCCCCC  a file-backed chunk's bytes at their
+ *                             offsets (XX: low byte of the inode in hex; I:
+ *                             inode, C: chunk index, in hex). Sparse where
+ *                             unwritten or written as zeros only (those are
+ *                             punched). An inline chunk has no file.
+ *
+ * Inline chunks: a chunk whose bytes end at or below the store's inline
+ * limit (kvc_chunk_store_set_inline; KVC_CHUNK_INLINE_DEFAULT until then;
+ * 0: none) lives in its index record, so a small file costs one LMDB put
+ * instead of a file create, and one delete instead of an unlink. A write
+ * that leaves it within the limit rewrites the record (read, change, put
+ * in one write transaction); a write that takes it past the limit moves
+ * it to a file for good: the file gets the old bytes and the new ones,
+ * then the file-backed record replaces the inline one. A file-backed chunk
+ * never becomes inline again (a store keeps whichever records it has: one
+ * written before inline chunks existed, or with the limit at 0, reads and
+ * writes as before). Zeros written into a missing chunk (a punch's edges)
+ * still go to a sparse file. Where the index has reached its map size, a
+ * chunk is kept in a file instead.
  *
  * Write order: the data file is written first, then the index record is
  * committed. A crash between the two leaves blocks whose crc does not match
- * their bytes: reads of them fail with -EIO, never return wrong bytes.
+ * their bytes: reads of them fail with -EIO, never return wrong bytes. An
+ * inline chunk moving to its file is the same: a crash before the record
+ * is committed leaves the inline record in force (the file, without a
+ * record that names it, is ignored and started anew by the next move).
+ * An inline write is one transaction: all or nothing.
  * Removal goes the other way: the record is deleted first, then the file;
  * a file left without a record (a crash between the two) is a hole, and
- * the next write of its chunk starts it again from empty.
+ * the next write of its chunk starts it again from empty (or leaves it
+ * where the chunk becomes inline: such a file takes space until a move of
+ * that chunk to a file truncates it). Removing an inline chunk is the
+ * record's delete alone.
+ *
+ * Reads of an inline chunk copy its blocks out of a read transaction into
+ * the piece's buffer and check the same block crcs as a file's; a batch
+ * may mix both kinds. A write that keeps old bytes of an inline chunk
+ * checks their crcs first (-EIO), so it never turns bad bytes into good
+ * ones; a truncate never fails on them (the cut block keeps failing).
  * LMDB runs with MDB_NOSYNC (a process crash loses nothing: committed pages
  * are in the kernel's cache); kvc_chunk_store_sync makes everything durable.
  *
- * The module is chunk_store.c (open, records, writes, range operations)
- * and chunk_read.c (batched reads and their ring).
+ * The module is chunk_store.c (open, records, writes, range operations),
+ * chunk_inline.c (chunks kept in their record) and chunk_read.c (batched
+ * reads and their ring).
  *
  * Reads queue the disk work of every piece of a batch on io_uring at once
  * (up to the ring's size per round), each into a buffer of its own, and
@@ -59,6 +94,10 @@
  *      chunk locks inside their transaction; a chunk whose lock is busy is
  *      done afterwards on its own, its lock taken first.
  *
+ * An inline write reads and puts its record inside one write transaction,
+ * its chunk lock taken before; range operations shorten or drop inline
+ * records inside theirs, under the chunk locks they hold.
+ *
  * Read transactions take neither. Each server thread passes its own ring.
  * The reserve (core/reserve.h) has a mutex of its own, taken with no other
  * lock held, before a write takes its chunk lock.
@@ -70,7 +109,9 @@
  * shares the volume) always have room to commit. Removes, punches and
  * truncates are never refused, nor are writes of zeros (the edges of a
  * punch that is not chunk-aligned): those are punched out of the chunk
- * file (fallocate PUNCH_HOLE; a hole reads as zeros) and take no space.
+ * file (fallocate PUNCH_HOLE; a hole reads as zeros) and take no space,
+ * or, into an inline chunk, rewrite its record (at most the inline limit
+ * per chunk: the reserve is there for the index to commit).
  */
 #ifndef KVC_CHUNK_STORE_H
 #define KVC_CHUNK_STORE_H
@@ -82,7 +123,19 @@
 #include "core/reserve.h"
 
 #define KVC_CHUNK_BLOCK (16u << 10)
-#define KVC_CHUNK_RECORD_MAGIC 0x4b43484bu /* "KHCK" */
+#define KVC_CHUNK_RECORD_MAGIC 0x4b43484bu        /* "KHCK" */
+#define KVC_CHUNK_RECORD_INLINE_MAGIC 0x4c43484bu /* "KHCL" */
+
+/* Inline chunks (above). The default, 64 KiB: the key size of issue 11 and
+ * of a KV-cache block of one layer (16 tokens x 8 KV heads x 128 x K+V x
+ * 2 bytes), so such keys take no file. Above it: every partial write
+ * rewrites the whole record, under LMDB's one writer lock (a target's
+ * small writes do not run in parallel), in longer runs of contiguous
+ * overflow pages (docs/development.md has 64, 128 and 256 KiB measured);
+ * and a large file written in 128 KiB pieces (cp's) would put each of its
+ * chunks in a record first, then move it to a file. The limit: 256 KiB. */
+#define KVC_CHUNK_INLINE_DEFAULT (64u << 10)
+#define KVC_CHUNK_INLINE_LIMIT (256u << 10)
 
 struct kvc_chunk_store;
 
@@ -161,6 +214,12 @@ void kvc_chunk_store_close(struct kvc_chunk_store *store);
  * Returns 0 or -errno from looking at the filesystem. */
 int kvc_chunk_store_set_reserve(struct kvc_chunk_store *store, int64_t bytes,
                                 const struct kvc_reserve_ops *ops);
+
+/* Keep chunks that end at or below `bytes` in their index record (0: every
+ * chunk in a file; records already inline stay readable, and move to a
+ * file when next written). Call before serving. Returns 0 or -EINVAL
+ * (above KVC_CHUNK_INLINE_LIMIT). */
+int kvc_chunk_store_set_inline(struct kvc_chunk_store *store, uint32_t bytes);
 
 /* Write [offset, offset + length) of a chunk. Requires offset + length <=
  * chunk_size <= KVC_LAYOUT_MAX_CHUNK and length > 0. On success *version

@@ -1,12 +1,15 @@
 /*
  * chunk_store_internal: what chunk_store.c (open, index records, writes,
- * range drops) and chunk_read.c (batched reads) share. The record layout
- * and the lock order are chunk_store.h's.
+ * range drops), chunk_inline.c (chunks kept in their record) and
+ * chunk_read.c (batched reads) share. The record layouts and the lock
+ * order are chunk_store.h's.
  */
 #ifndef KVC_CHUNK_STORE_INTERNAL_H
 #define KVC_CHUNK_STORE_INTERNAL_H
 
 #include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <lmdb.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -25,6 +28,7 @@ struct kvc_chunk_store {
 	MDB_dbi dbi;
 	pthread_rwlock_t locks[LOCK_SLOTS]; /* the chunk locks (chunk_store.h) */
 	struct kvc_reserve reserve;         /* of the target's filesystem (its own lock) */
+	uint32_t inline_max; /* chunks ending at or below it stay inline (set before serving) */
 };
 
 /* A chunk's index record as stored (little-endian, 2-byte aligned in LMDB:
@@ -40,6 +44,29 @@ struct record {
 #define RECORD_HEADER 24u
 _Static_assert(offsetof(struct record, block_crc) == RECORD_HEADER, "");
 
+static inline bool kvc_chunk_record_inline(const struct record *rec)
+{
+	return rec->magic == KVC_CHUNK_RECORD_INLINE_MAGIC;
+}
+
+/* Blocks of a chunk of `length` bytes, and the bytes of block b. */
+static inline uint32_t kvc_chunk_blocks(uint32_t length)
+{
+	return (length + KVC_CHUNK_BLOCK - 1) / KVC_CHUNK_BLOCK;
+}
+
+static inline uint32_t kvc_chunk_block_bytes(uint32_t length, uint32_t b)
+{
+	uint32_t start = b * KVC_CHUNK_BLOCK;
+	return length - start < KVC_CHUNK_BLOCK ? length - start : KVC_CHUNK_BLOCK;
+}
+
+/* The index key of a chunk (chunk_store.h). */
+void kvc_chunk_key(uint8_t key[12], uint64_t inode, uint32_t chunk);
+
+/* The chunk_crc of a record: crc32c of its block crc array. */
+uint32_t kvc_chunk_record_crc(const struct record *rec);
+
 /* The lock slot of a chunk. */
 unsigned kvc_chunk_lock_slot(uint64_t inode, uint32_t chunk);
 
@@ -48,9 +75,52 @@ unsigned kvc_chunk_lock_slot(uint64_t inode, uint32_t chunk);
 int kvc_chunk_open_file(struct kvc_chunk_store *store, uint64_t inode, uint32_t chunk,
                         int flags);
 
-/* Look up a chunk's record in txn; 1 found (copied into rec), 0 absent,
- * -errno (-EIO for a malformed record). */
+/* Check a record value and copy its header and crcs into rec. *inline_data
+ * (when not NULL) is set to its bytes inside v for an inline record, NULL
+ * for a file-backed one. Returns 0 or -EIO (malformed). */
+int kvc_chunk_record_parse(const MDB_val *v, struct record *rec, const uint8_t **inline_data);
+
+/* Read or write the whole range with pread/pwrite; a short read (past the
+ * end of the file) is zero-filled: a hole. Returns 0 or -errno. */
+int kvc_chunk_file_io(int fd, bool write, void *buf, size_t length, uint64_t offset);
+
+/* Look up a chunk's record in txn; 1 found (copied into rec; *inline_data
+ * as kvc_chunk_record_parse, valid while txn lives), 0 absent, -errno (-EIO
+ * for a malformed record). */
 int kvc_chunk_record_get(MDB_txn *txn, MDB_dbi dbi, uint64_t inode, uint32_t chunk,
-                         struct record *rec);
+                         struct record *rec, const uint8_t **inline_data);
+
+/* chunk_inline.c. Every function runs with the chunk's lock held
+ * exclusively (the read one: shared), as chunk_store.h's lock order says. */
+
+/* Write [offset, offset + length) of a chunk in its inline record: read,
+ * change and put the record in one write transaction. Returns 1 when
+ * done (rec describes the chunk after), 0 when the chunk is not for an
+ * inline record (a file-backed record, a result past inline_max, zeros
+ * into a missing chunk, or an index at its map size): the caller writes
+ * it as a file. -EIO when bytes the write keeps fail their crc, -errno. */
+int kvc_chunk_inline_write(struct kvc_chunk_store *store, uint64_t inode, uint32_t chunk,
+                           uint32_t offset, const uint8_t *data, uint32_t length, bool zeros,
+                           struct record *rec);
+
+/* Move an inline chunk's bytes (rec, bytes: a copy of its record) into its
+ * file, which starts anew; rec becomes a file-backed record for the same
+ * bytes, still to be committed by the caller after the rest of its write
+ * (data file first, record second). Returns the file's fd (O_RDWR) or
+ * -errno (-EIO when the bytes fail their crc). */
+int kvc_chunk_inline_to_file(struct kvc_chunk_store *store, uint64_t inode, uint32_t chunk,
+                             struct record *rec, const uint8_t *bytes);
+
+/* Shorten the inline record under the cursor (key k, value v) to
+ * keep_bytes inside the caller's write transaction. Returns 1 when
+ * changed, 0 when already that short, -errno. */
+int kvc_chunk_inline_shorten(MDB_cursor *cursor, const MDB_val *k, const MDB_val *v,
+                             uint32_t keep_bytes);
+
+/* Give a read piece its aligned blocks from an inline record's bytes, as
+ * if its ring read had completed (the piece's aligned range is set; its
+ * crcs are checked afterwards like those of a file's blocks). Returns 0 or
+ * -ENOMEM. */
+int kvc_chunk_inline_blocks(struct kvc_chunk_read *r, const uint8_t *bytes);
 
 #endif

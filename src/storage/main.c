@@ -87,6 +87,13 @@ int main(int argc, char **argv)
 			        strerror(-rc));
 			return 1;
 		}
+		/* Small chunks in the index (config.c bounds the key to the store's limit). */
+		int64_t inline_bytes = config.storage_inline_bytes;
+		if (inline_bytes >= 0 && kvc_chunk_store_set_inline(svc.stores[i],
+		                                                    (uint32_t)inline_bytes) < 0) {
+			fprintf(stderr, "kvc-storage: storage_inline_kb is above 256\n");
+			return 1;
+		}
 		struct kvc_chunk_space space;
 		if (kvc_chunk_store_space(svc.stores[i], &space) == 0)
 			kvc_log_info("target %s: %llu MiB free of %llu MiB, %llu MiB kept back for "

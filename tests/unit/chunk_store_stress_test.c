@@ -9,7 +9,12 @@
  * at each position; after every thread has finished, each word must be
  * either that last word or zero (a punch or truncate came after it), and
  * every read must verify its crcs. A lock-order deadlock between the
- * threads shows up as the test's timeout. */
+ * threads shows up as the test's timeout.
+ *
+ * It runs three times: every chunk inline (the default limit holds a whole
+ * 64 KiB chunk), every chunk in a file (limit 0), and a limit of half a
+ * chunk, where writes move chunks from their record to a file and punches
+ * and truncates bring them back inline. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <pthread.h>
@@ -224,10 +229,10 @@ static void start(struct worker *w, uint32_t id, void *(*fn)(void *))
 	cr_assert_eq(pthread_create(&w->thread, NULL, fn, w), 0);
 }
 
-Test(chunk_store_stress, writers_readers_punches_truncates, .init = setup, .fini = teardown,
-     .timeout = 60)
+static void stress(uint32_t inline_max)
 {
 	static uint64_t back[WORDS];
+	cr_assert_eq(kvc_chunk_store_set_inline(store, inline_max), 0);
 	for (uint32_t i = 0; i < WRITERS; i++)
 		start(&writers[i], i, writer_main);
 	for (uint32_t i = 0; i < READERS; i++)
@@ -280,4 +285,22 @@ Test(chunk_store_stress, writers_readers_punches_truncates, .init = setup, .fini
 		kvc_chunk_ring_exit(&readers[i].ring);
 	kvc_chunk_ring_exit(&puncher.ring);
 	kvc_chunk_ring_exit(&truncater.ring);
+}
+
+Test(chunk_store_stress, writers_readers_punches_truncates, .init = setup, .fini = teardown,
+     .timeout = 60)
+{
+	stress(KVC_CHUNK_INLINE_DEFAULT);
+}
+
+Test(chunk_store_stress, with_every_chunk_in_a_file, .init = setup, .fini = teardown,
+     .timeout = 60)
+{
+	stress(0);
+}
+
+Test(chunk_store_stress, with_chunks_moving_to_files, .init = setup, .fini = teardown,
+     .timeout = 60)
+{
+	stress(CS / 2);
 }

@@ -1,0 +1,504 @@
+/* Unit tests of inline chunks (storage/chunk_inline.c): chunks that end at
+ * or below the store's inline limit live in their index record and have no
+ * file. Round trips of random writes against a model, the move to a file
+ * past the limit, punch / truncate / remove, crc checks of the record's
+ * bytes (corrupted through LMDB directly), reopening, batches mixing
+ * inline, file-backed and missing chunks, the limit at 0, the cluster
+ * file's storage_inline_kb, and the reserve of a full volume. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <lmdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/config.h"
+#include "storage/chunk_store.h"
+
+#define CS (1u << 20)
+#define IMAX KVC_CHUNK_INLINE_DEFAULT
+
+static char dir[64];
+static struct kvc_chunk_store *store;
+static struct kvc_chunk_ring ring;
+
+static void setup(void)
+{
+	strcpy(dir, "/tmp/kvc-inline-test-XXXXXX");
+	cr_assert_not_null(mkdtemp(dir));
+	cr_assert_eq(kvc_chunk_store_open(dir, &store), 0);
+	cr_assert_eq(kvc_chunk_ring_init(&ring, 64), 0);
+}
+
+static void teardown(void)
+{
+	kvc_chunk_store_close(store);
+	kvc_chunk_ring_exit(&ring);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(chunk_inline, .init = setup, .fini = teardown, .timeout = 60);
+
+static uint32_t next_random(uint32_t *state)
+{
+	*state ^= *state << 13;
+	*state ^= *state >> 17;
+	*state ^= *state << 5;
+	return *state;
+}
+
+static void fill(uint8_t *buf, size_t len, unsigned seed)
+{
+	for (size_t i = 0; i < len; i++)
+		buf[i] = (uint8_t)(seed + i * 13 + (i >> 10));
+}
+
+/* Chunk files under the target (every chunks/XX directory). */
+static int chunk_files(void)
+{
+	char path[128];
+	int count = 0;
+	for (int i = 0; i < 256; i++) {
+		snprintf(path, sizeof(path), "%s/chunks/%02x", dir, i);
+		DIR *d = opendir(path);
+		cr_assert_not_null(d, "%s", path);
+		for (struct dirent *e; (e = readdir(d));)
+			count += e->d_name[0] != '.';
+		closedir(d);
+	}
+	return count;
+}
+
+static bool chunk_file_exists(uint64_t inode, uint32_t chunk)
+{
+	char path[256];
+	struct stat st;
+	snprintf(path, sizeof(path), "%s/chunks/%02x/%016llx.%08x", dir, (unsigned)(inode & 0xff),
+	         (unsigned long long)inode, chunk);
+	return stat(path, &st) == 0;
+}
+
+/* Read one range; returns status, fills out (holes as zeros). */
+static int read_range(uint64_t inode, uint32_t chunk, uint32_t off, uint32_t len, uint8_t *out)
+{
+	struct kvc_chunk_read r = {.inode = inode, .chunk = chunk, .offset = off, .length = len};
+	cr_assert_eq(kvc_chunk_store_read_batch(&store, &ring, &r, 1), 0);
+	if (r.status == 0) {
+		if (r.present)
+			memcpy(out, r.data, r.present);
+		memset(out + r.present, 0, len - r.present);
+	}
+	kvc_chunk_store_read_release(&r, 1);
+	return r.status;
+}
+
+static void write_ok(uint64_t inode, uint32_t chunk, uint32_t off, const uint8_t *data,
+                     uint32_t len, uint32_t expect_length)
+{
+	uint64_t version;
+	uint32_t length;
+	cr_assert_eq(kvc_chunk_store_write(store, inode, chunk, CS, off, data, len, &version,
+	                                   &length), 0, "write of %u at %u", len, off);
+	cr_assert_eq(length, expect_length);
+}
+
+static void expect_chunk(uint64_t inode, uint32_t chunk, const uint8_t *model, uint32_t len)
+{
+	static uint8_t back[CS];
+	cr_assert_eq(read_range(inode, chunk, 0, len, back), 0);
+	cr_assert_eq(memcmp(back, model, len), 0, "inode %llu chunk %u", (unsigned long long)inode,
+	             chunk);
+}
+
+Test(chunk_inline, random_writes_and_reads_round_trip)
+{
+	static uint8_t model[4][IMAX], data[IMAX], back[IMAX];
+	uint32_t lengths[4] = {0}, seed = 12345;
+	for (int op = 0; op < 400; op++) {
+		uint32_t c = next_random(&seed) % 4;
+		uint32_t off = next_random(&seed) % IMAX;
+		uint32_t len = 1 + next_random(&seed) % (IMAX - off);
+		fill(data, len, (unsigned)op);
+		memcpy(model[c] + off, data, len);
+		if (off + len > lengths[c])
+			lengths[c] = off + len;
+		write_ok(7, c, off, data, len, lengths[c]);
+		/* a random range of a random chunk, past its end too */
+		uint32_t rc = next_random(&seed) % 4;
+		uint32_t roff = next_random(&seed) % IMAX;
+		uint32_t rlen = 1 + next_random(&seed) % (IMAX - roff);
+		cr_assert_eq(read_range(7, rc, roff, rlen, back), 0);
+		cr_assert_eq(memcmp(back, model[rc] + roff, rlen), 0, "op %d: chunk %u [%u, +%u)", op,
+		             rc, roff, rlen);
+	}
+	for (uint32_t c = 0; c < 4; c++)
+		expect_chunk(7, c, model[c], IMAX);
+	cr_assert_eq(chunk_files(), 0, "inline chunks have no file");
+	struct kvc_chunk_space space;
+	cr_assert_eq(kvc_chunk_store_space(store, &space), 0);
+	cr_assert_eq(space.chunks, 4);
+}
+
+Test(chunk_inline, growth_past_the_limit_moves_the_chunk_to_a_file)
+{
+	static uint8_t model[CS], data[CS];
+	uint64_t version;
+	uint32_t length;
+	/* a gap of zeros first: it stays a hole in the file */
+	fill(data, IMAX, 1);
+	cr_assert_eq(kvc_chunk_store_write(store, 9, 2, CS, 40000, data, IMAX - 40000, &version,
+	                                   &length), 0);
+	memcpy(model + 40000, data, IMAX - 40000);
+	cr_assert_eq(version, 1);
+	cr_assert_eq(length, IMAX);
+	cr_assert_not(chunk_file_exists(9, 2), "inline at exactly the limit");
+	expect_chunk(9, 2, model, IMAX);
+	cr_assert_eq(kvc_chunk_store_write(store, 9, 2, CS, 100, data, 1000, &version, &length), 0);
+	memcpy(model + 100, data, 1000);
+	cr_assert_eq(version, 2);
+	cr_assert_not(chunk_file_exists(9, 2));
+	/* one byte past the limit, and the bytes before it are what they were */
+	fill(data, 70000, 2);
+	cr_assert_eq(kvc_chunk_store_write(store, 9, 2, CS, IMAX - 5000, data, 5001, &version,
+	                                   &length), 0);
+	memcpy(model + IMAX - 5000, data, 5001);
+	cr_assert_eq(version, 3);
+	cr_assert_eq(length, IMAX + 1);
+	cr_assert(chunk_file_exists(9, 2), "past the limit: a file");
+	expect_chunk(9, 2, model, CS);
+	struct stat st;
+	char path[256];
+	snprintf(path, sizeof(path), "%s/chunks/09/%016x.%08x", dir, 9, 2);
+	cr_assert_eq(stat(path, &st), 0);
+	cr_assert_eq(st.st_size, IMAX + 1);
+	/* it stays a file, even for a write inside the limit */
+	cr_assert_eq(kvc_chunk_store_write(store, 9, 2, CS, 0, data, 10, &version, &length), 0);
+	memcpy(model, data, 10);
+	cr_assert(chunk_file_exists(9, 2));
+	expect_chunk(9, 2, model, CS);
+	uint32_t chunk, len;
+	cr_assert_eq(kvc_chunk_store_last(store, 9, &chunk, &len), 1);
+	cr_assert_eq(len, IMAX + 1);
+	/* a first write past the limit goes straight to a file */
+	fill(data, CS, 3);
+	write_ok(9, 3, 0, data, CS, CS);
+	cr_assert(chunk_file_exists(9, 3));
+	expect_chunk(9, 3, data, CS);
+}
+
+Test(chunk_inline, truncate_punch_and_remove_of_inline_chunks)
+{
+	static uint8_t data[IMAX], back[IMAX];
+	uint32_t chunk, len;
+	fill(data, IMAX, 4);
+	for (uint32_t c = 0; c < 5; c++)
+		write_ok(11, c, 0, data, 50000, 50000);
+	write_ok(12, 0, 0, data, 300, 300);
+	/* truncate into chunk 3 at 20000 + 7: chunk 3 shortened, chunk 4 gone */
+	cr_assert_eq(kvc_chunk_store_truncate(store, 11, 3ull * CS + 20007, CS), 2);
+	cr_assert_eq(kvc_chunk_store_last(store, 11, &chunk, &len), 1);
+	cr_assert_eq(chunk, 3);
+	cr_assert_eq(len, 20007);
+	cr_assert_eq(read_range(11, 3, 0, IMAX, back), 0);
+	cr_assert_eq(memcmp(back, data, 20007), 0);
+	for (uint32_t i = 20007; i < IMAX; i++)
+		cr_assert_eq(back[i], 0, "byte %u past the cut", i);
+	/* growing it again: the cut bytes do not come back */
+	write_ok(11, 3, 30000, data, 10, 30010);
+	cr_assert_eq(read_range(11, 3, 20000, 10010, back), 0);
+	cr_assert_eq(memcmp(back, data + 20000, 7), 0);
+	for (uint32_t i = 7; i < 10000; i++)
+		cr_assert_eq(back[i], 0);
+	cr_assert_eq(memcmp(back + 10000, data, 10), 0);
+	/* truncate at a block boundary */
+	cr_assert_eq(kvc_chunk_store_truncate(store, 11, 3ull * CS + 16384, CS), 1);
+	cr_assert_eq(kvc_chunk_store_last(store, 11, &chunk, &len), 1);
+	cr_assert_eq(len, 16384);
+	expect_chunk(11, 3, data, 16384);
+	/* punch chunks 1 and 2 */
+	cr_assert_eq(kvc_chunk_store_punch(store, 11, 1, 2), 2);
+	cr_assert_eq(read_range(11, 1, 0, IMAX, back), 0);
+	for (uint32_t i = 0; i < IMAX; i++)
+		cr_assert_eq(back[i], 0, "a punched inline chunk is a hole");
+	expect_chunk(11, 0, data, 50000);
+	cr_assert_eq(kvc_chunk_store_remove(store, 11), 2);
+	cr_assert_eq(kvc_chunk_store_last(store, 11, &chunk, &len), 0);
+	cr_assert_eq(kvc_chunk_store_last(store, 12, &chunk, &len), 1, "the neighbour stays");
+	cr_assert_eq(chunk_files(), 0);
+}
+
+Test(chunk_inline, zeros_into_a_missing_chunk_take_a_sparse_file)
+{
+	static uint8_t zeros[20000], data[1000], back[30000];
+	fill(data, sizeof(data), 5);
+	write_ok(13, 0, 5000, zeros, sizeof(zeros), 25000);
+	cr_assert(chunk_file_exists(13, 0), "zeros take no space: a sparse file, not a record");
+	/* zeros into an inline chunk stay in its record */
+	write_ok(13, 1, 0, data, sizeof(data), 1000);
+	write_ok(13, 1, 500, zeros, 300, 1000);
+	cr_assert_not(chunk_file_exists(13, 1));
+	cr_assert_eq(read_range(13, 1, 0, 1000, back), 0);
+	cr_assert_eq(memcmp(back, data, 500), 0);
+	for (int i = 500; i < 800; i++)
+		cr_assert_eq(back[i], 0);
+	cr_assert_eq(memcmp(back + 800, data + 800, 200), 0);
+}
+
+/* Flip one byte of an inline record's data (at `at`) through LMDB
+ * directly, with the store closed. */
+static void corrupt_record(uint64_t inode, uint32_t chunk, uint32_t at)
+{
+	char path[128];
+	uint8_t key[12];
+	MDB_env *env;
+	MDB_txn *txn;
+	MDB_dbi dbi;
+	MDB_val v;
+	kvc_chunk_store_close(store);
+	store = NULL;
+	for (int i = 0; i < 8; i++)
+		key[i] = (uint8_t)(inode >> (56 - 8 * i));
+	for (int i = 0; i < 4; i++)
+		key[8 + i] = (uint8_t)(chunk >> (24 - 8 * i));
+	MDB_val k = {sizeof(key), key};
+	snprintf(path, sizeof(path), "%s/index", dir);
+	cr_assert_eq(mdb_env_create(&env), 0);
+	cr_assert_eq(mdb_env_set_mapsize(env, 1ull << 40), 0);
+	cr_assert_eq(mdb_env_open(env, path, 0, 0600), 0);
+	cr_assert_eq(mdb_txn_begin(env, NULL, 0, &txn), 0);
+	cr_assert_eq(mdb_dbi_open(txn, NULL, 0, &dbi), 0);
+	cr_assert_eq(mdb_get(txn, dbi, &k, &v), 0);
+	uint8_t *copy = malloc(v.mv_size);
+	memcpy(copy, v.mv_data, v.mv_size);
+	uint32_t magic, blocks;
+	memcpy(&magic, copy, 4);
+	memcpy(&blocks, copy + 20, 4);
+	cr_assert_eq(magic, KVC_CHUNK_RECORD_INLINE_MAGIC);
+	copy[24 + 4 * blocks + at] ^= 0x40;
+	MDB_val nv = {v.mv_size, copy};
+	cr_assert_eq(mdb_put(txn, dbi, &k, &nv, 0), 0);
+	cr_assert_eq(mdb_txn_commit(txn), 0);
+	mdb_env_close(env);
+	free(copy);
+	cr_assert_eq(kvc_chunk_store_open(dir, &store), 0);
+}
+
+Test(chunk_inline, a_corrupted_record_reads_as_eio)
+{
+	static uint8_t data[IMAX], back[IMAX];
+	uint64_t version;
+	uint32_t length;
+	fill(data, IMAX, 6);
+	write_ok(0x77, 1, 0, data, 60000, 60000);
+	write_ok(0x77, 2, 0, data, 60000, 60000);
+	corrupt_record(0x77, 1, 40000); /* block 2 */
+	corrupt_record(0x77, 2, 59990); /* block 3, the short last one */
+	cr_assert_eq(read_range(0x77, 1, 0, 60000, back), -EIO);
+	cr_assert_eq(read_range(0x77, 1, 39000, 2000, back), -EIO);
+	/* blocks away from the damage still verify and read */
+	cr_assert_eq(read_range(0x77, 1, 0, 32768, back), 0);
+	cr_assert_eq(memcmp(back, data, 32768), 0);
+	cr_assert_eq(read_range(0x77, 1, 49152, 10848, back), 0);
+	cr_assert_eq(memcmp(back, data + 49152, 10848), 0);
+	/* a write that keeps the bad block's other bytes is refused */
+	cr_assert_eq(kvc_chunk_store_write(store, 0x77, 1, CS, 40010, data, 10, &version, &length),
+	             -EIO);
+	/* one that covers the whole block replaces it */
+	write_ok(0x77, 1, 32768, data + 32768, 16384, 60000);
+	expect_chunk(0x77, 1, data, 60000);
+	/* moving a bad chunk to a file is refused too: its bytes would be vouched for */
+	cr_assert_eq(kvc_chunk_store_write(store, 0x77, 2, CS, 60000, data, 10000, &version,
+	                                   &length), -EIO);
+	cr_assert_not(chunk_file_exists(0x77, 2));
+	/* a truncate still goes through, and the cut block keeps failing */
+	cr_assert_eq(kvc_chunk_store_truncate(store, 0x77, 2ull * CS + 59000, CS), 1);
+	cr_assert_eq(read_range(0x77, 2, 50000, 9000, back), -EIO);
+	cr_assert_eq(read_range(0x77, 2, 0, 49152, back), 0);
+	/* and removal always works */
+	cr_assert_eq(kvc_chunk_store_remove(store, 0x77), 2);
+}
+
+Test(chunk_inline, inline_chunks_survive_reopen)
+{
+	static uint8_t data[IMAX];
+	fill(data, IMAX, 7);
+	write_ok(42, 7, 1000, data, 30000, 31000);
+	write_ok(42, 8, 0, data, 1, 1);
+	kvc_chunk_store_close(store);
+	cr_assert_eq(kvc_chunk_store_open(dir, &store), 0);
+	static uint8_t model[31000];
+	memcpy(model + 1000, data, 30000);
+	expect_chunk(42, 7, model, 31000);
+	expect_chunk(42, 8, data, 1);
+	uint32_t chunk, len;
+	cr_assert_eq(kvc_chunk_store_last(store, 42, &chunk, &len), 1);
+	cr_assert_eq(chunk, 8);
+	cr_assert_eq(len, 1);
+	cr_assert_eq(chunk_files(), 0);
+}
+
+Test(chunk_inline, a_batch_mixes_inline_file_and_missing_chunks)
+{
+	static uint8_t big[CS], small[IMAX];
+	struct kvc_chunk_ring four;
+	struct kvc_chunk_read reads[10];
+	struct kvc_chunk_store *stores[10];
+	fill(big, CS, 8);
+	fill(small, IMAX, 9);
+	for (uint32_t c = 0; c < 10; c++) {
+		if (c % 3 == 0)
+			write_ok(31, c, 0, big, CS, CS);
+		else if (c % 3 == 1)
+			write_ok(31, c, 0, small, IMAX - c, IMAX - c);
+		/* c % 3 == 2: missing */
+		reads[c] = (struct kvc_chunk_read){.inode = 31, .chunk = c, .offset = c * 100,
+		                                   .length = 50000};
+		stores[c] = store;
+	}
+	cr_assert_eq(chunk_files(), 4, "chunks 0, 3, 6 and 9");
+	cr_assert_eq(kvc_chunk_ring_init(&four, 4), 0); /* several rounds */
+	cr_assert_eq(kvc_chunk_store_read_batch(stores, &four, reads, 10), 0);
+	for (uint32_t c = 0; c < 10; c++) {
+		cr_assert_eq(reads[c].status, 0, "piece %u", c);
+		cr_assert_eq(reads[c].present, c % 3 == 2 ? 0 : 50000, "piece %u", c);
+		if (c % 3 != 2)
+			cr_assert_eq(memcmp(reads[c].data, (c % 3 ? small : big) + c * 100, 50000), 0,
+			             "piece %u", c);
+	}
+	/* no lock is held: the chunks can be written before the release */
+	write_ok(31, 1, 0, big, 10, IMAX - 1);
+	cr_assert_eq(memcmp(reads[1].data, small + 100, 50000), 0, "the checked bytes stay");
+	kvc_chunk_store_read_release(reads, 10);
+	kvc_chunk_ring_exit(&four);
+}
+
+Test(chunk_inline, a_limit_of_zero_keeps_every_chunk_in_a_file)
+{
+	static uint8_t data[IMAX], model[IMAX];
+	fill(data, IMAX, 10);
+	write_ok(51, 0, 0, data, 1000, 1000); /* inline, before the limit changes */
+	cr_assert_eq(kvc_chunk_store_set_inline(store, 0), 0);
+	write_ok(51, 1, 0, data, 10, 10);
+	cr_assert(chunk_file_exists(51, 1), "no inline chunk");
+	cr_assert_not(chunk_file_exists(51, 0));
+	expect_chunk(51, 0, data, 1000); /* an inline record still reads */
+	/* and moves to a file on its next write */
+	write_ok(51, 0, 2000, data, 10, 2010);
+	cr_assert(chunk_file_exists(51, 0));
+	memcpy(model, data, 1000);
+	memcpy(model + 2000, data, 10);
+	expect_chunk(51, 0, model, 2010);
+	cr_assert_eq(kvc_chunk_store_set_inline(store, KVC_CHUNK_INLINE_LIMIT + 1), -EINVAL);
+	cr_assert_eq(kvc_chunk_store_set_inline(store, KVC_CHUNK_INLINE_LIMIT), 0);
+	write_ok(51, 2, 0, data, IMAX, IMAX);
+	write_ok(51, 2, IMAX, data, IMAX, 2 * IMAX);
+	cr_assert_not(chunk_file_exists(51, 2), "inline up to the largest limit");
+	cr_assert_eq(chunk_files(), 2);
+}
+
+Test(chunk_inline, a_stale_file_is_started_anew_by_the_move)
+{
+	/* A removal cut short left a file; the chunk then became inline. */
+	static uint8_t junk[CS], data[IMAX], back[CS];
+	char path[256];
+	memset(junk, 0xab, sizeof(junk));
+	snprintf(path, sizeof(path), "%s/chunks/%02x/%016x.%08x", dir, 0x31, 0x31, 4);
+	int fd = open(path, O_WRONLY | O_CREAT, 0600);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, junk, sizeof(junk)), (ssize_t)sizeof(junk));
+	close(fd);
+	fill(data, IMAX, 11);
+	write_ok(0x31, 4, 20000, data, 1000, 21000);
+	cr_assert_eq(read_range(0x31, 4, 0, 30000, back), 0);
+	for (uint32_t i = 0; i < 20000; i++)
+		cr_assert_eq(back[i], 0, "byte %u of the old file came back", i);
+	write_ok(0x31, 4, 100000, data, 10, 100010); /* moves to the file */
+	cr_assert_eq(read_range(0x31, 4, 0, 100010, back), 0);
+	for (uint32_t i = 0; i < 100000; i++)
+		cr_assert_eq(back[i], i >= 20000 && i < 21000 ? data[i - 20000] : 0, "byte %u", i);
+	cr_assert_eq(memcmp(back + 100000, data, 10), 0);
+}
+
+/* The cluster file's storage_inline_kb (global, KiB, 0 to 256; absent: the
+ * chunk store's default). */
+static int parse(const char *line, struct kvc_config *config, char *err, size_t size)
+{
+	char full[512];
+	snprintf(full, sizeof(full), "%s\n[meta]\naddress = 127.0.0.1:1\n"
+	         "[storage s]\naddress = 127.0.0.1:2\ntarget = /t\n", line);
+	return kvc_config_parse(full, "test", config, err, size);
+}
+
+Test(chunk_inline, cluster_file_key)
+{
+	static struct kvc_config config;
+	char err[256];
+	cr_assert_eq(parse("", &config, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config.storage_inline_bytes, -1);
+	cr_assert_eq(parse("storage_inline_kb = 128", &config, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config.storage_inline_bytes, 128 << 10);
+	cr_assert_eq(kvc_chunk_store_set_inline(store, (uint32_t)config.storage_inline_bytes), 0);
+	cr_assert_eq(parse("storage_inline_kb = 0", &config, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config.storage_inline_bytes, 0);
+	cr_assert_eq(parse("storage_inline_kb = 257", &config, err, sizeof(err)), -EINVAL);
+	cr_assert(strstr(err, "test:1: storage_inline_kb"), "%s", err);
+	cr_assert_eq(parse("storage_inline_kb = 64K", &config, err, sizeof(err)), -EINVAL);
+	cr_assert_eq((256u << 10), KVC_CHUNK_INLINE_LIMIT, "the key's bound is the store's");
+}
+
+/* A volume at its reserve (core/reserve.h's seam): inline writes of data
+ * are refused like a file's, zeros into an inline chunk and everything
+ * that frees go through. */
+static uint64_t fake_free;
+static int fake_stat(void *arg, uint64_t *total, uint64_t *free_bytes)
+{
+	(void)arg;
+	*total = 1ull << 30;
+	*free_bytes = fake_free;
+	return 0;
+}
+
+static uint64_t fake_now(void *arg)
+{
+	(void)arg;
+	return 0;
+}
+
+Test(chunk_inline, the_reserve_refuses_inline_data_and_never_frees)
+{
+	static const struct kvc_reserve_ops ops = {fake_stat, fake_now, NULL};
+	static uint8_t data[IMAX], zeros[1000], back[IMAX];
+	uint64_t version;
+	uint32_t length, chunk, len;
+	fake_free = 100u << 20;
+	cr_assert_eq(kvc_chunk_store_set_reserve(store, 8 << 20, &ops), 0);
+	fill(data, IMAX, 12);
+	write_ok(61, 0, 0, data, 50000, 50000);
+	write_ok(61, 1, 0, data, 50000, 50000);
+	fake_free = 8u << 20; /* the volume is full: a fresh look at it */
+	cr_assert_eq(kvc_chunk_store_set_reserve(store, 8 << 20, &ops), 0);
+	cr_assert_eq(kvc_chunk_store_write(store, 61, 2, CS, 0, data, 100, &version, &length),
+	             -ENOSPC, "a new inline chunk");
+	cr_assert_eq(kvc_chunk_store_write(store, 61, 0, CS, 10, data, 100, &version, &length),
+	             -ENOSPC, "an inline rewrite");
+	expect_chunk(61, 0, data, 50000); /* untouched */
+	write_ok(61, 0, 10, zeros, sizeof(zeros), 50000); /* a punch's edge */
+	cr_assert_eq(read_range(61, 0, 0, 2000, back), 0);
+	cr_assert_eq(memcmp(back, data, 10), 0);
+	for (int i = 10; i < 1010; i++)
+		cr_assert_eq(back[i], 0);
+	cr_assert_eq(kvc_chunk_store_truncate(store, 61, 1000, CS), 2, "chunk 0 cut, 1 gone");
+	cr_assert_eq(kvc_chunk_store_last(store, 61, &chunk, &len), 1);
+	cr_assert_eq(len, 1000);
+	cr_assert_eq(kvc_chunk_store_remove(store, 61), 1);
+	struct kvc_chunk_space space;
+	cr_assert_eq(kvc_chunk_store_space(store, &space), 0);
+	cr_assert_eq(space.chunks, 0);
+	cr_assert_eq(space.refused_writes, 2);
+}
