@@ -10,7 +10,7 @@
 #ifndef KVC_FUSE_OPERATIONS_H
 #define KVC_FUSE_OPERATIONS_H
 
-#define FUSE_USE_VERSION 35
+#define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 #include <pthread.h>
 #include <stdatomic.h>
