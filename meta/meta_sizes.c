@@ -142,12 +142,16 @@ int kvc_meta_store_extend(struct kvc_meta_store *s, uint64_t ino, uint64_t size,
 		rc = -EISDIR;
 	else if (rc == 0 && !S_ISREG(rec.attr.mode))
 		rc = -EINVAL;
+	/* A commit of written data: mtime moves even when the size does not
+	 * (an overwrite in place), so another client's open sees the file
+	 * changed and drops the pages it kept (close-to-open). */
 	if (rc == 0 && size > rec.attr.size) {
 		rc = size_change(s, txn, &rec, size);
 		rec.attr.size = size;
+	}
+	if (rc == 0) {
 		rec.attr.mtime_ns = rec.attr.ctime_ns = kvc_meta_now_ns();
-		if (rc == 0)
-			rc = kvc_meta_inode_put(s, txn, &rec);
+		rc = kvc_meta_inode_put(s, txn, &rec);
 	}
 	if (rc == 0)
 		*attr = rec.attr;

@@ -166,7 +166,8 @@ int kvc_meta_store_readdir(struct kvc_meta_store *store, uint64_t ino,
  * -EAGAIN: finish the cut (kvc_meta_collector_truncate), then ask again. */
 int kvc_meta_store_setattr(struct kvc_meta_store *store,
                            const struct kvc_msg_setattr *request, struct kvc_attr *attr);
-/* size = max(size, new_size), mtime = now when it grew. */
+/* A commit of written data: size = max(size, new_size), mtime = now
+ * (also when the size stays: an overwrite in place). */
 int kvc_meta_store_extend(struct kvc_meta_store *store, uint64_t ino, uint64_t size,
                           struct kvc_attr *attr);
 /* Pending cuts: 1 and the size ino's chunks must be cut to, 0 when none,

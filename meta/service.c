@@ -21,6 +21,7 @@ struct request {
 	const struct kvc_wire_header *h;
 	const void *msg;
 	uint32_t off;
+	uint64_t since; /* the watches' change count before the store was read */
 };
 
 static const void *take(struct request *r, uint32_t len)
@@ -58,13 +59,15 @@ static struct kvc_meta_watcher *watcher(const struct request *r)
 static void note_name(struct request *r, uint64_t parent, const char *name, uint32_t len)
 {
 	if (watcher(r))
-		kvc_meta_watches_note(r->svc->watches, watcher(r), KVC_WATCH_NAME, parent, name, len);
+		kvc_meta_watches_note_since(r->svc->watches, watcher(r), r->since, KVC_WATCH_NAME,
+		                            parent, name, len);
 }
 
 static void note_inode(struct request *r, uint64_t ino)
 {
 	if (watcher(r))
-		kvc_meta_watches_note(r->svc->watches, watcher(r), KVC_WATCH_INODE, ino, NULL, 0);
+		kvc_meta_watches_note_since(r->svc->watches, watcher(r), r->since, KVC_WATCH_INODE,
+		                            ino, NULL, 0);
 }
 
 static void changed_name(struct request *r, uint64_t parent, const char *name, uint32_t len)
@@ -368,8 +371,10 @@ static int h_extend(struct request *r)
 		if (rc == 0)
 			rc = kvc_meta_store_extend(r->svc->store, m->ino, m->size, &attr);
 	}
-	if (rc == 0)
+	if (rc == 0) {
 		changed_inode(r, m->ino);
+		note_inode(r, m->ino); /* the committer caches this answer (attr_cache.h) */
+	}
 	return reply_attr(r, rc == -EAGAIN ? -EIO : rc, &attr);
 }
 
@@ -426,9 +431,13 @@ static int h_session(struct request *r)
 			kvc_meta_sessions_now_ms()) : 0, NULL, 0);
 	if (svc->sessions)
 		kvc_meta_sessions_touch(svc->sessions, m->client, kvc_meta_sessions_now_ms());
-	if (r->h->type == KVC_MSG_OPEN)
-		return reply_attr(r, kvc_meta_store_open_session(svc->store, m->ino, m->client,
-		                                                 &attr), &attr);
+	if (r->h->type == KVC_MSG_OPEN) {
+		/* kvc-fuse serves GETATTR from this answer (fuse/attr_cache.h). */
+		int rc = kvc_meta_store_open_session(svc->store, m->ino, m->client, &attr);
+		if (rc == 0)
+			note_inode(r, m->ino);
+		return reply_attr(r, rc, &attr);
+	}
 	int rc = kvc_meta_store_close_session(svc->store, m->ino, m->client);
 	if (rc == 0 && svc->collector)
 		kvc_meta_collector_wake(svc->collector); /* an orphan may be free now */
@@ -646,5 +655,8 @@ int kvc_meta_service_handle(void *service, struct kvc_server_conn *conn,
 	if (op->exact ? h->body_len != op->size : h->body_len < op->size)
 		return kvc_server_reply(conn, h, -EINVAL, NULL, 0);
 	struct request r = {.svc = svc, .conn = conn, .h = h, .msg = conn->body, .off = op->size};
+	/* Before any read: what changes after it is what notes must catch. */
+	if (svc->watches && conn->service_state)
+		r.since = kvc_meta_watches_begin(svc->watches);
 	return op->handler(&r);
 }

@@ -12,6 +12,7 @@
 #include "core/log.h"
 
 #define NO_ENTRY UINT32_MAX
+#define RECENT_SLOTS 4096 /* power of two */
 #define STREAM_TICK_MS 200
 #define HEARTBEAT_NS 1000000000ll /* an empty frame after 1 s of quiet */
 
@@ -22,6 +23,14 @@ struct entry {
 	uint32_t serial; /* the watcher's */
 	uint32_t kind;
 	uint32_t next;   /* in its bucket, or the free list */
+};
+
+/* The last change of the objects hashed to one slot (the count when it
+ * was made and its origin's serial), and the last one before it by
+ * another origin than that: what a note since a count has missed. */
+struct recent {
+	uint64_t seq, seq_other;
+	uint32_t origin;
 };
 
 struct kvc_meta_watcher {
@@ -48,6 +57,8 @@ struct kvc_meta_watches {
 	struct kvc_meta_watcher *watchers[KVC_META_WATCHERS_MAX];
 	int watcher_count;
 	struct kvc_meta_watch_stats stats;
+	uint64_t changes; /* counted by kvc_meta_watches_changed */
+	struct recent recent[RECENT_SLOTS];
 };
 
 static uint64_t hash_of(uint32_t kind, uint64_t id, const char *name, uint32_t len)
@@ -207,14 +218,38 @@ static void bucket_prune(struct kvc_meta_watches *w, uint32_t bucket, int64_t no
 	}
 }
 
+static void enqueue(struct kvc_meta_watches *w, struct kvc_meta_watcher *c, uint32_t kind,
+                    uint64_t id, const char *name, uint32_t name_len);
+
+uint64_t kvc_meta_watches_begin(struct kvc_meta_watches *w)
+{
+	pthread_mutex_lock(&w->lock);
+	uint64_t seq = w->changes;
+	pthread_mutex_unlock(&w->lock);
+	return seq;
+}
+
 void kvc_meta_watches_note(struct kvc_meta_watches *w, struct kvc_meta_watcher *c,
                            uint32_t kind, uint64_t id, const char *name, uint32_t name_len)
+{
+	kvc_meta_watches_note_since(w, c, UINT64_MAX, kind, id, name, name_len);
+}
+
+void kvc_meta_watches_note_since(struct kvc_meta_watches *w, struct kvc_meta_watcher *c,
+                                 uint64_t since, uint32_t kind, uint64_t id, const char *name,
+                                 uint32_t name_len)
 {
 	if (!c)
 		return;
 	int64_t now = kvc_clock_monotonic_ns();
 	uint64_t h = hash_of(kind, id, name, kind == KVC_WATCH_NAME ? name_len : 0);
 	pthread_mutex_lock(&w->lock);
+	/* Changed by another since the request began: its answer may be
+	 * from before the change, told to nobody. Tell c now. */
+	const struct recent *rs = &w->recent[h & (RECENT_SLOTS - 1)];
+	uint64_t missed = rs->origin == c->serial ? rs->seq_other : rs->seq;
+	if (since != UINT64_MAX && missed > since)
+		enqueue(w, c, kind, id, name, name_len);
 	uint32_t bucket = (uint32_t)h & w->bucket_mask, i;
 	bucket_prune(w, bucket, now);
 	/* Keep the table clean a bucket at a time, as notes come. */
@@ -282,6 +317,11 @@ void kvc_meta_watches_changed(struct kvc_meta_watches *w, const struct kvc_meta_
 	uint64_t h = hash_of(kind, id, name, kind == KVC_WATCH_NAME ? name_len : 0);
 	uint32_t origin_serial = origin ? origin->serial : 0;
 	pthread_mutex_lock(&w->lock);
+	struct recent *rs = &w->recent[h & (RECENT_SLOTS - 1)];
+	if (rs->origin != origin_serial)
+		rs->seq_other = rs->seq;
+	rs->seq = ++w->changes;
+	rs->origin = origin_serial;
 	if (w->flood_until_ns > now) {
 		for (int i = 0; i < w->watcher_count; i++)
 			if (w->watchers[i]->serial != origin_serial)

@@ -58,6 +58,17 @@ void kvc_meta_watches_unbind(struct kvc_meta_watches *w, struct kvc_meta_watcher
 /* Note that c was told about the object (name: NAME only). */
 void kvc_meta_watches_note(struct kvc_meta_watches *w, struct kvc_meta_watcher *c,
                            uint32_t kind, uint64_t id, const char *name, uint32_t name_len);
+/* A request reads the store after a note could be made: a change that
+ * commits after its read but is told before its note would reach nobody,
+ * and its answer would be cached stale for the ttl. So a request takes the
+ * change count before it reads (begin), and its notes pass it (since): a
+ * change of the object by another origin counted after since is sent to c
+ * at once (hashed per object in a fixed table: a collision only sends a
+ * needless event). */
+uint64_t kvc_meta_watches_begin(struct kvc_meta_watches *w);
+void kvc_meta_watches_note_since(struct kvc_meta_watches *w, struct kvc_meta_watcher *c,
+                                 uint64_t since, uint32_t kind, uint64_t id, const char *name,
+                                 uint32_t name_len);
 /* The object changed, by origin (NULL: a connection acting for nobody). */
 void kvc_meta_watches_changed(struct kvc_meta_watches *w, const struct kvc_meta_watcher *origin,
                               uint32_t kind, uint64_t id, const char *name, uint32_t name_len);

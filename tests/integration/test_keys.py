@@ -180,3 +180,71 @@ def test_an_unchanged_file_is_read_from_the_page_cache(cluster, workdir):
             os.kill(pid, signal.SIGCONT)
     assert out.returncode == 0
     assert out.stdout.split()[0] == hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture
+def other_short(cluster, workdir):
+    """A second kvc-fuse client that caches for 1 s only (cache_ttl_ms), so
+    kvc-meta forgets what it cached 3 s after it asked (ttl + the margin)."""
+    import tempfile
+    from conftest import BUILD
+    conf = cluster.dir / "cluster-short-ttl.conf"
+    conf.write_text(cluster.conf.read_text().replace(
+        "[fuse]\n", "[fuse]\ncache_ttl_ms = 1000\n"))
+    mount2 = tempfile.mkdtemp(prefix="kvc-mnt2-")
+    log = open(cluster.dir / "fuse2.log", "ab")
+    proc = subprocess.Popen([str(BUILD / "kvc-fuse"), "--config", str(conf),
+                             "--mountpoint", mount2], stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        assert wait_until(lambda: os.path.ismount(mount2), timeout=20)
+        yield os.path.join(mount2, workdir.relative_to(cluster.mount))
+    finally:
+        proc.kill()
+        proc.wait()
+        subprocess.run(["fusermount3", "-uz", mount2], capture_output=True)
+        os.rmdir(mount2)
+
+
+def test_close_to_open_after_an_overwrite_of_the_same_size(workdir, other_short):
+    """Close-to-open with no event to help: the reader's watches expired
+    (3.5 s after it asked), then the writer rewrites the file in place (same
+    size) and closes; the reader's next open must read the new bytes, not
+    the pages it kept (its open compares mtime and size with kvc-meta)."""
+    path, there = workdir / "rewritten", os.path.join(other_short, "rewritten")
+    path.write_bytes(b"a" * 8192)
+    assert wait_until(lambda: opens(there) == b"a" * 8192, timeout=5)
+    assert opens(there) == b"a" * 8192  # now in the reader's page cache
+    time.sleep(3.5)  # kvc-meta no longer notes the reader as caching it
+    with open(path, "r+b") as f:
+        f.write(b"b" * 8192)
+    assert opens(path) == b"b" * 8192
+    assert opens(there) == b"b" * 8192
+
+
+def test_attributes_answered_to_our_own_commit_hear_of_later_changes(workdir, other):
+    """The reader's watch on a file is used up by an event; then it commits
+    a write of its own (EXTEND_SIZE, whose answer its GETATTR serves from
+    attr_cache.h for the ttl); another client's change after that must
+    still reach its stat within milliseconds (a chmod: a size below the one
+    it opened the file with would not show while it holds it open)."""
+    path, there = workdir / "committed", os.path.join(other, "committed")
+    probe, probe_there = workdir / "probe", os.path.join(other, "probe")
+    path.write_bytes(b"x" * 100)
+    assert wait_until(lambda: os.path.exists(there) and os.stat(there).st_size == 100,
+                      timeout=5)
+    fd = os.open(there, os.O_WRONLY)
+    try:
+        assert not os.path.exists(probe_there)  # a missing name it caches
+        with open(path, "ab") as f:  # an event for the file: the watch is used up
+            f.write(b"y" * 100)
+        probe.write_bytes(b"")  # then one for the probe, on the same stream
+        assert seen_within(lambda: os.path.exists(probe_there)) is not None
+        os.pwrite(fd, b"z", 0)
+        os.fsync(fd)  # EXTEND_SIZE: its answer is what the reader's GETATTR serves
+        assert os.fstat(fd).st_size == 200
+        os.chmod(path, 0o600)
+        took = seen_within(lambda: os.fstat(fd).st_mode & 0o777 == 0o600)
+        assert took is not None and took < EVENT_BOUND, f"chmod seen after {took}"
+    finally:
+        os.close(fd)

@@ -167,3 +167,36 @@ Test(meta_watches, a_stream_ends_when_its_peer_goes)
 	kvc_meta_watches_unbind(w, a);
 	kvc_meta_watches_destroy(w);
 }
+
+/* a reads the store (begin), b changes the object and is told to nobody
+ * (a has no watch yet), then a notes what it read: a must hear of b's
+ * change, else a caches what it read, stale, for the ttl. Its own changes
+ * in the window tell it nothing; another's before its own still do. */
+Test(meta_watches, a_change_between_a_read_and_its_note_is_told)
+{
+	struct kvc_meta_watches *w;
+	struct kvc_meta_watcher *a, *b;
+	struct kvc_meta_watch_stats st;
+	cr_assert_eq(kvc_meta_watches_create(1024, &w), 0);
+	cr_assert_eq(kvc_meta_watches_bind(w, id_a, 10000, &a), 0);
+	cr_assert_eq(kvc_meta_watches_bind(w, id_b, 10000, &b), 0);
+	uint64_t since = kvc_meta_watches_begin(w);            /* a's LOOKUP reads: absent */
+	kvc_meta_watches_changed(w, b, KVC_WATCH_NAME, 7, "key", 3); /* b creates it */
+	kvc_meta_watches_note_since(w, a, since, KVC_WATCH_NAME, 7, "key", 3);
+	kvc_meta_watches_stats(w, &st);
+	cr_assert_eq(st.events, 1, "a's answer may predate b's create");
+	since = kvc_meta_watches_begin(w);                     /* a's own SETATTR */
+	kvc_meta_watches_changed(w, a, KVC_WATCH_INODE, 42, NULL, 0);
+	kvc_meta_watches_note_since(w, a, since, KVC_WATCH_INODE, 42, NULL, 0);
+	kvc_meta_watches_stats(w, &st);
+	cr_assert_eq(st.events, 1, "its own change is no news to a");
+	since = kvc_meta_watches_begin(w);
+	kvc_meta_watches_changed(w, b, KVC_WATCH_INODE, 43, NULL, 0); /* b, then a itself */
+	kvc_meta_watches_changed(w, a, KVC_WATCH_INODE, 43, NULL, 0);
+	kvc_meta_watches_note_since(w, a, since, KVC_WATCH_INODE, 43, NULL, 0);
+	kvc_meta_watches_stats(w, &st);
+	cr_assert_eq(st.events, 2, "b's change in the window is still told");
+	kvc_meta_watches_unbind(w, a);
+	kvc_meta_watches_unbind(w, b);
+	kvc_meta_watches_destroy(w);
+}
