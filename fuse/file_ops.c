@@ -71,9 +71,15 @@ void kvc_fuse_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offse
 	(void)fi;
 	int rc = offset < 0 || length <= 0 ? -EINVAL
 	       : kvc_inode_table_get(fs->inodes, ino, &layout, &size);
+	struct kvc_attr attr;
 	if (rc == 0 && mode == (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE))
 		rc = kvc_storage_client_punch(&fs->storage, ino, &layout, (uint64_t)offset,
 		                              (uint64_t)length, size);
+	/* The data changed: EXTEND_SIZE stamps mtime (so other clients'
+	 * opens drop their cached pages) and kvc-meta tells those that have
+	 * the file open. */
+	if (rc == 0 && mode == (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE))
+		rc = kvc_meta_client_extend(&fs->meta, ino, 0, &attr);
 	else if (rc == 0 && mode == 0)
 		rc = (uint64_t)offset + (uint64_t)length > size
 		   ? extend_to(fs, ino, (uint64_t)offset + (uint64_t)length) : 0;

@@ -454,12 +454,15 @@ static int h_xattr(struct request *r)
 	const char *value = name ? take(r, value_len) : NULL;
 	if (!value || !done(r))
 		return bad(r);
-	if (r->h->type == KVC_MSG_SETXATTR)
-		return reply(r, kvc_meta_store_setxattr(store, m->ino, name, m->name_len, value,
-		                                        value_len, m->flags), NULL, 0);
-	if (r->h->type == KVC_MSG_REMOVEXATTR)
-		return reply(r, kvc_meta_store_removexattr(store, m->ino, name, m->name_len),
-		             NULL, 0);
+	if (r->h->type == KVC_MSG_SETXATTR || r->h->type == KVC_MSG_REMOVEXATTR) {
+		int rc = r->h->type == KVC_MSG_SETXATTR
+		       ? kvc_meta_store_setxattr(store, m->ino, name, m->name_len, value, value_len,
+		                                 m->flags)
+		       : kvc_meta_store_removexattr(store, m->ino, name, m->name_len);
+		if (rc == 0)
+			changed_inode(r, m->ino); /* ctime */
+		return reply(r, rc, NULL, 0);
+	}
 	char *out = malloc(KVC_WIRE_MAX_XATTR_VALUE);
 	int rc = out ? kvc_meta_store_getxattr(store, m->ino, name, m->name_len, out,
 	                                       KVC_WIRE_MAX_XATTR_VALUE) : -ENOMEM;

@@ -248,3 +248,14 @@ def test_attributes_answered_to_our_own_commit_hear_of_later_changes(workdir, ot
         assert took is not None and took < EVENT_BOUND, f"chmod seen after {took}"
     finally:
         os.close(fd)
+
+
+def test_a_punched_hole_is_read_as_zeros_by_another_client(workdir, other):
+    """fallocate -p (hf3fs_punchhole, KV-cache eviction) on one client: the
+    other client's next open reads zeros, not its cached pages."""
+    path, there = workdir / "evicted", os.path.join(other, "evicted")
+    data = os.urandom(1 << 20)
+    path.write_bytes(data)
+    assert wait_until(lambda: opens(there) == data, timeout=5)  # cached there
+    subprocess.run(["fallocate", "-p", "-o", "0", "-l", str(1 << 20), str(path)], check=True)
+    assert opens(there) == bytes(1 << 20)
