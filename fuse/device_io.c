@@ -100,6 +100,13 @@ struct half {
 	int origin[KVC_DEVICE_MAX_IOS]; /* index of the io each piece is part of */
 	char *target[KVC_DEVICE_MAX_IOS]; /* the piece's device address */
 	bool pending[MAX_DEVICES];      /* copies queued on that GPU's stream */
+	/* What goes to the storage servers: pieces that continue each other
+	 * in one file and in the staging memory travel as one io (a ring key
+	 * gathered from per-layer device segments is one read, not one per
+	 * layer); each piece keeps its own copy. */
+	int merged_count;
+	struct kvc_storage_io merged[KVC_DEVICE_MAX_IOS];
+	int merged_of[KVC_DEVICE_MAX_IOS]; /* each piece's merged io */
 };
 
 struct kvc_device_stager {
@@ -190,25 +197,90 @@ static void fill(struct kvc_device_stager *s, struct half *h, struct kvc_storage
 	}
 }
 
+static bool continues(const struct kvc_storage_io *a, const struct kvc_storage_io *b)
+{
+	return a->inode == b->inode && memcmp(&a->layout, &b->layout, sizeof(a->layout)) == 0 &&
+	       a->forbid_holes == b->forbid_holes && a->offset + a->length == b->offset &&
+	       (char *)a->buf + a->length == (char *)b->buf;
+}
+
+/* Build half h's storage ios from its pieces. */
+static void merge(struct half *h)
+{
+	int m = 0;
+	for (int k = 0; k < h->count; k++) {
+		if (m > 0 && continues(&h->merged[m - 1], &h->pieces[k])) {
+			h->merged[m - 1].length += h->pieces[k].length;
+		} else {
+			h->merged[m] = h->pieces[k];
+			h->merged[m++].result = 0;
+		}
+		h->merged_of[k] = m - 1;
+	}
+	h->merged_count = m;
+}
+
+/* Each piece gets its storage io's result. */
+static void unmerge(struct half *h)
+{
+	for (int k = 0; k < h->count; k++)
+		if (h->merged[h->merged_of[k]].result < 0)
+			h->pieces[k].result = h->merged[h->merged_of[k]].result;
+}
+
+/* How many pieces from k on (at least 1) one strided copy can move:
+ * same GPU, all good, the same length, back to back in staging and evenly
+ * spaced on the device (a ring key's per-layer pages). */
+static int run_of(const struct half *h, int k, const int *devices, ptrdiff_t *stride)
+{
+	const struct kvc_storage_io *p = &h->pieces[k];
+	int n = 1;
+	*stride = 0;
+	while (k + n < h->count) {
+		const struct kvc_storage_io *q = &h->pieces[k + n];
+		ptrdiff_t step = h->target[k + n] - h->target[k + n - 1];
+		if (q->result != 0 || p->result != 0 || q->length != p->length ||
+		    devices[h->origin[k + n]] != devices[h->origin[k]] ||
+		    (char *)q->buf != (char *)h->pieces[k + n - 1].buf + p->length ||
+		    step < (ptrdiff_t)p->length || (n > 1 && step != *stride))
+			break;
+		*stride = step;
+		n++;
+	}
+	return n;
+}
+
 /* Queue the copies of half h's good pieces (to or from the devices) and
- * an event per GPU after them. */
+ * an event per GPU after them: a run of evenly spaced pieces in one
+ * cudaMemcpy2DAsync, any other piece in a cudaMemcpyAsync of its own. */
 static void copy(struct kvc_device_stager *s, struct half *h, int index,
                  struct kvc_storage_io *ios, const int *devices, bool to_device)
 {
 	const struct kvc_cuda *cuda = s->cuda;
-	for (int k = 0; k < h->count; k++) {
+	for (int k = 0, n; k < h->count; k += n) {
 		struct kvc_storage_io *piece = &h->pieces[k];
 		int device = devices[h->origin[k]];
+		ptrdiff_t stride;
+		n = run_of(h, k, devices, &stride);
 		cudaStream_t stream = piece->result == 0 ? stream_of(s, device) : NULL;
+		size_t len = piece->length;
 		cudaError_t err = !stream ? cudaErrorInvalidValue
-			: to_device ? cuda->memcpy_async(h->target[k], piece->buf, piece->length,
+			: n > 1 && to_device
+			? cuda->memcpy_2d_async(h->target[k], (size_t)stride, piece->buf, len, len,
+			                        (size_t)n, cudaMemcpyHostToDevice, stream)
+			: n > 1 ? cuda->memcpy_2d_async(piece->buf, len, h->target[k], (size_t)stride, len,
+			                                (size_t)n, cudaMemcpyDeviceToHost, stream)
+			: to_device ? cuda->memcpy_async(h->target[k], piece->buf, len,
 			                                 cudaMemcpyHostToDevice, stream)
-			            : cuda->memcpy_async(piece->buf, h->target[k], piece->length,
+			            : cuda->memcpy_async(piece->buf, h->target[k], len,
 			                                 cudaMemcpyDeviceToHost, stream);
 		if (err != cudaSuccess) {
-			if (piece->result == 0)
-				piece->result = -EIO, cuda->get_last_error();
-			fail(ios, h->origin[k], piece->result);
+			for (int j = k; j < k + n; j++) {
+				if (h->pieces[j].result == 0)
+					h->pieces[j].result = -EIO;
+				fail(ios, h->origin[j], h->pieces[j].result);
+			}
+			cuda->get_last_error();
 			continue;
 		}
 		h->pending[device] = true;
@@ -252,7 +324,9 @@ static void run_reads(struct kvc_device_stager *s, struct kvc_storage_client *st
 		struct half *h = &s->halves[wave & 1];
 		settle(s, h, wave & 1, ios, devices); /* its last copies are done */
 		fill(s, h, ios, count, &at);
-		kvc_storage_client_read_batch(storage, h->pieces, h->count);
+		merge(h);
+		kvc_storage_client_read_batch(storage, h->merged, h->merged_count);
+		unmerge(h);
 		collect(h, ios);
 		copy(s, h, wave & 1, ios, devices, true);
 	}
@@ -287,7 +361,9 @@ static void run_writes(struct kvc_device_stager *s, struct kvc_storage_client *s
 		copy(s, next, (wave + 1) & 1, ios, devices, false);
 		settle(s, h, wave & 1, ios, devices);
 		compact(h);
-		kvc_storage_client_write_batch(storage, h->pieces, h->count);
+		merge(h);
+		kvc_storage_client_write_batch(storage, h->merged, h->merged_count);
+		unmerge(h);
 		collect(h, ios);
 		h->count = 0;
 	}

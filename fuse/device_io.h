@@ -50,7 +50,7 @@ void kvc_device_release(struct kvc_device_imports *imports, struct kvc_device_me
  * (devices[i]: the GPU of ios[i]) as reads or writes, and set each io's
  * result. *stager is created on first use with staging_bytes of pinned
  * memory and kept by the caller (one per thread). */
-#define KVC_DEVICE_MAX_IOS 256
+#define KVC_DEVICE_MAX_IOS 4096 /* a batch of ring keys of 64 segments */
 void kvc_device_io_run(struct kvc_device_stager **stager, size_t staging_bytes,
                        struct kvc_storage_client *storage, struct kvc_storage_io *ios,
                        const int *devices, int count, bool read);

@@ -22,6 +22,7 @@ static int load_runtime(void *lib)
 	       LOAD(lib, host_alloc, "cudaHostAlloc") && LOAD(lib, free_host, "cudaFreeHost") &&
 	       LOAD(lib, malloc, "cudaMalloc") && LOAD(lib, free, "cudaFree") &&
 	       LOAD(lib, memcpy, "cudaMemcpy") && LOAD(lib, memcpy_async, "cudaMemcpyAsync") &&
+	       LOAD(lib, memcpy_2d_async, "cudaMemcpy2DAsync") &&
 	       LOAD(lib, memset, "cudaMemset") &&
 	       LOAD(lib, get_device_count, "cudaGetDeviceCount") &&
 	       LOAD(lib, get_device, "cudaGetDevice") && LOAD(lib, set_device, "cudaSetDevice") &&

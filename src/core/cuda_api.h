@@ -28,6 +28,8 @@ struct kvc_cuda {
 	cudaError_t (*memcpy)(void *, const void *, size_t, enum cudaMemcpyKind);
 	cudaError_t (*memcpy_async)(void *, const void *, size_t, enum cudaMemcpyKind,
 	                            cudaStream_t);
+	cudaError_t (*memcpy_2d_async)(void *, size_t, const void *, size_t, size_t, size_t,
+	                               enum cudaMemcpyKind, cudaStream_t);
 	cudaError_t (*memset)(void *, int, size_t);
 	cudaError_t (*get_device_count)(int *);
 	cudaError_t (*get_device)(int *);
