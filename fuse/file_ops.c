@@ -123,6 +123,10 @@ static int adopt_inode(struct kvc_fuse *fs, const struct kvc_attr *attr)
 static int open_inode(struct kvc_fuse *fs, uint64_t ino, struct kvc_attr *attr)
 {
 	pthread_mutex_lock(session_lock(fs, ino));
+	/* A CLOSE still queued here is dropped (the session is held); one on
+	 * its way lands before this OPEN. */
+	if (fs->closes)
+		kvc_close_queue_cancel(fs->closes, ino);
 	int rc = kvc_meta_client_open(&fs->meta, ino, fs->client_id, attr);
 	if (rc == 0 && S_ISDIR(attr->mode))
 		rc = -EISDIR;
@@ -135,12 +139,14 @@ static int open_inode(struct kvc_fuse *fs, uint64_t ino, struct kvc_attr *attr)
 }
 
 /* The last close here of a file ends its open session (a file removed
- * meanwhile goes when no client has it open). */
+ * meanwhile goes when no client has it open): queued, and sent with
+ * others (close_queue.h); sent at once when the queue is full. */
 static void close_inode(struct kvc_fuse *fs, uint64_t ino)
 {
 	pthread_mutex_lock(session_lock(fs, ino));
 	kvc_inode_table_release(fs->inodes, ino);
 	int rc = kvc_inode_table_is_open(fs->inodes, ino) ? 0
+	       : fs->closes && kvc_close_queue_add(fs->closes, ino) == 0 ? 0
 	       : kvc_meta_client_close(&fs->meta, ino, fs->client_id);
 	pthread_mutex_unlock(session_lock(fs, ino));
 	if (rc < 0 && rc != -ENOENT) {

@@ -136,6 +136,9 @@ static int mount_and_serve(struct kvc_fuse *fs, const char *mountpoint, bool deb
 	if (events_rc < 0)
 		kvc_log_warn("no change events from kvc-meta (%s): names and attributes are cached "
 		             "for 1 s", strerror(-events_rc));
+	int closes_rc = kvc_close_queue_start(fs, &fs->closes);
+	if (closes_rc < 0)
+		kvc_log_warn("closes are sent one by one: %s", strerror(-closes_rc));
 	struct fuse_loop_config *loop = fuse_loop_cfg_create();
 	fuse_loop_cfg_set_max_threads(loop, 64);
 	fuse_loop_cfg_set_idle_threads(loop, 16);
@@ -143,6 +146,7 @@ static int mount_and_serve(struct kvc_fuse *fs, const char *mountpoint, bool deb
 	rc = fuse_session_loop_mt(se, loop) ? 1 : 0;
 	fuse_loop_cfg_destroy(loop);
 	kvc_fuse_flush_sizes(fs);
+	kvc_close_queue_stop(fs->closes); /* later closes are sent at once */
 	kvc_meta_events_stop(fs->events);
 	fs->events = NULL;
 unmount:

@@ -17,6 +17,7 @@
 
 #include "core/config.h"
 #include "fuse/attr_cache.h"
+#include "fuse/close_queue.h"
 #include "fuse/inode_table.h"
 #include "fuse/meta_events.h"
 #include "client/meta_client.h"
@@ -50,6 +51,7 @@ struct kvc_fuse {
 	/* CLOSEs kvc-meta did not take (it was down): retried every second,
 	 * or a removed file would be kept for as long as we live. */
 	pthread_mutex_t closes_lock;
+	struct kvc_close_queue *closes; /* CLOSEs off the release path */
 	/* What kvc-meta last said of our open files (attr_cache.h). */
 	struct kvc_attr_cache *attrs;
 	uint64_t pending_closes[256];

@@ -125,6 +125,21 @@ int kvc_meta_store_close_session(struct kvc_meta_store *s, uint64_t ino,
 	return kvc_lmdb_finish(txn, rc);
 }
 
+int kvc_meta_store_close_sessions(struct kvc_meta_store *s, const uint64_t *inos,
+                                  uint32_t count, const uint8_t client[KVC_META_CLIENT_ID])
+{
+	MDB_txn *txn;
+	int rc = kvc_meta_begin(s, true, &txn);
+	if (rc < 0)
+		return rc;
+	for (uint32_t i = 0; i < count && rc == 0; i++) {
+		rc = session_del(s, txn, inos[i], client);
+		if (rc == 0)
+			rc = settle_orphan(s, txn, inos[i]);
+	}
+	return kvc_lmdb_finish(txn, rc);
+}
+
 /* The client's record in `dropped`: 0, -ENOENT, -EIO. */
 static int dropped_get(struct kvc_meta_store *s, MDB_txn *txn,
                        const uint8_t client[KVC_META_CLIENT_ID], struct kvc_meta_dropped *out)

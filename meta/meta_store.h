@@ -220,6 +220,9 @@ int kvc_meta_store_open_session(struct kvc_meta_store *store, uint64_t ino,
                                 const uint8_t client[KVC_META_CLIENT_ID], struct kvc_attr *attr);
 int kvc_meta_store_close_session(struct kvc_meta_store *store, uint64_t ino,
                                  const uint8_t client[KVC_META_CLIENT_ID]);
+/* close_session of count files in one transaction (all or none). */
+int kvc_meta_store_close_sessions(struct kvc_meta_store *store, const uint64_t *inos,
+                                  uint32_t count, const uint8_t client[KVC_META_CLIENT_ID]);
 /* Drop every session of client; returns how many. A client that had any
  * is recorded as dropped in the same transaction (its record's drops
  * counted up), so it hears of it however long it stays away and whatever

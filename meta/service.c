@@ -531,6 +531,28 @@ static int h_keys(struct request *r)
 /* The namespace's messages: the fixed struct each body starts with, and
  * whether the body is exactly that (else the handler takes the rest and
  * checks it ends at the body's end). A type not listed is refused. */
+/* CLOSE_MANY: the closes a kvc-fuse gathered, one transaction. */
+static int h_close_many(struct request *r)
+{
+	const struct kvc_msg_close_many *m = r->msg;
+	struct kvc_meta_service *svc = r->svc;
+	const void *inos = m->count >= 1 && m->count <= KVC_WIRE_MAX_CLOSES
+	                 ? take(r, m->count * (uint32_t)sizeof(uint64_t)) : NULL;
+	if (!inos || !done(r))
+		return bad(r);
+	uint64_t *copy = malloc((size_t)m->count * sizeof(uint64_t));
+	if (!copy)
+		return reply(r, -ENOMEM, NULL, 0);
+	memcpy(copy, inos, (size_t)m->count * sizeof(uint64_t)); /* the body is unaligned */
+	if (svc->sessions)
+		kvc_meta_sessions_touch(svc->sessions, m->client, kvc_meta_sessions_now_ms());
+	int rc = kvc_meta_store_close_sessions(svc->store, copy, m->count, m->client);
+	free(copy);
+	if (rc == 0 && svc->collector)
+		kvc_meta_collector_wake(svc->collector); /* orphans may be free now */
+	return reply(r, rc, NULL, 0);
+}
+
 /* CLIENT_HELLO: this connection acts for a client (once). WATCH: the
  * connection becomes the client's event stream and stays in this handler
  * until it ends; then the connection is closed. */
@@ -606,6 +628,7 @@ static const struct op ops[] = {
 	[KVC_MSG_META_SYNC] = {0, true, h_sync},
 	[KVC_MSG_CLIENT_HELLO] = EXACT(struct kvc_msg_client_hello, h_client_hello),
 	[KVC_MSG_WATCH] = EXACT(struct kvc_msg_client_hello, h_watch),
+	[KVC_MSG_CLOSE_MANY] = VAR(struct kvc_msg_close_many, h_close_many),
 	[KVC_MSG_KEYS_LOOKUP] = VAR(struct kvc_msg_keys, h_keys),
 	[KVC_MSG_KEYS_CREATE] = VAR(struct kvc_msg_keys, h_keys),
 	[KVC_MSG_KEYS_PUBLISH] = VAR(struct kvc_msg_keys, h_keys),

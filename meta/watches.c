@@ -303,7 +303,8 @@ static void enqueue(struct kvc_meta_watches *w, struct kvc_meta_watcher *c, uint
 	struct kvc_msg_watch_event ev = {.id = id, .kind = kind, .name_len = len};
 	memcpy(c->queue + c->queued, &ev, sizeof(ev));
 	memset(c->queue + c->queued + sizeof(ev), 0, need - sizeof(ev));
-	memcpy(c->queue + c->queued + sizeof(ev), name, len);
+	if (len)
+		memcpy(c->queue + c->queued + sizeof(ev), name, len);
 	c->queued += need;
 	c->queued_count++;
 	w->stats.events++;
@@ -376,7 +377,8 @@ static int send_events(int fd, const uint8_t *buf, uint32_t len, uint32_t count,
 		if (!body)
 			return -ENOMEM;
 		memcpy(body, &head, sizeof(head));
-		memcpy(body + sizeof(head), buf + off, end - off);
+		if (end > off)
+			memcpy(body + sizeof(head), buf + off, end - off);
 		struct kvc_wire_header h;
 		kvc_wire_header_init(&h, KVC_MSG_WATCH_EVENTS, 0, 0,
 		                     (uint32_t)sizeof(head) + (end - off), 0);

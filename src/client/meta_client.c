@@ -92,6 +92,25 @@ int kvc_meta_client_close(struct kvc_meta_client *client, uint64_t ino,
 	return call_attr(client, KVC_MSG_CLOSE, &m, sizeof(m), NULL);
 }
 
+int kvc_meta_client_close_many(struct kvc_meta_client *client, const uint64_t *inos,
+                               uint32_t count, const uint8_t id[KVC_WIRE_CLIENT_ID])
+{
+	struct kvc_msg_close_many m = {.count = count};
+	uint32_t got = 0;
+	if (count == 0 || count > KVC_WIRE_MAX_CLOSES)
+		return -EINVAL;
+	memcpy(m.client, id, sizeof(m.client));
+	size_t len = sizeof(m) + (size_t)count * sizeof(uint64_t);
+	uint8_t *body = malloc(len);
+	if (!body)
+		return -ENOMEM;
+	memcpy(body, &m, sizeof(m));
+	memcpy(body + sizeof(m), inos, (size_t)count * sizeof(uint64_t));
+	int rc = kvc_rpc_call(&client->pool, KVC_MSG_CLOSE_MANY, body, (uint32_t)len, NULL, 0, &got);
+	free(body);
+	return rc < 0 && kvc_rpc_is_transport_error(rc) ? -EIO : rc;
+}
+
 int kvc_meta_client_renew(struct kvc_meta_client *client, const uint8_t id[KVC_WIRE_CLIENT_ID],
                           uint32_t flags)
 {

@@ -40,6 +40,9 @@ int kvc_meta_client_open(struct kvc_meta_client *client, uint64_t ino,
                          const uint8_t id[KVC_WIRE_CLIENT_ID], struct kvc_attr *attr);
 int kvc_meta_client_close(struct kvc_meta_client *client, uint64_t ino,
                           const uint8_t id[KVC_WIRE_CLIENT_ID]);
+/* CLOSE of count (1 .. KVC_WIRE_MAX_CLOSES) files in one transaction. */
+int kvc_meta_client_close_many(struct kvc_meta_client *client, const uint64_t *inos,
+                               uint32_t count, const uint8_t id[KVC_WIRE_CLIENT_ID]);
 /* renew: flags 0, or KVC_RENEW_REJOIN after reopening every file when a
  * renew answered -ESTALE (kvc-meta had dropped our sessions; it answers
  * -ESTALE again if it dropped them once more meanwhile). */

@@ -51,7 +51,8 @@
  *      (the open session in the same transaction; the reply carries
  *      kvc_msg_create_reply after the attributes) and
  *      KVC_CREATE_PARENT_GID (a setgid parent's group, decided in kvc-meta);
- *      STATFS's reply carries the watch counters (96 bytes).
+ *      STATFS's reply carries the watch counters (96 bytes); CLOSE_MANY
+ *      ends many open sessions of one client in one transaction.
  *      Also POOL_WAIT (47): wait until keys are complete on every rank, with a
  *      timeout (the decode side's handoff); replies as POOL_EXISTS.
  *      Also ring keys: KEYS_LOOKUP, KEYS_CREATE, KEYS_PUBLISH,
@@ -127,6 +128,7 @@ enum kvc_wire_type {
 	KVC_MSG_CLIENT_HELLO = 55,
 	KVC_MSG_WATCH = 56,
 	KVC_MSG_WATCH_EVENTS = 57,
+	KVC_MSG_CLOSE_MANY = 58,
 	/* Ring keys (80..87): fuse/ring_keys.c's batched namespace work. */
 	KVC_MSG_KEYS_LOOKUP = 80,
 	KVC_MSG_KEYS_CREATE = 81,
@@ -264,6 +266,17 @@ struct kvc_msg_create_reply {
 	uint32_t reserved;
 };
 #define KVC_CREATED 1u
+
+/* CLOSE_MANY: CLOSE of count (1 .. KVC_WIRE_MAX_CLOSES) files of one
+ * client in one transaction; followed by count u64 inode numbers. Reply:
+ * empty (a file without a session of the client is no error). */
+#define KVC_WIRE_MAX_CLOSES 1024
+struct kvc_msg_close_many {
+	uint8_t client[KVC_WIRE_CLIENT_ID];
+	uint32_t count;
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct kvc_msg_close_many) == 24, "");
 
 /* CLIENT_HELLO: the connection acts for the kvc-fuse client `client`
  * (sent once, right after the handshake): kvc-meta remembers the names and

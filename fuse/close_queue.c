@@ -1,0 +1,140 @@
+/* close_queue: see close_queue.h. */
+#include "fuse/close_queue.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "fuse/operations.h"
+
+#define QUEUE_MAX 8192
+
+struct kvc_close_queue {
+	struct kvc_fuse *fs;
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t work; /* something queued, or stop */
+	pthread_cond_t sent; /* a batch went out */
+	bool stopping;
+	uint32_t count;
+	uint64_t queued[QUEUE_MAX];
+	uint32_t flying;
+	uint64_t in_flight[KVC_WIRE_MAX_CLOSES];
+};
+
+/* Whether ino is in list (n entries); its index in *at. */
+static bool find(const uint64_t *list, uint32_t n, uint64_t ino, uint32_t *at)
+{
+	for (uint32_t i = n; i-- > 0;)
+		if (list[i] == ino) {
+			*at = i;
+			return true;
+		}
+	return false;
+}
+
+/* Closes kvc-meta did not take: retried with the others (file_ops.c). */
+static void keep_for_retry(struct kvc_fuse *fs, const uint64_t *inos, uint32_t n, int rc)
+{
+	kvc_log_warn("closing %" PRIu32 " file(s): %s; will retry", n, strerror(-rc));
+	pthread_mutex_lock(&fs->closes_lock);
+	for (uint32_t i = 0; i < n; i++)
+		if (fs->pending_close_count < (int)(sizeof(fs->pending_closes) / 8))
+			fs->pending_closes[fs->pending_close_count++] = inos[i];
+	pthread_mutex_unlock(&fs->closes_lock);
+}
+
+/* Send one batch taken from the queue (lock held; released meanwhile). */
+static void send_batch(struct kvc_close_queue *q)
+{
+	uint32_t n = q->count < KVC_WIRE_MAX_CLOSES ? q->count : KVC_WIRE_MAX_CLOSES;
+	memcpy(q->in_flight, q->queued, n * sizeof(uint64_t));
+	memmove(q->queued, q->queued + n, (q->count - n) * sizeof(uint64_t));
+	q->count -= n;
+	q->flying = n;
+	pthread_mutex_unlock(&q->lock);
+	int rc = kvc_meta_client_close_many(&q->fs->meta, q->in_flight, n, q->fs->client_id);
+	if (rc < 0)
+		keep_for_retry(q->fs, q->in_flight, n, rc);
+	pthread_mutex_lock(&q->lock);
+	q->flying = 0;
+	pthread_cond_broadcast(&q->sent);
+}
+
+static void *closer_main(void *arg)
+{
+	struct kvc_close_queue *q = arg;
+	pthread_mutex_lock(&q->lock);
+	for (;;) {
+		while (q->count == 0 && !q->stopping)
+			pthread_cond_wait(&q->work, &q->lock);
+		if (q->count == 0)
+			break; /* stopping, and nothing left */
+		send_batch(q);
+	}
+	pthread_mutex_unlock(&q->lock);
+	return NULL;
+}
+
+int kvc_close_queue_start(struct kvc_fuse *fs, struct kvc_close_queue **out)
+{
+	struct kvc_close_queue *q = calloc(1, sizeof(*q));
+	if (!q)
+		return -ENOMEM;
+	q->fs = fs;
+	pthread_mutex_init(&q->lock, NULL);
+	pthread_cond_init(&q->work, NULL);
+	pthread_cond_init(&q->sent, NULL);
+	int rc = -pthread_create(&q->thread, NULL, closer_main, q);
+	if (rc < 0) {
+		free(q);
+		return rc;
+	}
+	*out = q;
+	return 0;
+}
+
+void kvc_close_queue_stop(struct kvc_close_queue *q)
+{
+	if (!q)
+		return;
+	pthread_mutex_lock(&q->lock);
+	q->stopping = true;
+	pthread_cond_signal(&q->work);
+	pthread_mutex_unlock(&q->lock);
+	pthread_join(q->thread, NULL); /* it sends what is left first */
+}
+
+int kvc_close_queue_add(struct kvc_close_queue *q, uint64_t ino)
+{
+	int rc = 0;
+	uint32_t at;
+	pthread_mutex_lock(&q->lock);
+	if (q->stopping || q->count == QUEUE_MAX)
+		rc = -ENOSPC;
+	else if (!find(q->queued, q->count, ino, &at))
+		q->queued[q->count++] = ino;
+	if (rc == 0)
+		pthread_cond_signal(&q->work);
+	pthread_mutex_unlock(&q->lock);
+	return rc;
+}
+
+int kvc_close_queue_cancel(struct kvc_close_queue *q, uint64_t ino)
+{
+	int dropped = 0;
+	uint32_t at;
+	pthread_mutex_lock(&q->lock);
+	if (find(q->queued, q->count, ino, &at)) {
+		q->queued[at] = q->queued[--q->count];
+		dropped = 1;
+	}
+	while (find(q->in_flight, q->flying, ino, &at))
+		pthread_cond_wait(&q->sent, &q->lock);
+	pthread_mutex_unlock(&q->lock);
+	return dropped;
+}
