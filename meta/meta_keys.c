@@ -50,24 +50,6 @@ static bool per_name(int rc)
 	       rc == -ENAMETOOLONG;
 }
 
-static int dirent_put(struct kvc_meta_store *s, MDB_txn *txn, uint64_t parent,
-                      const char *name, uint32_t len, uint64_t ino, uint32_t mode)
-{
-	uint8_t key[KVC_META_DIRENT_KEY_MAX];
-	struct kvc_meta_dirent value = {ino, mode & (uint32_t)S_IFMT, 0};
-	MDB_val k = {kvc_meta_dirent_key(key, parent, name, len), key},
-		v = {sizeof(value), &value};
-	return kvc_lmdb_errno(mdb_put(txn, s->dirents, &k, &v, 0));
-}
-
-static int dirent_del(struct kvc_meta_store *s, MDB_txn *txn, uint64_t parent,
-                      const char *name, uint32_t len)
-{
-	uint8_t key[KVC_META_DIRENT_KEY_MAX];
-	MDB_val k = {kvc_meta_dirent_key(key, parent, name, len), key};
-	return kvc_lmdb_errno(mdb_del(txn, s->dirents, &k, NULL));
-}
-
 /* The regular file at (parent, name): -ENOENT, -EISDIR (a directory),
  * -EINVAL (another type), -errno. */
 static int file_get(struct kvc_meta_store *s, MDB_txn *txn, uint64_t parent, const char *name,
@@ -84,34 +66,11 @@ static int file_get(struct kvc_meta_store *s, MDB_txn *txn, uint64_t parent, con
 	return rc;
 }
 
-/* A new regular file's record under dir (as meta_names.c places files:
- * the next inode id, the next first target, the parent's layout). */
+/* A new regular file's record under dir, placed as every file is. */
 static int new_file(struct kvc_meta_store *s, MDB_txn *txn, const struct kvc_inode_record *dir,
                     const struct kvc_msg_keys *m, struct kvc_inode_record *rec)
 {
-	uint64_t next_ino;
-	uint32_t next_target;
-	int rc = kvc_meta_state_get(s, txn, "next_ino", &next_ino, sizeof(next_ino));
-	if (rc == 0)
-		rc = kvc_meta_state_get(s, txn, "next_target", &next_target, sizeof(next_target));
-	if (rc < 0)
-		return rc;
-	struct kvc_layout layout = dir->attr.layout;
-	layout.target_count = s->default_layout.target_count;
-	if (layout.stripe > layout.target_count)
-		layout.stripe = layout.target_count;
-	layout.first_target = next_target % layout.target_count;
-	int64_t now = kvc_meta_now_ns();
-	*rec = (struct kvc_inode_record){.magic = KVC_INODE_MAGIC, .parent = dir->attr.ino};
-	rec->attr = (struct kvc_attr){.ino = next_ino, .mode = S_IFREG | (m->mode & 07777),
-	                              .uid = m->uid, .gid = m->gid, .nlink = 1, .atime_ns = now,
-	                              .mtime_ns = now, .ctime_ns = now, .layout = layout};
-	next_ino++;
-	next_target = (next_target + 1) % layout.target_count;
-	rc = kvc_meta_state_put(s, txn, "next_ino", &next_ino, sizeof(next_ino));
-	if (rc == 0)
-		rc = kvc_meta_state_put(s, txn, "next_target", &next_target, sizeof(next_target));
-	return rc;
+	return kvc_meta_new_inode(s, txn, dir, S_IFREG | (m->mode & 07777), m->uid, m->gid, 0, rec);
 }
 
 static int key_create(struct kvc_meta_store *s, MDB_txn *txn, const struct kvc_inode_record *dir,
@@ -130,7 +89,7 @@ static int key_create(struct kvc_meta_store *s, MDB_txn *txn, const struct kvc_i
 	if (rc == 0)
 		rc = kvc_meta_inode_put(s, txn, &rec);
 	if (rc == 0)
-		rc = dirent_put(s, txn, dir->attr.ino, r->name, r->name_len, rec.attr.ino,
+		rc = kvc_meta_dirent_put(s, txn, dir->attr.ino, r->name, r->name_len, rec.attr.ino,
 		                rec.attr.mode);
 	if (rc == 0)
 		*attr = rec.attr;
@@ -142,7 +101,7 @@ static int key_create(struct kvc_meta_store *s, MDB_txn *txn, const struct kvc_i
 static int drop(struct kvc_meta_store *s, MDB_txn *txn, uint64_t parent, const char *name,
                 uint32_t len, const struct kvc_inode_record *rec)
 {
-	int rc = dirent_del(s, txn, parent, name, len);
+	int rc = kvc_meta_dirent_del(s, txn, parent, name, len);
 	return rc == 0 ? kvc_meta_inode_unlinked(s, txn, rec) : rc;
 }
 
@@ -164,9 +123,9 @@ static int key_publish(struct kvc_meta_store *s, MDB_txn *txn, uint64_t parent, 
 	if (found == 0)
 		rc = drop(s, txn, parent, r->name, r->name_len, &old);
 	if (rc == 0)
-		rc = dirent_del(s, txn, parent, r->temp, r->temp_len);
+		rc = kvc_meta_dirent_del(s, txn, parent, r->temp, r->temp_len);
 	if (rc == 0)
-		rc = dirent_put(s, txn, parent, r->name, r->name_len, temp.attr.ino, temp.attr.mode);
+		rc = kvc_meta_dirent_put(s, txn, parent, r->name, r->name_len, temp.attr.ino, temp.attr.mode);
 	if (rc < 0)
 		return rc;
 	int64_t now = kvc_meta_now_ns();

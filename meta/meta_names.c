@@ -22,8 +22,8 @@
 #include "core/lmdb_txn.h"
 #include "meta/meta_store_internal.h"
 
-static int dirent_put(struct kvc_meta_store *s, MDB_txn *txn, uint64_t parent,
-                      const char *name, uint32_t len, uint64_t ino, uint32_t mode)
+int kvc_meta_dirent_put(struct kvc_meta_store *s, MDB_txn *txn, uint64_t parent,
+                        const char *name, uint32_t len, uint64_t ino, uint32_t mode)
 {
 	uint8_t key[KVC_META_DIRENT_KEY_MAX];
 	struct kvc_meta_dirent value = {ino, mode & (uint32_t)S_IFMT, 0};
@@ -32,8 +32,8 @@ static int dirent_put(struct kvc_meta_store *s, MDB_txn *txn, uint64_t parent,
 	return kvc_lmdb_errno(mdb_put(txn, s->dirents, &k, &v, 0));
 }
 
-static int dirent_del(struct kvc_meta_store *s, MDB_txn *txn, uint64_t parent,
-                      const char *name, uint32_t len)
+int kvc_meta_dirent_del(struct kvc_meta_store *s, MDB_txn *txn, uint64_t parent,
+                        const char *name, uint32_t len)
 {
 	uint8_t key[KVC_META_DIRENT_KEY_MAX];
 	MDB_val k = {kvc_meta_dirent_key(key, parent, name, len), key};
@@ -108,9 +108,9 @@ int kvc_meta_inode_unlinked(struct kvc_meta_store *s, MDB_txn *txn,
 
 /* A new inode record under parent: next id, placement (regular files and
  * directories only: nothing else has data), times. */
-static int new_inode(struct kvc_meta_store *s, MDB_txn *txn,
-                     const struct kvc_inode_record *parent, uint32_t mode, uint32_t uid,
-                     uint32_t gid, uint64_t rdev, struct kvc_inode_record *rec)
+int kvc_meta_new_inode(struct kvc_meta_store *s, MDB_txn *txn,
+                       const struct kvc_inode_record *parent, uint32_t mode, uint32_t uid,
+                       uint32_t gid, uint64_t rdev, struct kvc_inode_record *rec)
 {
 	uint64_t next_ino;
 	uint32_t next_target;
@@ -189,7 +189,7 @@ static int make_entry(struct kvc_meta_store *s, uint64_t parent, const char *nam
 		rc = -EMLINK;
 		goto out;
 	}
-	rc = new_inode(s, txn, &dir, e->mode, e->uid, e->gid, e->rdev, &rec);
+	rc = kvc_meta_new_inode(s, txn, &dir, e->mode, e->uid, e->gid, e->rdev, &rec);
 	if (rc == 0 && S_ISLNK(e->mode)) {
 		rec.attr.size = e->target_len;
 		rc = kvc_meta_symlink_put(s, txn, rec.attr.ino, e->target, e->target_len);
@@ -197,7 +197,7 @@ static int make_entry(struct kvc_meta_store *s, uint64_t parent, const char *nam
 	if (rc == 0)
 		rc = kvc_meta_inode_put(s, txn, &rec);
 	if (rc == 0)
-		rc = dirent_put(s, txn, parent, name, name_len, rec.attr.ino, e->mode);
+		rc = kvc_meta_dirent_put(s, txn, parent, name, name_len, rec.attr.ino, e->mode);
 	if (rc == 0) {
 		touch(&dir, rec.attr.ctime_ns);
 		if (S_ISDIR(e->mode))
@@ -297,7 +297,7 @@ static int link_txn(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino, uint64
 	rec.attr.nlink++;
 	rec.attr.ctime_ns = now;
 	touch(&dir, now);
-	rc = dirent_put(s, txn, new_parent, name, name_len, ino, rec.attr.mode);
+	rc = kvc_meta_dirent_put(s, txn, new_parent, name, name_len, ino, rec.attr.mode);
 	if (rc == 0)
 		rc = kvc_meta_inode_put(s, txn, &rec);
 	if (rc == 0)
@@ -346,7 +346,7 @@ static int remove_entry(struct kvc_meta_store *s, uint64_t parent, const char *n
 	else if (want_dir)
 		rc = dir_empty(s, txn, rec.attr.ino) == 1 ? 0 : -ENOTEMPTY;
 	if (rc == 0)
-		rc = dirent_del(s, txn, parent, name, name_len);
+		rc = kvc_meta_dirent_del(s, txn, parent, name, name_len);
 	if (rc == 0)
 		rc = kvc_meta_inode_unlinked(s, txn, &rec);
 	if (rc == 0) {
@@ -444,9 +444,9 @@ static int rename_txn(struct kvc_meta_store *s, MDB_txn *txn, uint64_t parent,
 	    newdir.attr.nlink >= KVC_META_MAX_LINKS)
 		rc = -EMLINK;
 	if (rc == 0)
-		rc = dirent_del(s, txn, parent, name, len);
+		rc = kvc_meta_dirent_del(s, txn, parent, name, len);
 	if (rc == 0)
-		rc = dirent_put(s, txn, new_parent, new_name, new_len, src.attr.ino, src.attr.mode);
+		rc = kvc_meta_dirent_put(s, txn, new_parent, new_name, new_len, src.attr.ino, src.attr.mode);
 	if (rc < 0)
 		return rc;
 	int64_t now = kvc_meta_now_ns();

@@ -66,6 +66,16 @@ int kvc_meta_inode_unlinked(struct kvc_meta_store *s, MDB_txn *txn,
 
 /* meta_opens.c: 1 when some client has ino open, 0 when none. */
 int kvc_meta_has_opens(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino);
+/* meta_names.c: directory entries, and a new inode record under parent
+ * (the next inode id; regular files and directories placed on the next
+ * first target with the parent's layout; times now). */
+int kvc_meta_dirent_put(struct kvc_meta_store *s, MDB_txn *txn, uint64_t parent,
+                        const char *name, uint32_t len, uint64_t ino, uint32_t mode);
+int kvc_meta_dirent_del(struct kvc_meta_store *s, MDB_txn *txn, uint64_t parent,
+                        const char *name, uint32_t len);
+int kvc_meta_new_inode(struct kvc_meta_store *s, MDB_txn *txn,
+                       const struct kvc_inode_record *parent, uint32_t mode, uint32_t uid,
+                       uint32_t gid, uint64_t rdev, struct kvc_inode_record *rec);
 /* Record the open session (ino, client) in txn (meta_opens.c). */
 int kvc_meta_session_put(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
                          const uint8_t client[KVC_META_CLIENT_ID]);

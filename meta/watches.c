@@ -38,6 +38,9 @@ struct kvc_meta_watcher {
 	uint32_t serial; /* never reused: entries name their watcher by it */
 	int64_t ttl_ns;  /* ttl plus the margin */
 	int refs;        /* bound connections and the stream */
+	int64_t idle_ns; /* when refs fell to 0 (kept a ttl: what the client
+	                  * cached still hears of changes, and a stream that
+	                  * comes back gets the events queued meanwhile) */
 	uint64_t stream; /* the current stream's number, 0: none */
 	pthread_cond_t wake;
 	uint8_t *queue;  /* encoded records (wire.h: kvc_msg_watch_event, name) */
@@ -120,6 +123,23 @@ static void watcher_free(struct kvc_meta_watcher *c)
 	free(c);
 }
 
+/* Called with the lock held: free the watchers without references for
+ * longer than their ttl (nothing the client cached needs them any more).
+ * Their entries stay until they expire or are swept; they name a serial
+ * no watcher has. */
+static void watchers_sweep(struct kvc_meta_watches *w, int64_t now)
+{
+	for (int i = 0; i < w->watcher_count;) {
+		struct kvc_meta_watcher *c = w->watchers[i];
+		if (c->refs == 0 && now - c->idle_ns > c->ttl_ns) {
+			w->watchers[i] = w->watchers[--w->watcher_count];
+			watcher_free(c);
+		} else {
+			i++;
+		}
+	}
+}
+
 void kvc_meta_watches_destroy(struct kvc_meta_watches *w)
 {
 	if (!w)
@@ -141,6 +161,7 @@ int kvc_meta_watches_bind(struct kvc_meta_watches *w, const uint8_t id[KVC_WIRE_
 		return -EINVAL;
 	int64_t ttl_ns = ((int64_t)ttl_ms + KVC_META_WATCH_MARGIN_MS) * 1000000;
 	pthread_mutex_lock(&w->lock);
+	watchers_sweep(w, kvc_clock_monotonic_ns());
 	for (int i = 0; i < w->watcher_count && !c; i++)
 		if (memcmp(w->watchers[i]->id, id, KVC_WIRE_CLIENT_ID) == 0)
 			c = w->watchers[i];
@@ -161,30 +182,24 @@ int kvc_meta_watches_bind(struct kvc_meta_watches *w, const uint8_t id[KVC_WIRE_
 		if (ttl_ns > w->max_ttl_ns)
 			w->max_ttl_ns = ttl_ns;
 		c->refs++;
+		c->idle_ns = 0;
 		*out = c;
 	}
 	pthread_mutex_unlock(&w->lock);
 	return rc;
 }
 
-/* Called with the lock held: the last reference of c went. Its entries
- * stay until they expire or are swept; they name a serial no watcher has. */
-static void watcher_drop(struct kvc_meta_watches *w, struct kvc_meta_watcher *c)
+/* Called with the lock held: one reference of c went. */
+static void watcher_put(struct kvc_meta_watcher *c)
 {
-	for (int i = 0; i < w->watcher_count; i++) {
-		if (w->watchers[i] == c) {
-			w->watchers[i] = w->watchers[--w->watcher_count];
-			break;
-		}
-	}
-	watcher_free(c);
+	if (--c->refs == 0)
+		c->idle_ns = kvc_clock_monotonic_ns();
 }
 
 void kvc_meta_watches_unbind(struct kvc_meta_watches *w, struct kvc_meta_watcher *c)
 {
 	pthread_mutex_lock(&w->lock);
-	if (--c->refs == 0)
-		watcher_drop(w, c);
+	watcher_put(c);
 	pthread_mutex_unlock(&w->lock);
 }
 
@@ -437,8 +452,7 @@ int kvc_meta_watches_stream(struct kvc_meta_watches *w, struct kvc_meta_watcher 
 	}
 	if (c->stream == me)
 		c->stream = 0;
-	if (--c->refs == 0)
-		watcher_drop(w, c);
+	watcher_put(c);
 	pthread_mutex_unlock(&w->lock);
 	return rc;
 }

@@ -6,7 +6,9 @@
  * entries and attributes in its kernel).
  *
  * A watcher is one kvc-fuse client (its 16-byte client id). Connections
- * act for it after CLIENT_HELLO (kvc_meta_watches_bind); what they look up
+ * act for it after CLIENT_HELLO (kvc_meta_watches_bind); it lives while
+ * they or its stream do, and a ttl more (what the client cached still
+ * hears of changes, queued for its next stream); what they look up
  * is noted: a watch (watcher, kind, object) lives for the watcher's ttl
  * plus a margin (the client caches for ttl from when it got the answer,
  * which is after the note). A change by any connection (the origin) of a

@@ -200,3 +200,32 @@ Test(meta_watches, a_change_between_a_read_and_its_note_is_told)
 	kvc_meta_watches_unbind(w, b);
 	kvc_meta_watches_destroy(w);
 }
+
+Test(meta_watches, a_client_back_within_its_ttl_gets_what_changed_meanwhile)
+{
+	struct kvc_meta_watches *w;
+	struct kvc_meta_watcher *a, *b;
+	struct streamer s;
+	int peer;
+	cr_assert_eq(kvc_meta_watches_create(1024, &w), 0);
+	cr_assert_eq(kvc_meta_watches_bind(w, id_a, 10000, &a), 0);
+	cr_assert_eq(kvc_meta_watches_bind(w, id_b, 10000, &b), 0);
+	kvc_meta_watches_note(w, a, KVC_WATCH_NAME, 9, "later", 5);
+	kvc_meta_watches_unbind(w, a); /* every connection of a closed */
+	kvc_meta_watches_changed(w, b, KVC_WATCH_NAME, 9, "later", 5);
+	cr_assert_eq(kvc_meta_watches_bind(w, id_a, 10000, &a), 0); /* a is back */
+	start_stream(&s, w, a, &peer);
+	uint32_t flags, kinds[8];
+	uint64_t ids[8];
+	char names[256];
+	cr_assert_eq(next_events(peer, &flags, kinds, ids, names), 1);
+	cr_assert_eq(ids[0], 9);
+	cr_assert_str_eq(names, "later");
+	kvc_meta_watches_stop(w);
+	pthread_join(s.thread, NULL);
+	close(peer);
+	close(s.fd);
+	kvc_meta_watches_unbind(w, a);
+	kvc_meta_watches_unbind(w, b);
+	kvc_meta_watches_destroy(w);
+}
