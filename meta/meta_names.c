@@ -155,21 +155,30 @@ struct new_entry {
 	uint32_t target_len;
 };
 
-static int make_entry(struct kvc_meta_store *s, uint64_t parent, const char *name,
-                      uint32_t name_len, const struct new_entry *e, struct kvc_attr *attr)
+/* One make_entry, as a call of the store's group commit (meta_group.c):
+ * everything happens in txn and its outputs are set afresh each run. */
+struct entry_call {
+	uint64_t parent;
+	const char *name;
+	uint32_t name_len;
+	const struct new_entry *e;
+	struct kvc_attr *attr;
+};
+
+static int make_entry_in(struct kvc_meta_store *s, MDB_txn *txn, void *arg)
 {
-	MDB_txn *txn;
+	const struct entry_call *call = arg;
+	const struct new_entry *e = call->e;
+	uint64_t parent = call->parent;
+	const char *name = call->name;
+	uint32_t name_len = call->name_len;
 	struct kvc_inode_record dir, rec;
 	struct kvc_meta_dirent d;
-	int rc = kvc_wire_name_check(name, name_len);
+	if (e->created)
+		*e->created = false;
+	int rc = kvc_meta_parent_get(s, txn, parent, &dir);
 	if (rc < 0)
 		return rc;
-	rc = kvc_meta_begin(s, true, &txn);
-	if (rc < 0)
-		return rc;
-	rc = kvc_meta_parent_get(s, txn, parent, &dir);
-	if (rc < 0)
-		goto out;
 	rc = kvc_meta_dirent_get(s, txn, parent, name, name_len, &d);
 	if (rc == 0) {
 		/* Existing entry: open semantics for a plain create only. */
@@ -180,15 +189,13 @@ static int make_entry(struct kvc_meta_store *s, uint64_t parent, const char *nam
 		else if (rc == 0 && !S_ISREG(rec.attr.mode))
 			rc = -EEXIST; /* the kernel follows symlinks itself */
 		if (rc == 0)
-			*attr = rec.attr;
-		goto out;
+			*call->attr = rec.attr;
+		return rc;
 	}
 	if (rc != -ENOENT)
-		goto out;
-	if (S_ISDIR(e->mode) && dir.attr.nlink >= KVC_META_MAX_LINKS) {
-		rc = -EMLINK;
-		goto out;
-	}
+		return rc;
+	if (S_ISDIR(e->mode) && dir.attr.nlink >= KVC_META_MAX_LINKS)
+		return -EMLINK;
 	rc = kvc_meta_new_inode(s, txn, &dir, e->mode, e->uid, e->gid, e->rdev, &rec);
 	if (rc == 0 && S_ISLNK(e->mode)) {
 		rec.attr.size = e->target_len;
@@ -207,12 +214,21 @@ static int make_entry(struct kvc_meta_store *s, uint64_t parent, const char *nam
 	if (rc == 0 && e->open_client)
 		rc = kvc_meta_session_put(s, txn, rec.attr.ino, e->open_client);
 	if (rc == 0) {
-		*attr = rec.attr;
+		*call->attr = rec.attr;
 		if (e->created)
 			*e->created = true;
 	}
-out:
-	return kvc_lmdb_finish(txn, rc);
+	return rc;
+}
+
+/* Names and their inodes are made with the group commit: creates that
+ * arrive together (a connector's keys) share one transaction. */
+static int make_entry(struct kvc_meta_store *s, uint64_t parent, const char *name,
+                      uint32_t name_len, const struct new_entry *e, struct kvc_attr *attr)
+{
+	struct entry_call call = {parent, name, name_len, e, attr};
+	int rc = kvc_wire_name_check(name, name_len);
+	return rc < 0 ? rc : kvc_meta_group_run(s, make_entry_in, &call);
 }
 
 int kvc_meta_store_create(struct kvc_meta_store *s, uint64_t parent, const char *name,

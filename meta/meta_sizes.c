@@ -127,17 +127,16 @@ out:
 	return kvc_lmdb_finish(txn, rc);
 }
 
-int kvc_meta_store_extend(struct kvc_meta_store *s, uint64_t ino, uint64_t size,
-                          struct kvc_attr *attr)
+struct extend_call {
+	uint64_t ino, size;
+	struct kvc_attr *attr;
+};
+
+static int extend_in(struct kvc_meta_store *s, MDB_txn *txn, void *arg)
 {
-	MDB_txn *txn;
+	const struct extend_call *call = arg;
 	struct kvc_inode_record rec;
-	if (size > KVC_LAYOUT_MAX_FILE_SIZE)
-		return -EFBIG;
-	int rc = kvc_meta_begin(s, true, &txn);
-	if (rc < 0)
-		return rc;
-	rc = kvc_meta_inode_get(s, txn, ino, &rec);
+	int rc = kvc_meta_inode_get(s, txn, call->ino, &rec);
 	if (rc == 0 && S_ISDIR(rec.attr.mode))
 		rc = -EISDIR;
 	else if (rc == 0 && !S_ISREG(rec.attr.mode))
@@ -145,17 +144,28 @@ int kvc_meta_store_extend(struct kvc_meta_store *s, uint64_t ino, uint64_t size,
 	/* A commit of written data: mtime moves even when the size does not
 	 * (an overwrite in place), so another client's open sees the file
 	 * changed and drops the pages it kept (close-to-open). */
-	if (rc == 0 && size > rec.attr.size) {
-		rc = size_change(s, txn, &rec, size);
-		rec.attr.size = size;
+	if (rc == 0 && call->size > rec.attr.size) {
+		rc = size_change(s, txn, &rec, call->size);
+		rec.attr.size = call->size;
 	}
 	if (rc == 0) {
 		rec.attr.mtime_ns = rec.attr.ctime_ns = kvc_meta_now_ns();
 		rc = kvc_meta_inode_put(s, txn, &rec);
 	}
 	if (rc == 0)
-		*attr = rec.attr;
-	return kvc_lmdb_finish(txn, rc);
+		*call->attr = rec.attr;
+	return rc;
+}
+
+/* With the group commit (meta_group.c): the size commits of files closed
+ * together share one transaction. */
+int kvc_meta_store_extend(struct kvc_meta_store *s, uint64_t ino, uint64_t size,
+                          struct kvc_attr *attr)
+{
+	struct extend_call call = {ino, size, attr};
+	if (size > KVC_LAYOUT_MAX_FILE_SIZE)
+		return -EFBIG;
+	return kvc_meta_group_run(s, extend_in, &call);
 }
 
 int kvc_meta_store_truncate_pending(struct kvc_meta_store *s, uint64_t ino, uint64_t *size)

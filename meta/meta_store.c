@@ -186,6 +186,10 @@ int kvc_meta_store_open(const char *dir, const struct kvc_layout *default_layout
 	struct kvc_meta_store *s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
+	if (kvc_meta_group_init(&s->group) < 0) {
+		free(s);
+		return -ENOMEM;
+	}
 	s->default_layout = *default_layout;
 	int rc = kvc_layout_check(default_layout);
 	if (rc == 0)
@@ -220,6 +224,7 @@ void kvc_meta_store_close(struct kvc_meta_store *s)
 		return;
 	kvc_lmdb_checkpoint_close(s->checkpoint);
 	kvc_lmdb_close(s->env);
+	kvc_meta_group_destroy(&s->group);
 	free(s);
 }
 
