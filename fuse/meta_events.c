@@ -30,17 +30,11 @@ struct kvc_meta_events {
 	/* gen is odd while the stream is up; it moves at every change. */
 	_Atomic uint64_t seq, gen;
 	_Atomic uint64_t recent[RECENT_SLOTS]; /* seq of the last event per slot */
-	_Atomic uint64_t events, streams, lost;
 };
 
 static uint32_t slot_of(uint32_t kind, uint64_t id, const char *name, uint32_t len)
 {
-	uint64_t h = 1469598103934665603ull ^ kind;
-	for (int i = 0; i < 8; i++)
-		h = (h ^ ((id >> (8 * i)) & 0xff)) * 1099511628211ull;
-	for (uint32_t i = 0; i < len; i++)
-		h = (h ^ (uint8_t)name[i]) * 1099511628211ull;
-	return (uint32_t)(h ^ (h >> 32)) & (RECENT_SLOTS - 1);
+	return (uint32_t)kvc_wire_watch_hash(kind, id, name, len) & (RECENT_SLOTS - 1);
 }
 
 struct kvc_meta_events_mark kvc_meta_events_mark(struct kvc_meta_events *ev)
@@ -74,7 +68,6 @@ static void apply(struct kvc_meta_events *ev, const struct kvc_msg_watch_event *
 	uint32_t len = e->kind == KVC_WATCH_NAME ? e->name_len : 0;
 	uint64_t seq = atomic_fetch_add(&ev->seq, 1) + 1;
 	atomic_store(&ev->recent[slot_of(e->kind, e->id, name, len)], seq);
-	atomic_fetch_add(&ev->events, 1);
 	if (e->kind == KVC_WATCH_NAME) {
 		if (se)
 			fuse_lowlevel_notify_inval_entry(se, e->id, name, len);
@@ -95,7 +88,6 @@ static int apply_frame(struct kvc_meta_events *ev, const uint8_t *body, uint32_t
 	if (head->flags & KVC_WATCH_LOST) {
 		/* Some changes were not told: answers from now on are fresh,
 		 * but what the kernel holds may be stale for up to the ttl. */
-		atomic_fetch_add(&ev->lost, 1);
 		atomic_fetch_add(&ev->gen, 2);
 		kvc_log_warn("kvc-meta dropped change events for this client: cached names and "
 		             "attributes may be stale for up to %u ms", ev->fs->config.cache_ttl_ms);
@@ -138,7 +130,6 @@ static int stream(struct kvc_meta_events *ev, uint8_t *body)
 	if (rc == 0) {
 		atomic_store(&ev->fd, fd);
 		atomic_fetch_add(&ev->gen, 1); /* odd: up */
-		atomic_fetch_add(&ev->streams, 1);
 		if (atomic_load(&ev->stopping))
 			shutdown(fd, SHUT_RDWR);
 	}
@@ -204,11 +195,4 @@ void kvc_meta_events_stop(struct kvc_meta_events *ev)
 bool kvc_meta_events_up(struct kvc_meta_events *ev)
 {
 	return ev && (atomic_load(&ev->gen) & 1) != 0;
-}
-
-void kvc_meta_events_stats(struct kvc_meta_events *ev, struct kvc_meta_events_stats *out)
-{
-	*out = (struct kvc_meta_events_stats){
-		.events = atomic_load(&ev->events), .streams = atomic_load(&ev->streams),
-		.lost = atomic_load(&ev->lost), .up = (atomic_load(&ev->gen) & 1) != 0};
 }

@@ -49,11 +49,4 @@ double kvc_meta_events_ttl(struct kvc_meta_events *ev, struct kvc_meta_events_ma
 /* Whether the stream is up (changes reach us as events). */
 bool kvc_meta_events_up(struct kvc_meta_events *ev);
 
-/* Counters: events received, streams opened, events lost. */
-struct kvc_meta_events_stats {
-	uint64_t events, streams, lost;
-	bool up;
-};
-void kvc_meta_events_stats(struct kvc_meta_events *ev, struct kvc_meta_events_stats *out);
-
 #endif

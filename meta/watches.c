@@ -44,7 +44,7 @@ struct kvc_meta_watcher {
 	uint64_t stream; /* the current stream's number, 0: none */
 	pthread_cond_t wake;
 	uint8_t *queue;  /* encoded records (wire.h: kvc_msg_watch_event, name) */
-	uint32_t queued, queue_cap, queued_count;
+	uint32_t queued, queue_cap;
 	bool lost;
 };
 
@@ -63,16 +63,6 @@ struct kvc_meta_watches {
 	uint64_t changes; /* counted by kvc_meta_watches_changed */
 	struct recent recent[RECENT_SLOTS];
 };
-
-static uint64_t hash_of(uint32_t kind, uint64_t id, const char *name, uint32_t len)
-{
-	uint64_t h = 1469598103934665603ull ^ kind;
-	for (int i = 0; i < 8; i++)
-		h = (h ^ ((id >> (8 * i)) & 0xff)) * 1099511628211ull;
-	for (uint32_t i = 0; i < len; i++)
-		h = (h ^ (uint8_t)name[i]) * 1099511628211ull;
-	return h ^ (h >> 29);
-}
 
 int kvc_meta_watches_create(uint32_t max_entries, struct kvc_meta_watches **out)
 {
@@ -257,7 +247,7 @@ void kvc_meta_watches_note_since(struct kvc_meta_watches *w, struct kvc_meta_wat
 	if (!c)
 		return;
 	int64_t now = kvc_clock_monotonic_ns();
-	uint64_t h = hash_of(kind, id, name, kind == KVC_WATCH_NAME ? name_len : 0);
+	uint64_t h = kvc_wire_watch_hash(kind, id, name, name_len);
 	pthread_mutex_lock(&w->lock);
 	/* Changed by another since the request began: its answer may be
 	 * from before the change, told to nobody. Tell c now. */
@@ -321,7 +311,6 @@ static void enqueue(struct kvc_meta_watches *w, struct kvc_meta_watcher *c, uint
 	if (len)
 		memcpy(c->queue + c->queued + sizeof(ev), name, len);
 	c->queued += need;
-	c->queued_count++;
 	w->stats.events++;
 	pthread_cond_signal(&c->wake);
 }
@@ -330,7 +319,7 @@ void kvc_meta_watches_changed(struct kvc_meta_watches *w, const struct kvc_meta_
                               uint32_t kind, uint64_t id, const char *name, uint32_t name_len)
 {
 	int64_t now = kvc_clock_monotonic_ns();
-	uint64_t h = hash_of(kind, id, name, kind == KVC_WATCH_NAME ? name_len : 0);
+	uint64_t h = kvc_wire_watch_hash(kind, id, name, name_len);
 	uint32_t origin_serial = origin ? origin->serial : 0;
 	pthread_mutex_lock(&w->lock);
 	struct recent *rs = &w->recent[h & (RECENT_SLOTS - 1)];
@@ -369,7 +358,7 @@ static bool peer_gone(int fd)
 	return poll(&p, 1, 0) != 0;
 }
 
-static int send_events(int fd, const uint8_t *buf, uint32_t len, uint32_t count, bool lost)
+static int send_events(int fd, const uint8_t *buf, uint32_t len, bool lost)
 {
 	/* Frames of at most KVC_WIRE_MAX_BODY: cut at record boundaries. */
 	uint32_t off = 0;
@@ -402,7 +391,6 @@ static int send_events(int fd, const uint8_t *buf, uint32_t len, uint32_t count,
 		off = end;
 		lost = false;
 	}
-	(void)count;
 	return rc;
 }
 
@@ -429,19 +417,19 @@ int kvc_meta_watches_stream(struct kvc_meta_watches *w, struct kvc_meta_watcher 
 		}
 		if (w->stopping || c->stream != me)
 			break;
-		uint32_t len = c->queued, count = c->queued_count;
+		uint32_t len = c->queued;
 		bool lost = c->lost;
 		/* Take the queue; sends happen with no lock held. */
 		batch = c->queue;
 		c->queue = NULL;
-		c->queued = c->queue_cap = c->queued_count = 0;
+		c->queued = c->queue_cap = 0;
 		c->lost = false;
 		pthread_mutex_unlock(&w->lock);
 		int64_t now = kvc_clock_monotonic_ns();
 		if (peer_gone(fd))
 			rc = -ECONNRESET;
 		else if (len || lost || now - sent_ns >= HEARTBEAT_NS)
-			rc = send_events(fd, batch, len, count, lost);
+			rc = send_events(fd, batch, len, lost);
 		if (len || lost || now - sent_ns >= HEARTBEAT_NS)
 			sent_ns = now;
 		free(batch);

@@ -275,6 +275,17 @@ int kvc_wire_name_check(const char *name, uint32_t len)
 	return 0;
 }
 
+uint64_t kvc_wire_watch_hash(uint32_t kind, uint64_t id, const char *name, uint32_t name_len)
+{
+	uint32_t len = kind == KVC_WATCH_NAME ? name_len : 0;
+	uint64_t h = 1469598103934665603ull ^ kind; /* FNV-1a */
+	for (int i = 0; i < 8; i++)
+		h = (h ^ ((id >> (8 * i)) & 0xff)) * 1099511628211ull;
+	for (uint32_t i = 0; i < len; i++)
+		h = (h ^ (uint8_t)name[i]) * 1099511628211ull;
+	return h ^ (h >> 29);
+}
+
 const char *kvc_wire_type_name(uint16_t type)
 {
 	switch (type) {

@@ -766,6 +766,11 @@ const void *kvc_wire_body_take(const void *body, uint32_t body_len,
  * "..". Returns 0 or -EINVAL / -ENAMETOOLONG. */
 int kvc_wire_name_check(const char *name, uint32_t len);
 
+/* The hash of a watched object (WATCH_EVENTS' kind and id, and for
+ * KVC_WATCH_NAME its name; an inode's name is ignored): kvc-meta's watch
+ * table and kvc-fuse's recent events key objects by it. */
+uint64_t kvc_wire_watch_hash(uint32_t kind, uint64_t id, const char *name, uint32_t name_len);
+
 /* A short name for a message type, for logs. */
 const char *kvc_wire_type_name(uint16_t type);
 
