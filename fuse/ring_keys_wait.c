@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "fuse/ring_keys.h"
 #include "fuse/ring_service.h"
@@ -57,13 +58,6 @@ static struct {
 	struct uid_count uids[64]; /* uids with parked waits (more: -EDQUOT) */
 } waits = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
 
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* The uid's count, made when `make`; NULL when full or absent. Locked. */
 static struct uid_count *uid_slot(uid_t uid, bool make)
 {
@@ -97,7 +91,7 @@ static bool finish(struct wait *w, int64_t result)
 {
 	int rc = kvc_ring_service_complete(w->ring, w->slot, w->userdata, result);
 	if (rc == -EAGAIN) {
-		w->due_ns = now_ns() + FIRST_BACKOFF_NS;
+		w->due_ns = kvc_clock_monotonic_ns() + FIRST_BACKOFF_NS;
 		return false;
 	}
 	release(w);
@@ -112,7 +106,7 @@ static int look(struct kvc_fuse *fs, struct wait **took, int n)
 	static struct kvc_meta_keyname keys[TAKE];
 	static struct kvc_msg_key_result res[TAKE];
 	static struct wait *group[TAKE];
-	int64_t now = now_ns();
+	int64_t now = kvc_clock_monotonic_ns();
 	int kept = 0;
 	bool *looked = calloc((size_t)n, sizeof(bool));
 	for (int i = 0; i < n; i++) {
@@ -173,7 +167,7 @@ static void *waiter_main(void *arg)
 	struct wait *took[TAKE];
 	pthread_mutex_lock(&waits.lock);
 	for (;;) {
-		int64_t now = now_ns(), next = INT64_MAX;
+		int64_t now = kvc_clock_monotonic_ns(), next = INT64_MAX;
 		int n = 0;
 		for (size_t i = 0; i < waits.count;) {
 			struct wait *w = waits.list[i];
@@ -235,7 +229,7 @@ int kvc_ring_keys_park(struct kvc_fuse *fs, struct kvc_ring_server_ring *ring, u
 		free(w);
 		return -ENOMEM;
 	}
-	int64_t now = now_ns();
+	int64_t now = kvc_clock_monotonic_ns();
 	uint32_t ms = timeout_ms ? timeout_ms : KVC_RING_KEY_MAX_WAIT_MS;
 	*w = (struct wait){.ring = ring, .uid = uid, .slot = slot, .userdata = userdata,
 	                   .parent = parent, .due_ns = now + FIRST_BACKOFF_NS,

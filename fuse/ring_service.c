@@ -30,6 +30,7 @@
 #include "fuse/device_io.h"
 #include "fuse/ring_keys.h"
 #include "core/layout.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/ring.h"
 
@@ -76,13 +77,6 @@ struct kvc_ring_service {
 	pthread_cond_t timer_wake;
 	int partial; /* rings waiting on an io_depth timeout */
 };
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static void ring_put(struct kvc_ring_server_ring *ring)
 {
@@ -155,7 +149,7 @@ static uint32_t batch_size(struct kvc_ring_service *svc, struct kvc_ring_server_
 	if (ring->io_depth > 0 && n < (uint32_t)ring->io_depth) {
 		if (n == 0)
 			return 0;
-		int64_t now = now_ns(), since = atomic_load(&ring->partial_since_ns);
+		int64_t now = kvc_clock_monotonic_ns(), since = atomic_load(&ring->partial_since_ns);
 		if (since == 0)
 			set_partial(svc, ring, since = now);
 		if (ring->timeout_ms == 0 || now - since < (int64_t)ring->timeout_ms * 1000000)
@@ -377,13 +371,13 @@ static bool linger(struct kvc_ring_server_ring *ring)
 	uint32_t head = atomic_load_explicit(&sh->sq_head, memory_order_relaxed);
 	if (atomic_load(&ring->partial_since_ns))
 		return false; /* waiting for io_depth entries: the timer handles it */
-	int64_t until = now_ns() + LINGER_NS;
+	int64_t until = kvc_clock_monotonic_ns() + LINGER_NS;
 	atomic_store(&sh->need_wakeup, 0); /* watching: no doorbell needed */
 	do {
 		if (atomic_load_explicit(&sh->sq_tail, memory_order_acquire) != head)
 			goto seen;
 		cpu_relax();
-	} while (now_ns() < until);
+	} while (kvc_clock_monotonic_ns() < until);
 	/* Stop watching, then look once more (see src/core/ring.h): a submission
 	 * made before the client could see need_wakeup is caught here. */
 	atomic_store(&sh->need_wakeup, 1);
@@ -453,7 +447,7 @@ static void poke_expired(struct kvc_ring_service *svc)
 {
 	struct kvc_ring_server_ring *due[POKES];
 	int count = 0;
-	int64_t now = now_ns();
+	int64_t now = kvc_clock_monotonic_ns();
 	pthread_mutex_lock(&svc->table_lock);
 	for (uint32_t i = 0; i < svc->high && count < POKES; i++) {
 		struct kvc_ring_server_ring *r = svc->table[i];

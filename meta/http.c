@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "core/auth.h"
+#include "core/clock.h"
 #include "core/config.h"
 #include "core/log.h"
 #include "core/net.h"
@@ -27,9 +28,7 @@ const char *const kvc_http_route_names[R_COUNT] = {
 
 uint64_t kvc_http_now_us(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+	return (uint64_t)kvc_clock_monotonic_ns() / 1000;
 }
 
 void kvc_http_fail(struct reply *r, unsigned status, const char *fmt, ...)

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/log.h"
 
 #define MAX_CLIENTS 4096
@@ -31,9 +32,7 @@ struct kvc_meta_sessions {
 
 uint64_t kvc_meta_sessions_now_ms(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	return (uint64_t)kvc_clock_monotonic_ns() / 1000000;
 }
 
 int kvc_meta_sessions_create(uint32_t timeout_ms, struct kvc_meta_sessions **out)

@@ -6,6 +6,8 @@
 #include <sys/statvfs.h>
 #include <time.h>
 
+#include "core/clock.h"
+
 #define MIB (1ull << 20)
 #define DATA_MIN (8 * MIB)
 #define DATA_MAX (1024 * MIB)
@@ -40,9 +42,7 @@ static uint64_t now_ns(const struct kvc_reserve *r)
 {
 	if (r->ops && r->ops->now_ns)
 		return r->ops->now_ns(r->ops->arg);
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return (uint64_t)kvc_clock_monotonic_ns();
 }
 
 /* Look at the volume; the lock is held (or r is not shared yet). A failed

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/config.h"
 #include "core/log.h"
 #include "core/net.h"
@@ -235,9 +236,7 @@ static void *conn_main(void *arg)
 
 static long long now_ms(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return kvc_clock_monotonic_ns() / 1000000;
 }
 
 /* Past max_connections: say so to the peer (a HELLO reply of -EBUSY,
