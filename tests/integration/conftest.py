@@ -146,3 +146,23 @@ def wait_until(predicate, timeout=20.0, step=0.1):
             return True
         time.sleep(step)
     return predicate()
+
+
+def second_mount(cluster, conf=None):
+    """Another kvc-fuse (another client) of the same cluster, mounted on a
+    new temporary directory; conf: another cluster file (default the
+    cluster's). Returns (process, mountpoint); drop_second_mount ends it."""
+    mount = tempfile.mkdtemp(prefix="kvc-mnt2-")
+    log = open(cluster.dir / "fuse2.log", "ab")
+    proc = subprocess.Popen([str(BUILD / "kvc-fuse"), "--config", str(conf or cluster.conf),
+                             "--mountpoint", mount], stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    assert wait_until(lambda: os.path.ismount(mount), timeout=20)
+    return proc, mount
+
+
+def drop_second_mount(proc, mount):
+    proc.kill()
+    proc.wait()
+    subprocess.run(["fusermount3", "-uz", mount], capture_output=True)
+    os.rmdir(mount)

@@ -17,7 +17,8 @@ import urllib.request
 
 import pytest
 
-from conftest import BUILD, CHUNK, PORT_BASE, ROOT, Cluster, wait_until
+from conftest import (BUILD, CHUNK, PORT_BASE, ROOT, Cluster, drop_second_mount,
+                      second_mount, wait_until)
 
 
 def post(cluster, path, body):
@@ -60,24 +61,6 @@ def fsck_problems(cluster):
     out = cluster.admin("fsck", check=False)
     assert out.returncode == 0, out.stdout + out.stderr
     return out.stdout
-
-
-def second_mount(cluster):
-    """Another kvc-fuse (another client) of the same cluster."""
-    mount = tempfile.mkdtemp(prefix="kvc-mnt2-")
-    log = open(cluster.dir / "fuse2.log", "ab")
-    proc = subprocess.Popen([str(BUILD / "kvc-fuse"), "--config", str(cluster.conf),
-                             "--mountpoint", mount], stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    assert wait_until(lambda: os.path.ismount(mount), timeout=20)
-    return proc, mount
-
-
-def drop_second_mount(proc, mount):
-    proc.kill()
-    proc.wait()
-    subprocess.run(["fusermount3", "-uz", mount], capture_output=True)
-    os.rmdir(mount)
 
 
 # A reader in a process of its own: this test's process must hold no file

@@ -16,8 +16,7 @@ import time
 
 import pytest
 
-from conftest import wait_until
-from test_namespace import second_mount
+from conftest import drop_second_mount, second_mount, wait_until
 
 EVENT_BOUND = 0.5
 
@@ -29,10 +28,7 @@ def other(cluster, workdir):
     try:
         yield os.path.join(mount2, workdir.relative_to(cluster.mount))
     finally:
-        proc.kill()
-        proc.wait()
-        subprocess.run(["fusermount3", "-uz", mount2], capture_output=True)
-        os.rmdir(mount2)
+        drop_second_mount(proc, mount2)
 
 
 def seen_within(predicate, bound=EVENT_BOUND * 4):
@@ -186,24 +182,14 @@ def test_an_unchanged_file_is_read_from_the_page_cache(cluster, workdir):
 def other_short(cluster, workdir):
     """A second kvc-fuse client that caches for 1 s only (cache_ttl_ms), so
     kvc-meta forgets what it cached 3 s after it asked (ttl + the margin)."""
-    import tempfile
-    from conftest import BUILD
     conf = cluster.dir / "cluster-short-ttl.conf"
     conf.write_text(cluster.conf.read_text().replace(
         "[fuse]\n", "[fuse]\ncache_ttl_ms = 1000\n"))
-    mount2 = tempfile.mkdtemp(prefix="kvc-mnt2-")
-    log = open(cluster.dir / "fuse2.log", "ab")
-    proc = subprocess.Popen([str(BUILD / "kvc-fuse"), "--config", str(conf),
-                             "--mountpoint", mount2], stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc, mount2 = second_mount(cluster, conf)
     try:
-        assert wait_until(lambda: os.path.ismount(mount2), timeout=20)
         yield os.path.join(mount2, workdir.relative_to(cluster.mount))
     finally:
-        proc.kill()
-        proc.wait()
-        subprocess.run(["fusermount3", "-uz", mount2], capture_output=True)
-        os.rmdir(mount2)
+        drop_second_mount(proc, mount2)
 
 
 def test_close_to_open_after_an_overwrite_of_the_same_size(workdir, other_short):

@@ -8,6 +8,8 @@ import subprocess
 
 import pytest
 
+from conftest import drop_second_mount, second_mount
+
 
 def run(*args, **kw):
     return subprocess.run(list(args), capture_output=True, text=True, **kw)
@@ -140,19 +142,6 @@ def test_file_removed_while_open_keeps_its_data_until_closed(cluster, workdir):
     assert not (cluster.mount / ".kvc-orphans").exists()
 
 
-def second_mount(cluster):
-    """Another kvc-fuse (another client) of the same cluster."""
-    import tempfile
-    from conftest import BUILD, wait_until
-    mount = tempfile.mkdtemp(prefix="kvc-mnt2-")
-    log = open(cluster.dir / "fuse2.log", "ab")
-    proc = subprocess.Popen([str(BUILD / "kvc-fuse"), "--config", str(cluster.conf),
-                             "--mountpoint", mount], stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    assert wait_until(lambda: os.path.ismount(mount), timeout=20)
-    return proc, mount
-
-
 def test_file_removed_while_open_on_another_client_keeps_its_data(cluster, workdir):
     """A reader on one kvc-fuse keeps reading a file another kvc-fuse
     removed; its chunks go at the reader's last close, or, when the reader's
@@ -244,6 +233,4 @@ def test_file_removed_while_open_on_another_client_keeps_its_data(cluster, workd
         except OSError:
             pass
     finally:
-        proc.kill()
-        subprocess.run(["fusermount3", "-uz", mount2], capture_output=True)
-        os.rmdir(mount2)
+        drop_second_mount(proc, mount2)

@@ -235,7 +235,7 @@ def test_wait_on_another_client_is_woken_by_kvc_meta(cluster, workdir):
     the first: kvc-meta's change event wakes it (without events the wait
     would find the key at its next look, up to 1 s later)."""
     import time
-    from test_namespace import second_mount
+    from conftest import drop_second_mount, second_mount
     proc, mount2 = second_mount(cluster)
     try:
         there = os.path.join(mount2, workdir.relative_to(cluster.mount))
@@ -253,7 +253,4 @@ def test_wait_on_another_client_is_woken_by_kvc_meta(cluster, workdir):
         keys2.close()
         ring2.close()
     finally:
-        proc.kill()
-        proc.wait()
-        subprocess.run(["fusermount3", "-uz", mount2], capture_output=True)
-        os.rmdir(mount2)
+        drop_second_mount(proc, mount2)

@@ -288,8 +288,7 @@ def test_rsync_local_to_mount(workdir, local_tmp):
 # ---------------------------------------------------------------- another client
 
 def test_rewrite_seen_by_another_client(cluster, workdir):
-    from conftest import wait_until
-    from test_namespace import second_mount
+    from conftest import drop_second_mount, second_mount, wait_until
     proc, mount2 = second_mount(cluster)
     other = os.path.join(mount2, workdir.relative_to(cluster.mount))
     try:
@@ -306,7 +305,4 @@ def test_rewrite_seen_by_another_client(cluster, workdir):
         assert wait_until(lambda: os.stat(workdir / "g").st_size == 3, timeout=10)
         assert stdout("cat g", workdir) == "ok\n"
     finally:
-        proc.kill()
-        proc.wait()
-        subprocess.run(["fusermount3", "-uz", mount2], capture_output=True)
-        os.rmdir(mount2)
+        drop_second_mount(proc, mount2)
