@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,7 +61,9 @@ struct kvc_meta_watches {
 	struct kvc_meta_watcher *watchers[KVC_META_WATCHERS_MAX];
 	int watcher_count;
 	struct kvc_meta_watch_stats stats;
-	uint64_t changes; /* counted by kvc_meta_watches_changed */
+	/* Counted by kvc_meta_watches_changed (under lock); read without it
+	 * by kvc_meta_watches_begin, on every request's path. */
+	_Atomic uint64_t changes;
 	struct recent recent[RECENT_SLOTS];
 };
 
@@ -228,10 +231,7 @@ static void enqueue(struct kvc_meta_watches *w, struct kvc_meta_watcher *c, uint
 
 uint64_t kvc_meta_watches_begin(struct kvc_meta_watches *w)
 {
-	pthread_mutex_lock(&w->lock);
-	uint64_t seq = w->changes;
-	pthread_mutex_unlock(&w->lock);
-	return seq;
+	return atomic_load(&w->changes);
 }
 
 void kvc_meta_watches_note(struct kvc_meta_watches *w, struct kvc_meta_watcher *c,
@@ -325,7 +325,7 @@ void kvc_meta_watches_changed(struct kvc_meta_watches *w, const struct kvc_meta_
 	struct recent *rs = &w->recent[h & (RECENT_SLOTS - 1)];
 	if (rs->origin != origin_serial)
 		rs->seq_other = rs->seq;
-	rs->seq = ++w->changes;
+	rs->seq = atomic_fetch_add(&w->changes, 1) + 1;
 	rs->origin = origin_serial;
 	if (w->flood_until_ns > now) {
 		for (int i = 0; i < w->watcher_count; i++)

@@ -26,9 +26,10 @@
  * watcher until all watches that could have been noted then have expired
  * (a flood, correct and bounded, logged).
  *
- * Lock: one mutex for everything here, a leaf: nothing else is taken or
- * called under it (no LMDB, no network), and notes and changes are made
- * after the store's transaction has finished.
+ * Lock: one mutex for everything here but the change count (an atomic,
+ * so kvc_meta_watches_begin on every request takes no lock), a leaf:
+ * nothing else is taken or called under it (no LMDB, no network), and
+ * notes and changes are made after the store's transaction has finished.
  */
 #ifndef KVC_META_WATCHES_H
 #define KVC_META_WATCHES_H
