@@ -33,12 +33,27 @@ static int format_xattr(struct kvc_fuse *fs, const struct kvc_attr *attr, const 
 		                atomic_load(&fs->usrbio_rings), atomic_load(&fs->usrbio_files));
 	if (strcmp(name, XATTR_LAYOUT) != 0)
 		return -ENODATA;
-	uint32_t targets[KVC_WIRE_MAX_TARGETS];
-	int count = kvc_layout_targets(&attr->layout, targets, KVC_WIRE_MAX_TARGETS);
+	/* The targets holding the file (every member of its chains, each
+	 * once, in chain order), then the chains. */
+	uint32_t chains[KVC_WIRE_MAX_TARGETS], targets[KVC_WIRE_MAX_TARGETS];
+	int count = kvc_layout_chains(&attr->layout, chains, KVC_WIRE_MAX_TARGETS), held = 0;
+	const struct kvc_chains *table = &fs->storage.chains;
+	for (int i = 0; i < count; i++) {
+		const struct kvc_chain *c = chains[i] < table->count ? &table->chains[chains[i]] : NULL;
+		for (uint32_t m = 0; c && m < c->count; m++) {
+			int k = 0;
+			while (k < held && targets[k] != c->targets[m])
+				k++;
+			if (k == held && held < KVC_WIRE_MAX_TARGETS)
+				targets[held++] = c->targets[m];
+		}
+	}
 	int n = snprintf(out, cap, "chunk_size=%u stripe=%u targets=", attr->layout.chunk_size,
 	                 attr->layout.stripe);
-	for (int i = 0; i < count && n > 0 && (size_t)n < cap; i++)
+	for (int i = 0; i < held && n > 0 && (size_t)n < cap; i++)
 		n += snprintf(out + n, cap - (size_t)n, "%s%u", i ? "," : "", targets[i]);
+	for (int i = 0; i < count && n > 0 && (size_t)n < cap; i++)
+		n += snprintf(out + n, cap - (size_t)n, "%s%u", i ? "," : " chains=", chains[i]);
 	return n;
 }
 

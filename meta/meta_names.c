@@ -121,10 +121,10 @@ int kvc_meta_new_inode(struct kvc_meta_store *s, MDB_txn *txn,
 		return rc;
 	struct kvc_layout layout = parent->attr.layout;
 	/* The cluster may have grown since the parent was placed. */
-	layout.target_count = s->default_layout.target_count;
-	if (layout.stripe > layout.target_count)
-		layout.stripe = layout.target_count;
-	layout.first_target = next_target % layout.target_count;
+	layout.chain_count = s->default_layout.chain_count;
+	if (layout.stripe > layout.chain_count)
+		layout.stripe = layout.chain_count;
+	layout.first_chain = next_target % layout.chain_count;
 	bool placed = S_ISREG(mode) || S_ISDIR(mode);
 	int64_t now = kvc_meta_now_ns();
 	*rec = (struct kvc_inode_record){.magic = KVC_INODE_MAGIC, .parent = parent->attr.ino};
@@ -137,7 +137,7 @@ int kvc_meta_new_inode(struct kvc_meta_store *s, MDB_txn *txn,
 	next_ino++;
 	rc = kvc_meta_state_put(s, txn, "next_ino", &next_ino, sizeof(next_ino));
 	if (rc == 0 && S_ISREG(mode)) {
-		next_target = (next_target + 1) % layout.target_count;
+		next_target = (next_target + 1) % layout.chain_count;
 		rc = kvc_meta_state_put(s, txn, "next_target", &next_target, sizeof(next_target));
 	}
 	return rc;

@@ -47,7 +47,7 @@
  * Inode 1 is the root directory. Directory nlink is 2 + subdirectories;
  * any other inode's nlink is its number of names (hard links). Regular
  * files and directories have a layout (a directory's is what its new
- * files inherit, first_target aside); symlinks, fifos, sockets and
+ * files inherit, first_chain aside); symlinks, fifos, sockets and
  * devices have none (zero), devices have rdev, a symlink's size is its
  * target's length.
  *
@@ -96,8 +96,8 @@ typedef int (*kvc_meta_dirent_fn)(void *arg, const char *name, uint32_t name_len
                                   const struct kvc_attr *attr);
 
 /* Open (creating with a root directory when new) the store in dir.
- * default_layout: chunk_size and stripe for the root; target_count: the
- * cluster's target table size now. Returns 0, -EINVAL (another format),
+ * default_layout: chunk_size and stripe for the root; chain_count: the
+ * cluster's chain table size now. Returns 0, -EINVAL (another format),
  * or -errno. */
 int kvc_meta_store_open(const char *dir, const struct kvc_layout *default_layout,
                         struct kvc_meta_store **out);

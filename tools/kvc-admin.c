@@ -154,6 +154,25 @@ static int cmd_status(struct admin *a)
 			            t[i].flags & KVC_SPACE_REFUSING, t[i].refused_writes, "writes");
 		}
 	}
+	const struct kvc_chains *chains = &a->storage.chains;
+	if (a->json) {
+		printf("],\"chains\":[");
+		for (uint32_t c = 0; c < chains->count; c++) {
+			printf("%s{\"id\":%u,\"version\":%u,\"targets\":[", c ? "," : "", c,
+			       chains->chains[c].version);
+			for (uint32_t m = 0; m < chains->chains[c].count; m++)
+				printf("%s%u", m ? "," : "", chains->chains[c].targets[m]);
+			printf("]}");
+		}
+	} else if (a->config.replicas > 1) {
+		printf("\n%-8s %5s %8s %s\n", "CHAINS", "ID", "VERSION", "TARGETS (head ... tail)");
+		for (uint32_t c = 0; c < chains->count; c++) {
+			printf("%-8s %5u %8u ", "", c, chains->chains[c].version);
+			for (uint32_t m = 0; m < chains->chains[c].count; m++)
+				printf("%s%u", m ? " -> " : "", chains->chains[c].targets[m]);
+			printf("\n");
+		}
+	}
 	struct kvc_meta_pool_entry pools[256];
 	int npools = kvc_meta_pool_list(a->pools, pools, 256);
 	if (a->json) {
@@ -200,12 +219,12 @@ static int cmd_stat(struct admin *a)
 		       "\"gid\":%u,\"nlink\":%u,\"chunk_size\":%u,\"stripe\":%u,\"first_target\":%u,"
 		       "\"target_count\":%u}\n",
 		       attr.ino, attr.size, attr.mode, attr.uid, attr.gid, attr.nlink, l->chunk_size,
-		       l->stripe, l->first_target, l->target_count);
+		       l->stripe, l->first_chain, l->chain_count);
 	else
 		printf("inode %" PRIu64 "\nsize %" PRIu64 "\nmode %o\nowner %u:%u\nnlink %u\n"
 		       "layout chunk_size=%u stripe=%u first_target=%u of %u targets\n",
 		       attr.ino, attr.size, attr.mode, attr.uid, attr.gid, attr.nlink, l->chunk_size,
-		       l->stripe, l->first_target, l->target_count);
+		       l->stripe, l->first_chain, l->chain_count);
 	return 0;
 }
 

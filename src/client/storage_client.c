@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/layout.h"
 
 /* A read request to one server carries at most this much data and this
@@ -18,18 +19,23 @@
 #define READ_WAVE 32
 /* Pieces written in parallel in one wave, each on its own connection. */
 #define WRITE_WAVE 32
+/* How long reads avoid a server that failed them (other replicas first). */
+#define AVOID_NS (2ll * 1000 * 1000 * 1000)
 
 int kvc_storage_client_init(struct kvc_storage_client *client,
                             const struct kvc_config *config)
 {
 	memset(client, 0, sizeof(*client));
+	int rc = kvc_chains_build(config, &client->chains);
+	if (rc < 0)
+		return rc;
 	client->server_count = config->server_count;
 	client->target_count = config->target_count;
 	for (uint32_t t = 0; t < config->target_count; t++)
 		client->target_server[t] = config->targets[t].server;
 	for (uint32_t i = 0; i < config->server_count; i++) {
 		strcpy(client->server_address[i], config->servers[i].address);
-		int rc = kvc_rpc_pool_init(&client->pools[i], config->servers[i].address,
+		rc = kvc_rpc_pool_init(&client->pools[i], config->servers[i].address,
 		                           &config->cred, config->connect_timeout_ms,
 		                           config->io_timeout_ms);
 		if (rc < 0) {
@@ -70,7 +76,7 @@ static void io_fail(struct kvc_storage_io *io, int rc)
 
 static int io_check(struct kvc_storage_client *client, const struct kvc_storage_io *io)
 {
-	if (kvc_layout_check(&io->layout) < 0 || io->layout.target_count > client->target_count)
+	if (kvc_layout_check(&io->layout) < 0 || io->layout.chain_count > client->chains.count)
 		return -EINVAL;
 	if (io->offset > KVC_LAYOUT_MAX_FILE_SIZE ||
 	    io->length > KVC_LAYOUT_MAX_FILE_SIZE - io->offset)
@@ -114,6 +120,8 @@ static int for_each_piece(struct kvc_storage_client *client, struct kvc_storage_
 struct read_dest {
 	uint8_t *dst;
 	uint32_t io;
+	uint8_t tried; /* chain members asked so far (bit per position) */
+	bool to_tail;  /* the last replica had a write in flight: ask the tail */
 };
 
 struct read_request {
@@ -128,12 +136,22 @@ struct read_request {
 	struct read_dest dest[MAX_REQUEST_PIECES];
 };
 
+/* A piece to read again from another replica. */
+struct read_retry {
+	struct kvc_msg_piece piece;
+	struct read_dest dest;
+};
+
 struct read_plan {
 	struct kvc_storage_client *client;
 	struct kvc_storage_io *ios;
 	struct read_request **open;   /* per server: the request being filled */
 	struct read_request *wave[READ_WAVE];
 	int wave_count;
+	pthread_mutex_t retry_lock; /* retries, retry_count, retry_cap (receivers add) */
+	struct read_retry *retries;
+	int retry_count, retry_cap;
+	int error; /* -ENOMEM: a retry could not be queued */
 };
 
 static int read_send(struct kvc_storage_client *client, struct read_request *req)
@@ -184,11 +202,44 @@ static int zero_fill(uint8_t *dst, size_t len)
 	return 0;
 }
 
+/* Queue piece k of req to be read from another replica (to_tail: from
+ * the chain's tail). */
+static void read_again(struct read_plan *plan, const struct read_request *req, uint32_t k,
+                       bool to_tail)
+{
+	pthread_mutex_lock(&plan->retry_lock);
+	if (plan->retry_count == plan->retry_cap) {
+		int cap = plan->retry_cap ? 2 * plan->retry_cap : 64;
+		struct read_retry *grown = realloc(plan->retries, (size_t)cap * sizeof(*grown));
+		if (grown) {
+			plan->retries = grown;
+			plan->retry_cap = cap;
+		}
+	}
+	if (plan->retry_count < plan->retry_cap) {
+		struct read_retry *r = &plan->retries[plan->retry_count++];
+		r->piece = req->pieces[k];
+		r->dest = req->dest[k];
+		r->dest.to_tail = to_tail;
+	} else {
+		io_fail(&plan->ios[req->dest[k].io], -ENOMEM);
+	}
+	pthread_mutex_unlock(&plan->retry_lock);
+}
+
+/* A piece status another replica may not have: crc mismatch, a stale
+ * chain version, a target that is gone, a write in flight. */
+static bool other_replica_may(int status)
+{
+	return status == -EIO || status == -ESTALE || status == -ENXIO || status == -EAGAIN;
+}
+
 /* Receive a reply into each piece's destination. Returns 1 when the frame
  * was consumed (the connection is reusable), or a transport -errno. */
-static int read_receive(struct read_request *req, struct kvc_storage_io *ios)
+static int read_receive(struct read_plan *plan, struct read_request *req)
 {
 	struct kvc_msg_piece_result results[MAX_REQUEST_PIECES];
+	struct kvc_storage_io *ios = plan->ios;
 	struct kvc_wire_header h;
 	uint32_t count = req->head.count;
 	int rc = kvc_wire_recv(req->fd, &h, results, sizeof(results));
@@ -205,7 +256,8 @@ static int read_receive(struct read_request *req, struct kvc_storage_io *ios)
 		return -EBADMSG;
 	uint64_t expected = 0;
 	for (uint32_t i = 0; i < count; i++) {
-		if (results[i].length > req->pieces[i].length)
+		if (results[i].length > req->pieces[i].length ||
+		    (results[i].status < 0 && results[i].length))
 			return -EBADMSG;
 		expected += results[i].length;
 	}
@@ -214,6 +266,13 @@ static int read_receive(struct read_request *req, struct kvc_storage_io *ios)
 	for (uint32_t i = 0; i < count; i++) {
 		struct kvc_storage_io *io = &ios[req->dest[i].io];
 		uint8_t *dst = req->dest[i].dst;
+		if (results[i].status < 0) {
+			if (other_replica_may(results[i].status))
+				read_again(plan, req, i, results[i].status == -EAGAIN);
+			else
+				io_fail(io, -EIO);
+			continue;
+		}
 		if (results[i].length) {
 			rc = kvc_wire_recv_exact(req->fd, dst, results[i].length);
 			if (rc < 0)
@@ -222,8 +281,6 @@ static int read_receive(struct read_request *req, struct kvc_storage_io *ios)
 		if (results[i].length < req->pieces[i].length &&
 		    zero_fill(dst + results[i].length, req->pieces[i].length - results[i].length) < 0)
 			io_fail(io, -EFAULT);
-		if (results[i].status < 0)
-			io_fail(io, -EIO);
 		else if (io->forbid_holes && results[i].length < req->pieces[i].length)
 			io_fail(io, -ENODATA);
 	}
@@ -231,13 +288,14 @@ static int read_receive(struct read_request *req, struct kvc_storage_io *ios)
 }
 
 /* Receive one sent request's answer into its destinations (retrying once
- * on a fresh connection when its server restarted), then free it. */
-static void read_finish(struct kvc_storage_client *client, struct kvc_storage_io *ios,
-                        struct read_request *r)
+ * on a fresh connection when its server restarted; when it cannot be
+ * reached, its pieces go to other replicas), then free it. */
+static void read_finish(struct read_plan *plan, struct read_request *r)
 {
+	struct kvc_storage_client *client = plan->client;
 	struct kvc_rpc_pool *pool = &client->pools[r->server];
 	if (r->rc == 0)
-		r->rc = read_receive(r, ios);
+		r->rc = read_receive(plan, r);
 	if (r->fd >= 0)
 		kvc_rpc_pool_put(pool, r->fd, r->rc == 1);
 	if (r->rc < 0 && retryable(r->rc, r->reused)) {
@@ -245,13 +303,19 @@ static void read_finish(struct kvc_storage_client *client, struct kvc_storage_io
 		kvc_rpc_pool_drain(pool);
 		r->rc = read_send(client, r);
 		if (r->rc == 0)
-			r->rc = read_receive(r, ios);
+			r->rc = read_receive(plan, r);
 		if (r->fd >= 0)
 			kvc_rpc_pool_put(pool, r->fd, r->rc == 1);
 	}
-	if (r->rc < 0)
+	if (r->rc < 0) {
+		if (kvc_rpc_is_transport_error(r->rc))
+			atomic_store(&client->avoid_until_ns[r->server],
+			             (int64_t)kvc_clock_monotonic_ns() + AVOID_NS);
+		/* Pieces received before the break are read again too: the
+		 * destinations are only ever written with the same bytes. */
 		for (uint32_t k = 0; k < r->head.count; k++)
-			io_fail(&ios[r->dest[k].io], client_error(r->rc));
+			read_again(plan, r, k, false);
+	}
 	free(r);
 }
 
@@ -264,8 +328,7 @@ struct wave_sync {
 
 struct receive_job {
 	struct receive_job *next;
-	struct kvc_storage_client *client;
-	struct kvc_storage_io *ios;
+	struct read_plan *plan;
 	struct read_request *request;
 	struct wave_sync *sync;
 };
@@ -288,7 +351,7 @@ static void *receiver_main(void *arg)
 		if (!rx->head)
 			rx->tail = NULL;
 		pthread_mutex_unlock(&rx->lock);
-		read_finish(job->client, job->ios, job->request);
+		read_finish(job->plan, job->request);
 		pthread_mutex_lock(&job->sync->lock);
 		if (--job->sync->pending == 0)
 			pthread_cond_signal(&job->sync->done);
@@ -329,7 +392,7 @@ static void read_wave(struct read_plan *plan)
 		plan->wave[i]->rc = read_send(client, plan->wave[i]);
 	if (!rx || n < 2) {
 		for (int i = 0; i < n; i++)
-			read_finish(client, plan->ios, plan->wave[i]);
+			read_finish(plan, plan->wave[i]);
 		plan->wave_count = 0;
 		return;
 	}
@@ -339,7 +402,7 @@ static void read_wave(struct read_plan *plan)
 	pthread_cond_init(&sync.done, NULL);
 	pthread_mutex_lock(&rx->lock);
 	for (int i = 1; i < n; i++) {
-		jobs[i] = (struct receive_job){NULL, client, plan->ios, plan->wave[i], &sync};
+		jobs[i] = (struct receive_job){NULL, plan, plan->wave[i], &sync};
 		if (rx->tail)
 			rx->tail->next = &jobs[i];
 		else
@@ -348,7 +411,7 @@ static void read_wave(struct read_plan *plan)
 	}
 	pthread_cond_broadcast(&rx->work);
 	pthread_mutex_unlock(&rx->lock);
-	read_finish(client, plan->ios, plan->wave[0]);
+	read_finish(plan, plan->wave[0]);
 	pthread_mutex_lock(&sync.lock);
 	while (sync.pending > 0)
 		pthread_cond_wait(&sync.done, &sync.lock);
@@ -370,13 +433,45 @@ static void read_close(struct read_plan *plan, uint32_t server)
 		read_wave(plan);
 }
 
-static int read_add_piece(void *arg, struct kvc_storage_io *io, uint32_t io_index,
-                          const struct kvc_layout_piece *p)
+/* The member of chain to read a piece from: the tail when asked, else
+ * one not tried yet, starting at `start` (chunks spread over replicas),
+ * preferring servers that did not fail recently. -1 when every member was
+ * tried. */
+static int pick_replica(struct kvc_storage_client *client, const struct kvc_chain *chain,
+                        uint32_t start, uint8_t tried, bool to_tail)
 {
-	struct read_plan *plan = arg;
-	uint32_t server = plan->client->target_server[p->target];
+	uint32_t n = chain->count;
+	if (n == 0)
+		return -1;
+	if (to_tail && !(tried & (1u << (n - 1))))
+		return (int)n - 1;
+	int64_t now = (int64_t)kvc_clock_monotonic_ns();
+	int fallback = -1;
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t pos = (start + k) % n;
+		if (tried & (1u << pos))
+			continue;
+		uint32_t server = client->target_server[chain->targets[pos]];
+		if (atomic_load(&client->avoid_until_ns[server]) <= now)
+			return (int)pos;
+		if (fallback < 0)
+			fallback = (int)pos;
+	}
+	return fallback;
+}
+
+/* Add a piece for chain member pos to its server's open request. */
+static int read_add(struct read_plan *plan, struct kvc_msg_piece piece, struct read_dest dest,
+                    int pos)
+{
+	const struct kvc_chain *chain = &plan->client->chains.chains[piece.chain];
+	piece.target = chain->targets[pos];
+	piece.chain_version = chain->version;
+	dest.tried |= (uint8_t)(1u << pos);
+	dest.to_tail = false;
+	uint32_t server = plan->client->target_server[piece.target];
 	struct read_request *r = plan->open[server];
-	if (r && (r->head.count == MAX_REQUEST_PIECES || r->bytes + p->length > REQUEST_BYTES)) {
+	if (r && (r->head.count == MAX_REQUEST_PIECES || r->bytes + piece.length > REQUEST_BYTES)) {
 		read_close(plan, server);
 		r = NULL;
 	}
@@ -391,12 +486,62 @@ static int read_add_piece(void *arg, struct kvc_storage_io *io, uint32_t io_inde
 		plan->open[server] = r;
 	}
 	uint32_t k = r->head.count++;
-	r->pieces[k] = (struct kvc_msg_piece){.inode = io->inode, .target = p->target,
-	                                      .chunk = p->chunk, .offset = p->chunk_offset,
-	                                      .length = p->length};
-	r->dest[k] = (struct read_dest){(uint8_t *)io->buf + p->buffer_offset, io_index};
-	r->bytes += p->length;
+	r->pieces[k] = piece;
+	r->dest[k] = dest;
+	r->bytes += piece.length;
 	return 0;
+}
+
+static int read_add_piece(void *arg, struct kvc_storage_io *io, uint32_t io_index,
+                          const struct kvc_layout_piece *p)
+{
+	struct read_plan *plan = arg;
+	const struct kvc_chain *chain = &plan->client->chains.chains[p->chain];
+	int pos = pick_replica(plan->client, chain, (uint32_t)((io->inode + p->chunk) % 251), 0,
+	                       false);
+	if (pos < 0) {
+		io_fail(io, -EIO); /* a chain with no member serving */
+		return 0;
+	}
+	struct kvc_msg_piece piece = {.inode = io->inode, .chain = p->chain, .chunk = p->chunk,
+	                              .offset = p->chunk_offset, .length = p->length};
+	return read_add(plan, piece,
+	                (struct read_dest){(uint8_t *)io->buf + p->buffer_offset, io_index, 0, false},
+	                pos);
+}
+
+/* Every open request joins the wave, and the wave runs. */
+static void read_flush(struct read_plan *plan)
+{
+	for (uint32_t s = 0; s < plan->client->server_count; s++)
+		read_close(plan, s);
+	if (plan->wave_count)
+		read_wave(plan);
+}
+
+/* Pieces that failed at one replica, to the next; until none is left. */
+static int read_retries(struct read_plan *plan)
+{
+	int rc = 0;
+	while (plan->retry_count > 0 && rc == 0) {
+		struct read_retry *list = plan->retries;
+		int count = plan->retry_count;
+		plan->retries = NULL;
+		plan->retry_count = plan->retry_cap = 0;
+		for (int i = 0; i < count && rc == 0; i++) {
+			struct read_retry *r = &list[i];
+			const struct kvc_chain *chain = &plan->client->chains.chains[r->piece.chain];
+			int pos = pick_replica(plan->client, chain, 0, r->dest.tried, r->dest.to_tail);
+			if (pos < 0)
+				io_fail(&plan->ios[r->dest.io], -EIO); /* no replica could serve it */
+			else
+				rc = read_add(plan, r->piece, r->dest, pos);
+		}
+		free(list);
+		if (rc == 0)
+			read_flush(plan);
+	}
+	return rc;
 }
 
 int kvc_storage_client_read_batch(struct kvc_storage_client *client,
@@ -406,18 +551,16 @@ int kvc_storage_client_read_batch(struct kvc_storage_client *client,
 	plan.open = calloc(client->server_count ? client->server_count : 1, sizeof(*plan.open));
 	if (!plan.open)
 		return -ENOMEM;
+	pthread_mutex_init(&plan.retry_lock, NULL);
 	int rc = for_each_piece(client, ios, count, read_add_piece, &plan);
-	for (uint32_t s = 0; s < client->server_count; s++) {
-		if (rc < 0) {
-			free(plan.open[s]);
-			plan.open[s] = NULL;
-		} else {
-			read_close(&plan, s);
-		}
-	}
-	if (plan.wave_count)
-		read_wave(&plan);
+	read_flush(&plan); /* what was planned goes out even after an ENOMEM */
+	if (rc == 0)
+		rc = read_retries(&plan);
+	for (uint32_t s = 0; s < client->server_count; s++)
+		free(plan.open[s]);
+	free(plan.retries);
 	free(plan.open);
+	pthread_mutex_destroy(&plan.retry_lock);
 	for (int i = 0; i < count && rc == 0; i++)
 		rc = ios[i].result;
 	return rc;
@@ -507,15 +650,23 @@ static void write_wave(struct write_plan *plan)
 	plan->wave_count = 0;
 }
 
+/* Every piece goes to the head of its chain. */
 static int write_add_piece(void *arg, struct kvc_storage_io *io, uint32_t io_index,
                            const struct kvc_layout_piece *p)
 {
 	struct write_plan *plan = arg;
+	const struct kvc_chain *chain = &plan->client->chains.chains[p->chain];
+	if (chain->count == 0) {
+		io_fail(io, -EIO); /* no member serving */
+		return 0;
+	}
+	uint32_t head = chain->targets[0];
 	plan->wave[plan->wave_count++] = (struct write_piece){
-		.fd = -1, .server = plan->client->target_server[p->target], .length = p->length,
+		.fd = -1, .server = plan->client->target_server[head], .length = p->length,
 		.io = io_index, .data = (const uint8_t *)io->buf + p->buffer_offset,
-		.msg = {.inode = io->inode, .target = p->target, .chunk = p->chunk,
-		        .chunk_size = io->layout.chunk_size, .offset = p->chunk_offset}};
+		.msg = {.inode = io->inode, .target = head, .chunk = p->chunk,
+		        .chunk_size = io->layout.chunk_size, .offset = p->chunk_offset,
+		        .chain = p->chain, .chain_version = chain->version}};
 	if (plan->wave_count == WRITE_WAVE)
 		write_wave(plan);
 	return 0;
@@ -546,24 +697,61 @@ int kvc_storage_client_write(struct kvc_storage_client *client, uint64_t inode,
 	return kvc_storage_client_write_batch(client, &io, 1);
 }
 
-/* Send one small request to the server of every target in the layout. */
+int kvc_storage_client_forward(struct kvc_storage_client *client,
+                               const struct kvc_msg_chunk_write *msg, const void *data,
+                               uint32_t length)
+{
+	if (msg->target >= client->target_count)
+		return -EINVAL;
+	struct write_piece w = {.fd = -1, .server = client->target_server[msg->target],
+	                        .length = length, .msg = *msg, .data = data};
+	struct kvc_rpc_pool *pool = &client->pools[w.server];
+	w.rc = write_send(client, &w);
+	bool sent = w.rc == 0;
+	if (w.rc == 0)
+		w.rc = write_receive(&w);
+	if (w.fd >= 0)
+		kvc_rpc_pool_put(pool, w.fd, sent && (w.rc == 1 || (w.rc < 0 &&
+		                                       !kvc_rpc_is_transport_error(w.rc))));
+	if (w.rc < 0 && retryable(w.rc, w.reused)) {
+		kvc_rpc_pool_drain(pool);
+		w.rc = write_send(client, &w);
+		if (w.rc == 0)
+			w.rc = write_receive(&w);
+		if (w.fd >= 0)
+			kvc_rpc_pool_put(pool, w.fd, w.rc == 1);
+	}
+	return w.rc < 0 ? client_error(w.rc) : 0;
+}
+
+/* Send one small request to the server of every target of every chain in
+ * the layout (each target once). */
 static int each_target(struct kvc_storage_client *client, const struct kvc_layout *layout,
                        uint16_t type, void (*fill)(void *body, uint32_t target, void *arg),
                        uint32_t body_len, void *arg)
 {
-	uint32_t targets[KVC_WIRE_MAX_TARGETS];
-	if (kvc_layout_check(layout) < 0 || layout->target_count > client->target_count)
+	uint32_t chains[KVC_WIRE_MAX_TARGETS];
+	uint64_t done = 0; /* targets asked, a bit each */
+	_Static_assert(KVC_WIRE_MAX_TARGETS <= 64, "one bit per target");
+	if (kvc_layout_check(layout) < 0 || layout->chain_count > client->chains.count)
 		return -EINVAL;
-	int count = kvc_layout_targets(layout, targets, KVC_WIRE_MAX_TARGETS);
+	int count = kvc_layout_chains(layout, chains, KVC_WIRE_MAX_TARGETS);
 	int result = 0;
 	for (int i = 0; i < count; i++) {
-		uint8_t body[64], reply[64];
-		fill(body, targets[i], arg);
-		uint32_t reply_len;
-		int rc = kvc_rpc_call(&client->pools[client->target_server[targets[i]]], type, body,
-		                      body_len, reply, sizeof(reply), &reply_len);
-		if (rc < 0 && result == 0)
-			result = client_error(rc);
+		const struct kvc_chain *chain = &client->chains.chains[chains[i]];
+		for (uint32_t m = 0; m < chain->count; m++) {
+			uint32_t target = chain->targets[m];
+			if (done & (1ull << target))
+				continue;
+			done |= 1ull << target;
+			uint8_t body[64], reply[64];
+			fill(body, target, arg);
+			uint32_t reply_len;
+			int rc = kvc_rpc_call(&client->pools[client->target_server[target]], type, body,
+			                      body_len, reply, sizeof(reply), &reply_len);
+			if (rc < 0 && result == 0)
+				result = client_error(rc);
+		}
 	}
 	return result;
 }

@@ -6,6 +6,17 @@
  * buffer; writes send each piece on its own connection, so the pieces of a
  * range are written in parallel. Holes read as zeros.
  *
+ * Chains (core/chains.h): a layout names chains, and the chain table says
+ * which targets hold each. A piece is read from one replica of its chain
+ * (spread by chunk, servers seen failing in the last seconds avoided);
+ * a piece that fails there (server down or timed out, crc mismatch,
+ * -ESTALE) is read again from another replica, and one with a write in
+ * flight at that replica (-EAGAIN) from the tail, so a read fails only
+ * when no replica could serve it. Writes go to the head of the chain,
+ * which passes them down the chain (src/storage/service.h); the answer
+ * is the tail's. Removes, truncates, punches and syncs go to every
+ * member.
+ *
  * Failures are bounded by the cluster's timeouts. A connection that breaks
  * because its server restarted is retried once on a fresh one (chunk reads
  * and writes are idempotent); anything else fails the call with -EIO (or
@@ -16,9 +27,11 @@
 #ifndef KVC_STORAGE_CLIENT_H
 #define KVC_STORAGE_CLIENT_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/chains.h"
 #include "core/config.h"
 #include "core/rpc.h"
 
@@ -31,6 +44,9 @@ struct kvc_storage_client {
 	uint32_t target_server[KVC_WIRE_MAX_TARGETS];
 	char server_address[KVC_CONFIG_MAX_SERVERS][KVC_NET_ADDRESS_MAX];
 	struct kvc_rpc_pool pools[KVC_CONFIG_MAX_SERVERS];
+	struct kvc_chains chains;
+	/* Monotonic ns until which reads avoid a server that just failed. */
+	_Atomic int64_t avoid_until_ns[KVC_CONFIG_MAX_SERVERS];
 };
 
 /* One I/O of a batch: a byte range of a file and the caller's buffer. */
@@ -83,6 +99,13 @@ int kvc_storage_client_read(struct kvc_storage_client *client, uint64_t inode,
 int kvc_storage_client_write(struct kvc_storage_client *client, uint64_t inode,
                              const struct kvc_layout *layout, uint64_t offset,
                              uint64_t length, const void *buf);
+
+/* Send one CHUNK_WRITE (a chain member passing a write on to the next:
+ * msg->target names it) and wait for its answer. Returns the answer's
+ * status, -EIO when the server could not be reached. */
+int kvc_storage_client_forward(struct kvc_storage_client *client,
+                               const struct kvc_msg_chunk_write *msg, const void *data,
+                               uint32_t length);
 
 /* Remove every chunk of inode from the targets of its layout. */
 int kvc_storage_client_remove(struct kvc_storage_client *client, uint64_t inode,

@@ -202,6 +202,12 @@ static int global_key(struct parser *p, const char *key, const char *value)
 			c->stripe = (uint32_t)v;
 		return rc;
 	}
+	if (strcmp(key, "replicas") == 0) {
+		rc = parse_int(p, key, value, 1, KVC_WIRE_MAX_REPLICAS, &v);
+		if (rc == 0)
+			c->replicas = (uint32_t)v;
+		return rc;
+	}
 	if (strcmp(key, "connect_timeout_ms") == 0) {
 		rc = parse_int(p, key, value, 1, 600000, &v);
 		if (rc == 0)
@@ -364,6 +370,9 @@ static int check_whole(struct parser *p)
 	if (c->stripe > c->target_count)
 		return fail(p, "stripe %u is larger than the %u targets of the cluster",
 		            c->stripe, c->target_count);
+	if (c->replicas > c->server_count)
+		return fail(p, "replicas = %u needs as many storage servers; the cluster has %u",
+		            c->replicas, c->server_count);
 	return 0;
 }
 
@@ -377,6 +386,7 @@ int kvc_config_parse(const char *text, const char *origin,
 	memset(config, 0, sizeof(*config));
 	config->chunk_size = KVC_LAYOUT_DEFAULT_CHUNK;
 	config->stripe = 0; /* 0: all targets, set below */
+	config->replicas = 1;
 	config->connect_timeout_ms = 2000;
 	config->io_timeout_ms = 5000;
 	config->server_max_connections = KVC_SERVER_DEFAULT_MAX_CONNECTIONS;

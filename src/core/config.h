@@ -7,6 +7,8 @@
  *                               # kvc-meta's page-pool messages only
  *   chunk_size = 1048576        # default layout for new files
  *   stripe = 3
+ *   replicas = 1                # targets per chain, on distinct storage
+ *                               # servers (core/chains.h; default 1)
  *   connect_timeout_ms = 2000   # client side bounds: nothing hangs
  *   io_timeout_ms = 5000
  *   server_max_connections = 4096   # per kvc-meta / kvc-storage server
@@ -109,6 +111,7 @@ struct kvc_config {
 	                                    until kvc_config_load_secret */
 	uint32_t chunk_size;
 	uint32_t stripe;
+	uint32_t replicas;
 	int connect_timeout_ms;
 	int io_timeout_ms;
 	int server_max_connections;

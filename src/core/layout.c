@@ -8,19 +8,19 @@ int kvc_layout_check(const struct kvc_layout *layout)
 	uint32_t cs = layout->chunk_size;
 	if (cs < KVC_LAYOUT_MIN_CHUNK || cs > KVC_LAYOUT_MAX_CHUNK || (cs & (cs - 1)))
 		return -EINVAL;
-	if (layout->target_count == 0 || layout->target_count > KVC_WIRE_MAX_TARGETS)
+	if (layout->chain_count == 0 || layout->chain_count > KVC_WIRE_MAX_TARGETS)
 		return -EINVAL;
-	if (layout->stripe == 0 || layout->stripe > layout->target_count)
+	if (layout->stripe == 0 || layout->stripe > layout->chain_count)
 		return -EINVAL;
-	if (layout->first_target >= layout->target_count)
+	if (layout->first_chain >= layout->chain_count)
 		return -EINVAL;
 	return 0;
 }
 
-uint32_t kvc_layout_target(const struct kvc_layout *layout, uint64_t chunk)
+uint32_t kvc_layout_chain(const struct kvc_layout *layout, uint64_t chunk)
 {
-	uint64_t slot = layout->first_target + chunk % layout->stripe;
-	return (uint32_t)(slot % layout->target_count);
+	uint64_t slot = layout->first_chain + chunk % layout->stripe;
+	return (uint32_t)(slot % layout->chain_count);
 }
 
 int kvc_layout_split(const struct kvc_layout *layout, uint64_t offset,
@@ -45,7 +45,7 @@ int kvc_layout_split(const struct kvc_layout *layout, uint64_t offset,
 			return -E2BIG;
 		pieces[count++] = (struct kvc_layout_piece){
 			.chunk = (uint32_t)chunk,
-			.target = kvc_layout_target(layout, chunk),
+			.chain = kvc_layout_chain(layout, chunk),
 			.chunk_offset = (uint32_t)in_chunk,
 			.length = (uint32_t)step,
 			.buffer_offset = done,
@@ -55,11 +55,11 @@ int kvc_layout_split(const struct kvc_layout *layout, uint64_t offset,
 	return count;
 }
 
-int kvc_layout_targets(const struct kvc_layout *layout, uint32_t *targets,
-                       int max_targets)
+int kvc_layout_chains(const struct kvc_layout *layout, uint32_t *chains,
+                       int max_chains)
 {
 	int count = 0;
-	for (uint32_t i = 0; i < layout->stripe && count < max_targets; i++)
-		targets[count++] = kvc_layout_target(layout, i);
+	for (uint32_t i = 0; i < layout->stripe && count < max_chains; i++)
+		chains[count++] = kvc_layout_chain(layout, i);
 	return count;
 }

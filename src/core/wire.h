@@ -57,6 +57,13 @@
  *      timeout (the decode side's handoff); replies as POOL_EXISTS.
  *      Also ring keys: KEYS_LOOKUP, KEYS_CREATE, KEYS_PUBLISH,
  *      KEYS_REMOVE (80..83): many names of one directory per message.
+ *   6  chains: layouts name chains (first_chain, chain_count); CHUNK_WRITE
+ *      (40 bytes) and CHUNK_READ's pieces (32 bytes) carry the chain and
+ *      the chain version the sender routed by (-ESTALE: refresh); a
+ *      CHUNK_WRITE goes to the chain's head, which forwards it to the
+ *      next member (KVC_CHUNK_FORWARDED) and answers once the tail did;
+ *      a read piece of a chunk with a write in flight at that replica
+ *      gets -EAGAIN (ask the tail).
  */
 #ifndef KVC_WIRE_H
 #define KVC_WIRE_H
@@ -70,13 +77,14 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "kvcfs wire structs are little-endian in memory");
 
 #define KVC_WIRE_MAGIC 0x3143564bu /* "KVC1" */
-#define KVC_WIRE_VERSION 5
+#define KVC_WIRE_VERSION 6
 #define KVC_WIRE_MAX_BODY (1u << 20)
 #define KVC_WIRE_MAX_DATA (64u << 20)
 #define KVC_WIRE_MAX_NAME 255
 #define KVC_WIRE_MAX_PIECES 1024
 #define KVC_WIRE_MAX_DIRENTS 1024
 #define KVC_WIRE_MAX_TARGETS 64
+#define KVC_WIRE_MAX_REPLICAS 8 /* members of a chain */
 #define KVC_WIRE_MAX_SYMLINK 4095      /* target bytes (PATH_MAX - 1) */
 #define KVC_WIRE_MAX_XATTR_VALUE 65536 /* XATTR_SIZE_MAX */
 
@@ -185,13 +193,14 @@ struct kvc_msg_auth_proof {
 	uint8_t mac[KVC_WIRE_PROOF];
 };
 
-/* A file's placement: chunk i lives on target
- * (first_target + i % stripe) % target_count. */
+/* A file's placement: chunk i lives on chain
+ * (first_chain + i % stripe) % chain_count (core/chains.h; with one
+ * replica, chain i is target i). */
 struct kvc_layout {
 	uint32_t chunk_size;
 	uint32_t stripe;
-	uint32_t first_target;
-	uint32_t target_count;
+	uint32_t first_chain;
+	uint32_t chain_count;
 };
 _Static_assert(sizeof(struct kvc_layout) == 16, "");
 
@@ -463,15 +472,22 @@ struct kvc_msg_statfs_reply {
 };
 _Static_assert(sizeof(struct kvc_msg_statfs_reply) == 96, "");
 
-/* CHUNK_WRITE: data_len bytes follow; offset + data_len <= chunk_size. */
+/* CHUNK_WRITE: data_len bytes follow; offset + data_len <= chunk_size.
+ * target is the member of `chain` (at chain_version) the frame is for: the
+ * head from a client, the next member when forwarded. */
+#define KVC_CHUNK_FORWARDED 1u /* flags: from the previous member */
 struct kvc_msg_chunk_write {
 	uint64_t inode;
 	uint32_t target;
 	uint32_t chunk;
 	uint32_t chunk_size;
 	uint32_t offset;
+	uint32_t chain;
+	uint32_t chain_version;
+	uint32_t flags;
+	uint32_t reserved;
 };
-_Static_assert(sizeof(struct kvc_msg_chunk_write) == 24, "");
+_Static_assert(sizeof(struct kvc_msg_chunk_write) == 40, "");
 /* reply: */
 struct kvc_msg_chunk_write_reply {
 	uint64_t version;
@@ -489,14 +505,18 @@ struct kvc_msg_chunk_read {
 };
 struct kvc_msg_piece {
 	uint64_t inode;
-	uint32_t target;
+	uint32_t target; /* a member of chain: the replica asked */
 	uint32_t chunk;
 	uint32_t offset;
 	uint32_t length;
+	uint32_t chain;
+	uint32_t chain_version;
 };
-_Static_assert(sizeof(struct kvc_msg_piece) == 24, "");
+_Static_assert(sizeof(struct kvc_msg_piece) == 32, "");
 struct kvc_msg_piece_result {
-	int32_t status; /* 0 or -errno (-EIO: crc mismatch) */
+	int32_t status; /* 0 or -errno (-EIO: crc mismatch; -EAGAIN: a write
+	                   is in flight at this replica, ask the tail;
+	                   -ESTALE: not a member of that chain version) */
 	uint32_t length; /* bytes present in the data section */
 };
 

@@ -70,11 +70,22 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	static struct kvc_storage_service svc;
+	static struct kvc_storage_client peers;
 	svc.first_target = me->first_target;
 	svc.target_count = me->target_count;
+	svc.io_timeout_ms = config.io_timeout_ms;
+	/* The other servers, to pass chain writes on (core/chains.h). */
+	int rc = kvc_storage_client_init(&peers, &config);
+	if (rc == 0)
+		rc = kvc_inflight_create(&svc.inflight);
+	if (rc < 0) {
+		fprintf(stderr, "kvc-storage: cannot set up the chain table: %s\n", strerror(-rc));
+		return 1;
+	}
+	svc.peers = &peers;
 	for (uint32_t i = 0; i < me->target_count; i++) {
 		const char *path = config.targets[me->first_target + i].path;
-		int rc = kvc_chunk_store_open(path, &svc.stores[i]);
+		rc = kvc_chunk_store_open(path, &svc.stores[i]);
 		if (rc < 0) {
 			fprintf(stderr, "kvc-storage: cannot open target %s: %s\n", path,
 			        rc == -EINVAL ? "not a kvcfs target of this format" : strerror(-rc));
@@ -117,7 +128,7 @@ int main(int argc, char **argv)
 	                             .cleanup = kvc_storage_service_cleanup,
 	                             .service = &svc, .name = "kvc-storage"};
 	kvc_server_configure(&server, &config);
-	int rc = kvc_server_run(&server);
+	rc = kvc_server_run(&server);
 	kvc_log_error("accept failed: %s", strerror(-rc));
 	return 1;
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/chains.h"
 #include "core/layout.h"
 #include "core/log.h"
 
@@ -16,6 +17,8 @@ struct conn_state {
 	size_t buffer_size;
 	struct kvc_chunk_read reads[KVC_WIRE_MAX_PIECES];
 	struct kvc_chunk_store *read_stores[KVC_WIRE_MAX_PIECES];
+	int read_status[KVC_WIRE_MAX_PIECES]; /* a piece's chain check */
+	bool tails[KVC_WIRE_MAX_PIECES];      /* the piece's target is its chain's tail */
 	struct kvc_msg_piece_result results[KVC_WIRE_MAX_PIECES];
 	struct iovec data[KVC_WIRE_MAX_PIECES];
 };
@@ -106,17 +109,82 @@ static int refuse(struct kvc_server_conn *conn, const struct kvc_wire_header *h,
 	return rc < 0 ? rc : kvc_server_reply(conn, h, status, NULL, 0);
 }
 
+/* The chain of a request for target at chain_version, or NULL with *rc:
+ * -ESTALE when this server's table has another version or target is not a
+ * member, -ENXIO for a chain it does not know. A server without peers
+ * (single copy, tests) takes chain == target at any version. */
+static const struct kvc_chain *chain_of(const struct kvc_storage_service *svc, uint32_t chain,
+                                        uint32_t version, uint32_t target, int *pos, int *rc)
+{
+	static const struct kvc_chain alone = {.version = 0, .count = 1};
+	if (!svc->peers) {
+		*pos = 0;
+		*rc = chain == target ? 0 : -ENXIO;
+		return *rc ? NULL : &alone;
+	}
+	const struct kvc_chains *table = &svc->peers->chains;
+	if (chain >= table->count) {
+		*rc = -ENXIO;
+		return NULL;
+	}
+	const struct kvc_chain *c = &table->chains[chain];
+	*pos = kvc_chains_position(c, target);
+	*rc = c->version != version || *pos < 0 ? -ESTALE : 0;
+	return *rc ? NULL : c;
+}
+
+/* Write here, then through the rest of the chain: the answer is the
+ * tail's. The head holds the chunk in the in-flight table for the whole
+ * trip (one write of a chunk in the chain at a time); a middle member
+ * holds it too, so reads here ask the tail meanwhile. */
+static int chain_write(struct request *r, struct kvc_chunk_store *store,
+                       const struct kvc_chain *chain, int pos,
+                       struct kvc_msg_chunk_write_reply *out)
+{
+	const struct kvc_msg_chunk_write *m = r->msg;
+	struct kvc_storage_service *svc = r->svc;
+	uint32_t len = (uint32_t)r->h->data_len;
+	bool tail = (uint32_t)pos + 1 >= chain->count;
+	int status = tail ? 0 : kvc_inflight_begin(svc->inflight, m->target, m->inode, m->chunk,
+	                                           svc->io_timeout_ms);
+	if (status < 0)
+		return status;
+	status = kvc_chunk_store_write(store, m->inode, m->chunk, m->chunk_size, m->offset,
+	                               r->state->buffer, len, &out->version, &out->length);
+	if (status == 0 && !tail) {
+		struct kvc_msg_chunk_write next = *m;
+		next.target = chain->targets[pos + 1];
+		next.flags = KVC_CHUNK_FORWARDED;
+		status = kvc_storage_client_forward(svc->peers, &next, r->state->buffer, len);
+		if (status < 0)
+			kvc_log_warn("chain %u: target %u could not pass a write of inode %llu chunk "
+			             "%u on to target %u: %s", m->chain, m->target,
+			             (unsigned long long)m->inode, m->chunk, next.target,
+			             strerror(-status));
+	}
+	if (!tail)
+		kvc_inflight_end(svc->inflight, m->target, m->inode, m->chunk);
+	return status;
+}
+
 static int h_write(struct request *r)
 {
 	const struct kvc_msg_chunk_write *m = r->msg;
 	const struct kvc_wire_header *h = r->h;
 	struct kvc_chunk_store *store = store_of(r->svc, m->target);
-	int status = 0;
+	int status = 0, pos = 0;
+	const struct kvc_chain *chain = NULL;
 	if (!store)
 		status = -ENXIO;
 	else if (!chunk_size_valid(m->chunk_size) || h->data_len == 0 ||
-	         m->offset > m->chunk_size || h->data_len > m->chunk_size - m->offset)
+	         m->offset > m->chunk_size || h->data_len > m->chunk_size - m->offset ||
+	         (m->flags & ~KVC_CHUNK_FORWARDED) || m->reserved)
 		status = -EINVAL;
+	else
+		chain = chain_of(r->svc, m->chain, m->chain_version, m->target, &pos, &status);
+	/* A client writes to the head; only a member passes a write on. */
+	if (status == 0 && (pos == 0) == ((m->flags & KVC_CHUNK_FORWARDED) != 0))
+		status = pos == 0 ? -EINVAL : -ESTALE;
 	if (status == 0)
 		status = ensure_buffer(r->state, h->data_len);
 	if (status < 0)
@@ -125,9 +193,7 @@ static int h_write(struct request *r)
 	if (rc < 0)
 		return rc;
 	struct kvc_msg_chunk_write_reply out = {0};
-	status = kvc_chunk_store_write(store, m->inode, m->chunk, m->chunk_size, m->offset,
-	                               r->state->buffer, (uint32_t)h->data_len, &out.version,
-	                               &out.length);
+	status = chain_write(r, store, chain, pos, &out);
 	return reply(r, status, &out, sizeof(out));
 }
 
@@ -142,7 +208,14 @@ static int check_pieces(struct kvc_storage_service *svc, struct conn_state *stat
 		if (p->length > KVC_LAYOUT_MAX_CHUNK || p->offset > KVC_LAYOUT_MAX_CHUNK - p->length)
 			return -EINVAL;
 		total += p->length;
-		state->read_stores[i] = store_of(svc, p->target);
+		int pos = 0, rc = 0;
+		state->tails[i] = false;
+		const struct kvc_chain *chain = chain_of(svc, p->chain, p->chain_version, p->target,
+		                                         &pos, &rc);
+		state->read_stores[i] = chain ? store_of(svc, p->target) : NULL;
+		state->read_status[i] = rc;
+		if (chain)
+			state->tails[i] = (uint32_t)pos + 1 == chain->count;
 		state->reads[i] = (struct kvc_chunk_read){
 			.inode = p->inode, .chunk = p->chunk, .offset = p->offset, .length = p->length};
 	}
@@ -168,6 +241,13 @@ static int h_read(struct request *r)
 	uint64_t data_len = 0;
 	for (uint32_t i = 0; i < m->count; i++) {
 		struct kvc_chunk_read *p = &state->reads[i];
+		/* After the read: a write in flight now may have put bytes the
+		 * chain has not committed into what was read (CRAQ). */
+		if (state->read_status[i] < 0)
+			p->status = state->read_status[i];
+		if (p->status == 0 && !state->tails[i] && r->svc->inflight &&
+		    kvc_inflight_busy(r->svc->inflight, pieces[i].target, p->inode, p->chunk))
+			p->status = -EAGAIN;
 		uint32_t present = p->status == 0 ? p->present : 0;
 		state->results[i] = (struct kvc_msg_piece_result){p->status, present};
 		state->data[i] = (struct iovec){(void *)p->data, present};

@@ -10,19 +10,35 @@
  *
  * Each connection owns an io_uring and a write buffer (service_state), so
  * a multi-chunk read queues the readahead of all its pieces at once.
+ *
+ * Chains (core/chains.h): a CHUNK_WRITE names its chain, chain version
+ * and the member it is for; a version other than this server's table is
+ * -ESTALE. The head takes the chunk in the in-flight table (one write of a
+ * chunk in the chain at a time), writes it here, forwards it to the next
+ * member over a peer connection and answers with what the rest of the
+ * chain answered; the tail only writes. A read piece of a chunk with a
+ * write in flight here is -EAGAIN (the reader asks the tail).
  */
 #ifndef KVC_STORAGE_SERVICE_H
 #define KVC_STORAGE_SERVICE_H
 
 #include <stdint.h>
 
+#include "client/storage_client.h"
 #include "core/server.h"
 #include "storage/chunk_store.h"
+#include "storage/inflight.h"
 
 struct kvc_storage_service {
 	uint32_t first_target;
 	uint32_t target_count;
 	struct kvc_chunk_store *stores[KVC_WIRE_MAX_TARGETS];
+	/* Chains: the table requests are checked against, the other servers
+	 * (forwarding to the next member: peers->chains is the table) and the
+	 * writes in flight here. peers NULL: a single-copy server (tests). */
+	struct kvc_storage_client *peers;
+	struct kvc_inflight *inflight;
+	int io_timeout_ms; /* how long a write waits for the one before */
 };
 
 int kvc_storage_service_handle(void *service, struct kvc_server_conn *conn,

@@ -22,7 +22,7 @@ static void setup(void)
 {
 	const char *dir = fuzz_temp_dir();
 	char path[128];
-	struct kvc_layout layout = {.chunk_size = 1 << 20, .stripe = 1, .target_count = 1};
+	struct kvc_layout layout = {.chunk_size = 1 << 20, .stripe = 1, .chain_count = 1};
 	static struct kvc_config config;
 	char err[256];
 	/* Storage that cannot be reached: truncates fail fast with an error. */

@@ -36,7 +36,7 @@ static char fuzz_file[128];
 int kvc_fuse_hold_inode(struct kvc_fuse *fs, uint64_t ino)
 {
 	struct kvc_attr attr = {.ino = ino, .size = FILE_SIZE, .mode = 0100644,
-	                        .layout = {.chunk_size = 1 << 20, .stripe = 1, .target_count = 1}};
+	                        .layout = {.chunk_size = 1 << 20, .stripe = 1, .chain_count = 1}};
 	return kvc_inode_table_open(fs->inodes, &attr);
 }
 

@@ -28,9 +28,12 @@ PORT_BASE = int(os.environ.get("KVC_TEST_PORT_BASE", "19400"))
 
 
 class Cluster:
-    """meta_extra: more [meta] lines; http: the HTTP address (host:port)."""
+    """meta_extra: more [meta] lines; http: the HTTP address (host:port);
+    servers: kvc-storage servers (ports port_base + 1 ..), one target each;
+    replicas: targets per chain."""
 
-    def __init__(self, base, mount, port_base, meta_extra="", http=None):
+    def __init__(self, base, mount, port_base, meta_extra="", http=None, servers=3,
+                 replicas=1):
         self.dir = pathlib.Path(base)
         self.mount = pathlib.Path(mount)
         self.port_base = port_base
@@ -40,7 +43,8 @@ class Cluster:
         self.pool_secret_file = self.dir / "pool.secret"
         self.meta_address = f"127.0.0.1:{port_base}"
         self.http = f"http://{http or f'127.0.0.1:{port_base + 8600}'}"
-        self.storage_addresses = [f"127.0.0.1:{port_base + i}" for i in (1, 2, 3)]
+        self.storage_addresses = [f"127.0.0.1:{port_base + i}" for i in range(1, servers + 1)]
+        self.replicas = replicas
         self.meta_extra = meta_extra
         self.world_size = 2
         self.lease_ms = 3000
@@ -55,7 +59,8 @@ class Cluster:
             for i, a in enumerate(self.storage_addresses, 1))
         self.conf.write_text(
             f"secret_file = {self.secret_file}\npool_secret_file = {self.pool_secret_file}\n"
-            f"chunk_size = {CHUNK}\nstripe = 3\nconnect_timeout_ms = 1000\n"
+            f"chunk_size = {CHUNK}\nstripe = 3\nreplicas = {self.replicas}\n"
+            "connect_timeout_ms = 1000\n"
             f"io_timeout_ms = 2000\n\n[meta]\naddress = {self.meta_address}\n"
             f"data = {self.dir}/meta\nhttp = {self.http[7:]}\nworld_size = {self.world_size}\n"
             f"http_max_body = 65536\nlease_ms = {self.lease_ms}\nclient_timeout_ms = 3000\n"

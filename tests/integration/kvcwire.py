@@ -11,7 +11,7 @@ import socket
 import struct
 
 MAGIC = 0x3143564B
-VERSION = 5
+VERSION = 6
 HEADER = struct.Struct("<IHHQiIQ")  # magic version type id status body_len data_len
 
 HELLO, AUTH, LOOKUP, GETATTR, CREATE, SETATTR, STATFS = 1, 2, 16, 17, 18, 24, 26
@@ -23,6 +23,18 @@ EACCES, EPROTO = 13, 71
 
 # connect()'s default: the secret mark_secret recorded for the address.
 CLUSTER_SECRET = object()
+
+
+def chunk_write(inode, target, chunk, chunk_size, offset, chain=None, version=1, flags=0):
+    """A CHUNK_WRITE body (40 bytes): with one replica, chain i is target i."""
+    return struct.pack("<QIIIIIIII", inode, target, chunk, chunk_size, offset,
+                       target if chain is None else chain, version, flags, 0)
+
+
+def piece(inode, target, chunk, offset, length, chain=None, version=1):
+    """One CHUNK_READ piece (32 bytes)."""
+    return struct.pack("<QIIIIII", inode, target, chunk, offset, length,
+                       target if chain is None else chain, version)
 
 
 def frame(msg_type, body=b"", data=b"", request_id=1, magic=MAGIC, version=VERSION,

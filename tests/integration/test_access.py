@@ -76,8 +76,8 @@ def probe_frames(a):
     connection answers nothing after the refusal."""
     ino = a["ino"]
     read = kvcwire.frame(kvcwire.CHUNK_READ, struct.pack("<II", 1, 0) +
-                         struct.pack("<QIIII", ino, 0, 0, 0, 4096), request_id=7)
-    write = kvcwire.frame(kvcwire.CHUNK_WRITE, struct.pack("<QIIII", ino, 0, 0, 1 << 20, 0),
+                         kvcwire.piece(ino, 0, 0, 0, 4096), request_id=7)
+    write = kvcwire.frame(kvcwire.CHUNK_WRITE, kvcwire.chunk_write(ino, 0, 0, 1 << 20, 0),
                           b"overwritten by nobody", request_id=8)
     # chown to nobody, mode 0777
     setattr_ = kvcwire.frame(kvcwire.SETATTR, struct.pack(

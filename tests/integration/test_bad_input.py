@@ -67,12 +67,12 @@ def test_bad_requests_get_clear_errors(cluster):
     sock, status = kvcwire.connect(cluster.storage_addresses[0])
     assert status == 0
     # write past the chunk end: -EINVAL, connection stays usable
-    body = struct.pack("<QIIII", 99, 0, 0, 1 << 20, (1 << 20) - 2)
+    body = kvcwire.chunk_write(99, 0, 0, 1 << 20, (1 << 20) - 2)
     sock.sendall(kvcwire.frame(kvcwire.CHUNK_WRITE, body, b"12345"))
     _, status, _, _ = kvcwire.recv_frame(sock)
     assert status == -22
     # a target this server does not have: -ENXIO
-    body = struct.pack("<QIIII", 99, 2, 0, 1 << 20, 0)
+    body = kvcwire.chunk_write(99, 2, 0, 1 << 20, 0)
     sock.sendall(kvcwire.frame(kvcwire.CHUNK_WRITE, body, b"12345"))
     _, status, _, _ = kvcwire.recv_frame(sock)
     assert status == -6
@@ -191,7 +191,7 @@ def test_a_chunk_read_of_the_most_pieces_is_answered(cluster, workdir):
 
     def read_body(count):
         return struct.pack("<II", count, 0) + b"".join(
-            struct.pack("<QIIII", inode, target, 0, (i % 1024) * 1024, 1024)
+            kvcwire.piece(inode, target, 0, (i % 1024) * 1024, 1024)
             for i in range(count))
 
     sock, status = kvcwire.connect(cluster.storage_addresses[target])
@@ -218,8 +218,8 @@ def test_a_chunk_read_of_the_most_pieces_is_answered(cluster, workdir):
 # (the first server's); an inode no file has.
 STRAY = 0x7FFF0001
 STORAGE_BODIES = {
-    64: (struct.pack("<QIIII", STRAY, 0, 0, 1 << 20, 0), b"x"),          # CHUNK_WRITE
-    65: (struct.pack("<II", 1, 0) + struct.pack("<QIIII", STRAY, 0, 0, 0, 10), b""),  # READ
+    64: (kvcwire.chunk_write(STRAY, 0, 0, 1 << 20, 0), b"x"),             # CHUNK_WRITE
+    65: (struct.pack("<II", 1, 0) + kvcwire.piece(STRAY, 0, 0, 0, 10), b""),  # READ
     66: (struct.pack("<QII", STRAY, 0, 0), b""),                          # CHUNK_REMOVE
     67: (struct.pack("<QQII", STRAY, 0, 0, 1 << 20), b""),                # CHUNK_TRUNCATE
     68: (struct.pack("<QII", STRAY, 0, 0), b""),                          # CHUNK_LAST

@@ -134,7 +134,10 @@ def test_layout_xattr(cluster, workdir):
     out = subprocess.run(["getfattr", "-n", "user.kvc.layout", "--only-values", str(path)],
                          capture_output=True, text=True, check=True)
     assert out.stdout.startswith(f"chunk_size={CHUNK} stripe=3 targets=")
-    assert sorted(out.stdout.split("targets=")[1].split(",")) == ["0", "1", "2"]
+    fields = dict(f.split("=", 1) for f in out.stdout.split())
+    assert sorted(fields["targets"].split(",")) == ["0", "1", "2"]
+    # one replica: chain i is target i
+    assert sorted(fields["chains"].split(",")) == ["0", "1", "2"]
     inode = subprocess.run(["getfattr", "-n", "user.kvc.inode", "--only-values", str(path)],
                            capture_output=True, text=True, check=True).stdout
     assert int(inode) == os.stat(path).st_ino

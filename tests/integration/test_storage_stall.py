@@ -87,7 +87,7 @@ def greeted(address, rcvbuf=None):
 def read_body(inode, target, chunks, length):
     body = struct.pack("<II", len(chunks), 0)
     for c in chunks:
-        body += struct.pack("<QIIII", inode, target, c, 0, length)
+        body += kvcwire.piece(inode, target, c, 0, length)
     return body
 
 

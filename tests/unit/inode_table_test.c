@@ -8,7 +8,7 @@
 static struct kvc_inode_table *table;
 static struct kvc_attr file = {.ino = 42, .size = 1000,
                                .layout = {.chunk_size = 1 << 20, .stripe = 2,
-                                          .target_count = 3}};
+                                          .chain_count = 3}};
 
 static void setup(void)
 {

@@ -5,7 +5,7 @@
 #include "core/layout.h"
 
 static const struct kvc_layout three = {.chunk_size = 1 << 20, .stripe = 3,
-                                        .first_target = 1, .target_count = 4};
+                                        .first_chain = 1, .chain_count = 4};
 
 Test(layout, check_accepts_and_refuses)
 {
@@ -23,21 +23,21 @@ Test(layout, check_accepts_and_refuses)
 	l.stripe = 0;
 	cr_assert_eq(kvc_layout_check(&l), -EINVAL);
 	l = three;
-	l.first_target = 4;
+	l.first_chain = 4;
 	cr_assert_eq(kvc_layout_check(&l), -EINVAL);
 }
 
 Test(layout, targets_round_robin_from_first_and_wrap)
 {
-	cr_assert_eq(kvc_layout_target(&three, 0), 1);
-	cr_assert_eq(kvc_layout_target(&three, 1), 2);
-	cr_assert_eq(kvc_layout_target(&three, 2), 3);
-	cr_assert_eq(kvc_layout_target(&three, 3), 1);
+	cr_assert_eq(kvc_layout_chain(&three, 0), 1);
+	cr_assert_eq(kvc_layout_chain(&three, 1), 2);
+	cr_assert_eq(kvc_layout_chain(&three, 2), 3);
+	cr_assert_eq(kvc_layout_chain(&three, 3), 1);
 	struct kvc_layout wrap = three;
-	wrap.first_target = 3;
-	cr_assert_eq(kvc_layout_target(&wrap, 1), 0);
+	wrap.first_chain = 3;
+	cr_assert_eq(kvc_layout_chain(&wrap, 1), 0);
 	uint32_t t[8];
-	cr_assert_eq(kvc_layout_targets(&wrap, t, 8), 3);
+	cr_assert_eq(kvc_layout_chains(&wrap, t, 8), 3);
 	cr_assert_eq(t[0], 3);
 	cr_assert_eq(t[1], 0);
 	cr_assert_eq(t[2], 1);
@@ -59,7 +59,7 @@ Test(layout, split_edges)
 	cr_assert_eq(p[1].chunk_offset, 0);
 	cr_assert_eq(p[1].length, 1);
 	cr_assert_eq(p[1].buffer_offset, 1);
-	cr_assert_eq(p[1].target, 2);
+	cr_assert_eq(p[1].chain, 2);
 	/* unaligned over three chunks */
 	cr_assert_eq(kvc_layout_split(&three, 100, 2 << 20, p, 8), 3);
 	cr_assert_eq(p[0].length + p[1].length + p[2].length, 2u << 20);
@@ -85,5 +85,5 @@ Test(layout, one_tib_offset_maps_to_the_right_chunk)
 	cr_assert_eq(kvc_layout_split(&three, off, 4096, p, 1), 1);
 	cr_assert_eq(p[0].chunk, (1u << 20) - 1);
 	cr_assert_eq(p[0].chunk_offset, (1u << 20) - 4096);
-	cr_assert_eq(p[0].target, kvc_layout_target(&three, (1u << 20) - 1));
+	cr_assert_eq(p[0].chain, kvc_layout_chain(&three, (1u << 20) - 1));
 }

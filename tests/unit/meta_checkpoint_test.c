@@ -110,7 +110,7 @@ static void crash_image(const struct file *flushed, const struct file *live,
 /* ---- the namespace ---- */
 
 static const struct kvc_layout defaults = {.chunk_size = 1 << 20, .stripe = 1,
-                                           .target_count = 1};
+                                           .chain_count = 1};
 
 static void create(struct kvc_meta_store *s, const char *prefix, int i)
 {

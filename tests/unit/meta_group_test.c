@@ -21,7 +21,7 @@ static struct kvc_meta_store *store;
 static uint64_t parent;
 static atomic_int winners, losers, failures;
 static const struct kvc_layout defaults = {.chunk_size = 1 << 20, .stripe = 1,
-                                           .target_count = 3};
+                                           .chain_count = 3};
 
 static void setup(void)
 {

@@ -15,7 +15,7 @@
 static char dir[64];
 static struct kvc_meta_store *store;
 static const struct kvc_layout defaults = {.chunk_size = 1 << 20, .stripe = 1,
-                                           .target_count = 3};
+                                           .chain_count = 3};
 
 static void setup(void)
 {

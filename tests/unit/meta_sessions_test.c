@@ -16,7 +16,7 @@ static char dir[64];
 static struct kvc_meta_store *store;
 static struct kvc_meta_sessions *sessions;
 static const struct kvc_layout defaults = {.chunk_size = 1 << 20, .stripe = 1,
-                                           .target_count = 1};
+                                           .chain_count = 1};
 
 static void setup(void)
 {

@@ -12,7 +12,7 @@
 static char dir[64];
 static struct kvc_meta_store *store;
 static const struct kvc_layout defaults = {.chunk_size = 1 << 20, .stripe = 2,
-                                           .target_count = 3};
+                                           .chain_count = 3};
 
 static void setup(void)
 {
@@ -80,9 +80,9 @@ Test(meta_store, placement_rotates_first_target)
 	cr_assert_eq(kvc_meta_store_create(store, 1, N("p1"), 0644, 0, 0, true, &a), 0);
 	cr_assert_eq(kvc_meta_store_create(store, 1, N("p2"), 0644, 0, 0, true, &b), 0);
 	cr_assert_eq(kvc_meta_store_create(store, 1, N("p3"), 0644, 0, 0, true, &c), 0);
-	cr_assert_neq(a.layout.first_target, b.layout.first_target);
-	cr_assert_neq(b.layout.first_target, c.layout.first_target);
-	cr_assert_lt(c.layout.first_target, 3);
+	cr_assert_neq(a.layout.first_chain, b.layout.first_chain);
+	cr_assert_neq(b.layout.first_chain, c.layout.first_chain);
+	cr_assert_lt(c.layout.first_chain, 3);
 }
 
 Test(meta_store, mkdir_rmdir_and_nlink)

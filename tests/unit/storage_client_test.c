@@ -12,8 +12,8 @@
 
 static struct kvc_layout layout_of(uint32_t chunk_size)
 {
-	return (struct kvc_layout){.chunk_size = chunk_size, .stripe = 3, .first_target = 0,
-	                           .target_count = 3};
+	return (struct kvc_layout){.chunk_size = chunk_size, .stripe = 3, .first_chain = 0,
+	                           .chain_count = 3};
 }
 
 static uint64_t chunks_dropped(const struct kvc_storage_punch_plan *p)

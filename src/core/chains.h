@@ -1,0 +1,50 @@
+/*
+ * chains: the chain table. A chain is an ordered list of targets on
+ * distinct storage servers that hold the same chunks (chain replication,
+ * docs/architecture.md "Chains"): writes enter at the head (member 0) and
+ * each member forwards to the next; the tail (the last member) answers
+ * only once it applied the write, so an acknowledged write is on every
+ * member. Files stripe over chains: a layout's first_chain and
+ * chain_count index this table.
+ *
+ * Every chain has a version that changes whenever its membership does;
+ * requests carry the version their sender routed by, and a target refuses
+ * a version that is not its own (-ESTALE): the sender refreshes its table.
+ *
+ * The table of a cluster file (kvc_chains_build) has one chain per target,
+ * in target order: chain i starts at target i, and its other members
+ * follow in a server-interleaved order of the targets (first target of
+ * every server, then the second of every server, ...), skipping servers
+ * already in the chain, so each target heads one chain and sits at each
+ * other position of about as many. With replicas = 1, chain i is target i
+ * alone: the layouts of clusters made before chains name the same places.
+ * Chain ids never change meaning; the table only grows.
+ */
+#ifndef KVC_CHAINS_H
+#define KVC_CHAINS_H
+
+#include <stdint.h>
+
+#include "core/wire.h"
+
+struct kvc_config;
+
+struct kvc_chain {
+	uint32_t version;
+	uint32_t count; /* members; 0: the chain has none serving */
+	uint32_t targets[KVC_WIRE_MAX_REPLICAS];
+};
+
+struct kvc_chains {
+	uint32_t count;
+	struct kvc_chain chains[KVC_WIRE_MAX_TARGETS];
+};
+
+/* The chain table of a checked cluster file (config->replicas members
+ * each, version 1). Returns 0 or -EINVAL (fewer servers than replicas). */
+int kvc_chains_build(const struct kvc_config *config, struct kvc_chains *out);
+
+/* Position of target in chain, or -1. */
+int kvc_chains_position(const struct kvc_chain *chain, uint32_t target);
+
+#endif
