@@ -114,18 +114,20 @@ static int mount_and_serve(struct kvc_fuse *fs, const char *mountpoint, bool deb
 	int rc = 1;
 	struct kvc_metrics_http *metrics = NULL;
 	struct fuse_lowlevel_ops ops = kvc_fuse_operations; /* fuse_session_new copies it */
+	/* Several kvc-fuse of one host may share a cluster file: the second
+	 * finds the metrics port taken and mounts without metrics. */
 	if (fs->config.fuse_metrics[0]) {
 		int metrics_rc = kvc_fuse_metrics_start(fs);
 		if (metrics_rc == 0)
 			metrics_rc = kvc_metrics_http_start(fs->config.fuse_metrics,
 			                                    kvc_fuse_metrics_registry(), &metrics);
-		if (metrics_rc < 0) {
-			fprintf(stderr, "kvc-fuse: cannot serve metrics on %s: %s\n",
-			        fs->config.fuse_metrics, strerror(-metrics_rc));
-			return 1;
+		if (metrics_rc == 0) {
+			kvc_fuse_op_metrics_wrap(&ops);
+			kvc_log_info("metrics on http://%s/metrics", fs->config.fuse_metrics);
+		} else {
+			kvc_log_warn("no metrics: cannot serve them on %s: %s", fs->config.fuse_metrics,
+			             strerror(-metrics_rc));
 		}
-		kvc_fuse_op_metrics_wrap(&ops);
-		kvc_log_info("metrics on http://%s/metrics", fs->config.fuse_metrics);
 	}
 	struct fuse_session *se = fuse_session_new(&args, &ops, sizeof(ops), fs);
 	if (!se)

@@ -39,26 +39,24 @@ static enum MHD_Result fail(struct MHD_Connection *connection, unsigned status,
 	return answer(connection, status, text, strlen(text), false, "text/plain");
 }
 
-/* One request: called for the headers (*state NULL), then for each piece
- * of body, then once more with none. Nothing is kept between calls but
- * the mark that the headers were seen. */
+/* One request, answered at its headers (MHD's first call): a body is
+ * never read, and the connection is closed after an error. */
 static enum MHD_Result handle(void *arg, struct MHD_Connection *connection, const char *url,
                               const char *method, const char *version,
                               const char *upload_data, size_t *upload_size, void **state)
 {
-	static int seen;
 	struct kvc_metrics_http *s = arg;
-	(void)version, (void)upload_data;
-	if (!*state) {
-		*state = &seen;
-		return MHD_YES; /* answer once the whole request is in */
-	}
-	if (*upload_size) /* no route here takes a body */
-		return fail(connection, MHD_HTTP_CONTENT_TOO_LARGE, "no body is taken here\n");
+	(void)version, (void)upload_data, (void)upload_size, (void)state;
 	if (strcmp(url, "/metrics") != 0)
 		return fail(connection, MHD_HTTP_NOT_FOUND, "not found: GET /metrics\n");
 	if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
 		return fail(connection, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET /metrics\n");
+	const char *length = MHD_lookup_connection_value(connection, MHD_HEADER_KIND,
+	                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+	if ((length && strcmp(length, "0") != 0) ||
+	    MHD_lookup_connection_value(connection, MHD_HEADER_KIND,
+	                                MHD_HTTP_HEADER_TRANSFER_ENCODING))
+		return fail(connection, MHD_HTTP_CONTENT_TOO_LARGE, "no body is taken here\n");
 	size_t len = 0;
 	char *text = kvc_metrics_text(s->registry, &len);
 	if (!text)
