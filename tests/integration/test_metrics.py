@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from conftest import BUILD, _drop_caches, wait_until
+from conftest import BUILD, _drop_caches, drop_second_mount, second_mount, wait_until
 
 NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*"'
@@ -167,7 +167,6 @@ def test_meta_events_are_counted(cluster, workdir):
     (workdir / "seen").write_bytes(b"x")
     os.stat(workdir / "seen")  # this client now watches it
     before = value(scrape(cluster.fuse_metrics), "kvc_fuse_meta_events_total")
-    from conftest import drop_second_mount, second_mount
     proc, mount = second_mount(cluster)
     try:
         other = os.path.join(mount, workdir.name, "seen")
