@@ -21,6 +21,7 @@
 
 #include "core/log.h"
 #include "fuse/ops_internal.h"
+#include "fuse/fuse_metrics.h"
 
 /* Commit a dirty size first, so a truncate or chmod never races it. The
  * size sent covers every write since the last commit (inode_table.h): a
@@ -319,10 +320,12 @@ void kvc_fuse_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	void *buf = malloc(size);
 	rc = buf ? kvc_storage_client_read(&fs->storage, ino, &layout, (uint64_t)off, size, buf)
 	         : -ENOMEM;
-	if (rc == 0)
+	if (rc == 0) {
 		fuse_reply_buf(req, buf, size);
-	else
+		kvc_fuse_metrics_bytes(true, size);
+	} else {
 		kvc_fuse_reply_error(req, rc);
+	}
 	free(buf);
 }
 
@@ -346,6 +349,7 @@ void kvc_fuse_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t s
 	}
 	kvc_inode_table_wrote(fs->inodes, ino, (uint64_t)off + size);
 	fuse_reply_write(req, size);
+	kvc_fuse_metrics_bytes(false, size);
 }
 
 void kvc_fuse_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

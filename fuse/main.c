@@ -19,6 +19,9 @@
 
 #include "fuse/operations.h"
 #include "fuse/usrbio_service.h"
+#include "fuse/fuse_metrics.h"
+#include "fuse/op_metrics.h"
+#include "core/metrics_http.h"
 #include "core/cli.h"
 #include "core/log.h"
 
@@ -109,8 +112,24 @@ static int mount_and_serve(struct kvc_fuse *fs, const char *mountpoint, bool deb
 	                debug ? "-d" : NULL, NULL};
 	struct fuse_args args = FUSE_ARGS_INIT(debug ? 4 : 3, argv);
 	int rc = 1;
-	struct fuse_session *se =
-		fuse_session_new(&args, &kvc_fuse_operations, sizeof(kvc_fuse_operations), fs);
+	struct kvc_metrics_http *metrics = NULL;
+	struct fuse_lowlevel_ops ops = kvc_fuse_operations; /* fuse_session_new copies it */
+	/* Several kvc-fuse of one host may share a cluster file: the second
+	 * finds the metrics port taken and mounts without metrics. */
+	if (fs->config.fuse_metrics[0]) {
+		int metrics_rc = kvc_fuse_metrics_start(fs);
+		if (metrics_rc == 0)
+			metrics_rc = kvc_metrics_http_start(fs->config.fuse_metrics,
+			                                    kvc_fuse_metrics_registry(), &metrics);
+		if (metrics_rc == 0) {
+			kvc_fuse_op_metrics_wrap(&ops);
+			kvc_log_info("metrics on http://%s/metrics", fs->config.fuse_metrics);
+		} else {
+			kvc_log_warn("no metrics: cannot serve them on %s: %s", fs->config.fuse_metrics,
+			             strerror(-metrics_rc));
+		}
+	}
+	struct fuse_session *se = fuse_session_new(&args, &ops, sizeof(ops), fs);
 	if (!se)
 		return 1;
 	if (fuse_set_signal_handlers(se) != 0)
@@ -147,6 +166,8 @@ static int mount_and_serve(struct kvc_fuse *fs, const char *mountpoint, bool deb
 	fuse_loop_cfg_destroy(loop);
 	kvc_fuse_flush_sizes(fs);
 	kvc_close_queue_stop(fs->closes); /* later closes are sent at once */
+	kvc_metrics_http_stop(metrics); /* no scrape reads the events after this */
+	metrics = NULL;
 	kvc_meta_events_stop(fs->events);
 	fs->events = NULL;
 unmount:
@@ -155,6 +176,7 @@ remove_handlers:
 	fuse_remove_signal_handlers(se);
 destroy:
 	fuse_session_destroy(se);
+	kvc_metrics_http_stop(metrics);
 	return rc;
 }
 

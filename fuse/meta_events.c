@@ -196,3 +196,8 @@ bool kvc_meta_events_up(struct kvc_meta_events *ev)
 {
 	return ev && (atomic_load(&ev->gen) & 1) != 0;
 }
+
+uint64_t kvc_meta_events_received(struct kvc_meta_events *ev)
+{
+	return ev ? atomic_load(&ev->seq) : 0;
+}

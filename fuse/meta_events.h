@@ -49,4 +49,7 @@ double kvc_meta_events_ttl(struct kvc_meta_events *ev, struct kvc_meta_events_ma
 /* Whether the stream is up (changes reach us as events). */
 bool kvc_meta_events_up(struct kvc_meta_events *ev);
 
+/* Events received since start (metrics); 0 for NULL. */
+uint64_t kvc_meta_events_received(struct kvc_meta_events *ev);
+
 #endif

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "fuse/device_io.h"
+#include "fuse/fuse_metrics.h"
 #include "fuse/ring_keys.h"
 #include "core/layout.h"
 #include "core/clock.h"
@@ -304,12 +305,14 @@ static void execute(struct kvc_ring_service *svc, struct kvc_ring_server_ring *r
 			.fs = svc->fs, .ring = ring, .client = ring->client, .scratch = &b->keys,
 			.stager = &b->stager, .sqes = b->sqe, .head = head, .mask = ring->mask,
 			.index = b->key_index, .count = keys, .results = b->result});
+	uint64_t moved = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		int k = b->runnable[i];
 		if (k < 0) /* refused (negative) or a read at/after the end (0) */
 			continue;
 		struct kvc_storage_io *io = &b->io[k];
 		b->result[i] = io->result < 0 ? io->result : (int64_t)io->length;
+		moved += io->result < 0 ? 0 : io->length;
 		if (!ring->for_read && io->result == 0) {
 			kvc_inode_table_wrote(svc->fs->inodes, b->ino[k], io->offset + io->length);
 			/* The kernel's cached pages and size of this file are stale
@@ -318,6 +321,7 @@ static void execute(struct kvc_ring_service *svc, struct kvc_ring_server_ring *r
 			                                 (off_t)io->offset, (off_t)io->length);
 		}
 	}
+	kvc_fuse_metrics_ring_bytes(ring->for_read, moved);
 }
 
 /* Take, check, run and complete one batch. Returns the entries taken. */
@@ -343,14 +347,19 @@ static uint32_t run_batch(struct kvc_ring_service *svc, struct kvc_ring_server_r
 	for (uint32_t i = 0; i < n; i++)
 		b->sqe[i] = kvc_ring_sqes(sh)[(head + i) & ring->mask];
 	atomic_store_explicit(&sh->sq_head, head + n, memory_order_release);
+	kvc_fuse_metrics_ring_taken(ring->for_read, n);
 
 	execute(svc, ring, b, head, n);
 	kvc_usrbio_client_leave(client);
+	uint32_t posted = 0;
 	pthread_mutex_lock(&ring->post_lock);
 	for (uint32_t i = 0; i < n; i++)
-		if (b->result[i] != KVC_RING_KEYS_PARKED) /* a wait: completed later */
+		if (b->result[i] != KVC_RING_KEYS_PARKED) { /* a wait: completed later */
 			post(ring, (head + i) & ring->mask, &b->sqe[i], b->result[i]);
+			posted++;
+		}
 	pthread_mutex_unlock(&ring->post_lock);
+	kvc_fuse_metrics_ring_completed(posted);
 	syscall(SYS_futex, &sh->cq_tail, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 	return n;
 }
@@ -505,6 +514,8 @@ int kvc_ring_service_start(struct kvc_fuse *fs, int workers, struct kvc_ring_ser
 	}
 	if (rc)
 		return -rc; /* the process exits on this error: nothing to undo */
+	if (workers > 0) /* the daemon's service (tests run theirs by hand) */
+		kvc_fuse_metrics_rings(svc);
 	*out = svc;
 	return 0;
 }
@@ -673,7 +684,28 @@ int kvc_ring_service_complete(struct kvc_ring_server_ring *ring, uint32_t slot,
 	else
 		post(ring, slot, &(struct kvc_ring_sqe){.userdata = userdata}, result);
 	pthread_mutex_unlock(&ring->post_lock);
-	if (rc == 0)
+	if (rc == 0) {
+		kvc_fuse_metrics_ring_completed(1);
 		syscall(SYS_futex, &sh->cq_tail, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+	}
 	return rc;
+}
+
+uint64_t kvc_ring_service_depth(struct kvc_ring_service *svc)
+{
+	uint64_t depth = 0;
+	pthread_mutex_lock(&svc->table_lock);
+	for (uint32_t i = 0; i < svc->high; i++) {
+		/* In the table: the table's reference keeps it mapped. The
+		 * indices are the client's to write: clamp to the ring's size. */
+		struct kvc_ring_server_ring *ring = svc->table[i];
+		if (!ring)
+			continue;
+		uint32_t pending =
+			atomic_load_explicit(&ring->shared->sq_tail, memory_order_relaxed) -
+			atomic_load_explicit(&ring->shared->sq_head, memory_order_relaxed);
+		depth += pending < ring->entries ? pending : ring->entries;
+	}
+	pthread_mutex_unlock(&svc->table_lock);
+	return depth;
 }

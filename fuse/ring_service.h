@@ -68,4 +68,8 @@ int kvc_ring_service_park(struct kvc_ring_server_ring *ring, int delta);
 int kvc_ring_service_complete(struct kvc_ring_server_ring *ring, uint32_t slot,
                               uint64_t userdata, int64_t result);
 
+/* Entries submitted to all rings and not yet taken, now (metrics; each
+ * ring's count clamped to its size). Takes table_lock. */
+uint64_t kvc_ring_service_depth(struct kvc_ring_service *service);
+
 #endif

@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/metrics.h"
 #include "core/reserve.h"
 #include "meta/pool_store.h"
 
@@ -46,6 +47,7 @@ struct kvc_http_options {
 	struct kvc_reserve *space;  /* the data's volume; NULL: no reserve */
 	uint32_t max_wait_ms;       /* cap on a wait's timeout_ms (0 or over
 	                               KVC_POOL_MAX_WAIT_MS: that) */
+	struct kvc_metrics *metrics; /* GET /metrics renders it too; NULL: none */
 };
 
 struct kvc_http_server;

@@ -3,7 +3,8 @@
  * http_internal.h): Prometheus text with the pools' pages, free and used
  * pages, keys, complete and leased keys, evictions and world size per
  * namespace, and requests, errors and latency per route, exists hits and
- * misses. Namespaces are bytes a client chose: escaped as label values.
+ * misses; then the registry of kvc-meta's binary service (per-message
+ * requests, errors and latency: core/server.h), when given. Namespaces are bytes a client chose: escaped as label values.
  */
 #include "meta/http_internal.h"
 
@@ -90,6 +91,8 @@ void kvc_http_metrics(struct kvc_http_server *s, struct reply *r)
 	fprintf(out, "kvc_pool_exists_hits_total %llu\nkvc_pool_exists_misses_total %llu\n",
 	        (unsigned long long)atomic_load(&s->hits),
 	        (unsigned long long)atomic_load(&s->misses));
+	if (s->options.metrics) /* the namespace service's, per message (core/server.h) */
+		kvc_metrics_render(s->options.metrics, out);
 	fclose(out);
 	r->status = 200;
 	r->text = text;

@@ -18,6 +18,7 @@
 #include "core/cli.h"
 #include "core/config.h"
 #include "core/log.h"
+#include "core/metrics.h"
 #include "meta/collector.h"
 #include "meta/http.h"
 #include "meta/service.h"
@@ -90,8 +91,10 @@ static void stop_service(void *arg)
 		kvc_pool_store_sync(svc->pools);
 }
 
-/* The page pools and their HTTP front (when [meta] http is set). */
-static int start_pools(const struct kvc_config *config, struct kvc_meta_service *svc)
+/* The page pools and their HTTP front (when [meta] http is set), whose
+ * GET /metrics also renders `metrics`. */
+static int start_pools(const struct kvc_config *config, struct kvc_meta_service *svc,
+                       struct kvc_metrics *metrics)
 {
 	char dir[PATH_MAX + 8];
 	snprintf(dir, sizeof(dir), "%s/pools", config->meta_data);
@@ -121,7 +124,8 @@ static int start_pools(const struct kvc_config *config, struct kvc_meta_service 
 	                                 .token = token.length ? (const char *)token.bytes : NULL,
 	                                 .token_length = token.length,
 	                                 .destructive = config->http_destructive,
-	                                 .space = svc->space};
+	                                 .space = svc->space,
+	                                 .metrics = metrics};
 	static struct kvc_http_server *server;
 	rc = kvc_http_start(&http, svc->pools, &server);
 	if (rc < 0)
@@ -220,7 +224,9 @@ int main(int argc, char **argv)
 		        strerror(-listen_fd));
 		return 1;
 	}
-	if (start_pools(&config, &svc) < 0)
+	/* Rendered by GET /metrics of the HTTP front: none without one. */
+	struct kvc_metrics *metrics = config.http_address[0] ? kvc_metrics_create() : NULL;
+	if (start_pools(&config, &svc, metrics) < 0)
 		return 1;
 	if (kvc_server_handle_signals(stop_service, &svc) < 0)
 		return 1;
@@ -249,6 +255,10 @@ int main(int argc, char **argv)
 	                             .cleanup = kvc_meta_service_conn_cleanup,
 	                             .name = "kvc-meta"};
 	kvc_server_configure(&server, &config);
+	/* Per-message counts and latency (GET /metrics on the HTTP front). */
+	if (metrics && kvc_server_metrics_register(&server, metrics, "kvc_meta",
+	                                           kvc_meta_service_serves) < 0)
+		kvc_log_warn("no per-message metrics: out of memory");
 	rc = kvc_server_run(&server);
 	kvc_log_error("accept failed: %s", strerror(-rc));
 	return 1;

@@ -408,6 +408,11 @@ static const struct {
 	[KVC_MSG_POOL_WAIT] = {NULL, p_wait},
 };
 
+bool kvc_pool_service_serves(uint16_t type)
+{
+	return type < sizeof(ops) / sizeof(ops[0]) && ops[type].handler;
+}
+
 static int run(struct call *c)
 {
 	uint16_t type = c->h->type;

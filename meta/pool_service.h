@@ -21,4 +21,7 @@
 int kvc_pool_service_handle(struct kvc_pool_store *pools, struct kvc_meta_store *namespace,
                             struct kvc_server_conn *conn, const struct kvc_wire_header *header);
 
+/* Whether a pool message type has a row (for kvc_meta_service_serves). */
+bool kvc_pool_service_serves(uint16_t type);
+
 #endif

@@ -686,3 +686,10 @@ int kvc_meta_service_handle(void *service, struct kvc_server_conn *conn,
 		r.since = kvc_meta_watches_begin(svc->watches);
 	return op->handler(&r);
 }
+
+bool kvc_meta_service_serves(uint16_t type)
+{
+	if (type >= KVC_MSG_POOL_INIT && type <= KVC_MSG_POOL_WAIT)
+		return kvc_pool_service_serves(type);
+	return type < sizeof(ops) / sizeof(ops[0]) && ops[type].handler;
+}

@@ -35,5 +35,7 @@ int kvc_meta_service_handle(void *service, struct kvc_server_conn *conn,
                             const struct kvc_wire_header *header);
 /* The server's cleanup of a connection (a client's watches binding). */
 void kvc_meta_service_conn_cleanup(void *service, struct kvc_server_conn *conn);
+/* Whether a namespace or pool message type has a row (kvc_server_serves). */
+bool kvc_meta_service_serves(uint16_t type);
 
 #endif

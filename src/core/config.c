@@ -125,6 +125,22 @@ static int section_header(struct parser *p, char *text)
 	return 0;
 }
 
+/* A metrics listener: "host:port" (port 1..65535) or "off" (""). */
+static int metrics_address(struct parser *p, char *dst, size_t cap, const char *value)
+{
+	const char *colon = strrchr(value, ':');
+	char *end;
+	if (strcmp(value, "off") == 0) {
+		*dst = '\0';
+		return 0;
+	}
+	long port = colon ? strtol(colon + 1, &end, 10) : 0;
+	if (!colon || colon == value || colon[1] == '\0' || *end != '\0' || port < 1 ||
+	    port > 65535 || strchr(value, ' '))
+		return fail(p, "metrics must be host:port (port 1..65535) or off, not '%s'", value);
+	return copy_string(p, dst, cap, "metrics", value);
+}
+
 /* A reserve in MiB, or "auto" (-1): storage_reserve_mb, [meta] reserve_mb. */
 static int reserve_value(struct parser *p, const char *key, const char *value, int64_t *out)
 {
@@ -305,6 +321,8 @@ static int section_key(struct parser *p, const char *key, const char *value)
 		struct kvc_config_server *s = &c->servers[c->server_count - 1];
 		if (strcmp(key, "address") == 0)
 			return copy_string(p, s->address, sizeof(s->address), key, value);
+		if (strcmp(key, "metrics") == 0)
+			return metrics_address(p, s->metrics, sizeof(s->metrics), value);
 		if (strcmp(key, "target") == 0) {
 			if (c->target_count == KVC_WIRE_MAX_TARGETS)
 				return fail(p, "too many targets (at most %d)", KVC_WIRE_MAX_TARGETS);
@@ -318,6 +336,8 @@ static int section_key(struct parser *p, const char *key, const char *value)
 	case SECTION_FUSE:
 		if (strcmp(key, "mountpoint") == 0)
 			return copy_string(p, c->mountpoint, sizeof(c->mountpoint), key, value);
+		if (strcmp(key, "metrics") == 0)
+			return metrics_address(p, c->fuse_metrics, sizeof(c->fuse_metrics), value);
 		if (strcmp(key, "cache_ttl_ms") == 0) {
 			rc = parse_int(p, key, value, 1000, 600000, &v);
 			if (rc == 0)

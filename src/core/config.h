@@ -51,8 +51,14 @@
  *   [storage s1]                # one section per storage server
  *   address = 127.0.0.1:9101
  *   target = /var/lib/kvc/s1/t0 # one or more; ids follow file order
+ *   metrics = 127.0.0.1:9201    # optional: GET /metrics (Prometheus) on
+ *                               # host:port; "off" or absent: none
+ *                               # (docs/operations.md "Metrics")
  *   [fuse]
  *   mountpoint = /mnt/kvc
+ *   metrics = 127.0.0.1:9299    # optional: kvc-fuse's GET /metrics, as
+ *                               # [storage NAME]'s (kvc-meta serves its
+ *                               # own on [meta] http)
  *   readahead_kb = 16384        # kernel readahead of the mount
  *   cache_ttl_ms = 10000        # how long the kernel caches names and
  *                               # attributes while kvc-meta's change
@@ -88,6 +94,7 @@
 struct kvc_config_server {
 	char name[KVC_CONFIG_NAME_MAX];
 	char address[KVC_NET_ADDRESS_MAX];
+	char metrics[KVC_NET_ADDRESS_MAX]; /* "" when off */
 	uint32_t first_target;
 	uint32_t target_count;
 };
@@ -134,6 +141,7 @@ struct kvc_config {
 	uint32_t world_size;
 	char vllm_namespace[65];
 	char mountpoint[PATH_MAX];
+	char fuse_metrics[KVC_NET_ADDRESS_MAX]; /* "" when off */
 	int readahead_kb;
 	uint32_t cache_ttl_ms;
 	int receive_threads; /* -1: auto */

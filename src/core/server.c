@@ -18,14 +18,38 @@
 #include "core/clock.h"
 #include "core/config.h"
 #include "core/log.h"
+#include "core/metrics.h"
 #include "core/net.h"
 
 #define INITIAL_BODY (64u << 10)
+
+/* Per-type series: index type; types at or past TYPES and those the
+ * service does not serve share the slot of "other" (index 0, which is no
+ * message type a service serves: HELLO never reaches a handler). */
+#define TYPES 128
+struct type_series {
+	struct kvc_metrics_counter *requests, *errors, *data_in, *data_out;
+	struct kvc_metrics_histogram *seconds;
+};
+struct kvc_server_metrics {
+	struct kvc_server *server;
+	struct kvc_metrics_gauge *connections;
+	uint8_t slot[TYPES]; /* type -> index in series */
+	struct type_series series[TYPES];
+};
 
 struct conn_start {
 	struct kvc_server *server;
 	int fd;
 };
+
+int kvc_server_send(struct kvc_server_conn *conn, const struct kvc_wire_header *h,
+                    const void *body, const struct iovec *data, int data_count)
+{
+	conn->reply_status = h->status;
+	conn->reply_data_len = h->data_len;
+	return kvc_wire_send(conn->fd, h, body, data, data_count);
+}
 
 int kvc_server_reply(struct kvc_server_conn *conn,
                      const struct kvc_wire_header *request, int32_t status,
@@ -34,7 +58,88 @@ int kvc_server_reply(struct kvc_server_conn *conn,
 	struct kvc_wire_header h;
 	kvc_wire_header_init(&h, request->type, request->request_id, status,
 	                     status == 0 ? body_len : 0, 0);
-	return kvc_wire_send(conn->fd, &h, body, NULL, 0);
+	return kvc_server_send(conn, &h, body, NULL, 0);
+}
+
+static int register_type(struct kvc_metrics *registry, const char *prefix,
+                         struct type_series *t, const char *type)
+{
+	char name[4][128], seconds[128];
+	const struct kvc_metrics_label label = {"type", type};
+	static const char *const suffix[4] = {"requests_total", "request_errors_total",
+	                                      "request_data_bytes_total",
+	                                      "reply_data_bytes_total"};
+	static const char *const help[4] = {
+		"Requests dispatched, per message type.",
+		"Requests answered with an error status (or dropped as a protocol error).",
+		"Bytes of request data sections received (CHUNK_WRITE: bytes written).",
+		"Bytes of reply data sections sent (CHUNK_READ: bytes read)."};
+	struct kvc_metrics_counter **c[4] = {&t->requests, &t->errors, &t->data_in, &t->data_out};
+	for (int i = 0; i < 4; i++) {
+		snprintf(name[i], sizeof(name[i]), "%s_%s", prefix, suffix[i]);
+		*c[i] = kvc_metrics_counter(registry, name[i], help[i], &label, 1);
+	}
+	snprintf(seconds, sizeof(seconds), "%s_request_seconds", prefix);
+	t->seconds = kvc_metrics_histogram(registry, seconds,
+	                                   "Time from a request's arrival to its reply sent.",
+	                                   &label, 1);
+	return t->requests && t->errors && t->data_in && t->data_out && t->seconds ? 0 : -ENOMEM;
+}
+
+static void collect_connections(void *arg)
+{
+	struct kvc_server_metrics *m = arg;
+	kvc_metrics_set(m->connections, atomic_load(&m->server->connections));
+}
+
+int kvc_server_metrics_register(struct kvc_server *server, struct kvc_metrics *registry,
+                                const char *prefix, kvc_server_serves serves)
+{
+	char name[128];
+	if (!registry || !prefix || !serves || strlen(prefix) > 64)
+		return -EINVAL;
+	struct kvc_server_metrics *m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->server = server;
+	snprintf(name, sizeof(name), "%s_connections", prefix);
+	m->connections = kvc_metrics_gauge(registry, name, "Connections open now.", NULL, 0);
+	int rc = m->connections ? register_type(registry, prefix, &m->series[0], "other")
+	                        : -ENOMEM;
+	for (uint16_t type = 1; type < TYPES && rc == 0; type++) {
+		if (!serves(type))
+			continue;
+		m->slot[type] = (uint8_t)type;
+		rc = register_type(registry, prefix, &m->series[type], kvc_wire_type_name(type));
+	}
+	if (rc == 0)
+		rc = kvc_metrics_collector(registry, collect_connections, m);
+	if (rc < 0) {
+		free(m); /* the series stay in the registry, unused */
+		return rc;
+	}
+	server->metrics = m; /* lives as long as the server */
+	return 0;
+}
+
+/* Dispatch one frame to the service, counted (server.h). */
+static int dispatch(struct kvc_server *server, struct kvc_server_conn *conn,
+                    const struct kvc_wire_header *h, int64_t arrived_ns)
+{
+	struct kvc_server_metrics *m = server->metrics;
+	conn->reply_status = 0;
+	conn->reply_data_len = 0;
+	int rc = server->handle(server->service, conn, h);
+	if (!m)
+		return rc;
+	struct type_series *t = &m->series[h->type < TYPES ? m->slot[h->type] : 0];
+	kvc_metrics_inc(t->requests);
+	if (rc < 0 || conn->reply_status < 0)
+		kvc_metrics_inc(t->errors);
+	kvc_metrics_add(t->data_in, h->data_len);
+	kvc_metrics_add(t->data_out, conn->reply_data_len);
+	kvc_metrics_observe_since(t->seconds, arrived_ns);
+	return rc;
 }
 
 /* Grow the body buffer to hold the announced body (bounded by the wire
@@ -211,11 +316,12 @@ static void *conn_main(void *arg)
 			idle = true;
 			break;
 		}
+		int64_t arrived_ns = server->metrics ? kvc_clock_monotonic_ns() : 0;
 		if (rc == 0)
 			rc = recv_frame(&conn, &h);
 		if (rc < 0)
 			break;
-		rc = server->handle(server->service, &conn, &h);
+		rc = dispatch(server, &conn, &h, arrived_ns);
 	}
 	if (idle)
 		kvc_log_debug("%s: closing a connection idle for %d ms", server->name,

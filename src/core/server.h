@@ -23,11 +23,22 @@
  * handler, which may look at conn->role. A handler replies itself (it
  * owns the data section) and returns 0, or returns -errno for a protocol
  * error, after which the server closes that connection and nothing else.
+ *
+ * Metrics (kvc_server_metrics_register, optional): every dispatched frame
+ * is counted where it is dispatched, per message type: requests, error
+ * replies (a reply status < 0, or a handler's protocol error), latency
+ * from the frame's arrival to the handler's return (its reply sent), and
+ * the bytes of the data sections received and sent. Handlers reply
+ * through kvc_server_reply or kvc_server_send, which note the status and
+ * data length. Each service names the types it serves; the rest are
+ * counted as type "other". No lock is taken: per-type series are made at
+ * registration and observed with atomics.
  */
 #ifndef KVC_SERVER_H
 #define KVC_SERVER_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,6 +55,9 @@ struct kvc_server_conn {
 	int passed_fds[KVC_WIRE_MAX_FDS];
 	int passed_fd_count;
 	uint32_t role; /* enum kvc_auth_role the handshake proved; set before any handler */
+	/* The reply to the current frame, as kvc_server_reply/_send sent it. */
+	int32_t reply_status;
+	uint64_t reply_data_len;
 };
 
 typedef int (*kvc_server_handler)(void *service, struct kvc_server_conn *conn,
@@ -69,9 +83,23 @@ struct kvc_server {
 	atomic_llong refused_at_ms; /* last "refusing" log line (monotonic) */
 	atomic_int refused;         /* refusals since that line */
 	const char *name; /* for logs */
+	struct kvc_server_metrics *metrics; /* NULL: none (kvc_server_metrics_register) */
 };
 
 struct kvc_config;
+struct kvc_metrics;
+
+/* Whether a service has a row for a message type (metrics: its own series). */
+typedef bool (*kvc_server_serves)(uint16_t type);
+
+/* Count server's requests in registry, in the families
+ * <prefix>_requests_total, <prefix>_request_errors_total,
+ * <prefix>_request_seconds (histogram), <prefix>_request_data_bytes_total
+ * and <prefix>_reply_data_bytes_total, labelled type="<wire type name>"
+ * for each type serves() takes and "other" for the rest. Call before
+ * kvc_server_run. Returns 0, -EINVAL or -ENOMEM (then no metrics). */
+int kvc_server_metrics_register(struct kvc_server *server, struct kvc_metrics *registry,
+                                const char *prefix, kvc_server_serves serves);
 
 /* Take max_connections and the two timeouts from the cluster file
  * (server_max_connections, server_idle_timeout_ms, server_io_timeout_ms). */
@@ -85,6 +113,11 @@ int kvc_server_run(struct kvc_server *server);
 int kvc_server_reply(struct kvc_server_conn *conn,
                      const struct kvc_wire_header *request, int32_t status,
                      const void *body, uint32_t body_len);
+
+/* Send a reply frame (header h, body, data iovecs) on conn, noting its
+ * status and data length for the metrics. Returns kvc_wire_send's. */
+int kvc_server_send(struct kvc_server_conn *conn, const struct kvc_wire_header *h,
+                    const void *body, const struct iovec *data, int data_count);
 
 /* Block SIGINT/SIGTERM/SIGHUP in the calling thread (call before creating
  * threads) and start a thread that calls on_stop(arg) then exits the

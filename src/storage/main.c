@@ -16,6 +16,7 @@
 #include "core/net.h"
 #include "core/server.h"
 #include "storage/service.h"
+#include "storage/storage_metrics.h"
 
 static const char usage[] =
 	"usage: kvc-storage --config FILE --name NAME [--verbose]\n"
@@ -128,6 +129,14 @@ int main(int argc, char **argv)
 	                             .cleanup = kvc_storage_service_cleanup,
 	                             .service = &svc, .name = "kvc-storage"};
 	kvc_server_configure(&server, &config);
+	rc = me->metrics[0] ? kvc_storage_metrics_start(&svc, &server, me->metrics) : 0;
+	if (rc < 0) {
+		fprintf(stderr, "kvc-storage: cannot serve metrics on %s: %s\n", me->metrics,
+		        strerror(-rc));
+		return 1;
+	}
+	if (me->metrics[0])
+		kvc_log_info("metrics on http://%s/metrics", me->metrics);
 	rc = kvc_server_run(&server);
 	kvc_log_error("accept failed: %s", strerror(-rc));
 	return 1;

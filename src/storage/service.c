@@ -256,7 +256,7 @@ static int h_read(struct request *r)
 	struct kvc_wire_header out;
 	kvc_wire_header_init(&out, r->h->type, r->h->request_id, 0,
 	                     m->count * (uint32_t)sizeof(state->results[0]), data_len);
-	rc = kvc_wire_send(r->conn->fd, &out, state->results, state->data, (int)m->count);
+	rc = kvc_server_send(r->conn, &out, state->results, state->data, (int)m->count);
 	kvc_chunk_store_read_release(state->reads, (int)m->count);
 	return rc;
 }
@@ -380,4 +380,9 @@ int kvc_storage_service_handle(void *service, struct kvc_server_conn *conn,
 	struct request r = {.svc = service, .conn = conn, .state = state, .h = h,
 	                    .msg = conn->body, .off = op->size};
 	return op->handler(&r);
+}
+
+bool kvc_storage_service_serves(uint16_t type)
+{
+	return type < sizeof(ops) / sizeof(ops[0]) && ops[type].handler;
 }

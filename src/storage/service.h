@@ -44,5 +44,7 @@ struct kvc_storage_service {
 int kvc_storage_service_handle(void *service, struct kvc_server_conn *conn,
                                const struct kvc_wire_header *header);
 void kvc_storage_service_cleanup(void *service, struct kvc_server_conn *conn);
+/* Whether the dispatch table has a row for type (kvc_server_serves). */
+bool kvc_storage_service_serves(uint16_t type);
 
 #endif

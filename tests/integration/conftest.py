@@ -45,6 +45,11 @@ class Cluster:
         self.http = f"http://{http or f'127.0.0.1:{port_base + 8600}'}"
         self.storage_addresses = [f"127.0.0.1:{port_base + i}" for i in range(1, servers + 1)]
         self.replicas = replicas
+        # Prometheus metrics (kvc-cluster's scheme): storage sI on base+10+I,
+        # kvc-fuse on base+10; kvc-meta's on its HTTP address.
+        self.storage_metrics = [f"127.0.0.1:{port_base + 10 + i}"
+                                for i in range(1, servers + 1)]
+        self.fuse_metrics = f"127.0.0.1:{port_base + 10}"
         self.meta_extra = meta_extra
         self.world_size = 2
         self.lease_ms = 3000
@@ -55,8 +60,8 @@ class Cluster:
     def write_config(self):
         self.dir.mkdir(parents=True, exist_ok=True)
         servers = "".join(
-            f"\n[storage s{i}]\naddress = {a}\ntarget = {self.dir}/s{i}/t0\n"
-            for i, a in enumerate(self.storage_addresses, 1))
+            f"\n[storage s{i}]\naddress = {a}\nmetrics = {m}\ntarget = {self.dir}/s{i}/t0\n"
+            for i, (a, m) in enumerate(zip(self.storage_addresses, self.storage_metrics), 1))
         self.conf.write_text(
             f"secret_file = {self.secret_file}\npool_secret_file = {self.pool_secret_file}\n"
             f"chunk_size = {CHUNK}\nstripe = 3\nreplicas = {self.replicas}\n"
@@ -65,6 +70,7 @@ class Cluster:
             f"data = {self.dir}/meta\nhttp = {self.http[7:]}\nworld_size = {self.world_size}\n"
             f"http_max_body = 65536\nlease_ms = {self.lease_ms}\nclient_timeout_ms = 3000\n"
             f"{self.meta_extra}{servers}\n[fuse]\nmountpoint = {self.mount}\n"
+            f"metrics = {self.fuse_metrics}\n"
             "receive_threads = 4\n")  # exercise parallel receiving on any machine
 
     def secret(self):

@@ -112,3 +112,34 @@ Test(config, fuse_gpu_staging)
 	snprintf(text, sizeof(text), "%sgpu_staging_mb = 5000\n", good);
 	expect_error(text, "gpu_staging_mb must be");
 }
+
+/* metrics = host:port in [storage NAME] and [fuse]; off or absent: none. */
+Test(config, metrics_addresses)
+{
+	char text[2048];
+	cr_assert_eq(kvc_config_parse(good, "t", &config, err, sizeof(err)), 0, "%s", err);
+	cr_assert_str_eq(config.servers[0].metrics, "", "off by default");
+	cr_assert_str_eq(config.fuse_metrics, "", "off by default");
+	snprintf(text, sizeof(text),
+	         "[meta]\naddress = 127.0.0.1:9000\n"
+	         "[storage a]\naddress = 127.0.0.1:9001\nmetrics = 127.0.0.1:9201\ntarget = /t\n"
+	         "[storage b]\naddress = 127.0.0.1:9002\nmetrics = off\ntarget = /u\n"
+	         "[fuse]\nmetrics = localhost:9299\n");
+	cr_assert_eq(kvc_config_parse(text, "t", &config, err, sizeof(err)), 0, "%s", err);
+	cr_assert_str_eq(config.servers[0].metrics, "127.0.0.1:9201");
+	cr_assert_str_eq(config.servers[1].metrics, "");
+	cr_assert_str_eq(config.fuse_metrics, "localhost:9299");
+	static const char *const bad[] = {"9201", ":9201", "127.0.0.1:", "127.0.0.1:0",
+	                                  "127.0.0.1:65536", "127.0.0.1:9x", "a b:1"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(text, sizeof(text), "%smetrics = %s\n", good, bad[i]);
+		expect_error(text, "metrics must be host:port");
+		snprintf(text, sizeof(text),
+		         "[meta]\naddress = 127.0.0.1:9000\n[storage a]\naddress = 127.0.0.1:9001\n"
+		         "metrics = %s\ntarget = /t\n", bad[i]);
+		expect_error(text, "metrics must be host:port");
+	}
+	/* Not a key of [meta] (kvc-meta serves /metrics on its http address). */
+	snprintf(text, sizeof(text), "[meta]\naddress = 1.2.3.4:1\nmetrics = 127.0.0.1:1\n");
+	expect_error(text, "unknown key 'metrics'");
+}

@@ -1,0 +1,150 @@
+/* fuse_metrics: see fuse_metrics.h. */
+#include "fuse/fuse_metrics.h"
+
+#include <errno.h>
+
+#include "fuse/meta_events.h"
+#include "fuse/operations.h"
+#include "fuse/ring_service.h"
+
+static const char *const op_names[KVC_FUSE_OPS] = {
+	[KVC_FUSE_OP_LOOKUP] = "lookup", [KVC_FUSE_OP_FORGET] = "forget",
+	[KVC_FUSE_OP_GETATTR] = "getattr", [KVC_FUSE_OP_SETATTR] = "setattr",
+	[KVC_FUSE_OP_READLINK] = "readlink", [KVC_FUSE_OP_MKNOD] = "mknod",
+	[KVC_FUSE_OP_MKDIR] = "mkdir", [KVC_FUSE_OP_UNLINK] = "unlink",
+	[KVC_FUSE_OP_RMDIR] = "rmdir", [KVC_FUSE_OP_SYMLINK] = "symlink",
+	[KVC_FUSE_OP_RENAME] = "rename", [KVC_FUSE_OP_LINK] = "link",
+	[KVC_FUSE_OP_OPEN] = "open", [KVC_FUSE_OP_READ] = "read",
+	[KVC_FUSE_OP_WRITE] = "write", [KVC_FUSE_OP_FLUSH] = "flush",
+	[KVC_FUSE_OP_RELEASE] = "release", [KVC_FUSE_OP_FSYNC] = "fsync",
+	[KVC_FUSE_OP_OPENDIR] = "opendir", [KVC_FUSE_OP_READDIRPLUS] = "readdirplus",
+	[KVC_FUSE_OP_RELEASEDIR] = "releasedir", [KVC_FUSE_OP_FSYNCDIR] = "fsyncdir",
+	[KVC_FUSE_OP_STATFS] = "statfs", [KVC_FUSE_OP_SETXATTR] = "setxattr",
+	[KVC_FUSE_OP_GETXATTR] = "getxattr", [KVC_FUSE_OP_LISTXATTR] = "listxattr",
+	[KVC_FUSE_OP_REMOVEXATTR] = "removexattr", [KVC_FUSE_OP_CREATE] = "create",
+	[KVC_FUSE_OP_FALLOCATE] = "fallocate",
+};
+
+/* Process-wide; written by start before any observer runs, read after. */
+static struct {
+	struct kvc_metrics *registry;
+	struct kvc_fuse *fs;
+	struct kvc_metrics_counter *ops[KVC_FUSE_OPS];
+	struct kvc_metrics_histogram *op_seconds[KVC_FUSE_OPS];
+	struct kvc_metrics_counter *bytes[2]; /* [read] */
+	struct kvc_metrics_counter *ring_taken[2], *ring_bytes[2], *ring_completed;
+	struct kvc_metrics_gauge *ring_depth, *rings, *usrbio_clients, *events_up;
+	struct kvc_metrics_counter *events;
+	_Atomic(struct kvc_ring_service *) ring_service;
+} m;
+
+struct kvc_metrics *kvc_fuse_metrics_registry(void)
+{
+	return m.registry;
+}
+
+void kvc_fuse_metrics_op(enum kvc_fuse_op op, int64_t start_ns)
+{
+	if (!m.registry || (unsigned)op >= KVC_FUSE_OPS)
+		return;
+	kvc_metrics_inc(m.ops[op]);
+	kvc_metrics_observe_since(m.op_seconds[op], start_ns);
+}
+
+void kvc_fuse_metrics_bytes(bool read, uint64_t bytes)
+{
+	if (m.registry)
+		kvc_metrics_add(m.bytes[read], bytes);
+}
+
+void kvc_fuse_metrics_rings(struct kvc_ring_service *rings)
+{
+	atomic_store(&m.ring_service, rings);
+}
+
+void kvc_fuse_metrics_ring_taken(bool read, uint32_t entries)
+{
+	if (m.registry)
+		kvc_metrics_add(m.ring_taken[read], entries);
+}
+
+void kvc_fuse_metrics_ring_completed(uint32_t entries)
+{
+	if (m.registry)
+		kvc_metrics_add(m.ring_completed, entries);
+}
+
+void kvc_fuse_metrics_ring_bytes(bool read, uint64_t bytes)
+{
+	if (m.registry)
+		kvc_metrics_add(m.ring_bytes[read], bytes);
+}
+
+/* At scrape time: what is not counted on the way (depths, states). */
+static void collect(void *arg)
+{
+	struct kvc_fuse *fs = arg;
+	struct kvc_ring_service *rings = atomic_load(&m.ring_service);
+	kvc_metrics_set(m.ring_depth, rings ? (int64_t)kvc_ring_service_depth(rings) : 0);
+	kvc_metrics_set(m.rings, atomic_load(&fs->usrbio_rings));
+	kvc_metrics_set(m.usrbio_clients, atomic_load(&fs->usrbio_clients));
+	kvc_metrics_set(m.events_up, kvc_meta_events_up(fs->events));
+	kvc_metrics_counter_set(m.events, kvc_meta_events_received(fs->events));
+}
+
+static int register_all(struct kvc_metrics *r, struct kvc_fuse *fs)
+{
+	static const struct kvc_metrics_label dir[2] = {{"dir", "write"}, {"dir", "read"}};
+	for (int op = 0; op < KVC_FUSE_OPS; op++) {
+		const struct kvc_metrics_label l = {"op", op_names[op]};
+		m.ops[op] = kvc_metrics_counter(r, "kvc_fuse_ops_total", "FUSE operations served.",
+		                                &l, 1);
+		m.op_seconds[op] = kvc_metrics_histogram(
+			r, "kvc_fuse_op_seconds", "Time a FUSE operation's handler took (its reply sent).",
+			&l, 1);
+		if (!m.ops[op] || !m.op_seconds[op])
+			return -ENOMEM;
+	}
+	for (int d = 0; d < 2; d++) {
+		m.bytes[d] = kvc_metrics_counter(r, "kvc_fuse_bytes_total",
+		                                 "Bytes read and written through FUSE.", &dir[d], 1);
+		m.ring_taken[d] = kvc_metrics_counter(
+			r, "kvc_fuse_ring_entries_submitted_total",
+			"USRBIO ring entries taken from rings, by the ring's direction.", &dir[d], 1);
+		m.ring_bytes[d] = kvc_metrics_counter(r, "kvc_fuse_ring_bytes_total",
+		                                      "Bytes moved by USRBIO ring entries.", &dir[d], 1);
+		if (!m.bytes[d] || !m.ring_taken[d] || !m.ring_bytes[d])
+			return -ENOMEM;
+	}
+	m.ring_completed = kvc_metrics_counter(r, "kvc_fuse_ring_entries_completed_total",
+	                                       "USRBIO completions posted.", NULL, 0);
+	m.ring_depth = kvc_metrics_gauge(r, "kvc_fuse_ring_queue_depth",
+	                                 "Entries submitted to the rings and not yet taken.", NULL, 0);
+	m.rings = kvc_metrics_gauge(r, "kvc_fuse_rings", "USRBIO rings registered.", NULL, 0);
+	m.usrbio_clients = kvc_metrics_gauge(r, "kvc_fuse_usrbio_clients",
+	                                     "USRBIO clients connected.", NULL, 0);
+	m.events_up = kvc_metrics_gauge(r, "kvc_fuse_meta_events_connected",
+	                                "1 while kvc-meta's change-event stream is up, else 0.",
+	                                NULL, 0);
+	m.events = kvc_metrics_counter(r, "kvc_fuse_meta_events_total",
+	                               "Change events received from kvc-meta.", NULL, 0);
+	if (!m.ring_completed || !m.ring_depth || !m.rings || !m.usrbio_clients || !m.events_up ||
+	    !m.events)
+		return -ENOMEM;
+	return kvc_metrics_collector(r, collect, fs);
+}
+
+int kvc_fuse_metrics_start(struct kvc_fuse *fs)
+{
+	struct kvc_metrics *r = kvc_metrics_create();
+	if (!r)
+		return -ENOMEM;
+	int rc = register_all(r, fs);
+	if (rc < 0) {
+		kvc_metrics_destroy(r);
+		return rc;
+	}
+	m.fs = fs;
+	m.registry = r; /* last: the observers look at it first */
+	return 0;
+}

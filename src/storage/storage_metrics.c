@@ -1,0 +1,110 @@
+/* storage_metrics: see storage_metrics.h. */
+#include "storage/storage_metrics.h"
+
+#include <errno.h>
+#include <stdio.h>
+
+#include "core/metrics_http.h"
+
+enum gauge { CHUNKS, TOTAL, FREE, USED, RESERVE, AVAILABLE, REFUSING, GAUGES };
+
+static const struct {
+	const char *name, *help;
+} gauges[GAUGES] = {
+	[CHUNKS] = {"kvc_storage_target_chunks", "Chunks stored on the target."},
+	[TOTAL] = {"kvc_storage_target_total_bytes", "Size of the target's filesystem."},
+	[FREE] = {"kvc_storage_target_free_bytes", "Free bytes of the target's filesystem."},
+	[USED] = {"kvc_storage_target_used_bytes", "Total minus free bytes of the filesystem."},
+	[RESERVE] = {"kvc_storage_target_reserve_bytes",
+	             "Free space kept back from chunk data (storage_reserve_mb)."},
+	[AVAILABLE] = {"kvc_storage_target_available_bytes", "What chunk data may still take."},
+	[REFUSING] = {"kvc_storage_target_refusing",
+	              "1 while the target is at its reserve (new data gets ENOSPC), else 0."},
+};
+
+struct target_series {
+	struct kvc_metrics_gauge *gauge[GAUGES];
+	struct kvc_metrics_counter *refused;
+};
+
+/* Process-wide: one registry per kvc-storage, alive until exit. */
+static struct {
+	struct kvc_metrics *registry;
+	struct kvc_storage_service *svc;
+	struct target_series targets[KVC_WIRE_MAX_TARGETS];
+	struct kvc_metrics_counter *space_errors;
+} metrics;
+
+struct kvc_metrics *kvc_storage_metrics_registry(void)
+{
+	return metrics.registry;
+}
+
+/* At scrape time: the chunk stores' space, as the SPACE message says it. */
+static void collect_targets(void *arg)
+{
+	struct kvc_storage_service *svc = arg;
+	for (uint32_t i = 0; i < svc->target_count; i++) {
+		struct kvc_chunk_space s;
+		struct target_series *t = &metrics.targets[i];
+		if (kvc_chunk_store_space(svc->stores[i], &s) < 0) {
+			kvc_metrics_inc(metrics.space_errors);
+			continue;
+		}
+		const int64_t value[GAUGES] = {
+			[CHUNKS] = (int64_t)s.chunks, [TOTAL] = (int64_t)s.total_bytes,
+			[FREE] = (int64_t)s.free_bytes,
+			[USED] = (int64_t)(s.total_bytes - (s.free_bytes < s.total_bytes ? s.free_bytes
+			                                                                  : s.total_bytes)),
+			[RESERVE] = (int64_t)s.reserve_bytes, [AVAILABLE] = (int64_t)s.available_bytes,
+			[REFUSING] = s.refusing};
+		for (int g = 0; g < GAUGES; g++)
+			kvc_metrics_set(t->gauge[g], value[g]);
+		kvc_metrics_counter_set(t->refused, s.refused_writes);
+	}
+}
+
+static int register_targets(struct kvc_metrics *m, struct kvc_storage_service *svc)
+{
+	for (uint32_t i = 0; i < svc->target_count; i++) {
+		char id[16];
+		snprintf(id, sizeof(id), "%u", svc->first_target + i);
+		const struct kvc_metrics_label label = {"target", id};
+		struct target_series *t = &metrics.targets[i];
+		for (int g = 0; g < GAUGES; g++)
+			if (!(t->gauge[g] = kvc_metrics_gauge(m, gauges[g].name, gauges[g].help, &label, 1)))
+				return -ENOMEM;
+		t->refused = kvc_metrics_counter(m, "kvc_storage_target_refused_writes_total",
+		                                 "Writes refused for the reserve since start.",
+		                                 &label, 1);
+		if (!t->refused)
+			return -ENOMEM;
+	}
+	metrics.space_errors = kvc_metrics_counter(
+		m, "kvc_storage_target_space_errors_total",
+		"Scrapes that could not look at a target's space (its gauges kept their values).",
+		NULL, 0);
+	return metrics.space_errors ? kvc_metrics_collector(m, collect_targets, svc) : -ENOMEM;
+}
+
+int kvc_storage_metrics_start(struct kvc_storage_service *svc, struct kvc_server *server,
+                              const char *address)
+{
+	struct kvc_metrics_http *http;
+	struct kvc_metrics *m = kvc_metrics_create();
+	if (!m)
+		return -ENOMEM;
+	int rc = kvc_server_metrics_register(server, m, "kvc_storage", kvc_storage_service_serves);
+	if (rc == 0)
+		rc = register_targets(m, svc);
+	if (rc == 0 && *address)
+		rc = kvc_metrics_http_start(address, m, &http); /* serves until exit */
+	if (rc < 0) {
+		server->metrics = NULL; /* no counting into a registry about to go */
+		kvc_metrics_destroy(m);
+		return rc;
+	}
+	metrics.registry = m;
+	metrics.svc = svc;
+	return 0;
+}
