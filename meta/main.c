@@ -188,7 +188,7 @@ int main(int argc, char **argv)
 		return 1;
 	keys.keys[KVC_AUTH_CLUSTER] = config.cred.key;
 	struct kvc_layout defaults = {.chunk_size = config.chunk_size, .stripe = config.stripe,
-	                              .chain_count = config.target_count};
+	                              .chain_count = config.target_count / config.replicas};
 	static struct kvc_meta_service svc;
 	static struct kvc_storage_client storage;
 	int rc = kvc_meta_store_open(config.meta_data, &defaults, &svc.store);

@@ -11,14 +11,18 @@
  * requests carry the version their sender routed by, and a target refuses
  * a version that is not its own (-ESTALE): the sender refreshes its table.
  *
- * The table of a cluster file (kvc_chains_build) has one chain per target,
- * in target order: chain i starts at target i, and its other members
- * follow in a server-interleaved order of the targets (first target of
- * every server, then the second of every server, ...), skipping servers
- * already in the chain, so each target heads one chain and sits at each
- * other position of about as many. With replicas = 1, chain i is target i
- * alone: the layouts of clusters made before chains name the same places.
- * Chain ids never change meaning; the table only grows.
+ * A target is a member of one chain only (as in 3FS): what a target holds
+ * is exactly its chain's chunks, so a target that comes back or is new
+ * catches up by comparing itself, whole, with another member.
+ *
+ * The table of a cluster file (kvc_chains_build): chain after chain, a
+ * target from each of the `replicas` servers with the most targets not yet
+ * in a chain (ties broken from server c on, so heads rotate over the
+ * servers); the members of a chain are on distinct servers. With
+ * replicas = 1, chain i is target i alone: the layouts of clusters made
+ * before chains name the same places. The target count must be a multiple
+ * of replicas and no server may hold more than count / replicas targets
+ * (config.c says so). Chain ids never change meaning.
  */
 #ifndef KVC_CHAINS_H
 #define KVC_CHAINS_H

@@ -387,12 +387,22 @@ static int check_whole(struct parser *p)
 		if (c->servers[i].target_count == 0)
 			return fail(p, "[storage %s] has no target", c->servers[i].name);
 	}
-	if (c->stripe > c->target_count)
-		return fail(p, "stripe %u is larger than the %u targets of the cluster",
-		            c->stripe, c->target_count);
 	if (c->replicas > c->server_count)
 		return fail(p, "replicas = %u needs as many storage servers; the cluster has %u",
 		            c->replicas, c->server_count);
+	if (c->target_count % c->replicas)
+		return fail(p, "the %u targets do not make chains of %u (replicas): a chain's "
+		               "members are whole targets, give every chain its %u",
+		            c->target_count, c->replicas, c->replicas);
+	for (uint32_t i = 0; i < c->server_count && c->replicas > 1; i++)
+		if (c->servers[i].target_count > c->target_count / c->replicas)
+			return fail(p, "[storage %s] has %u of the %u targets: with replicas = %u a "
+			               "chain's members are on distinct servers, so no server may hold "
+			               "more than %u", c->servers[i].name, c->servers[i].target_count,
+			            c->target_count, c->replicas, c->target_count / c->replicas);
+	if (c->stripe > c->target_count / c->replicas)
+		return fail(p, "stripe %u is larger than the %u chains of the cluster (targets / "
+		               "replicas)", c->stripe, c->target_count / c->replicas);
 	return 0;
 }
 
@@ -405,7 +415,7 @@ int kvc_config_parse(const char *text, const char *origin,
 
 	memset(config, 0, sizeof(*config));
 	config->chunk_size = KVC_LAYOUT_DEFAULT_CHUNK;
-	config->stripe = 0; /* 0: all targets, set below */
+	config->stripe = 0; /* 0: all chains, set below */
 	config->replicas = 1;
 	config->connect_timeout_ms = 2000;
 	config->io_timeout_ms = 5000;
@@ -463,7 +473,7 @@ int kvc_config_parse(const char *text, const char *origin,
 		return rc;
 	rc = check_whole(&p);
 	if (rc == 0 && config->stripe == 0)
-		config->stripe = config->target_count;
+		config->stripe = config->target_count / config->replicas;
 	return rc;
 }
 

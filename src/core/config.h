@@ -8,7 +8,8 @@
  *   chunk_size = 1048576        # default layout for new files
  *   stripe = 3
  *   replicas = 1                # targets per chain, on distinct storage
- *                               # servers (core/chains.h; default 1)
+ *                               # servers (core/chains.h; default 1); the
+ *                               # target count must be a multiple of it
  *   connect_timeout_ms = 2000   # client side bounds: nothing hangs
  *   io_timeout_ms = 5000
  *   server_max_connections = 4096   # per kvc-meta / kvc-storage server

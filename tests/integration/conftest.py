@@ -29,11 +29,11 @@ PORT_BASE = int(os.environ.get("KVC_TEST_PORT_BASE", "19400"))
 
 class Cluster:
     """meta_extra: more [meta] lines; http: the HTTP address (host:port);
-    servers: kvc-storage servers (ports port_base + 1 ..), one target each;
-    replicas: targets per chain."""
+    servers: kvc-storage servers (ports port_base + 1 ..) of `targets`
+    targets each; replicas: targets per chain."""
 
     def __init__(self, base, mount, port_base, meta_extra="", http=None, servers=3,
-                 replicas=1):
+                 replicas=1, targets=1):
         self.dir = pathlib.Path(base)
         self.mount = pathlib.Path(mount)
         self.port_base = port_base
@@ -45,6 +45,7 @@ class Cluster:
         self.http = f"http://{http or f'127.0.0.1:{port_base + 8600}'}"
         self.storage_addresses = [f"127.0.0.1:{port_base + i}" for i in range(1, servers + 1)]
         self.replicas = replicas
+        self.targets = targets
         # Prometheus metrics (kvc-cluster's scheme): storage sI on base+10+I,
         # kvc-fuse on base+10; kvc-meta's on its HTTP address.
         self.storage_metrics = [f"127.0.0.1:{port_base + 10 + i}"
@@ -60,7 +61,8 @@ class Cluster:
     def write_config(self):
         self.dir.mkdir(parents=True, exist_ok=True)
         servers = "".join(
-            f"\n[storage s{i}]\naddress = {a}\nmetrics = {m}\ntarget = {self.dir}/s{i}/t0\n"
+            f"\n[storage s{i}]\naddress = {a}\nmetrics = {m}\n" +
+            "".join(f"target = {self.dir}/s{i}/t{t}\n" for t in range(self.targets))
             for i, (a, m) in enumerate(zip(self.storage_addresses, self.storage_metrics), 1))
         self.conf.write_text(
             f"secret_file = {self.secret_file}\npool_secret_file = {self.pool_secret_file}\n"

@@ -1,5 +1,6 @@
-"""Chains of targets (replicas = 3 over five storage servers): every chunk
-is on three targets of distinct servers, reads survive a killed server,
+"""Chains of targets (replicas = 3 over five storage servers of three
+targets each: five chains): every chunk is on three targets of distinct
+servers, reads survive a killed server,
 a frozen tail or a corrupted replica without an error, a chain version the
 target does not hold is refused, and a write never hangs.
 
@@ -24,7 +25,8 @@ import kvcwire
 from conftest import CHUNK, PORT_BASE, Cluster, _drop_caches, wait_until
 from test_hf3fs_compat import python
 
-SERVERS, REPLICAS = 5, 3
+SERVERS, TARGETS, REPLICAS = 5, 3, 3
+CHAINS = SERVERS * TARGETS // REPLICAS
 ESTALE, EAGAIN, EINVAL = -116, -11, -22
 
 
@@ -33,7 +35,7 @@ def rcluster():
     base = tempfile.mkdtemp(prefix="kvc-repl-")
     mount = tempfile.mkdtemp(prefix="kvc-repl-mnt-")
     c = Cluster(base, mount, PORT_BASE + 600, http=f"127.0.0.1:{PORT_BASE + 8690}",
-                servers=SERVERS, replicas=REPLICAS)
+                servers=SERVERS, replicas=REPLICAS, targets=TARGETS)
     c.stop()
     c.start()
     yield c
@@ -89,17 +91,21 @@ def kill(c, name, sig=signal.SIGKILL):
 
 
 def server_of_target(target):
-    return f"s{target + 1}"  # one target per server, in order
+    return f"s{target // TARGETS + 1}"  # TARGETS targets per server, in order
+
+
+def target_dir(c, target):
+    return c.dir / server_of_target(target) / f"t{target % TARGETS}"
 
 
 def test_chains_in_status(rcluster):
     chains = status(rcluster)["chains"]
-    assert len(chains) == SERVERS
-    heads = sorted(ch["targets"][0] for ch in chains)
-    assert heads == list(range(SERVERS))  # chain i starts at target i
+    assert len(chains) == CHAINS
+    members = sorted(t for ch in chains for t in ch["targets"])
+    assert members == list(range(SERVERS * TARGETS))  # each target in one chain
     for ch in chains:
         assert ch["version"] == 1
-        assert len(set(ch["targets"])) == REPLICAS
+        assert len({server_of_target(t) for t in ch["targets"]}) == REPLICAS
     text = rcluster.admin("status").stdout
     assert "CHAINS" in text and "->" in text
 
@@ -118,7 +124,7 @@ def test_every_chunk_is_on_three_targets(rcluster):
     for i in range(len(sizes)):
         _, chains = layout_of(d / f"f{i}")
         for ch in chains:
-            assert len(set(table[ch]["targets"])) == REPLICAS
+            assert len({server_of_target(t) for t in table[ch]["targets"]}) == REPLICAS
 
 
 def ring_read_all(paths_and_sizes):
@@ -206,14 +212,14 @@ def test_a_corrupted_replica_is_read_from_another(rcluster):
     members = table[chains[0]]["targets"]
     name = f"chunks/{inode & 0xff:02x}/{inode:016x}.{0:08x}"
     for target in members[:-1]:
-        chunk = rcluster.dir / server_of_target(target) / "t0" / name
+        chunk = target_dir(rcluster, target) / name
         raw = bytearray(chunk.read_bytes())
         raw[1000] ^= 0xFF
         chunk.write_bytes(bytes(raw))
     _drop_caches()
     assert path.read_bytes() == data
     # every replica bad: a clear EIO, not garbage
-    chunk = rcluster.dir / server_of_target(members[-1]) / "t0" / name
+    chunk = target_dir(rcluster, members[-1]) / name
     raw = bytearray(chunk.read_bytes())
     raw[1000] ^= 0xFF
     chunk.write_bytes(bytes(raw))
@@ -225,7 +231,7 @@ def test_a_corrupted_replica_is_read_from_another(rcluster):
 
 
 def storage_socket(c, target):
-    sock, st = kvcwire.connect(c.storage_addresses[target], c.secret())
+    sock, st = kvcwire.connect(c.storage_addresses[target // TARGETS], c.secret())
     assert st == 0
     return sock
 

@@ -41,37 +41,50 @@ Test(chains, one_replica_is_the_target_table)
 	}
 }
 
-Test(chains, members_on_distinct_servers_and_balanced)
+Test(chains, each_target_in_one_chain_on_distinct_servers)
 {
-	cr_assert_eq(parse(5, 2, 3), 0, "%s", err);
+	cr_assert_eq(parse(5, 3, 3), 0, "%s", err);
+	cr_assert_eq(config.stripe, 5, "stripe defaults to every chain");
 	cr_assert_eq(kvc_chains_build(&config, &chains), 0);
-	cr_assert_eq(chains.count, 10);
-	int at[10][3] = {{0}};
+	cr_assert_eq(chains.count, 5);
+	int seen[15] = {0}, heads[5] = {0};
 	for (uint32_t c = 0; c < chains.count; c++) {
 		const struct kvc_chain *ch = &chains.chains[c];
 		cr_assert_eq(ch->count, 3);
-		cr_assert_eq(ch->targets[0], c, "chain %u starts at its own target", c);
+		cr_assert_eq(ch->version, 1);
+		heads[config.targets[ch->targets[0]].server]++;
 		for (uint32_t i = 0; i < 3; i++) {
+			seen[ch->targets[i]]++;
 			for (uint32_t j = 0; j < i; j++)
 				cr_assert_neq(config.targets[ch->targets[i]].server,
 				              config.targets[ch->targets[j]].server);
-			at[ch->targets[i]][i]++;
 			cr_assert_eq(kvc_chains_position(ch, ch->targets[i]), (int)i);
 		}
 	}
-	for (int t = 0; t < 10; t++)
-		for (int i = 0; i < 3; i++)
-			cr_assert_eq(at[t][i], 1, "target %d at position %d: %d chains", t, i, at[t][i]);
+	for (int t = 0; t < 15; t++)
+		cr_assert_eq(seen[t], 1, "target %d is in %d chains", t, seen[t]);
+	int servers_heading = 0;
+	for (int s = 0; s < 5; s++)
+		servers_heading += heads[s] > 0;
+	cr_assert_geq(servers_heading, 3, "heads spread over the servers");
 }
 
 Test(chains, uneven_servers_still_distinct)
 {
-	/* five servers, replicas 4: each chain's members distinct */
-	cr_assert_eq(parse(5, 1, 4), 0, "%s", err);
+	/* servers of 1, 2 and 3 targets, replicas 2: 6 targets, 3 chains */
+	char text[] = "replicas = 2\n[meta]\naddress = 127.0.0.1:9000\n"
+	              "[storage a]\naddress = 127.0.0.1:9001\ntarget = /a0\n"
+	              "[storage b]\naddress = 127.0.0.1:9002\ntarget = /b0\ntarget = /b1\n"
+	              "[storage c]\naddress = 127.0.0.1:9003\ntarget = /c0\ntarget = /c1\n"
+	              "target = /c2\n";
+	cr_assert_eq(kvc_config_parse(text, "t", &config, err, sizeof(err)), 0, "%s", err);
 	cr_assert_eq(kvc_chains_build(&config, &chains), 0);
+	cr_assert_eq(chains.count, 3);
 	for (uint32_t c = 0; c < chains.count; c++) {
-		cr_assert_eq(chains.chains[c].count, 4);
-		cr_assert_eq(kvc_chains_position(&chains.chains[c], 99), -1);
+		const struct kvc_chain *ch = &chains.chains[c];
+		cr_assert_neq(config.targets[ch->targets[0]].server,
+		              config.targets[ch->targets[1]].server, "chain %u", c);
+		cr_assert_eq(kvc_chains_position(ch, 99), -1);
 	}
 }
 
@@ -79,6 +92,8 @@ Test(chains, more_replicas_than_servers_is_refused)
 {
 	cr_assert_eq(parse(2, 3, 3), -EINVAL);
 	cr_assert(strstr(err, "replicas = 3 needs as many storage servers"), "%s", err);
+	cr_assert_eq(parse(4, 1, 3), -EINVAL); /* 4 targets: no whole chains of 3 */
+	cr_assert(strstr(err, "do not make chains of 3"), "%s", err);
 	cr_assert_eq(parse(2, 1, 9), -EINVAL); /* past the protocol's limit */
 	cr_assert(strstr(err, "replicas"), "%s", err);
 }
