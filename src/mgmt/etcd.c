@@ -181,33 +181,43 @@ static size_t body_write(char *ptr, size_t size, size_t nmemb, void *arg)
 	return n;
 }
 
-/* One POST to one endpoint; on 0, *resp is the answer object. */
-static int call_one(struct kvc_etcd *e, int idx, const char *path, const char *req,
-	int64_t remain_ms, json_t **resp)
+CURL *kvc_etcd_easy(struct kvc_etcd *e, int idx, const char *path, const char *body,
+	struct curl_slist *hdrs)
 {
-	struct curl_slist *hdrs = NULL;
-	struct body b = { 0 };
 	char url[1100];
-	CURL *c = NULL;
-	CURLcode rc;
-	long status = 0;
-	json_t *root = NULL;
-	int ret = 0;
+	CURL *c = curl_easy_init();
 
+	if (!c)
+		return NULL;
 	snprintf(url, sizeof(url), "%s%s", e->urls[idx], path);
-	c = curl_easy_init();
-	hdrs = curl_slist_append(NULL, "Content-Type: application/json");
-	if (!c || !hdrs) {
-		ret = -ENOMEM;
-		goto out;
-	}
 	curl_easy_setopt(c, CURLOPT_URL, url);
 	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(c, CURLOPT_PROXY, ""); /* never an environment proxy */
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
-	curl_easy_setopt(c, CURLOPT_POSTFIELDS, req);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+	return c;
+}
+
+/* One POST to one endpoint; on 0, *resp is the answer object. */
+static int call_one(struct kvc_etcd *e, int idx, const char *path, const char *req,
+	int64_t remain_ms, json_t **resp)
+{
+	struct curl_slist *hdrs = NULL;
+	struct body b = { 0 };
+	CURL *c = NULL;
+	CURLcode rc;
+	long status = 0;
+	json_t *root = NULL;
+	int ret = 0;
+
+	hdrs = curl_slist_append(NULL, "Content-Type: application/json");
+	c = hdrs ? kvc_etcd_easy(e, idx, path, req, hdrs) : NULL;
+	if (!c) {
+		ret = -ENOMEM;
+		goto out;
+	}
 	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)remain_ms);
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, kvc_etcd_connect_ms(e, remain_ms));
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, body_write);

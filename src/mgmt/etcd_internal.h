@@ -12,6 +12,7 @@
 #ifndef KVC_MGMT_ETCD_INTERNAL_H
 #define KVC_MGMT_ETCD_INTERNAL_H
 
+#include <curl/curl.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdatomic.h>
@@ -28,6 +29,10 @@ struct kvc_etcd {
 /* POST body (a JSON object) to path ("/v3/kv/range") on the endpoints as
  * etcd.h says; *resp the decoded answer object on 0. */
 int kvc_etcd_call(struct kvc_etcd *e, const char *path, json_t *body, json_t **resp);
+/* A curl easy handle that POSTs body (kept by the caller) with hdrs to
+ * path on endpoint idx, with the options every call sets; NULL on ENOMEM. */
+CURL *kvc_etcd_easy(struct kvc_etcd *e, int idx, const char *path, const char *body,
+	struct curl_slist *hdrs);
 /* A curl result (CURLcode) -> -errno. */
 int kvc_etcd_curl_errno(int code);
 /* gRPC status code (the gateway's "code") -> -errno. */

@@ -2,20 +2,23 @@
  * etcd_watch: kvc_etcd_watch (etcd.h), a watch over the gateway's
  * streaming POST /v3/watch.
  *
- * The request body is itself a stream (chunked): first the
- * WatchCreateRequest, then, whenever the answer stream has been silent
- * for the handle's timeout, a WatchProgressRequest, which a live etcd
- * answers with a progress report (etcd 3.4 answers it once its watchers
- * are in sync). curl's read callback pauses the upload while there is
- * nothing to send. The answer stream goes through the splitter and the
- * decoder of etcd_json.c. One thread runs the whole watch: a curl multi
- * handle polled together with the caller's stop fd, so a stop is seen
- * within one poll and no other thread touches the curl handles.
+ * The request is one WatchCreateRequest (progress_notify on; the header
+ * Grpc-Metadata-Hasleader asks the member to end the stream when it loses
+ * its leader); the answer is a stream of JSON objects that goes through the
+ * splitter and decoder of etcd_json.c. A full-duplex stream (progress
+ * requests sent on the request body) does not work over the gateway of
+ * etcd 3.4: it answers nothing before the request body ends. So a stream
+ * silent for the handle's timeout is checked by a probe on the side: a
+ * POST /v3/maintenance/status to the same member within the timeout. A
+ * member that does not answer it (dead host, stopped process) is given
+ * up, and the watch resumes at next_revision on the next endpoint;
+ * events delivered before are not delivered again (the decoder skips
+ * revisions below next_revision). A killed member resets the connection
+ * at once.
  *
- * A stream that breaks or stays silent three timeouts long is given up
- * and the watch resumes at next_revision on the next endpoint; events
- * delivered before are not delivered again (the decoder skips revisions
- * below next_revision).
+ * One thread runs the whole watch: a curl multi handle (the stream and
+ * the probe) polled together with the caller's stop fd, so a stop is seen
+ * within one poll and no other thread touches the curl handles.
  */
 #include <curl/curl.h>
 #include <errno.h>
@@ -26,7 +29,6 @@
 #include "core/clock.h"
 #include "mgmt/etcd_internal.h"
 
-#define PROGRESS_REQUEST "{\"progress_request\":{}}\n"
 #define STOPPED 1 /* attempt result: fn or the stop fd ended the watch */
 
 struct attempt {
@@ -34,42 +36,9 @@ struct attempt {
 	struct kvc_etcd_stream parser;
 	int result; /* 0 while running, STOPPED, or -errno */
 	int fn_rc; /* with STOPPED: what kvc_etcd_watch returns */
-	int64_t last_rx_ns; /* when the last byte arrived */
-	char *up; /* request bytes not yet sent: up[up_off..up_len) */
-	size_t up_len, up_off, up_cap;
+	int64_t alive_ns; /* when the member last showed it is alive */
+	size_t probe_bytes; /* the probe's answer, counted and dropped */
 };
-
-static int up_append(struct attempt *a, const char *data, size_t n)
-{
-	if (a->up_len + n > a->up_cap) {
-		size_t cap = a->up_len + n + 256;
-		char *up = realloc(a->up, cap);
-
-		if (!up)
-			return -ENOMEM;
-		a->up = up;
-		a->up_cap = cap;
-	}
-	memcpy(a->up + a->up_len, data, n);
-	a->up_len += n;
-	return 0;
-}
-
-static size_t up_read(char *buf, size_t size, size_t nitems, void *arg)
-{
-	struct attempt *a = arg;
-	size_t n = size * nitems, avail = a->up_len - a->up_off;
-
-	if (avail == 0)
-		return CURL_READFUNC_PAUSE;
-	if (n > avail)
-		n = avail;
-	memcpy(buf, a->up + a->up_off, n);
-	a->up_off += n;
-	if (a->up_off == a->up_len)
-		a->up_off = a->up_len = 0;
-	return n;
-}
 
 static int on_object(void *arg, const char *obj, size_t len)
 {
@@ -84,7 +53,7 @@ static size_t down_write(char *ptr, size_t size, size_t nmemb, void *arg)
 	size_t n = size * nmemb;
 	int rc;
 
-	a->last_rx_ns = kvc_clock_monotonic_ns();
+	a->alive_ns = kvc_clock_monotonic_ns();
 	rc = kvc_etcd_stream_feed(&a->parser, ptr, n, on_object, a);
 	if (rc) {
 		a->result = rc > 0 ? STOPPED : rc;
@@ -93,31 +62,31 @@ static size_t down_write(char *ptr, size_t size, size_t nmemb, void *arg)
 	return n;
 }
 
-/* The first request of the stream: {"create_request":{...}}\n */
-static int create_request(struct attempt *a, const struct kvc_etcd_watch *w)
+static size_t probe_write(char *ptr, size_t size, size_t nmemb, void *arg)
 {
-	json_t *cr = kvc_etcd_key_range(w->key, w->prefix), *req = NULL;
-	char *text = NULL;
-	int ret = -ENOMEM;
+	struct attempt *a = arg;
 
-	if (!cr)
-		return -ENOMEM;
-	if (w->next_revision > 0 &&
-	    json_object_set_new(cr, "start_revision", json_integer(w->next_revision)))
-		goto out;
+	(void)ptr;
+	a->probe_bytes += size * nmemb;
+	return a->probe_bytes > 65536 ? 0 : size * nmemb;
+}
+
+/* The request: {"create_request":{...}}; NULL on ENOMEM. */
+static char *create_request(const struct kvc_etcd_watch *w)
+{
+	json_t *cr = kvc_etcd_key_range(w->key, w->prefix), *req;
+	char *text;
+
+	if (!cr || json_object_set_new(cr, "progress_notify", json_true()) ||
+	    (w->next_revision > 0 &&
+		    json_object_set_new(cr, "start_revision", json_integer(w->next_revision)))) {
+		json_decref(cr);
+		return NULL;
+	}
 	req = json_pack("{s:o}", "create_request", cr);
-	cr = NULL;
 	text = req ? json_dumps(req, JSON_COMPACT) : NULL;
-	if (!text)
-		goto out;
-	ret = up_append(a, text, strlen(text));
-	if (!ret)
-		ret = up_append(a, "\n", 1);
-out:
-	free(text);
-	json_decref(cr);
 	json_decref(req);
-	return ret;
+	return text;
 }
 
 static bool stop_requested(int stop_fd, int wait_ms)
@@ -127,15 +96,29 @@ static bool stop_requested(int stop_fd, int wait_ms)
 	return stop_fd >= 0 && poll(&p, 1, wait_ms) > 0 && (p.revents & (POLLIN | POLLHUP));
 }
 
+/* A probe finished: the member is alive if it answered 200. */
+static void probe_done(struct attempt *a, CURL *probe, CURLcode rc)
+{
+	long status = 0;
+
+	curl_easy_getinfo(probe, CURLINFO_RESPONSE_CODE, &status);
+	if (rc == CURLE_OK && status == 200)
+		a->alive_ns = kvc_clock_monotonic_ns();
+	else
+		a->result = rc == CURLE_OK ? -EAGAIN : kvc_etcd_curl_errno(rc);
+}
+
 /* Run the multi loop of one stream until it ends; sets a->result. */
-static void pump(struct kvc_etcd *e, CURLM *m, CURL *c, struct attempt *a, int stop_fd)
+static void pump(struct kvc_etcd *e, int idx, CURLM *m, CURL *c, struct attempt *a, int stop_fd,
+	struct curl_slist *hdrs)
 {
 	int64_t timeout_ns = (int64_t)e->timeout_ms * 1000000;
-	int64_t start = kvc_clock_monotonic_ns(), progress_at = 0;
+	int64_t start = kvc_clock_monotonic_ns();
 	int wait_ms = e->timeout_ms / 4 < 1 ? 1 : (e->timeout_ms / 4 > 1000 ? 1000 : e->timeout_ms / 4);
+	CURL *probe = NULL;
 	int running = 1;
 
-	a->last_rx_ns = start;
+	a->alive_ns = start;
 	while (!a->result) {
 		struct curl_waitfd wfd = { .fd = stop_fd, .events = CURL_WAIT_POLLIN };
 		CURLMsg *msg;
@@ -146,14 +129,22 @@ static void pump(struct kvc_etcd *e, CURLM *m, CURL *c, struct attempt *a, int s
 			a->result = -ENOMEM;
 			break;
 		}
-		if (a->result)
-			break;
 		while ((msg = curl_multi_info_read(m, &left))) {
+			if (msg->msg != CURLMSG_DONE || a->result)
+				continue;
 			/* A stream that ends is a stream that broke. */
-			if (msg->msg == CURLMSG_DONE && msg->easy_handle == c && !a->result)
+			if (msg->easy_handle == c)
 				a->result = msg->data.result == CURLE_OK
 						    ? -ECONNRESET
 						    : kvc_etcd_curl_errno(msg->data.result);
+			else if (msg->easy_handle == probe)
+				probe_done(a, probe, msg->data.result);
+		}
+		if (probe && (a->result || a->alive_ns > start)) {
+			/* Finished (or no longer needed): gone before the next. */
+			curl_multi_remove_handle(m, probe);
+			curl_easy_cleanup(probe);
+			probe = NULL;
 		}
 		if (a->result)
 			break;
@@ -161,17 +152,23 @@ static void pump(struct kvc_etcd *e, CURLM *m, CURL *c, struct attempt *a, int s
 		if (!a->st.created) {
 			if (now - start > timeout_ns)
 				a->result = -ETIMEDOUT;
-		} else if (now - a->last_rx_ns > 3 * timeout_ns) {
-			a->result = -ETIMEDOUT; /* the member is dead or stalled */
-		} else if (now - a->last_rx_ns > timeout_ns && now - progress_at > timeout_ns) {
-			progress_at = now;
-			if (up_append(a, PROGRESS_REQUEST, strlen(PROGRESS_REQUEST)))
+		} else if (!probe && now - a->alive_ns > timeout_ns) {
+			probe = kvc_etcd_easy(e, idx, "/v3/maintenance/status", "{}", hdrs);
+			if (!probe) {
 				a->result = -ENOMEM;
-			else
-				curl_easy_pause(c, CURLPAUSE_CONT);
+				break;
+			}
+			start = now; /* a probe is current while alive_ns <= start */
+			curl_easy_setopt(probe, CURLOPT_TIMEOUT_MS, (long)e->timeout_ms);
+			curl_easy_setopt(probe, CURLOPT_WRITEFUNCTION, probe_write);
+			curl_easy_setopt(probe, CURLOPT_WRITEDATA, a);
+			if (curl_multi_add_handle(m, probe) != CURLM_OK) {
+				curl_easy_cleanup(probe);
+				probe = NULL;
+				a->result = -ENOMEM;
+				break;
+			}
 		}
-		if (a->result)
-			break;
 		wfd.revents = 0;
 		if (curl_multi_poll(m, stop_fd >= 0 ? &wfd : NULL, stop_fd >= 0 ? 1 : 0, wait_ms,
 			    NULL) != CURLM_OK) {
@@ -183,6 +180,10 @@ static void pump(struct kvc_etcd *e, CURLM *m, CURL *c, struct attempt *a, int s
 			a->result = STOPPED;
 		}
 	}
+	if (probe) {
+		curl_multi_remove_handle(m, probe);
+		curl_easy_cleanup(probe);
+	}
 }
 
 /* One stream on endpoint idx. Returns STOPPED or -errno; *created: the
@@ -192,39 +193,27 @@ static int watch_once(struct kvc_etcd *e, int idx, struct kvc_etcd_watch *w, int
 {
 	struct attempt a = { .st = { .w = w } };
 	struct curl_slist *hdrs = NULL;
-	char url[1100];
 	CURLM *m = curl_multi_init();
-	CURL *c = curl_easy_init();
+	CURL *c = NULL;
+	char *req = create_request(w);
 	int ret = -ENOMEM;
 
 	kvc_etcd_stream_init(&a.parser, KVC_ETCD_MAX_BODY);
 	hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
-	if (hdrs)
-		hdrs = curl_slist_append(hdrs, "Transfer-Encoding: chunked");
-	if (hdrs)
-		hdrs = curl_slist_append(hdrs, "Expect:"); /* no 100-continue wait */
-	if (!m || !c || !hdrs)
+	if (hdrs) /* etcd's rpctypes.MetadataRequireLeaderKey, as gRPC metadata */
+		hdrs = curl_slist_append(hdrs, "Grpc-Metadata-Hasleader: true");
+	if (!m || !hdrs || !req)
 		goto out;
-	ret = create_request(&a, w);
-	if (ret)
+	c = kvc_etcd_easy(e, idx, "/v3/watch", req, hdrs);
+	if (!c)
 		goto out;
-	snprintf(url, sizeof(url), "%s/v3/watch", e->urls[idx]);
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(c, CURLOPT_PROXY, "");
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
 	curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
-	curl_easy_setopt(c, CURLOPT_POST, 1L);
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
-	curl_easy_setopt(c, CURLOPT_READFUNCTION, up_read);
-	curl_easy_setopt(c, CURLOPT_READDATA, &a);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, down_write);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, &a);
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, kvc_etcd_connect_ms(e, e->timeout_ms));
 	if (curl_multi_add_handle(m, c) != CURLM_OK)
 		goto out;
-	pump(e, m, c, &a, stop_fd);
+	pump(e, idx, m, c, &a, stop_fd, hdrs);
 	curl_multi_remove_handle(m, c);
 	ret = a.result;
 	if (ret == STOPPED)
@@ -235,7 +224,7 @@ out:
 	curl_multi_cleanup(m);
 	curl_slist_free_all(hdrs);
 	kvc_etcd_stream_free(&a.parser);
-	free(a.up);
+	free(req);
 	return ret;
 }
 
