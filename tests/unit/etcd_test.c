@@ -161,7 +161,7 @@ static void remove_member(struct member *m)
 static void start_cluster(struct member *ms, int n)
 {
 	int lock = ports_lock(), ports[6];
-	char cluster[512] = "", name[8];
+	char cluster[512] = "", name[16];
 	size_t off = 0;
 
 	pick_ports(ports, 2 * n);
@@ -730,6 +730,7 @@ Test(etcd_stream, garbage_and_oversized)
 	cr_assert_eq(feed(1 << 20, deep, &o), -EPROTO);
 	memset(deep, '[', sizeof(deep));
 	deep[0] = '{';
+	deep[sizeof(deep) - 1] = 0;
 	cr_assert_eq(feed(1 << 20, deep, &o), -EPROTO);
 }
 
