@@ -168,10 +168,12 @@ int kvc_etcd_lease_revoke(struct kvc_etcd *e, int64_t id);
  *     stream that breaks (its member died) is resumed at next_revision on
  *     the next endpoint without fn noticing; the call fails once every
  *     endpoint in turn failed without a stream being set up.
- * A live stream is checked for a dead or stalled server: after the
- * handle's timeout without a byte it asks etcd for a progress report, and
- * after three timeouts of silence it gives the stream up (-ETIMEDOUT if
- * no other endpoint takes it over).
+ * A live stream is checked for a dead or stalled member: after the
+ * handle's timeout without a byte, a probe (POST /v3/maintenance/status to
+ * the same member) must answer within the timeout, else the stream is
+ * given up and resumed elsewhere (-ETIMEDOUT if no other endpoint takes
+ * it). A killed member is noticed at once (the connection resets); a
+ * member that loses its leader ends the stream (Grpc-Metadata-Hasleader).
  * next_revision (out, also on errors): the revision to watch from to miss
  * nothing, i.e. the last revision delivered or reported + 1.
  * The event's kv (and its key and value) lives only during fn; a DELETE
