@@ -89,7 +89,7 @@ Test(config, whole_file_checks)
 	expect_error("[meta]\naddress = h:1\n[storage a]\ntarget = /t\n", "[storage a] address is missing");
 	expect_error("[meta]\naddress = h:1\n[storage a]\naddress = h:2\n", "[storage a] has no target");
 	expect_error("stripe = 2\n[meta]\naddress = h:1\n[storage a]\naddress = h:2\ntarget = /t\n",
-	             "stripe 2 is larger than the 1 targets");
+	             "stripe 2 is larger than the 1 chains");
 	expect_error("[meta]\naddress = h:1\n[storage a]\n[storage a]\n", "used twice");
 }
 
