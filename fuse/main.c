@@ -230,6 +230,8 @@ int main(int argc, char **argv)
 	if (rc == 0)
 		rc = kvc_storage_client_init(&fs.storage, &fs.config);
 	if (rc == 0)
+		rc = kvc_storage_client_follow(&fs.storage); /* the managers' chain table */
+	if (rc == 0)
 		rc = kvc_inode_table_create(&fs.inodes);
 	if (rc == 0)
 		rc = kvc_attr_cache_create(&fs.attrs);

@@ -37,10 +37,11 @@ static int format_xattr(struct kvc_fuse *fs, const struct kvc_attr *attr, const 
 	 * once, in chain order), then the chains. */
 	uint32_t chains[KVC_WIRE_MAX_TARGETS], targets[KVC_WIRE_MAX_TARGETS];
 	int count = kvc_layout_chains(&attr->layout, chains, KVC_WIRE_MAX_TARGETS), held = 0;
-	const struct kvc_chains *table = &fs->storage.chains;
 	for (int i = 0; i < count; i++) {
-		const struct kvc_chain *c = chains[i] < table->count ? &table->chains[chains[i]] : NULL;
-		for (uint32_t m = 0; c && m < c->count; m++) {
+		struct kvc_chain chain, *c = &chain;
+		if (!kvc_storage_client_chain(&fs->storage, chains[i], &chain))
+			continue;
+		for (uint32_t m = 0; m < c->count; m++) {
 			int k = 0;
 			while (k < held && targets[k] != c->targets[m])
 				k++;

@@ -198,6 +198,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	rc = kvc_storage_client_init(&storage, &config);
+	if (rc == 0)
+		rc = kvc_storage_client_follow(&storage); /* the managers' chain table */
 	if (rc < 0) {
 		fprintf(stderr, "kvc-meta: storage client: %s\n", strerror(-rc));
 		return 1;

@@ -154,22 +154,34 @@ static int cmd_status(struct admin *a)
 			            t[i].flags & KVC_SPACE_REFUSING, t[i].refused_writes, "writes");
 		}
 	}
-	const struct kvc_chains *chains = &a->storage.chains;
+	static struct kvc_chains table;
+	const struct kvc_chains *chains = &table;
+	kvc_storage_client_chains(&a->storage, &table);
 	if (a->json) {
-		printf("],\"chains\":[");
+		printf("],\"routing_version\":%llu,\"chains\":[",
+		       (unsigned long long)chains->version);
 		for (uint32_t c = 0; c < chains->count; c++) {
+			const struct kvc_chain *ch = &chains->chains[c];
 			printf("%s{\"id\":%u,\"version\":%u,\"targets\":[", c ? "," : "", c,
-			       chains->chains[c].version);
-			for (uint32_t m = 0; m < chains->chains[c].count; m++)
-				printf("%s%u", m ? "," : "", chains->chains[c].targets[m]);
+			       ch->version);
+			for (uint32_t m = 0; m < ch->count; m++)
+				printf("%s%u", m ? "," : "", ch->targets[m]);
+			printf("],\"syncing\":[");
+			for (uint32_t m = 0, n = 0; m < ch->count; m++)
+				if (ch->syncing & (1u << m))
+					printf("%s%u", n++ ? "," : "", ch->targets[m]);
 			printf("]}");
 		}
 	} else if (a->config.replicas > 1) {
-		printf("\n%-8s %5s %8s %s\n", "CHAINS", "ID", "VERSION", "TARGETS (head ... tail)");
+		printf("\n%-8s %5s %8s %s (routing table version %llu%s)\n", "CHAINS", "ID",
+		       "VERSION", "TARGETS (head ... tail)", (unsigned long long)chains->version,
+		       a->config.manager_count ? ", from the managers" : ", the cluster file's");
 		for (uint32_t c = 0; c < chains->count; c++) {
-			printf("%-8s %5u %8u ", "", c, chains->chains[c].version);
-			for (uint32_t m = 0; m < chains->chains[c].count; m++)
-				printf("%s%u", m ? " -> " : "", chains->chains[c].targets[m]);
+			const struct kvc_chain *ch = &chains->chains[c];
+			printf("%-8s %5u %8u ", "", c, ch->version);
+			for (uint32_t m = 0; m < ch->count; m++)
+				printf("%s%u%s", m ? " -> " : "", ch->targets[m],
+				       ch->syncing & (1u << m) ? " (catching up)" : "");
 			printf("\n");
 		}
 	}
@@ -728,5 +740,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvc-admin: cannot set up clients\n");
 		return 1;
 	}
+	if (a.config.manager_count && kvc_storage_client_refresh(&a.storage) < 0)
+		fprintf(stderr, "kvc-admin: no manager answered: the cluster file's chains\n");
 	return c->run(&a);
 }

@@ -5,10 +5,30 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
+
+static int call_attr(struct kvc_meta_client *client, uint16_t type, const void *body,
+                     uint32_t body_len, struct kvc_attr *attr);
+
 int kvc_meta_client_init(struct kvc_meta_client *client, const struct kvc_config *config)
 {
+	client->retry_ms = config->manager_count
+	                 ? 2 * config->failure_timeout_ms + 2 * config->io_timeout_ms
+	                 : 0;
 	return kvc_rpc_pool_init(&client->pool, config->meta_address, &config->cred,
 	                         config->connect_timeout_ms, config->io_timeout_ms);
+}
+
+/* call_attr again while it times out and retry_ms allows (idempotent
+ * calls only). */
+static int call_attr_patient(struct kvc_meta_client *client, uint16_t type, const void *body,
+                             uint32_t body_len, struct kvc_attr *attr)
+{
+	int64_t deadline = (int64_t)kvc_clock_monotonic_ns() + (int64_t)client->retry_ms * 1000000;
+	int rc = call_attr(client, type, body, body_len, attr);
+	while (rc == -ETIMEDOUT && (int64_t)kvc_clock_monotonic_ns() < deadline)
+		rc = call_attr(client, type, body, body_len, attr);
+	return rc;
 }
 
 void kvc_meta_client_destroy(struct kvc_meta_client *client)
@@ -402,14 +422,14 @@ int kvc_meta_client_dirent_next(struct kvc_meta_dirents *page, const char **name
 int kvc_meta_client_setattr(struct kvc_meta_client *client,
                             const struct kvc_msg_setattr *request, struct kvc_attr *attr)
 {
-	return call_attr(client, KVC_MSG_SETATTR, request, sizeof(*request), attr);
+	return call_attr_patient(client, KVC_MSG_SETATTR, request, sizeof(*request), attr);
 }
 
 int kvc_meta_client_extend(struct kvc_meta_client *client, uint64_t ino, uint64_t size,
                            struct kvc_attr *attr)
 {
 	struct kvc_msg_extend m = {ino, size};
-	return call_attr(client, KVC_MSG_EXTEND_SIZE, &m, sizeof(m), attr);
+	return call_attr_patient(client, KVC_MSG_EXTEND_SIZE, &m, sizeof(m), attr);
 }
 
 int kvc_meta_client_statfs(struct kvc_meta_client *client,

@@ -15,6 +15,11 @@
 
 struct kvc_meta_client {
 	struct kvc_rpc_pool pool;
+	/* SETATTR and EXTEND_SIZE may cut chunks on the storage servers inside
+	 * kvc-meta, which with managers waits out a failed server (up to twice
+	 * failure_timeout_ms): those two idempotent calls are sent again after
+	 * a timeout for this long (0: never; clusters without managers). */
+	int retry_ms;
 };
 
 /* A page of directory entries as kvc-meta sent it; walk it with

@@ -1,26 +1,19 @@
-/* storage_client: see storage_client.h. */
-#include "client/storage_client.h"
+/* storage_client: see storage_client.h (reads: storage_read.c; the chain
+ * table and the manager's routing: storage_routing.c). */
+#include "client/storage_client_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/clock.h"
-#include "core/layout.h"
 
-/* A read request to one server carries at most this much data and this
- * many pieces; up to READ_WAVE requests (each on its own connection) are in
- * flight at once. */
-#define REQUEST_BYTES (4u << 20)
-#define MAX_REQUEST_PIECES 256
-#define READ_WAVE 32
 /* Pieces written in parallel in one wave, each on its own connection. */
 #define WRITE_WAVE 32
-/* How long reads avoid a server that failed them (other replicas first). */
-#define AVOID_NS (2ll * 1000 * 1000 * 1000)
 
 int kvc_storage_client_init(struct kvc_storage_client *client,
                             const struct kvc_config *config)
@@ -29,6 +22,24 @@ int kvc_storage_client_init(struct kvc_storage_client *client,
 	int rc = kvc_chains_build(config, &client->chains);
 	if (rc < 0)
 		return rc;
+	pthread_condattr_t attr;
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_rwlock_init(&client->chains_lock, NULL);
+	pthread_mutex_init(&client->routing_lock, NULL);
+	pthread_cond_init(&client->routing_changed, &attr);
+	pthread_condattr_destroy(&attr);
+	client->failure_timeout_ms = config->failure_timeout_ms;
+	for (uint32_t i = 0; i < config->manager_count && rc == 0; i++) {
+		rc = kvc_rpc_pool_init(&client->managers[i], config->managers[i].address,
+		                       &config->cred, config->connect_timeout_ms,
+		                       config->io_timeout_ms);
+		client->manager_count = rc == 0 ? i + 1 : i;
+	}
+	if (rc < 0) {
+		kvc_storage_client_destroy(client);
+		return rc;
+	}
 	client->server_count = config->server_count;
 	client->target_count = config->target_count;
 	for (uint32_t t = 0; t < config->target_count; t++)
@@ -51,23 +62,26 @@ void kvc_storage_client_destroy(struct kvc_storage_client *client)
 {
 	for (uint32_t i = 0; i < client->server_count; i++)
 		kvc_rpc_pool_destroy(&client->pools[i]);
+	for (uint32_t i = 0; i < client->manager_count; i++)
+		kvc_rpc_pool_destroy(&client->managers[i]);
 	client->server_count = 0;
+	client->manager_count = 0;
 }
 
 /* Map transport failures to -EIO; keep what a server answered. */
-static int client_error(int rc)
+int kvc_storage_client_error(int rc)
 {
 	return kvc_rpc_is_transport_error(rc) ? -EIO : rc;
 }
 
-static bool retryable(int rc, bool reused)
+bool kvc_storage_client_retryable(int rc, bool reused)
 {
 	return reused && (rc == -ECONNRESET || rc == -EPIPE);
 }
 
 /* Record the first failure of an io (receiving threads may race here:
  * two requests can carry pieces of one io). */
-static void io_fail(struct kvc_storage_io *io, int rc)
+void kvc_storage_io_fail(struct kvc_storage_io *io, int rc)
 {
 	int expected = 0;
 	__atomic_compare_exchange_n(&io->result, &expected, rc, false, __ATOMIC_RELAXED,
@@ -76,7 +90,9 @@ static void io_fail(struct kvc_storage_io *io, int rc)
 
 static int io_check(struct kvc_storage_client *client, const struct kvc_storage_io *io)
 {
-	if (kvc_layout_check(&io->layout) < 0 || io->layout.chain_count > client->chains.count)
+	struct kvc_chain last;
+	if (kvc_layout_check(&io->layout) < 0 ||
+	    !kvc_storage_client_chain(client, io->layout.chain_count - 1, &last))
 		return -EINVAL;
 	if (io->offset > KVC_LAYOUT_MAX_FILE_SIZE ||
 	    io->length > KVC_LAYOUT_MAX_FILE_SIZE - io->offset)
@@ -84,12 +100,9 @@ static int io_check(struct kvc_storage_client *client, const struct kvc_storage_
 	return 0;
 }
 
-/* Walk every chunk piece of every valid io, in order, calling fn. */
-typedef int (*piece_fn)(void *arg, struct kvc_storage_io *io, uint32_t io_index,
-                        const struct kvc_layout_piece *piece);
-
-static int for_each_piece(struct kvc_storage_client *client, struct kvc_storage_io *ios,
-                          int count, piece_fn fn, void *arg)
+int kvc_storage_client_for_each_piece(struct kvc_storage_client *client,
+                                      struct kvc_storage_io *ios, int count,
+                                      kvc_storage_piece_fn fn, void *arg)
 {
 	struct kvc_layout_piece pieces[64];
 	for (int i = 0; i < count; i++) {
@@ -115,464 +128,6 @@ static int for_each_piece(struct kvc_storage_client *client, struct kvc_storage_
 		}
 	}
 	return 0;
-}
-
-struct read_dest {
-	uint8_t *dst;
-	uint32_t io;
-	uint8_t tried; /* chain members asked so far (bit per position) */
-	bool to_tail;  /* the last replica had a write in flight: ask the tail */
-};
-
-struct read_request {
-	uint32_t server;
-	int fd;
-	bool reused;
-	int rc;
-	uint64_t id;
-	uint64_t bytes;
-	struct kvc_msg_chunk_read head;
-	struct kvc_msg_piece pieces[MAX_REQUEST_PIECES];
-	struct read_dest dest[MAX_REQUEST_PIECES];
-};
-
-/* A piece to read again from another replica. */
-struct read_retry {
-	struct kvc_msg_piece piece;
-	struct read_dest dest;
-};
-
-struct read_plan {
-	struct kvc_storage_client *client;
-	struct kvc_storage_io *ios;
-	struct read_request **open;   /* per server: the request being filled */
-	struct read_request *wave[READ_WAVE];
-	int wave_count;
-	pthread_mutex_t retry_lock; /* retries, retry_count, retry_cap (receivers add) */
-	struct read_retry *retries;
-	int retry_count, retry_cap;
-	int error; /* -ENOMEM: a retry could not be queued */
-};
-
-static int read_send(struct kvc_storage_client *client, struct read_request *req)
-{
-	struct kvc_rpc_pool *pool = &client->pools[req->server];
-	req->fd = kvc_rpc_pool_get(pool, &req->reused);
-	if (req->fd < 0)
-		return req->fd;
-	req->id = kvc_rpc_next_id(pool);
-	/* head and pieces are adjacent in the struct: one body. */
-	_Static_assert(offsetof(struct read_request, pieces) ==
-	                       offsetof(struct read_request, head) + sizeof(req->head), "");
-	struct kvc_wire_header h;
-	kvc_wire_header_init(&h, KVC_MSG_CHUNK_READ, req->id, 0,
-	                     (uint32_t)(sizeof(req->head) + req->head.count * sizeof(req->pieces[0])),
-	                     0);
-	return kvc_wire_send(req->fd, &h, &req->head, NULL, 0);
-}
-
-static int dev_zero = -1;
-static pthread_once_t dev_zero_once = PTHREAD_ONCE_INIT;
-
-static void open_dev_zero(void)
-{
-	dev_zero = open("/dev/zero", O_RDONLY | O_CLOEXEC);
-}
-
-/* Zero the missing tail of a piece (a hole). The destination may be
- * memory another process can shrink under us (a USRBIO iov): the kernel
- * zeroes it, and a page gone is EFAULT for that io, not a SIGBUS for the
- * process (as for the bytes recv() puts there). Returns 0 or -EFAULT. */
-static int zero_fill(uint8_t *dst, size_t len)
-{
-	pthread_once(&dev_zero_once, open_dev_zero);
-	if (dev_zero < 0) { /* no /dev/zero: only our own buffers are safe */
-		memset(dst, 0, len);
-		return 0;
-	}
-	while (len > 0) {
-		ssize_t n = read(dev_zero, dst, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -EFAULT;
-		dst += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
-/* Queue piece k of req to be read from another replica (to_tail: from
- * the chain's tail). */
-static void read_again(struct read_plan *plan, const struct read_request *req, uint32_t k,
-                       bool to_tail)
-{
-	pthread_mutex_lock(&plan->retry_lock);
-	if (plan->retry_count == plan->retry_cap) {
-		int cap = plan->retry_cap ? 2 * plan->retry_cap : 64;
-		struct read_retry *grown = realloc(plan->retries, (size_t)cap * sizeof(*grown));
-		if (grown) {
-			plan->retries = grown;
-			plan->retry_cap = cap;
-		}
-	}
-	if (plan->retry_count < plan->retry_cap) {
-		struct read_retry *r = &plan->retries[plan->retry_count++];
-		r->piece = req->pieces[k];
-		r->dest = req->dest[k];
-		r->dest.to_tail = to_tail;
-	} else {
-		io_fail(&plan->ios[req->dest[k].io], -ENOMEM);
-	}
-	pthread_mutex_unlock(&plan->retry_lock);
-}
-
-/* A piece status another replica may not have: crc mismatch, a stale
- * chain version, a target that is gone, a write in flight. */
-static bool other_replica_may(int status)
-{
-	return status == -EIO || status == -ESTALE || status == -ENXIO || status == -EAGAIN;
-}
-
-/* Receive a reply into each piece's destination. Returns 1 when the frame
- * was consumed (the connection is reusable), or a transport -errno. */
-static int read_receive(struct read_plan *plan, struct read_request *req)
-{
-	struct kvc_msg_piece_result results[MAX_REQUEST_PIECES];
-	struct kvc_storage_io *ios = plan->ios;
-	struct kvc_wire_header h;
-	uint32_t count = req->head.count;
-	int rc = kvc_wire_recv(req->fd, &h, results, sizeof(results));
-	if (rc < 0)
-		return rc;
-	if (h.request_id != req->id || h.type != KVC_MSG_CHUNK_READ)
-		return -EBADMSG;
-	if (h.status < 0) {
-		for (uint32_t i = 0; i < count; i++)
-			io_fail(&ios[req->dest[i].io], -EIO);
-		return h.data_len ? -EBADMSG : 1;
-	}
-	if (h.body_len != count * sizeof(results[0]))
-		return -EBADMSG;
-	uint64_t expected = 0;
-	for (uint32_t i = 0; i < count; i++) {
-		if (results[i].length > req->pieces[i].length ||
-		    (results[i].status < 0 && results[i].length))
-			return -EBADMSG;
-		expected += results[i].length;
-	}
-	if (expected != h.data_len)
-		return -EBADMSG;
-	for (uint32_t i = 0; i < count; i++) {
-		struct kvc_storage_io *io = &ios[req->dest[i].io];
-		uint8_t *dst = req->dest[i].dst;
-		if (results[i].status < 0) {
-			if (other_replica_may(results[i].status))
-				read_again(plan, req, i, results[i].status == -EAGAIN);
-			else
-				io_fail(io, -EIO);
-			continue;
-		}
-		if (results[i].length) {
-			rc = kvc_wire_recv_exact(req->fd, dst, results[i].length);
-			if (rc < 0)
-				return rc;
-		}
-		if (results[i].length < req->pieces[i].length &&
-		    zero_fill(dst + results[i].length, req->pieces[i].length - results[i].length) < 0)
-			io_fail(io, -EFAULT);
-		else if (io->forbid_holes && results[i].length < req->pieces[i].length)
-			io_fail(io, -ENODATA);
-	}
-	return 1;
-}
-
-/* Receive one sent request's answer into its destinations (retrying once
- * on a fresh connection when its server restarted; when it cannot be
- * reached, its pieces go to other replicas), then free it. */
-static void read_finish(struct read_plan *plan, struct read_request *r)
-{
-	struct kvc_storage_client *client = plan->client;
-	struct kvc_rpc_pool *pool = &client->pools[r->server];
-	if (r->rc == 0)
-		r->rc = read_receive(plan, r);
-	if (r->fd >= 0)
-		kvc_rpc_pool_put(pool, r->fd, r->rc == 1);
-	if (r->rc < 0 && retryable(r->rc, r->reused)) {
-		/* The server restarted under an idle connection: once more. */
-		kvc_rpc_pool_drain(pool);
-		r->rc = read_send(client, r);
-		if (r->rc == 0)
-			r->rc = read_receive(plan, r);
-		if (r->fd >= 0)
-			kvc_rpc_pool_put(pool, r->fd, r->rc == 1);
-	}
-	if (r->rc < 0) {
-		if (kvc_rpc_is_transport_error(r->rc))
-			atomic_store(&client->avoid_until_ns[r->server],
-			             (int64_t)kvc_clock_monotonic_ns() + AVOID_NS);
-		/* Pieces received before the break are read again too: the
-		 * destinations are only ever written with the same bytes. */
-		for (uint32_t k = 0; k < r->head.count; k++)
-			read_again(plan, r, k, false);
-	}
-	free(r);
-}
-
-/* A wave's receives handed to the receiving threads. */
-struct wave_sync {
-	pthread_mutex_t lock;
-	pthread_cond_t done;
-	int pending;
-};
-
-struct receive_job {
-	struct receive_job *next;
-	struct read_plan *plan;
-	struct read_request *request;
-	struct wave_sync *sync;
-};
-
-struct kvc_storage_receivers {
-	pthread_mutex_t lock; /* the job queue */
-	pthread_cond_t work;
-	struct receive_job *head, *tail;
-};
-
-static void *receiver_main(void *arg)
-{
-	struct kvc_storage_receivers *rx = arg;
-	for (;;) {
-		pthread_mutex_lock(&rx->lock);
-		while (!rx->head)
-			pthread_cond_wait(&rx->work, &rx->lock);
-		struct receive_job *job = rx->head;
-		rx->head = job->next;
-		if (!rx->head)
-			rx->tail = NULL;
-		pthread_mutex_unlock(&rx->lock);
-		read_finish(job->plan, job->request);
-		pthread_mutex_lock(&job->sync->lock);
-		if (--job->sync->pending == 0)
-			pthread_cond_signal(&job->sync->done);
-		pthread_mutex_unlock(&job->sync->lock);
-	}
-	return NULL;
-}
-
-int kvc_storage_client_start_receivers(struct kvc_storage_client *client, int threads)
-{
-	if (threads <= 0)
-		return 0;
-	struct kvc_storage_receivers *rx = calloc(1, sizeof(*rx));
-	if (!rx)
-		return -ENOMEM;
-	pthread_mutex_init(&rx->lock, NULL);
-	pthread_cond_init(&rx->work, NULL);
-	for (int i = 0; i < threads; i++) {
-		pthread_t thread;
-		int rc = pthread_create(&thread, NULL, receiver_main, rx);
-		if (rc)
-			return -rc; /* threads started so far serve on: rx stays owned by them */
-		pthread_detach(thread);
-	}
-	client->receivers = rx;
-	return 0;
-}
-
-/* Send every request of the wave, then receive every answer: with
- * receiving threads, in parallel (each answer lands in its own part of
- * the destination buffers). */
-static void read_wave(struct read_plan *plan)
-{
-	struct kvc_storage_client *client = plan->client;
-	struct kvc_storage_receivers *rx = client->receivers;
-	int n = plan->wave_count;
-	for (int i = 0; i < n; i++)
-		plan->wave[i]->rc = read_send(client, plan->wave[i]);
-	if (!rx || n < 2) {
-		for (int i = 0; i < n; i++)
-			read_finish(plan, plan->wave[i]);
-		plan->wave_count = 0;
-		return;
-	}
-	struct wave_sync sync = {.pending = n - 1};
-	struct receive_job jobs[READ_WAVE];
-	pthread_mutex_init(&sync.lock, NULL);
-	pthread_cond_init(&sync.done, NULL);
-	pthread_mutex_lock(&rx->lock);
-	for (int i = 1; i < n; i++) {
-		jobs[i] = (struct receive_job){NULL, plan, plan->wave[i], &sync};
-		if (rx->tail)
-			rx->tail->next = &jobs[i];
-		else
-			rx->head = &jobs[i];
-		rx->tail = &jobs[i];
-	}
-	pthread_cond_broadcast(&rx->work);
-	pthread_mutex_unlock(&rx->lock);
-	read_finish(plan, plan->wave[0]);
-	pthread_mutex_lock(&sync.lock);
-	while (sync.pending > 0)
-		pthread_cond_wait(&sync.done, &sync.lock);
-	pthread_mutex_unlock(&sync.lock);
-	pthread_mutex_destroy(&sync.lock);
-	pthread_cond_destroy(&sync.done);
-	plan->wave_count = 0;
-}
-
-/* Close the open request of a server: it joins the wave. */
-static void read_close(struct read_plan *plan, uint32_t server)
-{
-	struct read_request *r = plan->open[server];
-	if (!r)
-		return;
-	plan->open[server] = NULL;
-	plan->wave[plan->wave_count++] = r;
-	if (plan->wave_count == READ_WAVE)
-		read_wave(plan);
-}
-
-/* The member of chain to read a piece from: the tail when asked, else
- * one not tried yet, starting at `start` (chunks spread over replicas),
- * preferring servers that did not fail recently. -1 when every member was
- * tried. */
-static int pick_replica(struct kvc_storage_client *client, const struct kvc_chain *chain,
-                        uint32_t start, uint8_t tried, bool to_tail)
-{
-	uint32_t n = chain->count;
-	if (n == 0)
-		return -1;
-	if (to_tail && !(tried & (1u << (n - 1))))
-		return (int)n - 1;
-	int64_t now = (int64_t)kvc_clock_monotonic_ns();
-	int fallback = -1;
-	for (uint32_t k = 0; k < n; k++) {
-		uint32_t pos = (start + k) % n;
-		if (tried & (1u << pos))
-			continue;
-		uint32_t server = client->target_server[chain->targets[pos]];
-		if (atomic_load(&client->avoid_until_ns[server]) <= now)
-			return (int)pos;
-		if (fallback < 0)
-			fallback = (int)pos;
-	}
-	return fallback;
-}
-
-/* Add a piece for chain member pos to its server's open request. */
-static int read_add(struct read_plan *plan, struct kvc_msg_piece piece, struct read_dest dest,
-                    int pos)
-{
-	const struct kvc_chain *chain = &plan->client->chains.chains[piece.chain];
-	piece.target = chain->targets[pos];
-	piece.chain_version = chain->version;
-	dest.tried |= (uint8_t)(1u << pos);
-	dest.to_tail = false;
-	uint32_t server = plan->client->target_server[piece.target];
-	struct read_request *r = plan->open[server];
-	if (r && (r->head.count == MAX_REQUEST_PIECES || r->bytes + piece.length > REQUEST_BYTES)) {
-		read_close(plan, server);
-		r = NULL;
-	}
-	if (!r) {
-		r = malloc(sizeof(*r));
-		if (!r)
-			return -ENOMEM;
-		r->server = server;
-		r->fd = -1;
-		r->bytes = 0;
-		r->head = (struct kvc_msg_chunk_read){0};
-		plan->open[server] = r;
-	}
-	uint32_t k = r->head.count++;
-	r->pieces[k] = piece;
-	r->dest[k] = dest;
-	r->bytes += piece.length;
-	return 0;
-}
-
-static int read_add_piece(void *arg, struct kvc_storage_io *io, uint32_t io_index,
-                          const struct kvc_layout_piece *p)
-{
-	struct read_plan *plan = arg;
-	const struct kvc_chain *chain = &plan->client->chains.chains[p->chain];
-	int pos = pick_replica(plan->client, chain, (uint32_t)((io->inode + p->chunk) % 251), 0,
-	                       false);
-	if (pos < 0) {
-		io_fail(io, -EIO); /* a chain with no member serving */
-		return 0;
-	}
-	struct kvc_msg_piece piece = {.inode = io->inode, .chain = p->chain, .chunk = p->chunk,
-	                              .offset = p->chunk_offset, .length = p->length};
-	return read_add(plan, piece,
-	                (struct read_dest){(uint8_t *)io->buf + p->buffer_offset, io_index, 0, false},
-	                pos);
-}
-
-/* Every open request joins the wave, and the wave runs. */
-static void read_flush(struct read_plan *plan)
-{
-	for (uint32_t s = 0; s < plan->client->server_count; s++)
-		read_close(plan, s);
-	if (plan->wave_count)
-		read_wave(plan);
-}
-
-/* Pieces that failed at one replica, to the next; until none is left. */
-static int read_retries(struct read_plan *plan)
-{
-	int rc = 0;
-	while (plan->retry_count > 0 && rc == 0) {
-		struct read_retry *list = plan->retries;
-		int count = plan->retry_count;
-		plan->retries = NULL;
-		plan->retry_count = plan->retry_cap = 0;
-		for (int i = 0; i < count && rc == 0; i++) {
-			struct read_retry *r = &list[i];
-			const struct kvc_chain *chain = &plan->client->chains.chains[r->piece.chain];
-			int pos = pick_replica(plan->client, chain, 0, r->dest.tried, r->dest.to_tail);
-			if (pos < 0)
-				io_fail(&plan->ios[r->dest.io], -EIO); /* no replica could serve it */
-			else
-				rc = read_add(plan, r->piece, r->dest, pos);
-		}
-		free(list);
-		if (rc == 0)
-			read_flush(plan);
-	}
-	return rc;
-}
-
-int kvc_storage_client_read_batch(struct kvc_storage_client *client,
-                                  struct kvc_storage_io *ios, int count)
-{
-	struct read_plan plan = {.client = client, .ios = ios};
-	plan.open = calloc(client->server_count ? client->server_count : 1, sizeof(*plan.open));
-	if (!plan.open)
-		return -ENOMEM;
-	pthread_mutex_init(&plan.retry_lock, NULL);
-	int rc = for_each_piece(client, ios, count, read_add_piece, &plan);
-	read_flush(&plan); /* what was planned goes out even after an ENOMEM */
-	if (rc == 0)
-		rc = read_retries(&plan);
-	for (uint32_t s = 0; s < client->server_count; s++)
-		free(plan.open[s]);
-	free(plan.retries);
-	free(plan.open);
-	pthread_mutex_destroy(&plan.retry_lock);
-	for (int i = 0; i < count && rc == 0; i++)
-		rc = ios[i].result;
-	return rc;
-}
-
-int kvc_storage_client_read(struct kvc_storage_client *client, uint64_t inode,
-                            const struct kvc_layout *layout, uint64_t offset,
-                            uint64_t length, void *buf)
-{
-	struct kvc_storage_io io = {.inode = inode, .layout = *layout, .offset = offset,
-	                            .length = length, .buf = buf};
-	return kvc_storage_client_read_batch(client, &io, 1);
 }
 
 struct write_piece {
@@ -636,7 +191,7 @@ static void write_wave(struct write_plan *plan)
 		if (w->fd >= 0)
 			kvc_rpc_pool_put(pool, w->fd, sent && (w->rc == 1 || (w->rc < 0 &&
 			                                       !kvc_rpc_is_transport_error(w->rc))));
-		if (w->rc < 0 && retryable(w->rc, w->reused)) {
+		if (w->rc < 0 && kvc_storage_client_retryable(w->rc, w->reused)) {
 			kvc_rpc_pool_drain(pool);
 			w->rc = write_send(client, w);
 			if (w->rc == 0)
@@ -645,7 +200,7 @@ static void write_wave(struct write_plan *plan)
 				kvc_rpc_pool_put(pool, w->fd, w->rc == 1);
 		}
 		if (w->rc < 0)
-			io_fail(&plan->ios[w->io], client_error(w->rc));
+			kvc_storage_io_fail(&plan->ios[w->io], kvc_storage_client_error(w->rc));
 	}
 	plan->wave_count = 0;
 }
@@ -655,9 +210,9 @@ static int write_add_piece(void *arg, struct kvc_storage_io *io, uint32_t io_ind
                            const struct kvc_layout_piece *p)
 {
 	struct write_plan *plan = arg;
-	const struct kvc_chain *chain = &plan->client->chains.chains[p->chain];
-	if (chain->count == 0) {
-		io_fail(io, -EIO); /* no member serving */
+	struct kvc_chain c, *chain = &c;
+	if (!kvc_storage_client_chain(plan->client, p->chain, &c) || c.count == 0) {
+		kvc_storage_io_fail(io, -EIO); /* no member serving */
 		return 0;
 	}
 	uint32_t head = chain->targets[0];
@@ -672,19 +227,86 @@ static int write_add_piece(void *arg, struct kvc_storage_io *io, uint32_t io_ind
 	return 0;
 }
 
-int kvc_storage_client_write_batch(struct kvc_storage_client *client,
-                                   struct kvc_storage_io *ios, int count)
+static int write_batch_once(struct kvc_storage_client *client, struct kvc_storage_io *ios,
+                            int count)
 {
 	struct write_plan *plan = malloc(sizeof(*plan));
 	if (!plan)
 		return -ENOMEM;
 	*plan = (struct write_plan){.client = client, .ios = ios};
-	int rc = for_each_piece(client, ios, count, write_add_piece, plan);
+	int rc = kvc_storage_client_for_each_piece(client, ios, count, write_add_piece, plan);
 	if (plan->wave_count)
 		write_wave(plan);
 	free(plan);
 	for (int i = 0; i < count && rc == 0; i++)
 		rc = ios[i].result;
+	return rc;
+}
+
+int kvc_storage_client_write_batch(struct kvc_storage_client *client,
+                                   struct kvc_storage_io *ios, int count)
+{
+	return kvc_storage_client_with_routing(client, ios, count, write_batch_once);
+}
+
+/* What a new routing table may cure: a member down or stopped (-EIO,
+ * -ETIMEDOUT), a table older or newer than the server's (-ESTALE, -ENXIO). */
+static bool routing_may_cure(int rc)
+{
+	return rc == -EIO || rc == -ETIMEDOUT || rc == -ESTALE || rc == -ENXIO;
+}
+
+int kvc_storage_client_with_routing(struct kvc_storage_client *client,
+                                    struct kvc_storage_io *ios, int count,
+                                    int (*run)(struct kvc_storage_client *client,
+                                               struct kvc_storage_io *ios, int count))
+{
+	struct kvc_chains now;
+	kvc_storage_client_chains(client, &now);
+	uint64_t version = now.version;
+	int rc = run(client, ios, count);
+	if (rc == 0 || !client->following)
+		return rc;
+	/* Long enough for the manager to notice a failure and change chains. */
+	int64_t deadline = (int64_t)kvc_clock_monotonic_ns() +
+	                   (2ll * client->failure_timeout_ms + 1000) * 1000000;
+	int *failed = malloc((size_t)count * sizeof(*failed));
+	struct kvc_storage_io *again = malloc((size_t)count * sizeof(*again));
+	while (failed && again && rc < 0) {
+		int n = 0;
+		bool stale = false;
+		for (int i = 0; i < count; i++)
+			if (ios[i].result < 0 && routing_may_cure(ios[i].result)) {
+				stale |= ios[i].result == -ESTALE;
+				failed[n] = i;
+				again[n++] = ios[i];
+			}
+		int64_t left_ms = (deadline - (int64_t)kvc_clock_monotonic_ns()) / 1000000;
+		if (n == 0 || left_ms <= 0)
+			break;
+		uint64_t seen = version;
+		if (stale) {
+			/* The server's table is newer (ask now) or older (it follows
+			 * within a heartbeat): try again shortly either way. */
+			kvc_storage_client_refresh(client);
+			struct timespec pause = {0, 100 * 1000000L};
+			nanosleep(&pause, NULL);
+			seen = kvc_storage_client_wait_routing(client, version, 0);
+		} else {
+			seen = kvc_storage_client_wait_routing(client, version, (int)left_ms);
+			if (seen == version)
+				break; /* no change came: the failure stands */
+		}
+		version = seen;
+		(void)run(client, again, n);
+		for (int k = 0; k < n; k++)
+			ios[failed[k]].result = again[k].result;
+		rc = 0;
+		for (int i = 0; i < count && rc == 0; i++)
+			rc = ios[i].result;
+	}
+	free(failed);
+	free(again);
 	return rc;
 }
 
@@ -713,7 +335,7 @@ int kvc_storage_client_forward(struct kvc_storage_client *client,
 	if (w.fd >= 0)
 		kvc_rpc_pool_put(pool, w.fd, sent && (w.rc == 1 || (w.rc < 0 &&
 		                                       !kvc_rpc_is_transport_error(w.rc))));
-	if (w.rc < 0 && retryable(w.rc, w.reused)) {
+	if (w.rc < 0 && kvc_storage_client_retryable(w.rc, w.reused)) {
 		kvc_rpc_pool_drain(pool);
 		w.rc = write_send(client, &w);
 		if (w.rc == 0)
@@ -721,37 +343,57 @@ int kvc_storage_client_forward(struct kvc_storage_client *client,
 		if (w.fd >= 0)
 			kvc_rpc_pool_put(pool, w.fd, w.rc == 1);
 	}
-	return w.rc < 0 ? client_error(w.rc) : 0;
+	return w.rc < 0 ? kvc_storage_client_error(w.rc) : 0;
 }
 
 /* Send one small request to the server of every target of every chain in
- * the layout (each target once). */
+ * the layout (each target once). A target that fails for what a new
+ * routing table may cure is asked again once the table changed, if it is
+ * still a member then (a member taken out catches up when it returns). */
 static int each_target(struct kvc_storage_client *client, const struct kvc_layout *layout,
                        uint16_t type, void (*fill)(void *body, uint32_t target, void *arg),
                        uint32_t body_len, void *arg)
 {
 	uint32_t chains[KVC_WIRE_MAX_TARGETS];
-	uint64_t done = 0; /* targets asked, a bit each */
+	uint64_t done = 0; /* targets answered, a bit each */
 	_Static_assert(KVC_WIRE_MAX_TARGETS <= 64, "one bit per target");
-	if (kvc_layout_check(layout) < 0 || layout->chain_count > client->chains.count)
+	struct kvc_chain c, *chain = &c;
+	if (kvc_layout_check(layout) < 0 ||
+	    !kvc_storage_client_chain(client, layout->chain_count - 1, &c))
 		return -EINVAL;
 	int count = kvc_layout_chains(layout, chains, KVC_WIRE_MAX_TARGETS);
-	int result = 0;
-	for (int i = 0; i < count; i++) {
-		const struct kvc_chain *chain = &client->chains.chains[chains[i]];
-		for (uint32_t m = 0; m < chain->count; m++) {
-			uint32_t target = chain->targets[m];
-			if (done & (1ull << target))
+	int64_t deadline = (int64_t)kvc_clock_monotonic_ns() +
+	                   (2ll * client->failure_timeout_ms + 1000) * 1000000;
+	int result;
+	for (;;) {
+		struct kvc_chains now;
+		kvc_storage_client_chains(client, &now);
+		bool curable = false;
+		result = 0;
+		for (int i = 0; i < count; i++) {
+			if (!kvc_storage_client_chain(client, chains[i], &c))
 				continue;
-			done |= 1ull << target;
-			uint8_t body[64], reply[64];
-			fill(body, target, arg);
-			uint32_t reply_len;
-			int rc = kvc_rpc_call(&client->pools[client->target_server[target]], type, body,
-			                      body_len, reply, sizeof(reply), &reply_len);
-			if (rc < 0 && result == 0)
-				result = client_error(rc);
+			for (uint32_t m = 0; m < chain->count; m++) {
+				uint32_t target = chain->targets[m];
+				if (done & (1ull << target))
+					continue;
+				uint8_t body[64], reply[64];
+				fill(body, target, arg);
+				uint32_t reply_len;
+				int rc = kvc_rpc_call(&client->pools[client->target_server[target]], type,
+				                      body, body_len, reply, sizeof(reply), &reply_len);
+				if (rc == 0) {
+					done |= 1ull << target;
+				} else if (result == 0) {
+					result = kvc_storage_client_error(rc);
+					curable = kvc_rpc_is_transport_error(rc);
+				}
+			}
 		}
+		int64_t left_ms = (deadline - (int64_t)kvc_clock_monotonic_ns()) / 1000000;
+		if (result == 0 || !curable || !client->following || left_ms <= 0 ||
+		    kvc_storage_client_wait_routing(client, now.version, (int)left_ms) == now.version)
+			break;
 	}
 	return result;
 }

@@ -44,9 +44,22 @@ struct kvc_storage_client {
 	uint32_t target_server[KVC_WIRE_MAX_TARGETS];
 	char server_address[KVC_CONFIG_MAX_SERVERS][KVC_NET_ADDRESS_MAX];
 	struct kvc_rpc_pool pools[KVC_CONFIG_MAX_SERVERS];
-	struct kvc_chains chains;
 	/* Monotonic ns until which reads avoid a server that just failed. */
 	_Atomic int64_t avoid_until_ns[KVC_CONFIG_MAX_SERVERS];
+	/* The chain table (storage_routing.c): the cluster file's, then the
+	 * manager's when kvc_storage_client_follow runs. Lock order: chains_lock
+	 * is a leaf (held to copy a chain in or out, never across I/O);
+	 * routing_lock guards only the wake-up of routing waiters. */
+	pthread_rwlock_t chains_lock;
+	struct kvc_chains chains;
+	pthread_mutex_t routing_lock;
+	pthread_cond_t routing_changed;
+	/* Managers (kvc-mgmt) the routing table comes from; 0: none. */
+	uint32_t manager_count;
+	struct kvc_rpc_pool managers[KVC_CONFIG_MAX_MANAGERS];
+	_Atomic uint32_t manager_next; /* the one that answered last */
+	int failure_timeout_ms;
+	bool following;
 };
 
 /* One I/O of a batch: a byte range of a file and the caller's buffer. */
@@ -99,6 +112,38 @@ int kvc_storage_client_read(struct kvc_storage_client *client, uint64_t inode,
 int kvc_storage_client_write(struct kvc_storage_client *client, uint64_t inode,
                              const struct kvc_layout *layout, uint64_t offset,
                              uint64_t length, const void *buf);
+
+/* Follow the managers' routing table (when the cluster file names
+ * managers; else a no-op returning 0): fetch it now (bounded by the
+ * connect timeout; the cluster file's table stays when no manager
+ * answers) and keep it current on a thread of its own, which long-polls
+ * the leading manager. From then on, writes (and reads that no replica
+ * could serve) that fail while the table may be about to change are
+ * retried on the new table, for up to twice failure_timeout_ms: a write
+ * to a chain whose member died stalls for the detection time, then goes
+ * on. Returns 0 or -errno (no thread). */
+int kvc_storage_client_follow(struct kvc_storage_client *client);
+
+/* Fetch the managers' table once (tools). Returns 0, or -errno when no
+ * manager answered (the table is unchanged). */
+int kvc_storage_client_refresh(struct kvc_storage_client *client);
+
+/* Install table when it is newer than the one in use (a manager's answer,
+ * or a storage server's). Returns 1 when installed, 0 when not newer. */
+int kvc_storage_client_set_chains(struct kvc_storage_client *client,
+                                  const struct kvc_chains *table);
+
+/* A copy of chain id of the table in use; false when there is none. */
+bool kvc_storage_client_chain(struct kvc_storage_client *client, uint32_t id,
+                              struct kvc_chain *out);
+
+/* A copy of the table in use. */
+void kvc_storage_client_chains(struct kvc_storage_client *client, struct kvc_chains *out);
+
+/* Wait until the table's version is past `known`, at most timeout_ms.
+ * Returns the version then. */
+uint64_t kvc_storage_client_wait_routing(struct kvc_storage_client *client, uint64_t known,
+                                         int timeout_ms);
 
 /* Send one CHUNK_WRITE (a chain member passing a write on to the next:
  * msg->target names it) and wait for its answer. Returns the answer's

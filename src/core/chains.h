@@ -37,9 +37,12 @@ struct kvc_chain {
 	uint32_t version;
 	uint32_t count; /* members; 0: the chain has none serving */
 	uint32_t targets[KVC_WIRE_MAX_REPLICAS];
+	uint32_t syncing; /* a bit per position: catching up, no reads from it */
 };
 
 struct kvc_chains {
+	uint64_t version; /* of the whole table: 1 from the cluster file, then
+	                     the manager's (every change raises it) */
 	uint32_t count;
 	struct kvc_chain chains[KVC_WIRE_MAX_TARGETS];
 };
@@ -50,5 +53,16 @@ int kvc_chains_build(const struct kvc_config *config, struct kvc_chains *out);
 
 /* Position of target in chain, or -1. */
 int kvc_chains_position(const struct kvc_chain *chain, uint32_t target);
+
+/* The chain that has target as a member, or -1. */
+int kvc_chains_of_target(const struct kvc_chains *table, uint32_t target);
+
+/* A table to and from its wire form (kvc_wire_chain records). decode
+ * checks what a manager sent: counts within the limits, member targets
+ * below target_count and distinct, syncing bits within the count, and
+ * never every member syncing; -EBADMSG otherwise. */
+void kvc_chains_encode(const struct kvc_chains *table, struct kvc_wire_chain *out);
+int kvc_chains_decode(const struct kvc_wire_chain *in, uint32_t count, uint64_t version,
+                      uint32_t target_count, struct kvc_chains *out);
 
 #endif

@@ -11,7 +11,7 @@
 #include "core/layout.h"
 #include "core/server.h"
 
-enum section { SECTION_GLOBAL, SECTION_META, SECTION_STORAGE, SECTION_FUSE };
+enum section { SECTION_GLOBAL, SECTION_META, SECTION_STORAGE, SECTION_FUSE, SECTION_MGMT };
 
 struct parser {
 	struct kvc_config *config;
@@ -119,8 +119,22 @@ static int section_header(struct parser *p, char *text)
 		p->section = SECTION_STORAGE;
 		s->first_target = c->target_count;
 		return copy_string(p, s->name, sizeof(s->name), "storage server name", server);
+	} else if (strncmp(name, "mgmt", 4) == 0 && isspace((unsigned char)name[4])) {
+		char *manager = trim(name + 4);
+		if (c->manager_count == KVC_CONFIG_MAX_MANAGERS)
+			return fail(p, "too many managers (at most %d)", KVC_CONFIG_MAX_MANAGERS);
+		for (uint32_t i = 0; i < c->manager_count; i++)
+			if (strcmp(c->managers[i].name, manager) == 0)
+				return fail(p, "manager name '%s' is used twice", manager);
+		if (*manager == '\0')
+			return fail(p, "a [mgmt NAME] section needs a name");
+		p->section = SECTION_MGMT;
+		c->manager_count++;
+		return copy_string(p, c->managers[c->manager_count - 1].name,
+		                   sizeof(c->managers[0].name), "manager name", manager);
 	} else {
-		return fail(p, "unknown section [%s] (expected meta, storage NAME or fuse)", name);
+		return fail(p, "unknown section [%s] (expected meta, storage NAME, mgmt NAME or fuse)",
+		            name);
 	}
 	return 0;
 }
@@ -218,6 +232,20 @@ static int global_key(struct parser *p, const char *key, const char *value)
 			c->stripe = (uint32_t)v;
 		return rc;
 	}
+	if (strcmp(key, "etcd") == 0)
+		return copy_string(p, c->etcd, sizeof(c->etcd), key, value);
+	if (strcmp(key, "heartbeat_ms") == 0) {
+		rc = parse_int(p, key, value, 50, 60000, &v);
+		if (rc == 0)
+			c->heartbeat_ms = (int)v;
+		return rc;
+	}
+	if (strcmp(key, "failure_timeout_ms") == 0) {
+		rc = parse_int(p, key, value, 200, 600000, &v);
+		if (rc == 0)
+			c->failure_timeout_ms = (int)v;
+		return rc;
+	}
 	if (strcmp(key, "replicas") == 0) {
 		rc = parse_int(p, key, value, 1, KVC_WIRE_MAX_REPLICAS, &v);
 		if (rc == 0)
@@ -247,6 +275,11 @@ static int section_key(struct parser *p, const char *key, const char *value)
 	switch (p->section) {
 	case SECTION_GLOBAL:
 		return global_key(p, key, value);
+	case SECTION_MGMT:
+		if (strcmp(key, "address") == 0)
+			return copy_string(p, c->managers[c->manager_count - 1].address,
+			                   sizeof(c->managers[0].address), key, value);
+		break;
 	case SECTION_META:
 		if (strcmp(key, "address") == 0)
 			return copy_string(p, c->meta_address, sizeof(c->meta_address), key, value);
@@ -387,6 +420,15 @@ static int check_whole(struct parser *p)
 		if (c->servers[i].target_count == 0)
 			return fail(p, "[storage %s] has no target", c->servers[i].name);
 	}
+	for (uint32_t i = 0; i < c->manager_count; i++)
+		if (c->managers[i].address[0] == '\0')
+			return fail(p, "[mgmt %s] address is missing", c->managers[i].name);
+	if (c->manager_count && c->etcd[0] == '\0')
+		return fail(p, "[mgmt NAME] sections need etcd = URL[,URL...] (where the managers "
+		               "keep the cluster's state)");
+	if (c->heartbeat_ms * 2 > c->failure_timeout_ms)
+		return fail(p, "failure_timeout_ms (%d) must be at least twice heartbeat_ms (%d)",
+		            c->failure_timeout_ms, c->heartbeat_ms);
 	if (c->replicas > c->server_count)
 		return fail(p, "replicas = %u needs as many storage servers; the cluster has %u",
 		            c->replicas, c->server_count);
@@ -417,6 +459,8 @@ int kvc_config_parse(const char *text, const char *origin,
 	config->chunk_size = KVC_LAYOUT_DEFAULT_CHUNK;
 	config->stripe = 0; /* 0: all chains, set below */
 	config->replicas = 1;
+	config->heartbeat_ms = 500;
+	config->failure_timeout_ms = 3000;
 	config->connect_timeout_ms = 2000;
 	config->io_timeout_ms = 5000;
 	config->server_max_connections = KVC_SERVER_DEFAULT_MAX_CONNECTIONS;

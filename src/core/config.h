@@ -7,6 +7,11 @@
  *                               # kvc-meta's page-pool messages only
  *   chunk_size = 1048576        # default layout for new files
  *   stripe = 3
+ *   etcd = http://127.0.0.1:2379 # where the managers keep the cluster's
+ *                               # state (comma-separated endpoints)
+ *   heartbeat_ms = 500          # storage servers to the leading manager
+ *   failure_timeout_ms = 3000   # a server silent this long leaves its
+ *                               # chains (the manager bumps their versions)
  *   replicas = 1                # targets per chain, on distinct storage
  *                               # servers (core/chains.h; default 1); the
  *                               # target count must be a multiple of it
@@ -55,6 +60,9 @@
  *   metrics = 127.0.0.1:9201    # optional: GET /metrics (Prometheus) on
  *                               # host:port; "off" or absent: none
  *                               # (docs/operations.md "Metrics")
+ *   [mgmt m1]                   # optional, one per manager (kvc-mgmt): with
+ *   address = 127.0.0.1:9410    # them the chain table lives in etcd and
+ *                               # follows failures; without, it is this file's
  *   [fuse]
  *   mountpoint = /mnt/kvc
  *   metrics = 127.0.0.1:9299    # optional: kvc-fuse's GET /metrics, as
@@ -90,6 +98,7 @@
 #include "core/wire.h"
 
 #define KVC_CONFIG_MAX_SERVERS 32
+#define KVC_CONFIG_MAX_MANAGERS 8
 #define KVC_CONFIG_NAME_MAX 64
 
 struct kvc_config_server {
@@ -98,6 +107,11 @@ struct kvc_config_server {
 	char metrics[KVC_NET_ADDRESS_MAX]; /* "" when off */
 	uint32_t first_target;
 	uint32_t target_count;
+};
+
+struct kvc_config_manager {
+	char name[KVC_CONFIG_NAME_MAX];
+	char address[KVC_NET_ADDRESS_MAX];
 };
 
 struct kvc_config_target {
@@ -120,6 +134,11 @@ struct kvc_config {
 	uint32_t chunk_size;
 	uint32_t stripe;
 	uint32_t replicas;
+	char etcd[1024]; /* "" when there are no managers */
+	int heartbeat_ms;
+	int failure_timeout_ms;
+	uint32_t manager_count;
+	struct kvc_config_manager managers[KVC_CONFIG_MAX_MANAGERS];
 	int connect_timeout_ms;
 	int io_timeout_ms;
 	int server_max_connections;

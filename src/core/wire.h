@@ -63,7 +63,10 @@
  *      CHUNK_WRITE goes to the chain's head, which forwards it to the
  *      next member (KVC_CHUNK_FORWARDED) and answers once the tail did;
  *      a read piece of a chunk with a write in flight at that replica
- *      gets -EAGAIN (ask the tail).
+ *      gets -EAGAIN (ask the tail). MGMT_HEARTBEAT (112) and
+ *      MGMT_ROUTING (113): storage servers' heartbeats to the leading
+ *      kvc-mgmt and everyone's routing table (chains, versions, members
+ *      catching up).
  */
 #ifndef KVC_WIRE_H
 #define KVC_WIRE_H
@@ -151,6 +154,9 @@ enum kvc_wire_type {
 	KVC_MSG_SPACE = 69,
 	KVC_MSG_SYNC = 70,
 	KVC_MSG_CHUNK_PUNCH = 71,
+	/* the cluster manager (kvc-mgmt) */
+	KVC_MSG_MGMT_HEARTBEAT = 112,
+	KVC_MSG_MGMT_ROUTING = 113,
 	/* USRBIO control (kvc-fuse's local socket) */
 	KVC_MSG_IOV_REGISTER = 96,
 	KVC_MSG_IOV_DEREGISTER = 97,
@@ -577,6 +583,50 @@ struct kvc_msg_target_space {
 	uint64_t refused_writes; /* refused for the reserve since the server started */
 };
 _Static_assert(sizeof(struct kvc_msg_target_space) == 56, "");
+
+/* A chain of the routing table (core/chains.h): version, members head
+ * first, and which members are catching up (a bit per position: they take
+ * writes but serve no reads yet). */
+struct kvc_wire_chain {
+	uint32_t version;
+	uint32_t count;
+	uint32_t targets[KVC_WIRE_MAX_REPLICAS];
+	uint32_t syncing;
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct kvc_wire_chain) == 48, "");
+
+/* MGMT_HEARTBEAT: a storage server (its index in the cluster file) is
+ * alive and knows routing version routing_version; then synced_count
+ * kvc_msg_mgmt_synced: its targets that finished catching up with their
+ * chain at chain_version. Only the leading manager answers (others:
+ * -EAGAIN, ask the next). Reply: kvc_msg_mgmt_routing_reply with no chains. */
+#define KVC_WIRE_MAX_SYNCED 64
+struct kvc_msg_mgmt_heartbeat {
+	uint32_t server;
+	uint32_t synced_count;
+	uint64_t routing_version;
+};
+struct kvc_msg_mgmt_synced {
+	uint32_t target;
+	uint32_t chain_version;
+};
+/* MGMT_ROUTING: the routing table when its version is not known_version,
+ * waiting up to wait_ms (<= KVC_WIRE_MAX_ROUTING_WAIT_MS) for a change.
+ * Reply: kvc_msg_mgmt_routing_reply, then chain_count kvc_wire_chain
+ * (none when the table is still known_version). The leading manager
+ * answers; others -EAGAIN. */
+#define KVC_WIRE_MAX_ROUTING_WAIT_MS 10000
+struct kvc_msg_mgmt_routing {
+	uint64_t known_version;
+	uint32_t wait_ms;
+	uint32_t reserved;
+};
+struct kvc_msg_mgmt_routing_reply {
+	uint64_t version;
+	uint32_t chain_count;
+	uint32_t reserved;
+};
 
 /* IOV_REGISTER: one fd (the shared memory), mapped from file_offset. */
 struct kvc_msg_iov_register {

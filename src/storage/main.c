@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "core/net.h"
 #include "core/server.h"
+#include "storage/heartbeat.h"
 #include "storage/service.h"
 #include "storage/storage_metrics.h"
 
@@ -79,6 +80,8 @@ int main(int argc, char **argv)
 	int rc = kvc_storage_client_init(&peers, &config);
 	if (rc == 0)
 		rc = kvc_inflight_create(&svc.inflight);
+	if (rc == 0)
+		rc = kvc_storage_client_follow(&peers); /* the managers' table, when there are */
 	if (rc < 0) {
 		fprintf(stderr, "kvc-storage: cannot set up the chain table: %s\n", strerror(-rc));
 		return 1;
@@ -137,6 +140,11 @@ int main(int argc, char **argv)
 	}
 	if (me->metrics[0])
 		kvc_log_info("metrics on http://%s/metrics", me->metrics);
+	rc = kvc_heartbeat_start(&svc, &config, (uint32_t)(me - config.servers));
+	if (rc < 0) {
+		fprintf(stderr, "kvc-storage: cannot start heartbeats: %s\n", strerror(-rc));
+		return 1;
+	}
 	rc = kvc_server_run(&server);
 	kvc_log_error("accept failed: %s", strerror(-rc));
 	return 1;

@@ -114,23 +114,22 @@ static int refuse(struct kvc_server_conn *conn, const struct kvc_wire_header *h,
  * member, -ENXIO for a chain it does not know. A server without peers
  * (single copy, tests) takes chain == target at any version. */
 static const struct kvc_chain *chain_of(const struct kvc_storage_service *svc, uint32_t chain,
-                                        uint32_t version, uint32_t target, int *pos, int *rc)
+                                        uint32_t version, uint32_t target,
+                                        struct kvc_chain *copy, int *pos, int *rc)
 {
-	static const struct kvc_chain alone = {.version = 0, .count = 1};
 	if (!svc->peers) {
+		*copy = (struct kvc_chain){.count = 1};
 		*pos = 0;
 		*rc = chain == target ? 0 : -ENXIO;
-		return *rc ? NULL : &alone;
+		return *rc ? NULL : copy;
 	}
-	const struct kvc_chains *table = &svc->peers->chains;
-	if (chain >= table->count) {
+	if (!kvc_storage_client_chain(svc->peers, chain, copy)) {
 		*rc = -ENXIO;
 		return NULL;
 	}
-	const struct kvc_chain *c = &table->chains[chain];
-	*pos = kvc_chains_position(c, target);
-	*rc = c->version != version || *pos < 0 ? -ESTALE : 0;
-	return *rc ? NULL : c;
+	*pos = kvc_chains_position(copy, target);
+	*rc = copy->version != version || *pos < 0 ? -ESTALE : 0;
+	return *rc ? NULL : copy;
 }
 
 /* Write here, then through the rest of the chain: the answer is the
@@ -173,6 +172,7 @@ static int h_write(struct request *r)
 	const struct kvc_wire_header *h = r->h;
 	struct kvc_chunk_store *store = store_of(r->svc, m->target);
 	int status = 0, pos = 0;
+	struct kvc_chain copy;
 	const struct kvc_chain *chain = NULL;
 	if (!store)
 		status = -ENXIO;
@@ -181,7 +181,7 @@ static int h_write(struct request *r)
 	         (m->flags & ~KVC_CHUNK_FORWARDED) || m->reserved)
 		status = -EINVAL;
 	else
-		chain = chain_of(r->svc, m->chain, m->chain_version, m->target, &pos, &status);
+		chain = chain_of(r->svc, m->chain, m->chain_version, m->target, &copy, &pos, &status);
 	/* A client writes to the head; only a member passes a write on. */
 	if (status == 0 && (pos == 0) == ((m->flags & KVC_CHUNK_FORWARDED) != 0))
 		status = pos == 0 ? -EINVAL : -ESTALE;
@@ -209,9 +209,10 @@ static int check_pieces(struct kvc_storage_service *svc, struct conn_state *stat
 			return -EINVAL;
 		total += p->length;
 		int pos = 0, rc = 0;
+		struct kvc_chain copy;
 		state->tails[i] = false;
 		const struct kvc_chain *chain = chain_of(svc, p->chain, p->chain_version, p->target,
-		                                         &pos, &rc);
+		                                         &copy, &pos, &rc);
 		state->read_stores[i] = chain ? store_of(svc, p->target) : NULL;
 		state->read_status[i] = rc;
 		if (chain)

@@ -30,10 +30,12 @@ PORT_BASE = int(os.environ.get("KVC_TEST_PORT_BASE", "19400"))
 class Cluster:
     """meta_extra: more [meta] lines; http: the HTTP address (host:port);
     servers: kvc-storage servers (ports port_base + 1 ..) of `targets`
-    targets each; replicas: targets per chain."""
+    targets each; replicas: targets per chain; managers: kvc-mgmt managers
+    m1.. (ports port_base + 61 ..) over a local etcd (port_base + 50, kvc-
+    cluster runs it), with quick failure detection."""
 
     def __init__(self, base, mount, port_base, meta_extra="", http=None, servers=3,
-                 replicas=1, targets=1):
+                 replicas=1, targets=1, managers=0):
         self.dir = pathlib.Path(base)
         self.mount = pathlib.Path(mount)
         self.port_base = port_base
@@ -46,6 +48,9 @@ class Cluster:
         self.storage_addresses = [f"127.0.0.1:{port_base + i}" for i in range(1, servers + 1)]
         self.replicas = replicas
         self.targets = targets
+        self.etcd = f"http://127.0.0.1:{port_base + 50}"
+        self.manager_addresses = [f"127.0.0.1:{port_base + 60 + i}"
+                                  for i in range(1, managers + 1)]
         # Prometheus metrics (kvc-cluster's scheme): storage sI on base+10+I,
         # kvc-fuse on base+10; kvc-meta's on its HTTP address.
         self.storage_metrics = [f"127.0.0.1:{port_base + 10 + i}"
@@ -64,14 +69,18 @@ class Cluster:
             f"\n[storage s{i}]\naddress = {a}\nmetrics = {m}\n" +
             "".join(f"target = {self.dir}/s{i}/t{t}\n" for t in range(self.targets))
             for i, (a, m) in enumerate(zip(self.storage_addresses, self.storage_metrics), 1))
+        managers = "".join(f"\n[mgmt m{i}]\naddress = {a}\n"
+                           for i, a in enumerate(self.manager_addresses, 1))
+        top = (f"etcd = {self.etcd}\nheartbeat_ms = 200\nfailure_timeout_ms = 1500\n"
+               if self.manager_addresses else "")
         self.conf.write_text(
             f"secret_file = {self.secret_file}\npool_secret_file = {self.pool_secret_file}\n"
-            f"chunk_size = {CHUNK}\nstripe = 3\nreplicas = {self.replicas}\n"
+            f"chunk_size = {CHUNK}\nstripe = 3\nreplicas = {self.replicas}\n{top}"
             "connect_timeout_ms = 1000\n"
             f"io_timeout_ms = 2000\n\n[meta]\naddress = {self.meta_address}\n"
             f"data = {self.dir}/meta\nhttp = {self.http[7:]}\nworld_size = {self.world_size}\n"
             f"http_max_body = 65536\nlease_ms = {self.lease_ms}\nclient_timeout_ms = 3000\n"
-            f"{self.meta_extra}{servers}\n[fuse]\nmountpoint = {self.mount}\n"
+            f"{self.meta_extra}{servers}{managers}\n[fuse]\nmountpoint = {self.mount}\n"
             f"metrics = {self.fuse_metrics}\n"
             "receive_threads = 4\n")  # exercise parallel receiving on any machine
 

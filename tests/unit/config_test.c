@@ -143,3 +143,38 @@ Test(config, metrics_addresses)
 	snprintf(text, sizeof(text), "[meta]\naddress = 1.2.3.4:1\nmetrics = 127.0.0.1:1\n");
 	expect_error(text, "unknown key 'metrics'");
 }
+
+Test(config, managers)
+{
+	static const char *servers = "[meta]\naddress = h:1\n[storage a]\naddress = h:2\ntarget = /t\n";
+	char text[1024];
+	snprintf(text, sizeof(text),
+	         "etcd = http://127.0.0.1:2379,http://10.0.0.2:2379\nheartbeat_ms = 200\n"
+	         "failure_timeout_ms = 1500\n%s[mgmt m1]\naddress = h:3\n[mgmt m2]\naddress = h:4\n",
+	         servers);
+	cr_assert_eq(kvc_config_parse(text, "t", &config, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config.manager_count, 2);
+	cr_assert_str_eq(config.managers[1].name, "m2");
+	cr_assert_str_eq(config.managers[1].address, "h:4");
+	cr_assert_str_eq(config.etcd, "http://127.0.0.1:2379,http://10.0.0.2:2379");
+	cr_assert_eq(config.heartbeat_ms, 200);
+	cr_assert_eq(config.failure_timeout_ms, 1500);
+	/* defaults: none, 500 ms, 3 s */
+	cr_assert_eq(kvc_config_parse(servers, "t", &config, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config.manager_count, 0);
+	cr_assert_eq(config.heartbeat_ms, 500);
+	cr_assert_eq(config.failure_timeout_ms, 3000);
+	snprintf(text, sizeof(text), "%s[mgmt m1]\naddress = h:3\n", servers);
+	expect_error(text, "need etcd = URL");
+	snprintf(text, sizeof(text), "etcd = http://e:1\n%s[mgmt m1]\n", servers);
+	expect_error(text, "[mgmt m1] address is missing");
+	snprintf(text, sizeof(text), "etcd = http://e:1\n%s[mgmt m1]\naddress = a:1\n[mgmt m1]\n",
+	         servers);
+	expect_error(text, "used twice");
+	snprintf(text, sizeof(text), "%s[mgmt]\n", servers);
+	expect_error(text, "unknown section");
+	snprintf(text, sizeof(text), "heartbeat_ms = 2000\nfailure_timeout_ms = 3000\n%s", servers);
+	expect_error(text, "at least twice heartbeat_ms");
+	snprintf(text, sizeof(text), "%s[mgmt m1]\nbogus = 1\n", servers);
+	expect_error(text, "unknown key 'bogus'");
+}

@@ -1,0 +1,512 @@
+/* storage_read: the read path of the storage client (storage_client.h):
+ * pieces grouped by server into requests, sent a wave at a time and
+ * received (on receiving threads when started) straight into the callers'
+ * buffers; a piece that fails at one chain member is read from the next. */
+#include "client/storage_client_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/clock.h"
+
+/* A read request to one server carries at most this much data and this
+ * many pieces; up to READ_WAVE requests (each on its own connection) are in
+ * flight at once. */
+#define REQUEST_BYTES (4u << 20)
+#define MAX_REQUEST_PIECES 256
+#define READ_WAVE 32
+/* Tries of one piece (members, and waits for a write in flight while the
+ * tail catches up) before it is -EIO. */
+#define MAX_ATTEMPTS 200
+
+struct read_dest {
+	uint8_t *dst;
+	uint32_t io;
+	uint8_t tried; /* chain members asked so far (bit per position) */
+	bool to_tail;  /* the last replica had a write in flight: ask the tail */
+	uint16_t attempts;
+};
+
+struct read_request {
+	uint32_t server;
+	int fd;
+	bool reused;
+	int rc;
+	uint64_t id;
+	uint64_t bytes;
+	struct kvc_msg_chunk_read head;
+	struct kvc_msg_piece pieces[MAX_REQUEST_PIECES];
+	struct read_dest dest[MAX_REQUEST_PIECES];
+};
+
+/* A piece to read again from another replica. */
+struct read_retry {
+	struct kvc_msg_piece piece;
+	struct read_dest dest;
+};
+
+struct read_plan {
+	struct kvc_storage_client *client;
+	struct kvc_storage_io *ios;
+	struct read_request **open;   /* per server: the request being filled */
+	struct read_request *wave[READ_WAVE];
+	int wave_count;
+	pthread_mutex_t retry_lock; /* retries, retry_count, retry_cap (receivers add) */
+	struct read_retry *retries;
+	int retry_count, retry_cap;
+	int error; /* -ENOMEM: a retry could not be queued */
+};
+
+static int read_send(struct kvc_storage_client *client, struct read_request *req)
+{
+	struct kvc_rpc_pool *pool = &client->pools[req->server];
+	req->fd = kvc_rpc_pool_get(pool, &req->reused);
+	if (req->fd < 0)
+		return req->fd;
+	req->id = kvc_rpc_next_id(pool);
+	/* head and pieces are adjacent in the struct: one body. */
+	_Static_assert(offsetof(struct read_request, pieces) ==
+	                       offsetof(struct read_request, head) + sizeof(req->head), "");
+	struct kvc_wire_header h;
+	kvc_wire_header_init(&h, KVC_MSG_CHUNK_READ, req->id, 0,
+	                     (uint32_t)(sizeof(req->head) + req->head.count * sizeof(req->pieces[0])),
+	                     0);
+	return kvc_wire_send(req->fd, &h, &req->head, NULL, 0);
+}
+
+static int dev_zero = -1;
+static pthread_once_t dev_zero_once = PTHREAD_ONCE_INIT;
+
+static void open_dev_zero(void)
+{
+	dev_zero = open("/dev/zero", O_RDONLY | O_CLOEXEC);
+}
+
+/* Zero the missing tail of a piece (a hole). The destination may be
+ * memory another process can shrink under us (a USRBIO iov): the kernel
+ * zeroes it, and a page gone is EFAULT for that io, not a SIGBUS for the
+ * process (as for the bytes recv() puts there). Returns 0 or -EFAULT. */
+static int zero_fill(uint8_t *dst, size_t len)
+{
+	pthread_once(&dev_zero_once, open_dev_zero);
+	if (dev_zero < 0) { /* no /dev/zero: only our own buffers are safe */
+		memset(dst, 0, len);
+		return 0;
+	}
+	while (len > 0) {
+		ssize_t n = read(dev_zero, dst, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -EFAULT;
+		dst += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Queue piece k of req to be read from another replica (to_tail: from
+ * the chain's tail). */
+static void read_again(struct read_plan *plan, const struct read_request *req, uint32_t k,
+                       bool to_tail)
+{
+	pthread_mutex_lock(&plan->retry_lock);
+	if (plan->retry_count == plan->retry_cap) {
+		int cap = plan->retry_cap ? 2 * plan->retry_cap : 64;
+		struct read_retry *grown = realloc(plan->retries, (size_t)cap * sizeof(*grown));
+		if (grown) {
+			plan->retries = grown;
+			plan->retry_cap = cap;
+		}
+	}
+	if (plan->retry_count < plan->retry_cap) {
+		struct read_retry *r = &plan->retries[plan->retry_count++];
+		r->piece = req->pieces[k];
+		r->dest = req->dest[k];
+		r->dest.to_tail = to_tail;
+	} else {
+		kvc_storage_io_fail(&plan->ios[req->dest[k].io], -ENOMEM);
+	}
+	pthread_mutex_unlock(&plan->retry_lock);
+}
+
+/* A piece status another replica may not have: crc mismatch, a stale
+ * chain version, a target that is gone, a write in flight. */
+static bool other_replica_may(int status)
+{
+	return status == -EIO || status == -ESTALE || status == -ENXIO || status == -EAGAIN;
+}
+
+/* Receive a reply into each piece's destination. Returns 1 when the frame
+ * was consumed (the connection is reusable), or a transport -errno. */
+static int read_receive(struct read_plan *plan, struct read_request *req)
+{
+	struct kvc_msg_piece_result results[MAX_REQUEST_PIECES];
+	struct kvc_storage_io *ios = plan->ios;
+	struct kvc_wire_header h;
+	uint32_t count = req->head.count;
+	int rc = kvc_wire_recv(req->fd, &h, results, sizeof(results));
+	if (rc < 0)
+		return rc;
+	if (h.request_id != req->id || h.type != KVC_MSG_CHUNK_READ)
+		return -EBADMSG;
+	if (h.status < 0) {
+		for (uint32_t i = 0; i < count; i++)
+			kvc_storage_io_fail(&ios[req->dest[i].io], -EIO);
+		return h.data_len ? -EBADMSG : 1;
+	}
+	if (h.body_len != count * sizeof(results[0]))
+		return -EBADMSG;
+	uint64_t expected = 0;
+	for (uint32_t i = 0; i < count; i++) {
+		if (results[i].length > req->pieces[i].length ||
+		    (results[i].status < 0 && results[i].length))
+			return -EBADMSG;
+		expected += results[i].length;
+	}
+	if (expected != h.data_len)
+		return -EBADMSG;
+	for (uint32_t i = 0; i < count; i++) {
+		struct kvc_storage_io *io = &ios[req->dest[i].io];
+		uint8_t *dst = req->dest[i].dst;
+		if (results[i].status < 0) {
+			if (other_replica_may(results[i].status))
+				read_again(plan, req, i, results[i].status == -EAGAIN);
+			else
+				kvc_storage_io_fail(io, -EIO);
+			continue;
+		}
+		if (results[i].length) {
+			rc = kvc_wire_recv_exact(req->fd, dst, results[i].length);
+			if (rc < 0)
+				return rc;
+		}
+		if (results[i].length < req->pieces[i].length &&
+		    zero_fill(dst + results[i].length, req->pieces[i].length - results[i].length) < 0)
+			kvc_storage_io_fail(io, -EFAULT);
+		else if (io->forbid_holes && results[i].length < req->pieces[i].length)
+			kvc_storage_io_fail(io, -ENODATA);
+	}
+	return 1;
+}
+
+/* Receive one sent request's answer into its destinations (retrying once
+ * on a fresh connection when its server restarted; when it cannot be
+ * reached, its pieces go to other replicas), then free it. */
+static void read_finish(struct read_plan *plan, struct read_request *r)
+{
+	struct kvc_storage_client *client = plan->client;
+	struct kvc_rpc_pool *pool = &client->pools[r->server];
+	if (r->rc == 0)
+		r->rc = read_receive(plan, r);
+	if (r->fd >= 0)
+		kvc_rpc_pool_put(pool, r->fd, r->rc == 1);
+	if (r->rc < 0 && kvc_storage_client_retryable(r->rc, r->reused)) {
+		/* The server restarted under an idle connection: once more. */
+		kvc_rpc_pool_drain(pool);
+		r->rc = read_send(client, r);
+		if (r->rc == 0)
+			r->rc = read_receive(plan, r);
+		if (r->fd >= 0)
+			kvc_rpc_pool_put(pool, r->fd, r->rc == 1);
+	}
+	if (r->rc < 0) {
+		if (kvc_rpc_is_transport_error(r->rc))
+			atomic_store(&client->avoid_until_ns[r->server],
+			             (int64_t)kvc_clock_monotonic_ns() + KVC_STORAGE_AVOID_NS);
+		/* Pieces received before the break are read again too: the
+		 * destinations are only ever written with the same bytes. */
+		for (uint32_t k = 0; k < r->head.count; k++)
+			read_again(plan, r, k, false);
+	}
+	free(r);
+}
+
+/* A wave's receives handed to the receiving threads. */
+struct wave_sync {
+	pthread_mutex_t lock;
+	pthread_cond_t done;
+	int pending;
+};
+
+struct receive_job {
+	struct receive_job *next;
+	struct read_plan *plan;
+	struct read_request *request;
+	struct wave_sync *sync;
+};
+
+struct kvc_storage_receivers {
+	pthread_mutex_t lock; /* the job queue */
+	pthread_cond_t work;
+	struct receive_job *head, *tail;
+};
+
+static void *receiver_main(void *arg)
+{
+	struct kvc_storage_receivers *rx = arg;
+	for (;;) {
+		pthread_mutex_lock(&rx->lock);
+		while (!rx->head)
+			pthread_cond_wait(&rx->work, &rx->lock);
+		struct receive_job *job = rx->head;
+		rx->head = job->next;
+		if (!rx->head)
+			rx->tail = NULL;
+		pthread_mutex_unlock(&rx->lock);
+		read_finish(job->plan, job->request);
+		pthread_mutex_lock(&job->sync->lock);
+		if (--job->sync->pending == 0)
+			pthread_cond_signal(&job->sync->done);
+		pthread_mutex_unlock(&job->sync->lock);
+	}
+	return NULL;
+}
+
+int kvc_storage_client_start_receivers(struct kvc_storage_client *client, int threads)
+{
+	if (threads <= 0)
+		return 0;
+	struct kvc_storage_receivers *rx = calloc(1, sizeof(*rx));
+	if (!rx)
+		return -ENOMEM;
+	pthread_mutex_init(&rx->lock, NULL);
+	pthread_cond_init(&rx->work, NULL);
+	for (int i = 0; i < threads; i++) {
+		pthread_t thread;
+		int rc = pthread_create(&thread, NULL, receiver_main, rx);
+		if (rc)
+			return -rc; /* threads started so far serve on: rx stays owned by them */
+		pthread_detach(thread);
+	}
+	client->receivers = rx;
+	return 0;
+}
+
+/* Send every request of the wave, then receive every answer: with
+ * receiving threads, in parallel (each answer lands in its own part of
+ * the destination buffers). */
+static void read_wave(struct read_plan *plan)
+{
+	struct kvc_storage_client *client = plan->client;
+	struct kvc_storage_receivers *rx = client->receivers;
+	int n = plan->wave_count;
+	for (int i = 0; i < n; i++)
+		plan->wave[i]->rc = read_send(client, plan->wave[i]);
+	if (!rx || n < 2) {
+		for (int i = 0; i < n; i++)
+			read_finish(plan, plan->wave[i]);
+		plan->wave_count = 0;
+		return;
+	}
+	struct wave_sync sync = {.pending = n - 1};
+	struct receive_job jobs[READ_WAVE];
+	pthread_mutex_init(&sync.lock, NULL);
+	pthread_cond_init(&sync.done, NULL);
+	pthread_mutex_lock(&rx->lock);
+	for (int i = 1; i < n; i++) {
+		jobs[i] = (struct receive_job){NULL, plan, plan->wave[i], &sync};
+		if (rx->tail)
+			rx->tail->next = &jobs[i];
+		else
+			rx->head = &jobs[i];
+		rx->tail = &jobs[i];
+	}
+	pthread_cond_broadcast(&rx->work);
+	pthread_mutex_unlock(&rx->lock);
+	read_finish(plan, plan->wave[0]);
+	pthread_mutex_lock(&sync.lock);
+	while (sync.pending > 0)
+		pthread_cond_wait(&sync.done, &sync.lock);
+	pthread_mutex_unlock(&sync.lock);
+	pthread_mutex_destroy(&sync.lock);
+	pthread_cond_destroy(&sync.done);
+	plan->wave_count = 0;
+}
+
+/* Close the open request of a server: it joins the wave. */
+static void read_close(struct read_plan *plan, uint32_t server)
+{
+	struct read_request *r = plan->open[server];
+	if (!r)
+		return;
+	plan->open[server] = NULL;
+	plan->wave[plan->wave_count++] = r;
+	if (plan->wave_count == READ_WAVE)
+		read_wave(plan);
+}
+
+/* The member of chain to read a piece from. to_tail (the last member had
+ * a write in flight): the tail; when the tail is still catching up, the
+ * last member serving reads again, after a pause (*pause set): the write
+ * in flight there ends soon. Else a serving member not tried yet,
+ * starting at `start` (chunks spread over replicas), preferring servers
+ * that did not fail recently. -1 when every serving member was tried. */
+static int pick_replica(struct kvc_storage_client *client, const struct kvc_chain *chain,
+                        uint32_t start, uint8_t tried, bool to_tail, bool *pause)
+{
+	uint32_t n = chain->count;
+	if (n == 0)
+		return -1;
+	if (to_tail) {
+		int last = (int)n - 1;
+		while (last >= 0 && (chain->syncing & (1u << last)))
+			last--;
+		if (last >= 0 && last < (int)n - 1)
+			*pause = true;
+		if (last >= 0 && (last < (int)n - 1 || !(tried & (1u << last))))
+			return last;
+	}
+	int64_t now = (int64_t)kvc_clock_monotonic_ns();
+	int fallback = -1;
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t pos = (start + k) % n;
+		if ((tried | chain->syncing) & (1u << pos))
+			continue;
+		uint32_t server = client->target_server[chain->targets[pos]];
+		if (atomic_load(&client->avoid_until_ns[server]) <= now)
+			return (int)pos;
+		if (fallback < 0)
+			fallback = (int)pos;
+	}
+	return fallback;
+}
+
+/* Add a piece for member pos of chain to its server's open request. */
+static int read_add(struct read_plan *plan, const struct kvc_chain *chain,
+                    struct kvc_msg_piece piece, struct read_dest dest, int pos)
+{
+	piece.target = chain->targets[pos];
+	piece.chain_version = chain->version;
+	dest.tried |= (uint8_t)(1u << pos);
+	dest.to_tail = false;
+	dest.attempts++;
+	uint32_t server = plan->client->target_server[piece.target];
+	struct read_request *r = plan->open[server];
+	if (r && (r->head.count == MAX_REQUEST_PIECES || r->bytes + piece.length > REQUEST_BYTES)) {
+		read_close(plan, server);
+		r = NULL;
+	}
+	if (!r) {
+		r = malloc(sizeof(*r));
+		if (!r)
+			return -ENOMEM;
+		r->server = server;
+		r->fd = -1;
+		r->bytes = 0;
+		r->head = (struct kvc_msg_chunk_read){0};
+		plan->open[server] = r;
+	}
+	uint32_t k = r->head.count++;
+	r->pieces[k] = piece;
+	r->dest[k] = dest;
+	r->bytes += piece.length;
+	return 0;
+}
+
+static int read_add_piece(void *arg, struct kvc_storage_io *io, uint32_t io_index,
+                          const struct kvc_layout_piece *p)
+{
+	struct read_plan *plan = arg;
+	struct kvc_chain chain;
+	bool pause = false;
+	int pos = kvc_storage_client_chain(plan->client, p->chain, &chain)
+	        ? pick_replica(plan->client, &chain, (uint32_t)((io->inode + p->chunk) % 251), 0,
+	                       false, &pause)
+	        : -1;
+	if (pos < 0) {
+		kvc_storage_io_fail(io, -EIO); /* a chain with no member serving */
+		return 0;
+	}
+	struct kvc_msg_piece piece = {.inode = io->inode, .chain = p->chain, .chunk = p->chunk,
+	                              .offset = p->chunk_offset, .length = p->length};
+	return read_add(plan, &chain, piece,
+	                (struct read_dest){.dst = (uint8_t *)io->buf + p->buffer_offset,
+	                                   .io = io_index},
+	                pos);
+}
+
+/* Every open request joins the wave, and the wave runs. */
+static void read_flush(struct read_plan *plan)
+{
+	for (uint32_t s = 0; s < plan->client->server_count; s++)
+		read_close(plan, s);
+	if (plan->wave_count)
+		read_wave(plan);
+}
+
+/* Pieces that failed at one replica, to the next; until none is left. */
+static int read_retries(struct read_plan *plan)
+{
+	int rc = 0;
+	while (plan->retry_count > 0 && rc == 0) {
+		struct read_retry *list = plan->retries;
+		int count = plan->retry_count;
+		plan->retries = NULL;
+		plan->retry_count = plan->retry_cap = 0;
+		bool pause = false;
+		for (int i = 0; i < count && rc == 0; i++) {
+			struct read_retry *r = &list[i];
+			struct kvc_chain chain;
+			int pos = r->dest.attempts < MAX_ATTEMPTS &&
+			                  kvc_storage_client_chain(plan->client, r->piece.chain, &chain)
+			        ? pick_replica(plan->client, &chain, 0, r->dest.tried, r->dest.to_tail,
+			                       &pause)
+			        : -1;
+			if (pos < 0)
+				kvc_storage_io_fail(&plan->ios[r->dest.io], -EIO); /* no replica could serve it */
+			else
+				rc = read_add(plan, &chain, r->piece, r->dest, pos);
+		}
+		free(list);
+		if (pause) {
+			struct timespec ms = {0, 1000000};
+			nanosleep(&ms, NULL);
+		}
+		if (rc == 0)
+			read_flush(plan);
+	}
+	return rc;
+}
+
+static int read_batch_once(struct kvc_storage_client *client, struct kvc_storage_io *ios,
+                           int count)
+{
+	struct read_plan plan = {.client = client, .ios = ios};
+	plan.open = calloc(client->server_count ? client->server_count : 1, sizeof(*plan.open));
+	if (!plan.open)
+		return -ENOMEM;
+	pthread_mutex_init(&plan.retry_lock, NULL);
+	int rc = kvc_storage_client_for_each_piece(client, ios, count, read_add_piece, &plan);
+	read_flush(&plan); /* what was planned goes out even after an ENOMEM */
+	if (rc == 0)
+		rc = read_retries(&plan);
+	for (uint32_t s = 0; s < client->server_count; s++)
+		free(plan.open[s]);
+	free(plan.retries);
+	free(plan.open);
+	pthread_mutex_destroy(&plan.retry_lock);
+	for (int i = 0; i < count && rc == 0; i++)
+		rc = ios[i].result;
+	return rc;
+}
+
+int kvc_storage_client_read_batch(struct kvc_storage_client *client,
+                                  struct kvc_storage_io *ios, int count)
+{
+	return kvc_storage_client_with_routing(client, ios, count, read_batch_once);
+}
+
+int kvc_storage_client_read(struct kvc_storage_client *client, uint64_t inode,
+                            const struct kvc_layout *layout, uint64_t offset,
+                            uint64_t length, void *buf)
+{
+	struct kvc_storage_io io = {.inode = inode, .layout = *layout, .offset = offset,
+	                            .length = length, .buf = buf};
+	return kvc_storage_client_read_batch(client, &io, 1);
+}

@@ -1,0 +1,164 @@
+/* storage_routing: the storage client's chain table (storage_client.h):
+ * copies in and out under a leaf rwlock, and the thread that follows the
+ * managers' routing table (MGMT_ROUTING long polls, docs/protocol.md). */
+#include "client/storage_client_internal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/log.h"
+
+/* A round in which no manager answered is followed by this pause. */
+#define ROUND_PAUSE_MS 200
+
+bool kvc_storage_client_chain(struct kvc_storage_client *client, uint32_t id,
+                              struct kvc_chain *out)
+{
+	pthread_rwlock_rdlock(&client->chains_lock);
+	bool found = id < client->chains.count;
+	if (found)
+		*out = client->chains.chains[id];
+	pthread_rwlock_unlock(&client->chains_lock);
+	return found;
+}
+
+void kvc_storage_client_chains(struct kvc_storage_client *client, struct kvc_chains *out)
+{
+	pthread_rwlock_rdlock(&client->chains_lock);
+	*out = client->chains;
+	pthread_rwlock_unlock(&client->chains_lock);
+}
+
+int kvc_storage_client_set_chains(struct kvc_storage_client *client,
+                                  const struct kvc_chains *table)
+{
+	int installed = 0;
+	pthread_rwlock_wrlock(&client->chains_lock);
+	if (table->version > client->chains.version && table->count >= client->chains.count) {
+		client->chains = *table;
+		installed = 1;
+	}
+	pthread_rwlock_unlock(&client->chains_lock);
+	if (installed) {
+		pthread_mutex_lock(&client->routing_lock);
+		pthread_cond_broadcast(&client->routing_changed);
+		pthread_mutex_unlock(&client->routing_lock);
+	}
+	return installed;
+}
+
+static uint64_t version_of(struct kvc_storage_client *client)
+{
+	pthread_rwlock_rdlock(&client->chains_lock);
+	uint64_t v = client->chains.version;
+	pthread_rwlock_unlock(&client->chains_lock);
+	return v;
+}
+
+uint64_t kvc_storage_client_wait_routing(struct kvc_storage_client *client, uint64_t known,
+                                         int timeout_ms)
+{
+	struct timespec deadline;
+	clock_gettime(CLOCK_MONOTONIC, &deadline);
+	deadline.tv_sec += timeout_ms / 1000;
+	deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+	if (deadline.tv_nsec >= 1000000000) {
+		deadline.tv_sec++;
+		deadline.tv_nsec -= 1000000000;
+	}
+	uint64_t v = version_of(client);
+	pthread_mutex_lock(&client->routing_lock);
+	while ((v = version_of(client)) <= known &&
+	       pthread_cond_timedwait(&client->routing_changed, &client->routing_lock,
+	                              &deadline) == 0)
+		;
+	pthread_mutex_unlock(&client->routing_lock);
+	return version_of(client);
+}
+
+/* One MGMT_ROUTING exchange with manager m: installs a newer table.
+ * Returns 0 (answered), or -errno (-EAGAIN: not the leader). */
+static int ask(struct kvc_storage_client *client, uint32_t m, uint32_t wait_ms)
+{
+	struct {
+		struct kvc_msg_mgmt_routing_reply head;
+		struct kvc_wire_chain chains[KVC_WIRE_MAX_TARGETS];
+	} *reply = malloc(sizeof(*reply));
+	if (!reply)
+		return -ENOMEM;
+	struct kvc_msg_mgmt_routing req = {.known_version = version_of(client),
+	                                   .wait_ms = wait_ms};
+	uint32_t len = 0;
+	int rc = kvc_rpc_call(&client->managers[m], KVC_MSG_MGMT_ROUTING, &req, sizeof(req), reply,
+	                      sizeof(*reply), &len);
+	if (rc == 0 && (len < sizeof(reply->head) ||
+	                reply->head.chain_count > KVC_WIRE_MAX_TARGETS ||
+	                len != sizeof(reply->head) + reply->head.chain_count *
+	                                                 sizeof(reply->chains[0])))
+		rc = -EBADMSG;
+	if (rc == 0 && reply->head.chain_count) {
+		struct kvc_chains *table = malloc(sizeof(*table));
+		rc = table ? kvc_chains_decode(reply->chains, reply->head.chain_count,
+		                               reply->head.version, client->target_count, table)
+		           : -ENOMEM;
+		if (rc == 0 && kvc_storage_client_set_chains(client, table))
+			kvc_log_info("routing table version %llu from manager %u",
+			             (unsigned long long)table->version, m);
+		free(table);
+	}
+	free(reply);
+	return rc;
+}
+
+/* Ask the managers in turn, from the one that answered last, until one
+ * answers. Returns 0 or the last -errno. */
+static int ask_round(struct kvc_storage_client *client, uint32_t wait_ms)
+{
+	int rc = -ENOTCONN;
+	uint32_t first = atomic_load(&client->manager_next);
+	for (uint32_t k = 0; k < client->manager_count; k++) {
+		uint32_t m = (first + k) % client->manager_count;
+		rc = ask(client, m, wait_ms);
+		if (rc == 0) {
+			atomic_store(&client->manager_next, m);
+			break;
+		}
+	}
+	return rc;
+}
+
+int kvc_storage_client_refresh(struct kvc_storage_client *client)
+{
+	return client->manager_count ? ask_round(client, 0) : -ENOTCONN;
+}
+
+static void *follow_main(void *arg)
+{
+	struct kvc_storage_client *client = arg;
+	for (;;) {
+		/* A long poll, well inside the connection's io timeout. */
+		if (ask_round(client, (uint32_t)client->managers[0].io_timeout_ms / 2) < 0) {
+			struct timespec pause = {0, ROUND_PAUSE_MS * 1000000L};
+			nanosleep(&pause, NULL);
+		}
+	}
+	return NULL;
+}
+
+int kvc_storage_client_follow(struct kvc_storage_client *client)
+{
+	if (client->manager_count == 0 || client->following)
+		return 0;
+	if (ask_round(client, 0) < 0)
+		kvc_log_warn("no manager answered: the cluster file's chain table for now");
+	pthread_t thread;
+	int rc = pthread_create(&thread, NULL, follow_main, client);
+	if (rc)
+		return -rc;
+	pthread_detach(thread);
+	client->following = true;
+	return 0;
+}

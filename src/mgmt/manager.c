@@ -1,0 +1,343 @@
+/* manager: see manager.h. */
+#include "mgmt/manager.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/clock.h"
+#include "core/log.h"
+
+static void sleep_ms(int ms)
+{
+	struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000};
+	nanosleep(&t, NULL);
+}
+
+/* Remove member pos of chain (keeping the order of the rest). */
+static void drop_member(struct kvc_chain *c, uint32_t pos)
+{
+	uint32_t syncing = 0;
+	for (uint32_t i = 0, k = 0; i < c->count; i++) {
+		if (i == pos)
+			continue;
+		if (c->syncing & (1u << i))
+			syncing |= 1u << k;
+		c->targets[k++] = c->targets[i];
+	}
+	c->count--;
+	c->syncing = syncing;
+}
+
+bool kvc_manager_plan(const struct kvc_config *config, const struct kvc_chains *home,
+                      const bool *silent, const struct kvc_msg_mgmt_synced *reports,
+                      uint32_t report_count, struct kvc_chains *table)
+{
+	bool any = false;
+	for (uint32_t c = 0; c < table->count; c++) {
+		struct kvc_chain *chain = &table->chains[c];
+		bool changed = false;
+		/* Silent servers' members leave, never the last one serving. */
+		for (uint32_t i = chain->count; i-- > 0;) {
+			uint32_t t = chain->targets[i];
+			if (!silent[config->targets[t].server])
+				continue;
+			uint32_t serving = 0;
+			for (uint32_t k = 0; k < chain->count; k++)
+				serving += !(chain->syncing & (1u << k));
+			bool is_serving = !(chain->syncing & (1u << i));
+			if (is_serving && serving == 1)
+				continue;
+			drop_member(chain, i);
+			changed = true;
+		}
+		/* Targets of this chain whose server is back: at the tail, syncing. */
+		const struct kvc_chain *h = &home->chains[c];
+		for (uint32_t i = 0; i < h->count; i++) {
+			uint32_t t = h->targets[i];
+			if (silent[config->targets[t].server] || kvc_chains_position(chain, t) >= 0 ||
+			    chain->count == KVC_WIRE_MAX_REPLICAS)
+				continue;
+			chain->syncing |= 1u << chain->count;
+			chain->targets[chain->count++] = t;
+			changed = true;
+		}
+		/* Caught up at this version: serving. */
+		for (uint32_t r = 0; r < report_count && !changed; r++) {
+			int pos = kvc_chains_position(chain, reports[r].target);
+			if (pos >= 0 && (chain->syncing & (1u << pos)) &&
+			    reports[r].chain_version == chain->version) {
+				chain->syncing &= ~(1u << pos);
+				changed = true;
+			}
+		}
+		if (changed) {
+			chain->version++;
+			any = true;
+		}
+	}
+	if (any)
+		table->version++;
+	return any;
+}
+
+/* The table as etcd keeps it. */
+static void *blob_of(const struct kvc_chains *t, size_t *len)
+{
+	*len = sizeof(struct kvc_mgmt_routing_blob) + t->count * sizeof(struct kvc_wire_chain);
+	uint8_t *blob = malloc(*len);
+	if (!blob)
+		return NULL;
+	struct kvc_mgmt_routing_blob head = {.version = t->version, .chain_count = t->count,
+	                                     .magic = KVC_MGMT_ROUTING_MAGIC};
+	memcpy(blob, &head, sizeof(head));
+	kvc_chains_encode(t, (struct kvc_wire_chain *)(void *)(blob + sizeof(head)));
+	return blob;
+}
+
+static int table_of(const struct kvc_config *config, const uint8_t *blob, size_t len,
+                    struct kvc_chains *out)
+{
+	struct kvc_mgmt_routing_blob head;
+	if (len < sizeof(head))
+		return -EBADMSG;
+	memcpy(&head, blob, sizeof(head));
+	if (head.magic != KVC_MGMT_ROUTING_MAGIC || head.chain_count > KVC_WIRE_MAX_TARGETS ||
+	    len != sizeof(head) + head.chain_count * sizeof(struct kvc_wire_chain))
+		return -EBADMSG;
+	struct kvc_wire_chain *chains = malloc(head.chain_count * sizeof(*chains) + 1);
+	if (!chains)
+		return -ENOMEM;
+	memcpy(chains, blob + sizeof(head), head.chain_count * sizeof(*chains));
+	int rc = kvc_chains_decode(chains, head.chain_count, head.version, config->target_count,
+	                           out);
+	free(chains);
+	return rc;
+}
+
+/* Write table to etcd if we still lead and nobody wrote it since
+ * expect_mod. Returns 1 (written, *mod its revision), 0 (not: we lost the
+ * lead or the table moved), -errno. */
+static int store(struct kvc_manager *m, const struct kvc_chains *table, int64_t expect_mod,
+                 int64_t *mod)
+{
+	size_t len;
+	void *blob = blob_of(table, &len);
+	if (!blob)
+		return -ENOMEM;
+	struct kvc_etcd_cmp cmp[2] = {
+		{.key = KVC_MGMT_ROUTING_KEY, .target = KVC_ETCD_CMP_MOD, .result = KVC_ETCD_EQUAL,
+		 .number = expect_mod},
+		{.key = KVC_MGMT_LEADER_KEY, .target = KVC_ETCD_CMP_VALUE, .result = KVC_ETCD_EQUAL,
+		 .value = m->name, .value_len = strlen(m->name)},
+	};
+	struct kvc_etcd_op put = {.kind = KVC_ETCD_OP_PUT, .key = KVC_MGMT_ROUTING_KEY,
+	                          .value = blob, .value_len = len};
+	struct kvc_etcd_txn txn = {.cmp = cmp, .n_cmp = 2, .success = &put, .n_success = 1};
+	struct kvc_etcd_kvs out = {0};
+	int rc = kvc_etcd_txn(m->etcd, &txn, &out);
+	if (rc == 1)
+		*mod = out.revision;
+	kvc_etcd_kvs_free(&out);
+	free(blob);
+	return rc;
+}
+
+/* Just elected: the table from etcd, or the cluster file's when there is
+ * none yet. Returns 0 or -errno. */
+static int take_table(struct kvc_manager *m)
+{
+	struct kvc_etcd_kvs kvs = {0};
+	struct kvc_chains *t = malloc(sizeof(*t));
+	int64_t mod = 0;
+	int rc = t ? kvc_etcd_get(m->etcd, KVC_MGMT_ROUTING_KEY, &kvs) : -ENOMEM;
+	if (rc == 1) {
+		mod = kvs.kvs[0].mod_revision;
+		rc = table_of(m->config, kvs.kvs[0].value, kvs.kvs[0].value_len, t);
+		if (rc == 0 && t->count != m->home.count)
+			rc = -EINVAL; /* the cluster file's targets changed: not handled yet */
+		if (rc < 0)
+			kvc_log_error("the routing table in etcd does not fit this cluster file: %s",
+			              strerror(-rc));
+	} else if (rc == 0) {
+		*t = m->home;
+		rc = store(m, t, 0, &mod) == 1 ? 0 : -EAGAIN;
+	}
+	if (rc == 0) {
+		pthread_mutex_lock(&m->lock);
+		m->table = *t;
+		m->routing_mod = mod;
+		int64_t now = (int64_t)kvc_clock_monotonic_ns();
+		for (uint32_t s = 0; s < KVC_CONFIG_MAX_SERVERS; s++)
+			m->last_heartbeat_ns[s] = now; /* a full timeout to say hello */
+		m->report_count = 0;
+		m->leader = true;
+		pthread_cond_broadcast(&m->changed);
+		pthread_mutex_unlock(&m->lock);
+		kvc_log_info("leading: routing table version %llu",
+		             (unsigned long long)t->version);
+	}
+	kvc_etcd_kvs_free(&kvs);
+	free(t);
+	return rc;
+}
+
+static void step_down(struct kvc_manager *m, const char *why)
+{
+	pthread_mutex_lock(&m->lock);
+	bool was = m->leader;
+	m->leader = false;
+	pthread_cond_broadcast(&m->changed);
+	pthread_mutex_unlock(&m->lock);
+	if (was)
+		kvc_log_warn("no longer leading: %s", why);
+}
+
+static bool leading(struct kvc_manager *m)
+{
+	pthread_mutex_lock(&m->lock);
+	bool l = m->leader;
+	pthread_mutex_unlock(&m->lock);
+	return l;
+}
+
+/* One pass of the monitor: plan, store, install. */
+static void monitor_pass(struct kvc_manager *m)
+{
+	struct kvc_chains *t = malloc(sizeof(*t));
+	if (!t)
+		return;
+	bool silent[KVC_CONFIG_MAX_SERVERS] = {false};
+	struct kvc_msg_mgmt_synced reports[KVC_MGMT_MAX_REPORTS];
+	pthread_mutex_lock(&m->lock);
+	int64_t now = (int64_t)kvc_clock_monotonic_ns(), mod = m->routing_mod;
+	for (uint32_t s = 0; s < m->config->server_count; s++)
+		silent[s] = now - m->last_heartbeat_ns[s] >
+		            (int64_t)m->config->failure_timeout_ms * 1000000;
+	uint32_t nreports = m->report_count;
+	memcpy(reports, m->reports, nreports * sizeof(reports[0]));
+	m->report_count = 0;
+	*t = m->table;
+	pthread_mutex_unlock(&m->lock);
+	if (kvc_manager_plan(m->config, &m->home, silent, reports, nreports, t)) {
+		int64_t new_mod = 0;
+		int rc = store(m, t, mod, &new_mod);
+		if (rc == 1) {
+			pthread_mutex_lock(&m->lock);
+			m->table = *t;
+			m->routing_mod = new_mod;
+			m->changes++;
+			pthread_cond_broadcast(&m->changed);
+			pthread_mutex_unlock(&m->lock);
+			kvc_log_info("routing table version %llu", (unsigned long long)t->version);
+		} else if (rc == 0) {
+			step_down(m, "the table or the lead changed in etcd");
+		} else {
+			/* etcd unreachable: try again next pass (reports kept) */
+			pthread_mutex_lock(&m->lock);
+			for (uint32_t r = 0; r < nreports && m->report_count < KVC_MGMT_MAX_REPORTS; r++)
+				m->reports[m->report_count++] = reports[r];
+			pthread_mutex_unlock(&m->lock);
+		}
+	}
+	free(t);
+}
+
+static void *leader_main(void *arg)
+{
+	struct kvc_manager *m = arg;
+	int beat = m->config->heartbeat_ms;
+	int64_t ttl = (m->config->failure_timeout_ms + 999) / 1000;
+	if (ttl < 2)
+		ttl = 2;
+	for (;;) {
+		int64_t lease = 0;
+		struct kvc_etcd_kvs current = {0};
+		int rc = kvc_etcd_lease_grant(m->etcd, ttl, &lease);
+		if (rc == 0)
+			rc = kvc_etcd_put_if_absent(m->etcd, KVC_MGMT_LEADER_KEY, m->name,
+			                            strlen(m->name), lease, &current);
+		kvc_etcd_kvs_free(&current);
+		if (rc == 1 && take_table(m) == 0) {
+			int64_t last_alive = (int64_t)kvc_clock_monotonic_ns();
+			while (leading(m)) {
+				int64_t left = 0;
+				int64_t now = (int64_t)kvc_clock_monotonic_ns();
+				if (kvc_etcd_lease_keepalive(m->etcd, lease, &left) == 0 && left > 0)
+					last_alive = now;
+				else if (now - last_alive > ttl * 1000000000ll / 2)
+					step_down(m, "the lead's lease could not be kept alive");
+				monitor_pass(m);
+				sleep_ms(beat / 2 > 50 ? beat / 2 : 50);
+			}
+		}
+		if (lease)
+			kvc_etcd_lease_revoke(m->etcd, lease);
+		sleep_ms(beat);
+	}
+	return NULL;
+}
+
+int kvc_manager_start(struct kvc_manager *m, const struct kvc_config *config,
+                      const char *name)
+{
+	memset(m, 0, sizeof(*m));
+	m->config = config;
+	m->name = name;
+	pthread_condattr_t attr;
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_mutex_init(&m->lock, NULL);
+	pthread_cond_init(&m->changed, &attr);
+	pthread_condattr_destroy(&attr);
+	int rc = kvc_chains_build(config, &m->home);
+	if (rc == 0)
+		rc = kvc_etcd_open(config->etcd, config->connect_timeout_ms, &m->etcd);
+	pthread_t thread;
+	if (rc == 0)
+		rc = -pthread_create(&thread, NULL, leader_main, m);
+	if (rc == 0)
+		pthread_detach(thread);
+	return rc;
+}
+
+int64_t kvc_manager_heartbeat(struct kvc_manager *m, uint32_t server,
+                              const struct kvc_msg_mgmt_synced *synced, uint32_t count)
+{
+	int64_t rc;
+	pthread_mutex_lock(&m->lock);
+	if (!m->leader) {
+		rc = -EAGAIN;
+	} else {
+		m->last_heartbeat_ns[server] = (int64_t)kvc_clock_monotonic_ns();
+		for (uint32_t i = 0; i < count && m->report_count < KVC_MGMT_MAX_REPORTS; i++)
+			m->reports[m->report_count++] = synced[i];
+		rc = (int64_t)m->table.version;
+	}
+	pthread_mutex_unlock(&m->lock);
+	return rc;
+}
+
+int kvc_manager_routing(struct kvc_manager *m, uint64_t known, uint32_t wait_ms,
+                        struct kvc_chains *out)
+{
+	struct timespec deadline;
+	clock_gettime(CLOCK_MONOTONIC, &deadline);
+	deadline.tv_sec += wait_ms / 1000;
+	deadline.tv_nsec += (long)(wait_ms % 1000) * 1000000;
+	if (deadline.tv_nsec >= 1000000000) {
+		deadline.tv_sec++;
+		deadline.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&m->lock);
+	while (m->leader && m->table.version == known &&
+	       pthread_cond_timedwait(&m->changed, &m->lock, &deadline) == 0)
+		;
+	int rc = !m->leader ? -EAGAIN : m->table.version != known;
+	if (rc == 1)
+		*out = m->table;
+	pthread_mutex_unlock(&m->lock);
+	return rc;
+}

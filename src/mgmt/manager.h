@@ -1,0 +1,96 @@
+/*
+ * manager: the cluster manager's state and its work (kvc-mgmt). Several
+ * managers may run; one leads, elected through an etcd lease
+ * (KVC_MGMT_LEADER_KEY: put if absent with the manager's lease; the lease
+ * is kept alive every heartbeat and lost when the manager dies or cannot
+ * reach etcd, so another takes over within the lease's ttl).
+ *
+ * The leader owns the routing table (core/chains.h: chains, their
+ * versions and members catching up), kept in etcd under
+ * KVC_MGMT_ROUTING_KEY (binary: kvc_mgmt_routing_blob then the chains as
+ * kvc_wire_chain), and in memory. Every change is written to etcd first,
+ * with a transaction that holds only while this manager still holds the
+ * leader key and nobody wrote the table since it read it; only then is it
+ * served. A manager that fails that compare steps down.
+ *
+ * Storage servers send heartbeats to the leader. One thread (the monitor)
+ * makes every change of the table, each pass:
+ *   - a server silent for failure_timeout_ms leaves the chains its targets
+ *     are in (each such chain's version goes up), except that a chain
+ *     never loses its last member serving reads;
+ *   - a target of a server that heartbeats again, not in its chain, joins
+ *     its chain (the one the cluster file put it in) at the tail,
+ *     catching up (syncing: it takes writes, serves no reads);
+ *   - a target its server reports caught up at its chain's current
+ *     version serves reads again.
+ * After taking the lead, every server gets a full failure_timeout_ms to
+ * send its first heartbeat.
+ *
+ * Locking: `lock` guards the table, the servers' last heartbeats and the
+ * pending reports; it is never held across an etcd call or a reply (the
+ * monitor copies, computes, writes to etcd, then installs under it).
+ */
+#ifndef KVC_MGMT_MANAGER_H
+#define KVC_MGMT_MANAGER_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/chains.h"
+#include "core/config.h"
+#include "mgmt/etcd.h"
+
+#define KVC_MGMT_LEADER_KEY "/kvcfs/leader"
+#define KVC_MGMT_ROUTING_KEY "/kvcfs/routing"
+
+struct kvc_mgmt_routing_blob {
+	uint64_t version;
+	uint32_t chain_count;
+	uint32_t magic; /* KVC_MGMT_ROUTING_MAGIC */
+};
+#define KVC_MGMT_ROUTING_MAGIC 0x4b52544eu /* "NTRK" */
+
+#define KVC_MGMT_MAX_REPORTS 256
+
+struct kvc_manager {
+	const struct kvc_config *config;
+	const char *name;
+	struct kvc_etcd *etcd;
+	struct kvc_chains home; /* the cluster file's table: where each target belongs */
+
+	pthread_mutex_t lock; /* everything below */
+	pthread_cond_t changed; /* the table's version went up, or the lead changed */
+	bool leader;
+	int64_t lease;
+	int64_t routing_mod; /* etcd mod_revision of the table we hold */
+	struct kvc_chains table;
+	int64_t last_heartbeat_ns[KVC_CONFIG_MAX_SERVERS];
+	uint32_t report_count;
+	struct kvc_msg_mgmt_synced reports[KVC_MGMT_MAX_REPORTS];
+	uint64_t changes; /* table changes made by this manager */
+};
+
+/* Set up (etcd handle, the cluster file's table) and start the election
+ * and monitor threads. Returns 0 or -errno. */
+int kvc_manager_start(struct kvc_manager *m, const struct kvc_config *config,
+                      const char *name);
+
+/* A heartbeat of server with its caught-up reports. Returns the table's
+ * version (> 0), or -EAGAIN when this manager does not lead. */
+int64_t kvc_manager_heartbeat(struct kvc_manager *m, uint32_t server,
+                              const struct kvc_msg_mgmt_synced *synced, uint32_t count);
+
+/* The table when its version is not `known`, waiting up to wait_ms for a
+ * change. Returns 1 (out filled), 0 (still known), -EAGAIN (not leading). */
+int kvc_manager_routing(struct kvc_manager *m, uint64_t known, uint32_t wait_ms,
+                        struct kvc_chains *out);
+
+/* The changes the monitor makes to `table` for this pass (pure: for tests
+ * and the monitor). silent[s]: server s missed its heartbeats. Returns
+ * whether anything changed (versions raised). */
+bool kvc_manager_plan(const struct kvc_config *config, const struct kvc_chains *home,
+                      const bool *silent, const struct kvc_msg_mgmt_synced *reports,
+                      uint32_t report_count, struct kvc_chains *table);
+
+#endif

@@ -1,0 +1,121 @@
+/* heartbeat: see heartbeat.h. */
+#include "storage/heartbeat.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/log.h"
+
+struct beat {
+	struct kvc_storage_service *svc;
+	uint32_t server;
+	int interval_ms;
+	uint32_t count;
+	struct kvc_rpc_pool pools[KVC_CONFIG_MAX_MANAGERS];
+};
+
+/* Reports of caught-up targets, sent until the table shows them serving. */
+static pthread_mutex_t reports_lock = PTHREAD_MUTEX_INITIALIZER; /* leaf */
+static struct kvc_msg_mgmt_synced reports[KVC_WIRE_MAX_SYNCED];
+static uint32_t report_count;
+
+void kvc_heartbeat_report_synced(uint32_t target, uint32_t chain_version)
+{
+	pthread_mutex_lock(&reports_lock);
+	uint32_t i = 0;
+	while (i < report_count && reports[i].target != target)
+		i++;
+	if (i < KVC_WIRE_MAX_SYNCED) {
+		reports[i] = (struct kvc_msg_mgmt_synced){target, chain_version};
+		if (i == report_count)
+			report_count++;
+	}
+	pthread_mutex_unlock(&reports_lock);
+}
+
+/* Drop the reports of targets the table shows serving (or gone). */
+static void prune(struct kvc_storage_client *peers)
+{
+	pthread_mutex_lock(&reports_lock);
+	for (uint32_t i = 0; i < report_count;) {
+		struct kvc_chain c;
+		bool keep = false;
+		for (uint32_t id = 0; kvc_storage_client_chain(peers, id, &c); id++) {
+			int pos = kvc_chains_position(&c, reports[i].target);
+			if (pos >= 0)
+				keep = (c.syncing >> pos) & 1u;
+		}
+		if (keep)
+			i++;
+		else
+			reports[i] = reports[--report_count];
+	}
+	pthread_mutex_unlock(&reports_lock);
+}
+
+static void *beat_main(void *arg)
+{
+	struct beat *b = arg;
+	uint32_t next = 0;
+	struct {
+		struct kvc_msg_mgmt_heartbeat head;
+		struct kvc_msg_mgmt_synced synced[KVC_WIRE_MAX_SYNCED];
+	} msg;
+	for (;;) {
+		struct kvc_chains now;
+		kvc_storage_client_chains(b->svc->peers, &now);
+		prune(b->svc->peers);
+		pthread_mutex_lock(&reports_lock);
+		msg.head = (struct kvc_msg_mgmt_heartbeat){.server = b->server,
+		                                           .synced_count = report_count,
+		                                           .routing_version = now.version};
+		memcpy(msg.synced, reports, report_count * sizeof(reports[0]));
+		pthread_mutex_unlock(&reports_lock);
+		uint32_t len = sizeof(msg.head) + msg.head.synced_count * sizeof(msg.synced[0]);
+		for (uint32_t k = 0; k < b->count; k++) {
+			uint32_t m = (next + k) % b->count;
+			struct kvc_msg_mgmt_routing_reply reply;
+			uint32_t reply_len = 0;
+			int rc = kvc_rpc_call(&b->pools[m], KVC_MSG_MGMT_HEARTBEAT, &msg, len, &reply,
+			                      sizeof(reply), &reply_len);
+			if (rc == 0 && reply_len == sizeof(reply)) {
+				next = m;
+				if (reply.version > now.version)
+					kvc_storage_client_refresh(b->svc->peers);
+				break;
+			}
+		}
+		struct timespec pause = {b->interval_ms / 1000, (long)(b->interval_ms % 1000) * 1000000};
+		nanosleep(&pause, NULL);
+	}
+	return NULL;
+}
+
+int kvc_heartbeat_start(struct kvc_storage_service *svc, const struct kvc_config *config,
+                        uint32_t server)
+{
+	if (config->manager_count == 0)
+		return 0;
+	struct beat *b = calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	*b = (struct beat){.svc = svc, .server = server, .interval_ms = config->heartbeat_ms,
+	                   .count = config->manager_count};
+	int rc = 0;
+	for (uint32_t i = 0; i < b->count && rc == 0; i++)
+		rc = kvc_rpc_pool_init(&b->pools[i], config->managers[i].address, &config->cred,
+		                       config->connect_timeout_ms, config->heartbeat_ms * 2);
+	pthread_t thread;
+	if (rc == 0)
+		rc = -pthread_create(&thread, NULL, beat_main, b);
+	if (rc < 0) {
+		free(b); /* pools of a failed start hold nothing but their mutex */
+		return rc;
+	}
+	pthread_detach(thread);
+	return 0;
+}

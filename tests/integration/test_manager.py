@@ -1,0 +1,197 @@
+"""The cluster manager (kvc-mgmt over etcd): five storage servers of three
+targets, replicas 3, two managers and a local etcd. A storage server
+killed or frozen during a read/write load through the mount leaves its
+chains (versions up) within the failure timeout: reads see no error,
+writes stall at most that long and go on, and every acknowledged byte is
+there afterwards. A server that returns rejoins its chains at the tail,
+catching up. Killing the leading manager under load costs no client an
+error, and another manager leads."""
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import tempfile
+import threading
+import time
+
+import pytest
+
+from conftest import CHUNK, PORT_BASE, Cluster, _drop_caches, wait_until
+
+SERVERS, TARGETS, REPLICAS = 5, 3, 3
+
+
+@pytest.fixture(scope="module")
+def mcluster():
+    base = tempfile.mkdtemp(prefix="kvc-mgmt-")
+    mount = tempfile.mkdtemp(prefix="kvc-mgmt-mnt-")
+    c = Cluster(base, mount, PORT_BASE + 700, http=f"127.0.0.1:{PORT_BASE + 8700}",
+                servers=SERVERS, replicas=REPLICAS, targets=TARGETS, managers=2)
+    c.stop()
+    c.start()
+    yield c
+    for name in [f"s{i}" for i in range(1, SERVERS + 1)] + ["m1", "m2"]:
+        try:
+            os.kill(c.pid(name), signal.SIGCONT)
+        except (OSError, ValueError):
+            pass
+    c.stop()
+    shutil.rmtree(base, ignore_errors=True)
+    os.rmdir(mount)
+
+
+def status(c):
+    return json.loads(c.admin("--json", "status", check=False).stdout)
+
+
+def members(c):
+    """target -> (chain, serving?) from the managers' table."""
+    out = {}
+    for ch in status(c)["chains"]:
+        for t in ch["targets"]:
+            out[t] = (ch["id"], t not in ch["syncing"])
+    return out
+
+
+def server_targets(name):
+    i = int(name[1:]) - 1
+    return set(range(i * TARGETS, (i + 1) * TARGETS))
+
+
+class Load:
+    """Writers and readers through the mount: each writer rewrites its
+    files with fresh bytes (fsync) and records what was acknowledged;
+    readers read back the last acknowledged bytes of finished files."""
+
+    def __init__(self, directory, writers=2, files=6):
+        self.dir = directory
+        self.stop = threading.Event()
+        self.acked = {}
+        self.lock = threading.Lock()
+        self.errors = []
+        self.write_stalls = []
+        self.threads = [threading.Thread(target=self.writer, args=(w, files))
+                        for w in range(writers)]
+        self.threads.append(threading.Thread(target=self.reader))
+
+    def writer(self, w, files):
+        rng = random.Random(w)
+        while not self.stop.is_set():
+            path = self.dir / f"w{w}-{rng.randrange(files)}"
+            data = rng.randbytes(rng.choice([4096, 70000, CHUNK + 123, 2 * CHUNK]))
+            start = time.monotonic()
+            try:
+                with open(path, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as e:
+                self.errors.append(f"write {path}: {e}")
+                continue
+            self.write_stalls.append(time.monotonic() - start)
+            with self.lock:
+                self.acked[path] = hashlib.sha256(data).hexdigest()
+
+    def reader(self):
+        while not self.stop.is_set():
+            with self.lock:
+                items = list(self.acked.items())
+            # Files are rewritten meanwhile, so their bytes are checked once
+            # the load stops (verify); here reads must only never fail.
+            for path, _ in items:
+                try:
+                    with open(path, "rb") as f:
+                        f.read()
+                except OSError as e:
+                    self.errors.append(f"read {path}: {e}")
+            time.sleep(0.05)
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join(120)
+
+    def verify(self):
+        _drop_caches()
+        for path, digest in self.acked.items():
+            with open(path, "rb") as f:
+                assert hashlib.sha256(f.read()).hexdigest() == digest, path
+
+
+def test_chains_come_from_the_managers(mcluster):
+    st = status(mcluster)
+    assert st["routing_version"] >= 1
+    assert len(st["chains"]) == SERVERS * TARGETS // REPLICAS
+    text = mcluster.admin("status").stdout
+    assert "from the managers" in text
+
+
+@pytest.mark.parametrize("how", ["kill", "freeze"])
+def test_a_lost_server_leaves_its_chains_and_returns(mcluster, how):
+    d = mcluster.mount / f"lost-{how}"
+    d.mkdir()
+    victim = "s3"
+    lost = server_targets(victim)
+    before = status(mcluster)["routing_version"]
+    with Load(d) as load:
+        wait_until(lambda: len(load.acked) >= 4, timeout=60)
+        if how == "kill":
+            os.kill(mcluster.pid(victim), signal.SIGKILL)
+        else:
+            os.kill(mcluster.pid(victim), signal.SIGSTOP)
+        # the manager takes the server's targets out of their chains
+        assert wait_until(lambda: not (lost & set(members(mcluster))), timeout=30)
+        written = len(load.write_stalls)
+        # and writes go on
+        assert wait_until(lambda: len(load.write_stalls) >= written + 6, timeout=60)
+        if how == "kill":
+            mcluster.restart(victim)
+        else:
+            os.kill(mcluster.pid(victim), signal.SIGCONT)
+        # back, at the tail of their chains, catching up
+        assert wait_until(lambda: lost <= set(members(mcluster)), timeout=30)
+        time.sleep(1)
+    assert load.errors == []
+    # no write waited much longer than detection (1.5 s) plus a retry
+    assert max(load.write_stalls) < 30
+    assert status(mcluster)["routing_version"] > before
+    load.verify()
+    for t in lost:
+        chain, serving = members(mcluster)[t]
+        ch = next(c for c in status(mcluster)["chains"] if c["id"] == chain)
+        assert ch["targets"][-1] == t or t in ch["syncing"] or serving
+
+
+def test_killing_the_leading_manager_costs_no_client_an_error(mcluster):
+    d = mcluster.mount / "leader"
+    d.mkdir()
+    logs = mcluster.dir / "logs"
+
+    def leader():
+        for m in ("m1", "m2"):
+            text = (logs / f"{m}.log").read_text()
+            if text.rfind("leading:") > text.rfind("no longer leading"):
+                return m
+        return None
+
+    first = leader()
+    assert first in ("m1", "m2")
+    with Load(d) as load:
+        wait_until(lambda: len(load.acked) >= 4, timeout=60)
+        mcluster.restart(first)  # kill -9, then start again as a stand-by
+        other = "m2" if first == "m1" else "m1"
+        assert wait_until(lambda: "leading:" in (logs / f"{other}.log").read_text(),
+                          timeout=30)
+        n = len(load.write_stalls)
+        assert wait_until(lambda: len(load.write_stalls) >= n + 6, timeout=60)
+    assert load.errors == []
+    load.verify()
+    # the new leader still follows failures: the table is served
+    assert status(mcluster)["routing_version"] >= 1
