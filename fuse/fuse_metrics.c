@@ -131,7 +131,8 @@ static int register_all(struct kvc_metrics *r, struct kvc_fuse *fs)
 	if (!m.ring_completed || !m.ring_depth || !m.rings || !m.usrbio_clients || !m.events_up ||
 	    !m.events)
 		return -ENOMEM;
-	return kvc_metrics_collector(r, collect, fs);
+	int rc = kvc_storage_client_metrics(&fs->storage, r, "kvc_fuse");
+	return rc < 0 ? rc : kvc_metrics_collector(r, collect, fs);
 }
 
 int kvc_fuse_metrics_start(struct kvc_fuse *fs)

@@ -298,6 +298,7 @@ int kvc_storage_client_with_routing(struct kvc_storage_client *client,
 				break; /* no change came: the failure stands */
 		}
 		version = seen;
+		atomic_fetch_add_explicit(&client->routing_retries, 1, memory_order_relaxed);
 		(void)run(client, again, n);
 		for (int k = 0; k < n; k++)
 			ios[failed[k]].result = again[k].result;

@@ -60,7 +60,13 @@ struct kvc_storage_client {
 	_Atomic uint32_t manager_next; /* the one that answered last */
 	int failure_timeout_ms;
 	bool following;
+	/* Counts for metrics: pieces read again from another member, batches
+	 * run again on a new table. */
+	_Atomic uint64_t replica_retries;
+	_Atomic uint64_t routing_retries;
 };
+
+struct kvc_metrics;
 
 /* One I/O of a batch: a byte range of a file and the caller's buffer. */
 struct kvc_storage_io {
@@ -144,6 +150,14 @@ void kvc_storage_client_chains(struct kvc_storage_client *client, struct kvc_cha
  * Returns the version then. */
 uint64_t kvc_storage_client_wait_routing(struct kvc_storage_client *client, uint64_t known,
                                          int timeout_ms);
+
+/* Register the routing table's metrics in registry (prefix, e.g.
+ * "kvc_fuse"): PREFIX_routing_version, PREFIX_chain_version{chain},
+ * PREFIX_chain_members{chain}, PREFIX_chain_catching_up{chain} (set when
+ * scraped), PREFIX_replica_retries_total, PREFIX_routing_retries_total.
+ * Returns 0 or -ENOMEM. */
+int kvc_storage_client_metrics(struct kvc_storage_client *client, struct kvc_metrics *registry,
+                               const char *prefix);
 
 /* Send one CHUNK_WRITE (a chain member passing a write on to the next:
  * msg->target names it) and wait for its answer. Returns the answer's

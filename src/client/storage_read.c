@@ -124,6 +124,7 @@ static void read_again(struct read_plan *plan, const struct read_request *req, u
 			plan->retry_cap = cap;
 		}
 	}
+	atomic_fetch_add_explicit(&plan->client->replica_retries, 1, memory_order_relaxed);
 	if (plan->retry_count < plan->retry_cap) {
 		struct read_retry *r = &plan->retries[plan->retry_count++];
 		r->piece = req->pieces[k];

@@ -5,11 +5,13 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "core/log.h"
+#include "core/metrics.h"
 
 /* A round in which no manager answered is followed by this pause. */
 #define ROUND_PAUSE_MS 200
@@ -161,4 +163,75 @@ int kvc_storage_client_follow(struct kvc_storage_client *client)
 	pthread_detach(thread);
 	client->following = true;
 	return 0;
+}
+
+/* The routing metrics of one client (a process has one client that
+ * registers them). */
+struct routing_metrics {
+	struct kvc_storage_client *client;
+	struct kvc_metrics *registry;
+	char prefix[48];
+	struct kvc_metrics_gauge *version;
+	struct kvc_metrics_counter *replica_retries, *routing_retries;
+	struct kvc_metrics_gauge *chain[KVC_WIRE_MAX_TARGETS][3];
+};
+
+static void collect_routing(void *arg)
+{
+	struct routing_metrics *rm = arg;
+	struct kvc_chains *t = malloc(sizeof(*t));
+	if (!t)
+		return;
+	kvc_storage_client_chains(rm->client, t);
+	kvc_metrics_set(rm->version, (int64_t)t->version);
+	kvc_metrics_counter_set(rm->replica_retries, atomic_load(&rm->client->replica_retries));
+	kvc_metrics_counter_set(rm->routing_retries, atomic_load(&rm->client->routing_retries));
+	static const char *const names[3] = {"chain_version", "chain_members",
+	                                     "chain_catching_up"};
+	static const char *const help[3] = {
+		"Version of each chain in the routing table (raised by every change).",
+		"Members of each chain (targets holding its chunks).",
+		"Members of each chain catching up (taking writes, serving no reads)."};
+	for (uint32_t c = 0; c < t->count; c++) {
+		const struct kvc_chain *ch = &t->chains[c];
+		int64_t value[3] = {ch->version, ch->count, __builtin_popcount(ch->syncing)};
+		for (int k = 0; k < 3; k++) {
+			if (!rm->chain[c][k]) { /* a collector may register series */
+				char name[96], id[16];
+				snprintf(name, sizeof(name), "%s_%s", rm->prefix, names[k]);
+				snprintf(id, sizeof(id), "%u", c);
+				const struct kvc_metrics_label label = {"chain", id};
+				rm->chain[c][k] = kvc_metrics_gauge(rm->registry, name, help[k], &label, 1);
+			}
+			kvc_metrics_set(rm->chain[c][k], value[k]);
+		}
+	}
+	free(t);
+}
+
+int kvc_storage_client_metrics(struct kvc_storage_client *client, struct kvc_metrics *registry,
+                               const char *prefix)
+{
+	struct routing_metrics *rm = calloc(1, sizeof(*rm)); /* lives as the registry does */
+	if (!rm)
+		return -ENOMEM;
+	char name[96];
+	rm->client = client;
+	rm->registry = registry;
+	snprintf(rm->prefix, sizeof(rm->prefix), "%s", prefix);
+	snprintf(name, sizeof(name), "%s_routing_version", prefix);
+	rm->version = kvc_metrics_gauge(registry, name,
+	                                "Version of the routing table in use (1: the cluster "
+	                                "file's; then the managers').", NULL, 0);
+	snprintf(name, sizeof(name), "%s_replica_retries_total", prefix);
+	rm->replica_retries = kvc_metrics_counter(
+		registry, name, "Read pieces read again from another chain member.", NULL, 0);
+	snprintf(name, sizeof(name), "%s_routing_retries_total", prefix);
+	rm->routing_retries = kvc_metrics_counter(
+		registry, name, "Batches run again after the routing table changed.", NULL, 0);
+	if (!rm->version || !rm->replica_retries || !rm->routing_retries) {
+		free(rm);
+		return -ENOMEM;
+	}
+	return kvc_metrics_collector(registry, collect_routing, rm);
 }

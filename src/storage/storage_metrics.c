@@ -97,6 +97,8 @@ int kvc_storage_metrics_start(struct kvc_storage_service *svc, struct kvc_server
 	int rc = kvc_server_metrics_register(server, m, "kvc_storage", kvc_storage_service_serves);
 	if (rc == 0)
 		rc = register_targets(m, svc);
+	if (rc == 0 && svc->peers)
+		rc = kvc_storage_client_metrics(svc->peers, m, "kvc_storage");
 	if (rc == 0 && *address)
 		rc = kvc_metrics_http_start(address, m, &http); /* serves until exit */
 	if (rc < 0) {

@@ -195,3 +195,31 @@ def test_killing_the_leading_manager_costs_no_client_an_error(mcluster):
     load.verify()
     # the new leader still follows failures: the table is served
     assert status(mcluster)["routing_version"] >= 1
+
+
+def scrape(address):
+    import urllib.request
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    return values
+
+
+def test_routing_metrics(mcluster):
+    """After the failures above: the clients' routing version moved past
+    the cluster file's, each chain's version and members are there, and
+    kvc-fuse counted writes run again on a new table."""
+    version = status(mcluster)["routing_version"]
+    for address, prefix in [(mcluster.fuse_metrics, "kvc_fuse"),
+                            (mcluster.storage_metrics[0], "kvc_storage")]:
+        m = scrape(address)
+        assert wait_until(lambda: scrape(address)[f"{prefix}_routing_version"] >= version,
+                          timeout=20)
+        for ch in status(mcluster)["chains"]:
+            assert m[f'{prefix}_chain_members{{chain="{ch["id"]}"}}'] >= 1
+            assert f'{prefix}_chain_version{{chain="{ch["id"]}"}}' in m
+    assert scrape(mcluster.fuse_metrics)["kvc_fuse_routing_retries_total"] >= 1
