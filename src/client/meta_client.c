@@ -13,7 +13,7 @@ static int call_attr(struct kvc_meta_client *client, uint16_t type, const void *
 int kvc_meta_client_init(struct kvc_meta_client *client, const struct kvc_config *config)
 {
 	client->retry_ms = config->manager_count
-	                 ? 2 * config->failure_timeout_ms + 2 * config->io_timeout_ms
+	                 ? 2 * config->failure_timeout_ms + 4 * config->io_timeout_ms + 1000
 	                 : 0;
 	return kvc_rpc_pool_init(&client->pool, config->meta_address, &config->cred,
 	                         config->connect_timeout_ms, config->io_timeout_ms);

@@ -249,6 +249,15 @@ int kvc_storage_client_write_batch(struct kvc_storage_client *client,
 	return kvc_storage_client_with_routing(client, ios, count, write_batch_once);
 }
 
+int64_t kvc_storage_client_patience_ns(const struct kvc_storage_client *client)
+{
+	/* Detection (the manager's failure timeout, twice for a heartbeat that
+	 * just missed it), plus an attempt that met a stopped server: a
+	 * connection and a fresh one, each up to the io timeout. */
+	int io = client->server_count ? client->pools[0].io_timeout_ms : 0;
+	return (2ll * client->failure_timeout_ms + 2ll * io + 1000) * 1000000;
+}
+
 /* What a new routing table may cure: a member down or stopped (-EIO,
  * -ETIMEDOUT), a table older or newer than the server's (-ESTALE, -ENXIO). */
 static bool routing_may_cure(int rc)
@@ -269,7 +278,7 @@ int kvc_storage_client_with_routing(struct kvc_storage_client *client,
 		return rc;
 	/* Long enough for the manager to notice a failure and change chains. */
 	int64_t deadline = (int64_t)kvc_clock_monotonic_ns() +
-	                   (2ll * client->failure_timeout_ms + 1000) * 1000000;
+	                   kvc_storage_client_patience_ns(client);
 	int *failed = malloc((size_t)count * sizeof(*failed));
 	struct kvc_storage_io *again = malloc((size_t)count * sizeof(*again));
 	while (failed && again && rc < 0) {
@@ -364,7 +373,7 @@ static int each_target(struct kvc_storage_client *client, const struct kvc_layou
 		return -EINVAL;
 	int count = kvc_layout_chains(layout, chains, KVC_WIRE_MAX_TARGETS);
 	int64_t deadline = (int64_t)kvc_clock_monotonic_ns() +
-	                   (2ll * client->failure_timeout_ms + 1000) * 1000000;
+	                   kvc_storage_client_patience_ns(client);
 	int result;
 	for (;;) {
 		struct kvc_chains now;

@@ -125,7 +125,8 @@ int kvc_storage_client_write(struct kvc_storage_client *client, uint64_t inode,
  * answers) and keep it current on a thread of its own, which long-polls
  * the leading manager. From then on, writes (and reads that no replica
  * could serve) that fail while the table may be about to change are
- * retried on the new table, for up to twice failure_timeout_ms: a write
+ * retried on the new table, for up to twice failure_timeout_ms plus two
+ * io timeouts (an attempt that met a stopped server): a write
  * to a chain whose member died stalls for the detection time, then goes
  * on. Returns 0 or -errno (no thread). */
 int kvc_storage_client_follow(struct kvc_storage_client *client);

@@ -27,12 +27,15 @@ int kvc_storage_client_for_each_piece(struct kvc_storage_client *client,
 
 /* Run a batch (run: one try over the table in use); when the client
  * follows the managers and ios failed for what a new table may cure,
- * wait for the table to change (at most twice failure_timeout_ms in all)
+ * wait for the table to change (kvc_storage_client_patience_ns in all)
  * and run those again. Returns 0 or the first io's error. */
 int kvc_storage_client_with_routing(struct kvc_storage_client *client,
                                     struct kvc_storage_io *ios, int count,
                                     int (*run)(struct kvc_storage_client *client,
                                                struct kvc_storage_io *ios, int count));
+
+/* How long an operation waits out a failure for a new routing table. */
+int64_t kvc_storage_client_patience_ns(const struct kvc_storage_client *client);
 
 /* Reads avoid a server that just failed them this long. */
 #define KVC_STORAGE_AVOID_NS (2ll * 1000 * 1000 * 1000)

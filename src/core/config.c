@@ -279,6 +279,9 @@ static int section_key(struct parser *p, const char *key, const char *value)
 		if (strcmp(key, "address") == 0)
 			return copy_string(p, c->managers[c->manager_count - 1].address,
 			                   sizeof(c->managers[0].address), key, value);
+		if (strcmp(key, "metrics") == 0)
+			return metrics_address(p, c->managers[c->manager_count - 1].metrics,
+			                       sizeof(c->managers[0].metrics), value);
 		break;
 	case SECTION_META:
 		if (strcmp(key, "address") == 0)

@@ -63,6 +63,7 @@
  *   [mgmt m1]                   # optional, one per manager (kvc-mgmt): with
  *   address = 127.0.0.1:9410    # them the chain table lives in etcd and
  *                               # follows failures; without, it is this file's
+ *   metrics = 127.0.0.1:9420    # optional: its Prometheus metrics
  *   [fuse]
  *   mountpoint = /mnt/kvc
  *   metrics = 127.0.0.1:9299    # optional: kvc-fuse's GET /metrics, as
@@ -112,6 +113,7 @@ struct kvc_config_server {
 struct kvc_config_manager {
 	char name[KVC_CONFIG_NAME_MAX];
 	char address[KVC_NET_ADDRESS_MAX];
+	char metrics[KVC_NET_ADDRESS_MAX]; /* "" when off */
 };
 
 struct kvc_config_target {

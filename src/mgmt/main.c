@@ -12,6 +12,8 @@
 #include "core/cli.h"
 #include "core/config.h"
 #include "core/log.h"
+#include "core/metrics.h"
+#include "core/metrics_http.h"
 #include "core/net.h"
 #include "core/server.h"
 #include "mgmt/manager.h"
@@ -87,6 +89,23 @@ int main(int argc, char **argv)
 	                             .handle = kvc_mgmt_service_handle,
 	                             .service = &manager, .name = "kvc-mgmt"};
 	kvc_server_configure(&server, &config);
+	if (me->metrics[0]) {
+		struct kvc_metrics *registry = kvc_metrics_create();
+		struct kvc_metrics_http *http;
+		rc = registry ? kvc_server_metrics_register(&server, registry, "kvc_mgmt",
+		                                            kvc_mgmt_service_serves)
+		              : -ENOMEM;
+		if (rc == 0)
+			rc = kvc_manager_metrics(&manager, registry);
+		if (rc == 0)
+			rc = kvc_metrics_http_start(me->metrics, registry, &http); /* until exit */
+		if (rc < 0) {
+			fprintf(stderr, "kvc-mgmt: cannot serve metrics on %s: %s\n", me->metrics,
+			        strerror(-rc));
+			return 1;
+		}
+		kvc_log_info("metrics on http://%s/metrics", me->metrics);
+	}
 	rc = kvc_server_run(&server);
 	kvc_log_error("accept failed: %s", strerror(-rc));
 	return 1;

@@ -9,6 +9,7 @@
 
 #include "core/clock.h"
 #include "core/log.h"
+#include "core/metrics.h"
 
 static void sleep_ms(int ms)
 {
@@ -312,6 +313,7 @@ int64_t kvc_manager_heartbeat(struct kvc_manager *m, uint32_t server,
 		rc = -EAGAIN;
 	} else {
 		m->last_heartbeat_ns[server] = (int64_t)kvc_clock_monotonic_ns();
+		m->heartbeats++;
 		for (uint32_t i = 0; i < count && m->report_count < KVC_MGMT_MAX_REPORTS; i++)
 			m->reports[m->report_count++] = synced[i];
 		rc = (int64_t)m->table.version;
@@ -340,4 +342,51 @@ int kvc_manager_routing(struct kvc_manager *m, uint64_t known, uint32_t wait_ms,
 		*out = m->table;
 	pthread_mutex_unlock(&m->lock);
 	return rc;
+}
+
+struct manager_metrics {
+	struct kvc_manager *m;
+	struct kvc_metrics_gauge *leader, *version, *silent;
+	struct kvc_metrics_counter *changes, *heartbeats;
+};
+
+static void collect(void *arg)
+{
+	struct manager_metrics *mm = arg;
+	struct kvc_manager *m = mm->m;
+	pthread_mutex_lock(&m->lock);
+	int64_t now = (int64_t)kvc_clock_monotonic_ns(), silent = 0;
+	for (uint32_t s = 0; s < m->config->server_count && m->leader; s++)
+		silent += now - m->last_heartbeat_ns[s] >
+		          (int64_t)m->config->failure_timeout_ms * 1000000;
+	kvc_metrics_set(mm->leader, m->leader);
+	kvc_metrics_set(mm->version, (int64_t)m->table.version);
+	kvc_metrics_set(mm->silent, silent);
+	kvc_metrics_counter_set(mm->changes, m->changes);
+	kvc_metrics_counter_set(mm->heartbeats, m->heartbeats);
+	pthread_mutex_unlock(&m->lock);
+}
+
+int kvc_manager_metrics(struct kvc_manager *m, struct kvc_metrics *registry)
+{
+	struct manager_metrics *mm = calloc(1, sizeof(*mm)); /* lives as the registry does */
+	if (!mm)
+		return -ENOMEM;
+	mm->m = m;
+	mm->leader = kvc_metrics_gauge(registry, "kvc_mgmt_leader",
+	                               "1 while this manager leads, else 0.", NULL, 0);
+	mm->version = kvc_metrics_gauge(registry, "kvc_mgmt_routing_version",
+	                                "Version of the routing table this manager holds.", NULL, 0);
+	mm->silent = kvc_metrics_gauge(registry, "kvc_mgmt_servers_silent",
+	                               "Storage servers past failure_timeout_ms without a "
+	                               "heartbeat (leader only).", NULL, 0);
+	mm->changes = kvc_metrics_counter(registry, "kvc_mgmt_table_changes_total",
+	                                  "Routing table changes this manager made.", NULL, 0);
+	mm->heartbeats = kvc_metrics_counter(registry, "kvc_mgmt_heartbeats_total",
+	                                     "Heartbeats taken while leading.", NULL, 0);
+	if (!mm->leader || !mm->version || !mm->silent || !mm->changes || !mm->heartbeats) {
+		free(mm);
+		return -ENOMEM;
+	}
+	return kvc_metrics_collector(registry, collect, mm);
 }

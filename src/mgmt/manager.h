@@ -69,7 +69,14 @@ struct kvc_manager {
 	uint32_t report_count;
 	struct kvc_msg_mgmt_synced reports[KVC_MGMT_MAX_REPORTS];
 	uint64_t changes; /* table changes made by this manager */
+	uint64_t heartbeats; /* heartbeats taken while leading */
 };
+
+struct kvc_metrics;
+/* Register the manager's metrics (kvc_mgmt_leader, _routing_version,
+ * _table_changes_total, _heartbeats_total, _servers_silent) in registry.
+ * Returns 0 or -ENOMEM. */
+int kvc_manager_metrics(struct kvc_manager *m, struct kvc_metrics *registry);
 
 /* Set up (etcd handle, the cluster file's table) and start the election
  * and monitor threads. Returns 0 or -errno. */

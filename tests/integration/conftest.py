@@ -51,6 +51,8 @@ class Cluster:
         self.etcd = f"http://127.0.0.1:{port_base + 50}"
         self.manager_addresses = [f"127.0.0.1:{port_base + 60 + i}"
                                   for i in range(1, managers + 1)]
+        self.manager_metrics = [f"127.0.0.1:{port_base + 70 + i}"
+                                for i in range(1, managers + 1)]
         # Prometheus metrics (kvc-cluster's scheme): storage sI on base+10+I,
         # kvc-fuse on base+10; kvc-meta's on its HTTP address.
         self.storage_metrics = [f"127.0.0.1:{port_base + 10 + i}"
@@ -69,8 +71,9 @@ class Cluster:
             f"\n[storage s{i}]\naddress = {a}\nmetrics = {m}\n" +
             "".join(f"target = {self.dir}/s{i}/t{t}\n" for t in range(self.targets))
             for i, (a, m) in enumerate(zip(self.storage_addresses, self.storage_metrics), 1))
-        managers = "".join(f"\n[mgmt m{i}]\naddress = {a}\n"
-                           for i, a in enumerate(self.manager_addresses, 1))
+        managers = "".join(f"\n[mgmt m{i}]\naddress = {a}\nmetrics = {m}\n"
+                           for i, (a, m) in enumerate(zip(self.manager_addresses,
+                                                          self.manager_metrics), 1))
         top = (f"etcd = {self.etcd}\nheartbeat_ms = 200\nfailure_timeout_ms = 1500\n"
                if self.manager_addresses else "")
         self.conf.write_text(
