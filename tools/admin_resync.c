@@ -87,8 +87,12 @@ static void print_summary(uint32_t target, const struct kvc_msg_resync_status *s
 int admin_resync_run(struct kvc_storage_client *storage, const struct admin_resync *o)
 {
 	struct kvc_msg_resync_status s;
-	if (o->target >= storage->target_count)
-		return fail("no such", o->target, -ENXIO);
+	if (o->target >= storage->target_count || (!o->status_only &&
+	                                           o->source >= storage->target_count)) {
+		fprintf(stderr, "kvc-admin resync: the cluster has targets 0 to %u only\n",
+		        storage->target_count - 1);
+		return 1;
+	}
 	if (!o->status_only) {
 		const struct kvc_chains *table = &storage->chains;
 		uint32_t c = 0;
