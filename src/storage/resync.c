@@ -191,11 +191,12 @@ static int run_passes(struct run *r)
 	return -EAGAIN;
 }
 
-int kvc_resync_target(struct kvc_storage_service *svc, uint32_t target, uint32_t source,
-                      uint32_t chain, uint32_t chain_version)
+/* The resync, with the target's syncing flag held; the flag is let go
+ * before the final state is published, so whoever sees DONE or FAILED may
+ * start the next one at once. */
+static int run_held(struct kvc_storage_service *svc, uint32_t target, uint32_t source,
+                    uint32_t chain, uint32_t chain_version)
 {
-	if (!local(svc, target) || !svc->peers)
-		return -ENXIO;
 	struct run r = {.svc = svc, .store = svc->stores[target - svc->first_target],
 	                .st = state_of(svc, target), .target = target, .source = source,
 	                .chain = chain, .version = chain_version};
@@ -244,8 +245,20 @@ int kvc_resync_target(struct kvc_storage_service *svc, uint32_t target, uint32_t
 	}
 	atomic_store(&st->result, rc);
 	atomic_store(&st->ended_ns, (int64_t)kvc_clock_monotonic_ns());
+	atomic_store(&st->syncing, false);
 	atomic_store(&st->state, rc < 0 ? KVC_RESYNC_FAILED : KVC_RESYNC_DONE);
 	return rc;
+}
+
+int kvc_resync_target(struct kvc_storage_service *svc, uint32_t target, uint32_t source,
+                      uint32_t chain, uint32_t chain_version)
+{
+	if (!local(svc, target) || !svc->peers)
+		return -ENXIO;
+	bool idle = false;
+	if (!atomic_compare_exchange_strong(&state_of(svc, target)->syncing, &idle, true))
+		return -EBUSY;
+	return run_held(svc, target, source, chain, chain_version);
 }
 
 struct job {
@@ -258,8 +271,7 @@ static void *resync_main(void *arg)
 	struct job *job = arg;
 	struct kvc_storage_service *svc = job->svc;
 	const struct kvc_msg_chunk_resync *m = &job->request;
-	kvc_resync_target(svc, m->target, m->source, m->chain, m->chain_version);
-	atomic_store(&state_of(svc, m->target)->syncing, false);
+	run_held(svc, m->target, m->source, m->chain, m->chain_version);
 	free(job);
 	return NULL;
 }

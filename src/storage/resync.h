@@ -72,7 +72,7 @@
  * error: the caller runs it again.
  *
  * Threads: kvc_resync_target runs on the caller's thread (one resync of a
- * target at a time: kvc_resync_start's flag); kvc_resync_start runs it on
+ * target at a time: the syncing flag); kvc_resync_start runs it on
  * a detached thread of its own. Locks: none of its own; the in-flight
  * entry of K is taken before K's chunk lock (as chain_write does) and no
  * chunk lock is held across the network read.
@@ -114,9 +114,10 @@ struct kvc_resync_state {
 int kvc_resync_check(const struct kvc_storage_service *svc,
                      const struct kvc_msg_chunk_resync *request);
 
-/* Make local target hold what source holds (above), on this thread. The
- * caller holds the target's syncing flag (set it, or use
- * kvc_resync_start). Returns 0, -ESTALE, -EAGAIN (range operations kept
+/* Make local target hold what source holds (above), on this thread
+ * (checked as kvc_resync_check says, by the caller). Takes the target's
+ * syncing flag for the run (-EBUSY when a resync of it runs) and lets it
+ * go before the state says DONE or FAILED. Returns 0, -ESTALE, -EAGAIN (range operations kept
  * coming; a write in flight at the source for too long), a transport
  * -errno (-EIO, -ECONNREFUSED, -ETIMEDOUT: the source is unreachable), or
  * a local -errno (-ENOSPC, -EIO). */
@@ -124,7 +125,7 @@ int kvc_resync_target(struct kvc_storage_service *svc, uint32_t target, uint32_t
                       uint32_t chain, uint32_t chain_version);
 
 /* Check the request, take the target's flag (-EBUSY when a resync of it
- * runs) and run the resync on a thread of its own. Returns 0 (started) or
+ * runs) and run the resync on a thread of its own (the flag goes with it). Returns 0 (started) or
  * -errno. */
 int kvc_resync_start(struct kvc_storage_service *svc,
                      const struct kvc_msg_chunk_resync *request);

@@ -267,8 +267,15 @@ def test_resync_under_a_writer_ends_equal(rc):
     thread.start()
     try:
         assert wait_until(lambda: writes[0] >= 5 or errors, timeout=60)
+        before = writes[0]
         result = resync(rc, t, p)
+        # and again, from the other members, while the writes go on: each
+        # compares everything and copies what a write in flight left
+        # different for a moment
+        for source in (members[1], p):
+            resync(rc, t, source)
         done = writes[0]
+        print(f"writes before the resyncs {before}, during {done - before}")
         assert wait_until(lambda: writes[0] >= done + 5 or errors, timeout=60)
     finally:
         stop.set()
