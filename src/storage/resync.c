@@ -293,6 +293,7 @@ int kvc_resync_start(struct kvc_storage_service *svc, const struct kvc_msg_chunk
 		*job = (struct job){svc, *m};
 		/* Running state before the answer: a status asked right after
 		 * the reply sees this resync, not the last one. */
+		atomic_store(&st->started_ns, (int64_t)kvc_clock_monotonic_ns());
 		atomic_store(&st->state, KVC_RESYNC_RUNNING);
 		pthread_attr_init(&attr);
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
