@@ -19,6 +19,7 @@
 #include "client/meta_client.h"
 #include "client/pool_client.h"
 #include "client/storage_client.h"
+#include "admin_resync.h"
 
 struct admin {
 	struct kvc_config config;
@@ -30,6 +31,8 @@ struct admin {
 	char **args;               /* its operands */
 	int nargs;
 	bool repair;               /* fsck --repair */
+	const char *resync_target, *resync_from; /* resync --target, --from */
+	struct admin_resync resync;
 };
 
 static int report_error(const char *what, int rc)
@@ -508,6 +511,22 @@ static int cmd_ls(struct admin *a)
 	return rc < 0 ? report_error(path, rc) : 0;
 }
 
+static int cmd_resync(struct admin *a)
+{
+	struct admin_resync *o = &a->resync;
+	o->json = a->json;
+	if (!a->resync_target)
+		return kvc_cli_fail(a->cli, "--target T is required");
+	if (!o->status_only && !a->resync_from)
+		return kvc_cli_fail(a->cli, "--from P is required (or --status)");
+	if (parse_number(a, "--target", a->resync_target, &o->target) ||
+	    (a->resync_from && parse_number(a, "--from", a->resync_from, &o->source)))
+		return 2;
+	if (!o->status_only && o->source == o->target)
+		return kvc_cli_fail(a->cli, "--from must name another target than --target");
+	return admin_resync_run(&a->storage, o);
+}
+
 /* One row per command: adding a command is adding a row. */
 static const struct command {
 	const char *name;     /* one word, or a group's word and a verb */
@@ -537,6 +556,9 @@ static const struct command {
 	{"key evict", "NS KEY...", 2, -1, cmd_key_delete, NULL, "the same as delete"},
 	{"clear", "NS", 1, 1, cmd_clear, NULL, "delete every key of a namespace"},
 	{"fsck", "[--repair]", 0, 0, cmd_fsck, NULL, "cross-check page accounting (and fix it)"},
+	{"resync", "--target T --from P [--no-wait] [--status]", 0, 0, cmd_resync, "chains",
+	 "make target T hold what target P of its\nchain holds; prints progress until done\n"
+	 "(--no-wait: start it only; --status: show\nT's last resync, start nothing)"},
 };
 #define COMMANDS (sizeof(commands) / sizeof(commands[0]))
 
@@ -547,6 +569,14 @@ static const struct option fsck_options[] = {{"config", required_argument, 0, 'c
                                              {"json", no_argument, 0, 'j'},
                                              {"repair", no_argument, 0, 'r'},
                                              {0, 0, 0, 0}};
+
+static const struct option resync_options[] = {{"config", required_argument, 0, 'c'},
+                                              {"json", no_argument, 0, 'j'},
+                                              {"target", required_argument, 0, 't'},
+                                              {"from", required_argument, 0, 'f'},
+                                              {"status", no_argument, 0, 's'},
+                                              {"no-wait", no_argument, 0, 'n'},
+                                              {0, 0, 0, 0}};
 
 /* Whether command c's name starts with word (its group or its name). */
 static bool in_group(const struct command *c, const char *word)
@@ -662,11 +692,12 @@ static int parse_command(struct admin *a, const struct command *c, int argc, cha
 {
 	static char name[64];
 	static struct kvc_cli cli; /* a->cli: the command's errors name it */
-	bool fsck = c->run == cmd_fsck;
+	bool fsck = c->run == cmd_fsck, resync = c->run == cmd_resync;
 	char *usage = make_usage(NULL, c);
 	snprintf(name, sizeof(name), "kvc-admin %s", c->name);
-	cli = (struct kvc_cli){name, usage ? usage : "", fsck ? "c:jr" : "c:j",
-	                       fsck ? fsck_options : common_options, 0};
+	cli = (struct kvc_cli){name, usage ? usage : "",
+	                       fsck ? "c:jr" : resync ? "c:jt:f:sn" : "c:j",
+	                       fsck ? fsck_options : resync ? resync_options : common_options, 0};
 	a->cli = &cli;
 	int opt;
 	optind = 0;
@@ -675,6 +706,10 @@ static int parse_command(struct admin *a, const struct command *c, int argc, cha
 		case 'c': *config_path = optarg; break;
 		case 'j': a->json = true; break;
 		case 'r': a->repair = true; break;
+		case 't': a->resync_target = optarg; break;
+		case 'f': a->resync_from = optarg; break;
+		case 's': a->resync.status_only = true; break;
+		case 'n': a->resync.no_wait = true; break;
 		}
 	}
 	free(usage);

@@ -348,6 +348,9 @@ const char *kvc_wire_type_name(uint16_t type)
 	case KVC_MSG_CHUNK_PUNCH: return "chunk_punch";
 	case KVC_MSG_MGMT_HEARTBEAT: return "mgmt_heartbeat";
 	case KVC_MSG_MGMT_ROUTING: return "mgmt_routing";
+	case KVC_MSG_CHUNK_LIST: return "chunk_list";
+	case KVC_MSG_CHUNK_RESYNC: return "chunk_resync";
+	case KVC_MSG_CHUNK_RESYNC_STATUS: return "chunk_resync_status";
 	case KVC_MSG_IOV_REGISTER: return "iov_register";
 	case KVC_MSG_IOV_DEREGISTER: return "iov_deregister";
 	case KVC_MSG_FD_REGISTER: return "fd_register";

@@ -67,6 +67,12 @@
  *      MGMT_ROUTING (113): storage servers' heartbeats to the leading
  *      kvc-mgmt and everyone's routing table (chains, versions, members
  *      catching up).
+ *      gets -EAGAIN (ask the tail).
+ *      Also resync (a target catching up with another member of its
+ *      chain): CHUNK_LIST (72) pages through a target's chunks with their
+ *      length and chunk_crc; CHUNK_RESYNC (73) starts a catch-up of a
+ *      local target from another member on a thread of its own;
+ *      CHUNK_RESYNC_STATUS (74) tells its progress and result.
  */
 #ifndef KVC_WIRE_H
 #define KVC_WIRE_H
@@ -157,6 +163,9 @@ enum kvc_wire_type {
 	/* the cluster manager (kvc-mgmt) */
 	KVC_MSG_MGMT_HEARTBEAT = 112,
 	KVC_MSG_MGMT_ROUTING = 113,
+	KVC_MSG_CHUNK_LIST = 72,
+	KVC_MSG_CHUNK_RESYNC = 73,
+	KVC_MSG_CHUNK_RESYNC_STATUS = 74,
 	/* USRBIO control (kvc-fuse's local socket) */
 	KVC_MSG_IOV_REGISTER = 96,
 	KVC_MSG_IOV_DEREGISTER = 97,
@@ -566,6 +575,79 @@ struct kvc_msg_chunk_last_reply {
 	uint32_t length;
 	uint32_t reserved;
 };
+
+/* CHUNK_LIST: up to max_entries (1 .. KVC_WIRE_MAX_CHUNK_LIST) chunks of
+ * target in (inode, chunk) order, starting after (after_inode,
+ * after_chunk) when flags has KVC_CHUNK_LIST_AFTER, else from the first.
+ * Reply: kvc_msg_chunk_list_reply then count kvc_msg_chunk_entry; `more`
+ * is 1 when chunks remain after the last one (ask again after it). */
+#define KVC_WIRE_MAX_CHUNK_LIST 16384
+#define KVC_CHUNK_LIST_AFTER 1u
+struct kvc_msg_chunk_list {
+	uint64_t after_inode;
+	uint32_t after_chunk;
+	uint32_t target;
+	uint32_t max_entries;
+	uint32_t flags;
+};
+_Static_assert(sizeof(struct kvc_msg_chunk_list) == 24, "");
+struct kvc_msg_chunk_list_reply {
+	uint32_t count;
+	uint32_t more;
+};
+_Static_assert(sizeof(struct kvc_msg_chunk_list_reply) == 8, "");
+struct kvc_msg_chunk_entry {
+	uint64_t inode;
+	uint32_t chunk;
+	uint32_t length;    /* bytes of the chunk */
+	uint32_t chunk_crc; /* crc32c of its block crcs (docs/on-disk.md) */
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct kvc_msg_chunk_entry) == 24, "");
+_Static_assert(sizeof(struct kvc_msg_chunk_list_reply) +
+                       KVC_WIRE_MAX_CHUNK_LIST * sizeof(struct kvc_msg_chunk_entry) <=
+                       KVC_WIRE_MAX_BODY, "a whole page fits a body");
+
+/* CHUNK_RESYNC: make local `target` hold exactly what `source` (another
+ * member of `chain`, at chain_version) holds, on a thread of the server's
+ * own; the reply (empty) comes at once: 0 started, -EBUSY one runs for
+ * target, -ENXIO target not here or chain unknown, -ESTALE either is not
+ * a member of that chain version, -EINVAL source == target or flags.
+ * CHUNK_RESYNC_STATUS: kvc_msg_chunk_target; reply kvc_msg_resync_status
+ * of the last resync of target (state IDLE when none ran). */
+struct kvc_msg_chunk_resync {
+	uint32_t target;
+	uint32_t source;
+	uint32_t chain;
+	uint32_t chain_version;
+	uint32_t flags; /* 0 */
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct kvc_msg_chunk_resync) == 24, "");
+struct kvc_msg_chunk_target {
+	uint32_t target;
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct kvc_msg_chunk_target) == 8, "");
+#define KVC_RESYNC_IDLE 0u    /* none since the server started */
+#define KVC_RESYNC_RUNNING 1u
+#define KVC_RESYNC_DONE 2u    /* result 0 */
+#define KVC_RESYNC_FAILED 3u  /* result -errno */
+struct kvc_msg_resync_status {
+	uint32_t state;
+	int32_t result;
+	uint32_t source;
+	uint32_t chain;
+	uint32_t chain_version;
+	uint32_t passes;        /* whole comparisons made */
+	uint64_t compared;      /* chunks compared (both listings) */
+	uint64_t copied;        /* chunks set to the source's bytes */
+	uint64_t dropped;       /* chunks the source lacks, dropped here */
+	uint64_t bytes;         /* bytes copied */
+	uint64_t retries;       /* copies retried (a write in flight at the source) */
+	uint64_t elapsed_ms;    /* since it started (to its end when over) */
+};
+_Static_assert(sizeof(struct kvc_msg_resync_status) == 72, "");
 
 /* SPACE reply: count records, one per target the server serves. */
 struct kvc_msg_space_reply {

@@ -283,7 +283,7 @@ uint32_t kvc_chunk_record_crc(const struct record *rec)
 	return kvc_crc32c(0, rec->block_crc, rec->block_count * 4u);
 }
 
-static bool all_zeros(const uint8_t *data, uint32_t length)
+bool kvc_chunk_all_zeros(const uint8_t *data, uint32_t length)
 {
 	return data[0] == 0 && memcmp(data, data + 1, length - 1) == 0;
 }
@@ -330,9 +330,9 @@ static int lookup(struct kvc_chunk_store *store, uint64_t inode, uint32_t chunk,
 /* The write itself; the chunk's lock is held exclusively. zeros: data is
  * all zeros (put_zeros). An inline chunk (chunk_inline.c) stays in its
  * record when it can, else moves to its file first. */
-static int write_locked(struct kvc_chunk_store *store, uint64_t inode, uint32_t chunk,
-                        uint32_t offset, const uint8_t *data, uint32_t length, bool zeros,
-                        struct record *rec)
+int kvc_chunk_write_locked(struct kvc_chunk_store *store, uint64_t inode, uint32_t chunk,
+                           uint32_t offset, const uint8_t *data, uint32_t length, bool zeros,
+                           struct record *rec)
 {
 	uint8_t *inline_bytes;
 	int rc = 0;
@@ -388,13 +388,13 @@ int kvc_chunk_store_write(struct kvc_chunk_store *store, uint64_t inode, uint32_
 		return -EINVAL;
 	/* Zeros take no space (put_zeros): a punch's edges go through even
 	 * at the reserve. Other data must leave the reserve free. */
-	bool zeros = all_zeros(data, length);
+	bool zeros = kvc_chunk_all_zeros(data, length);
 	int rc = zeros ? 0 : kvc_reserve_admit(&store->reserve, length);
 	if (rc < 0)
 		return rc;
 	pthread_rwlock_t *lock = &store->locks[kvc_chunk_lock_slot(inode, chunk)];
 	pthread_rwlock_wrlock(lock);
-	rc = write_locked(store, inode, chunk, offset, data, length, zeros, &rec);
+	rc = kvc_chunk_write_locked(store, inode, chunk, offset, data, length, zeros, &rec);
 	pthread_rwlock_unlock(lock);
 	if (!zeros)
 		kvc_reserve_done(&store->reserve, length);
@@ -470,7 +470,7 @@ static int change_chunk(struct kvc_chunk_store *store, const struct range_op *op
 	return 1;
 }
 
-static void unlink_chunk(struct kvc_chunk_store *store, uint64_t inode, uint32_t chunk)
+void kvc_chunk_unlink(struct kvc_chunk_store *store, uint64_t inode, uint32_t chunk)
 {
 	char name[64];
 	chunk_file(inode, chunk, name, sizeof(name));
@@ -555,7 +555,7 @@ static int64_t range_batch(struct kvc_chunk_store *store, const struct range_op 
 		mdb_txn_abort(txn);
 	}
 	for (int i = 0; i < dropped_count && err == 0; i++)
-		unlink_chunk(store, op->inode, dropped[i]);
+		kvc_chunk_unlink(store, op->inode, dropped[i]);
 	for (int i = 0; i < held_count; i++)
 		pthread_rwlock_unlock(&store->locks[held[i]]);
 	*next = resume;
@@ -590,7 +590,7 @@ static int range_one(struct kvc_chunk_store *store, const struct range_op *op, u
 		mdb_txn_abort(txn);
 	}
 	if (result > 0 && drop)
-		unlink_chunk(store, op->inode, chunk);
+		kvc_chunk_unlink(store, op->inode, chunk);
 	pthread_rwlock_unlock(lock);
 	return result;
 }

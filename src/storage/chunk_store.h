@@ -70,8 +70,9 @@
  * are in the kernel's cache); kvc_chunk_store_sync makes everything durable.
  *
  * The module is chunk_store.c (open, records, writes, range operations),
- * chunk_inline.c (chunks kept in their record) and chunk_read.c (batched
- * reads and their ring).
+ * chunk_inline.c (chunks kept in their record), chunk_read.c (batched
+ * reads and their ring) and chunk_list.c (the listing and the whole-chunk
+ * set a resync uses).
  *
  * Reads queue the disk work of every piece of a batch on io_uring at once
  * (up to the ring's size per round), each into a buffer of its own, and
@@ -265,6 +266,38 @@ int64_t kvc_chunk_store_truncate(struct kvc_chunk_store *store, uint64_t inode,
 /* The highest chunk of inode: 1 and (*chunk, *length), 0 when none. */
 int kvc_chunk_store_last(struct kvc_chunk_store *store, uint64_t inode,
                          uint32_t *chunk, uint32_t *length);
+
+/* One chunk as kvc_chunk_store_list sees it. */
+struct kvc_chunk_entry {
+	uint64_t inode;
+	uint32_t chunk;
+	uint32_t length;
+	uint32_t chunk_crc; /* the record's: crc32c of its block crcs */
+};
+
+/* Up to max chunks in (inode, chunk) order (the index's key order):
+ * those after (after_inode, after_chunk) when `after`, else from the
+ * first. *more: chunks remain after the last one returned. One read
+ * transaction: a consistent snapshot of the index, taking no chunk lock
+ * (a chunk being written shows its last committed record). Equal
+ * (length, chunk_crc) means equal bytes (but for a crc collision); a
+ * chunk whose bytes were damaged on disk keeps its record's crc, so a
+ * listing does not find damage (a read does: -EIO). Returns the count, or
+ * -EIO (a malformed key or record), -errno from LMDB. */
+int kvc_chunk_store_list(struct kvc_chunk_store *store, bool after, uint64_t after_inode,
+                         uint32_t after_chunk, struct kvc_chunk_entry *out, uint32_t max,
+                         bool *more);
+
+/* Make a chunk hold exactly `length` bytes of data (length 0: drop it),
+ * whatever it held: under the chunk's lock, held once across both steps,
+ * the old record and file go, then the bytes are written as a new chunk
+ * (inline when they fit the store's inline limit), so no reader or writer
+ * of the chunk sees it in between. A crash in between leaves the chunk
+ * missing (a hole), never mixed. Non-zero data must leave the reserve
+ * free (-ENOSPC, nothing changed). Returns 0, -EINVAL (length over
+ * KVC_LAYOUT_MAX_CHUNK), -ENOSPC, -EIO or -errno. */
+int kvc_chunk_store_set(struct kvc_chunk_store *store, uint64_t inode, uint32_t chunk,
+                        const void *data, uint32_t length);
 
 /* Capacity of the target's filesystem (looked at now), its reserve and
  * its chunk count. */

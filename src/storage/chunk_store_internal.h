@@ -1,7 +1,7 @@
 /*
  * chunk_store_internal: what chunk_store.c (open, index records, writes,
- * range drops), chunk_inline.c (chunks kept in their record) and
- * chunk_read.c (batched reads) share. The record layouts and the lock
+ * range drops), chunk_inline.c (chunks kept in their record),
+ * chunk_read.c (batched reads) and chunk_list.c (listing, set) share. The record layouts and the lock
  * order are chunk_store.h's.
  */
 #ifndef KVC_CHUNK_STORE_INTERNAL_H
@@ -89,6 +89,20 @@ int kvc_chunk_file_io(int fd, bool write, void *buf, size_t length, uint64_t off
  * for a malformed record). */
 int kvc_chunk_record_get(MDB_txn *txn, MDB_dbi dbi, uint64_t inode, uint32_t chunk,
                          struct record *rec, const uint8_t **inline_data);
+
+/* Whether length (> 0) bytes at data are all zeros. */
+bool kvc_chunk_all_zeros(const uint8_t *data, uint32_t length);
+
+/* Write [offset, offset + length) of a chunk with its lock held
+ * exclusively (zeros: data is all zeros); rec describes the chunk after.
+ * The reserve was admitted by the caller. Returns 0 or -errno. */
+int kvc_chunk_write_locked(struct kvc_chunk_store *store, uint64_t inode, uint32_t chunk,
+                           uint32_t offset, const uint8_t *data, uint32_t length, bool zeros,
+                           struct record *rec);
+
+/* Remove a chunk's file (after its record is gone); a file already gone
+ * is no error, another failure is logged. */
+void kvc_chunk_unlink(struct kvc_chunk_store *store, uint64_t inode, uint32_t chunk);
 
 /* chunk_inline.c. Every function runs with the chunk's lock held
  * exclusively (the read one: shared), as chunk_store.h's lock order says. */

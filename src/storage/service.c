@@ -135,7 +135,9 @@ static const struct kvc_chain *chain_of(const struct kvc_storage_service *svc, u
 /* Write here, then through the rest of the chain: the answer is the
  * tail's. The head holds the chunk in the in-flight table for the whole
  * trip (one write of a chunk in the chain at a time); a middle member
- * holds it too, so reads here ask the tail meanwhile. */
+ * holds it too, so reads here ask the tail meanwhile; a syncing target
+ * holds it wherever it is, so its resync copies the chunk before or after
+ * the write, never across it. */
 static int chain_write(struct request *r, struct kvc_chunk_store *store,
                        const struct kvc_chain *chain, int pos,
                        struct kvc_msg_chunk_write_reply *out)
@@ -144,8 +146,11 @@ static int chain_write(struct request *r, struct kvc_chunk_store *store,
 	struct kvc_storage_service *svc = r->svc;
 	uint32_t len = (uint32_t)r->h->data_len;
 	bool tail = (uint32_t)pos + 1 >= chain->count;
-	int status = tail ? 0 : kvc_inflight_begin(svc->inflight, m->target, m->inode, m->chunk,
-	                                           svc->io_timeout_ms);
+	/* A syncing target holds the chunk at the tail too (resync.h). */
+	bool hold = !tail || atomic_load(&svc->resync[m->target - svc->first_target].syncing);
+	int status = hold ? kvc_inflight_begin(svc->inflight, m->target, m->inode, m->chunk,
+	                                       svc->io_timeout_ms)
+	                  : 0;
 	if (status < 0)
 		return status;
 	status = kvc_chunk_store_write(store, m->inode, m->chunk, m->chunk_size, m->offset,
@@ -161,7 +166,7 @@ static int chain_write(struct request *r, struct kvc_chunk_store *store,
 			             (unsigned long long)m->inode, m->chunk, next.target,
 			             strerror(-status));
 	}
-	if (!tail)
+	if (hold)
 		kvc_inflight_end(svc->inflight, m->target, m->inode, m->chunk);
 	return status;
 }
@@ -214,6 +219,10 @@ static int check_pieces(struct kvc_storage_service *svc, struct conn_state *stat
 		const struct kvc_chain *chain = chain_of(svc, p->chain, p->chain_version, p->target,
 		                                         &copy, &pos, &rc);
 		state->read_stores[i] = chain ? store_of(svc, p->target) : NULL;
+		/* A target catching up serves no reads yet: ask another member. */
+		if (rc == 0 && state->read_stores[i] &&
+		    atomic_load(&svc->resync[p->target - svc->first_target].syncing))
+			rc = -EAGAIN;
 		state->read_status[i] = rc;
 		if (chain)
 			state->tails[i] = (uint32_t)pos + 1 == chain->count;
@@ -269,11 +278,24 @@ static int reply_count(struct request *r, int64_t rc)
 	return reply(r, rc < 0 ? (int)rc : 0, &out, sizeof(out));
 }
 
+/* Range operations do not come down the chain: a resync of their target
+ * counts them, before and after, and compares again when one came during
+ * a pass (resync.h). */
+static void count_range(struct kvc_storage_service *svc, uint32_t target)
+{
+	atomic_fetch_add(&svc->resync[target - svc->first_target].range_ops, 1);
+}
+
 static int h_remove(struct request *r)
 {
 	const struct kvc_msg_chunk_remove *m = r->msg;
 	struct kvc_chunk_store *store = store_of(r->svc, m->target);
-	return reply_count(r, store ? kvc_chunk_store_remove(store, m->inode) : -ENXIO);
+	if (!store)
+		return reply_count(r, -ENXIO);
+	count_range(r->svc, m->target);
+	int64_t rc = kvc_chunk_store_remove(store, m->inode);
+	count_range(r->svc, m->target);
+	return reply_count(r, rc);
 }
 
 static int h_truncate(struct request *r)
@@ -284,16 +306,71 @@ static int h_truncate(struct request *r)
 		return reply_count(r, -ENXIO);
 	if (!chunk_size_valid(m->chunk_size) || m->size > KVC_LAYOUT_MAX_FILE_SIZE)
 		return reply_count(r, -EINVAL);
-	return reply_count(r, kvc_chunk_store_truncate(store, m->inode, m->size, m->chunk_size));
+	count_range(r->svc, m->target);
+	int64_t rc = kvc_chunk_store_truncate(store, m->inode, m->size, m->chunk_size);
+	count_range(r->svc, m->target);
+	return reply_count(r, rc);
 }
 
 static int h_punch(struct request *r)
 {
 	const struct kvc_msg_chunk_punch *m = r->msg;
 	struct kvc_chunk_store *store = store_of(r->svc, m->target);
-	return reply_count(r, store ? kvc_chunk_store_punch(store, m->inode, m->first_chunk,
-	                                                    m->count)
-	                            : -ENXIO);
+	if (!store)
+		return reply_count(r, -ENXIO);
+	count_range(r->svc, m->target);
+	int64_t rc = kvc_chunk_store_punch(store, m->inode, m->first_chunk, m->count);
+	count_range(r->svc, m->target);
+	return reply_count(r, rc);
+}
+
+/* A page of the target's chunks (resync.h compares two of them). */
+static int h_list(struct request *r)
+{
+	const struct kvc_msg_chunk_list *m = r->msg;
+	struct kvc_chunk_store *store = store_of(r->svc, m->target);
+	if (!store)
+		return reply(r, -ENXIO, NULL, 0);
+	if (m->max_entries == 0 || m->max_entries > KVC_WIRE_MAX_CHUNK_LIST ||
+	    (m->flags & ~KVC_CHUNK_LIST_AFTER))
+		return reply(r, -EINVAL, NULL, 0);
+	struct kvc_chunk_entry *found = malloc(m->max_entries * sizeof(*found));
+	struct kvc_msg_chunk_list_reply head = {0};
+	uint8_t *out = malloc(sizeof(head) + m->max_entries * sizeof(struct kvc_msg_chunk_entry));
+	bool more = false;
+	int n = found && out ? kvc_chunk_store_list(store, m->flags & KVC_CHUNK_LIST_AFTER,
+	                                            m->after_inode, m->after_chunk, found,
+	                                            m->max_entries, &more)
+	                     : -ENOMEM;
+	for (int i = 0; i < n; i++) {
+		struct kvc_msg_chunk_entry e = {.inode = found[i].inode, .chunk = found[i].chunk,
+		                                .length = found[i].length,
+		                                .chunk_crc = found[i].chunk_crc};
+		memcpy(out + sizeof(head) + (size_t)i * sizeof(e), &e, sizeof(e));
+	}
+	if (n >= 0) {
+		head = (struct kvc_msg_chunk_list_reply){.count = (uint32_t)n, .more = more};
+		memcpy(out, &head, sizeof(head));
+	}
+	int rc = reply(r, n < 0 ? n : 0, out,
+	               (uint32_t)(sizeof(head) + (n > 0 ? (size_t)n : 0) *
+	                                                 sizeof(struct kvc_msg_chunk_entry)));
+	free(found);
+	free(out);
+	return rc;
+}
+
+static int h_resync(struct request *r)
+{
+	return reply(r, kvc_resync_start(r->svc, r->msg), NULL, 0);
+}
+
+static int h_resync_status(struct request *r)
+{
+	const struct kvc_msg_chunk_target *m = r->msg;
+	struct kvc_msg_resync_status out;
+	int rc = m->reserved ? -EINVAL : kvc_resync_status(r->svc, m->target, &out);
+	return reply(r, rc, &out, sizeof(out));
 }
 
 static int h_last(struct request *r)
@@ -362,6 +439,9 @@ static const struct op ops[] = {
 	[KVC_MSG_CHUNK_TRUNCATE] = EXACT(struct kvc_msg_chunk_truncate, h_truncate),
 	[KVC_MSG_CHUNK_PUNCH] = EXACT(struct kvc_msg_chunk_punch, h_punch),
 	[KVC_MSG_CHUNK_LAST] = EXACT(struct kvc_msg_chunk_last, h_last),
+	[KVC_MSG_CHUNK_LIST] = EXACT(struct kvc_msg_chunk_list, h_list),
+	[KVC_MSG_CHUNK_RESYNC] = EXACT(struct kvc_msg_chunk_resync, h_resync),
+	[KVC_MSG_CHUNK_RESYNC_STATUS] = EXACT(struct kvc_msg_chunk_target, h_resync_status),
 	[KVC_MSG_SPACE] = EMPTY(h_space),
 	[KVC_MSG_SYNC] = EMPTY(h_sync),
 };

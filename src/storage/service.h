@@ -18,6 +18,13 @@
  * member over a peer connection and answers with what the rest of the
  * chain answered; the tail only writes. A read piece of a chunk with a
  * write in flight here is -EAGAIN (the reader asks the tail).
+ *
+ * Resync (storage/resync.h): CHUNK_LIST pages through a target's chunks;
+ * CHUNK_RESYNC starts a catch-up of a local target from another member
+ * of its chain on a thread of its own and answers at once;
+ * CHUNK_RESYNC_STATUS tells how it goes. While a target is syncing its
+ * writes hold their chunk in the in-flight table at any position and its
+ * reads answer -EAGAIN.
  */
 #ifndef KVC_STORAGE_SERVICE_H
 #define KVC_STORAGE_SERVICE_H
@@ -28,6 +35,7 @@
 #include "core/server.h"
 #include "storage/chunk_store.h"
 #include "storage/inflight.h"
+#include "storage/resync.h"
 
 struct kvc_storage_service {
 	uint32_t first_target;
@@ -39,6 +47,11 @@ struct kvc_storage_service {
 	struct kvc_storage_client *peers;
 	struct kvc_inflight *inflight;
 	int io_timeout_ms; /* how long a write waits for the one before */
+	/* Per local target (index target - first_target): its resync
+	 * (storage/resync.h). While `syncing`, a write it applies holds its
+	 * chunk in the in-flight table even at the tail, its reads answer
+	 * -EAGAIN, and range operations are counted. */
+	struct kvc_resync_state resync[KVC_WIRE_MAX_TARGETS];
 };
 
 int kvc_storage_service_handle(void *service, struct kvc_server_conn *conn,

@@ -22,9 +22,28 @@ static const struct {
 	              "1 while the target is at its reserve (new data gets ENOSPC), else 0."},
 };
 
+/* The resync counters of a target (storage/resync.h), since start. */
+enum resync_counter { COMPARED, COPIED, DROPPED, BYTES, RUNS, FAILURES, RESYNC_COUNTERS };
+
+static const struct {
+	const char *name, *help;
+} resync_counters[RESYNC_COUNTERS] = {
+	[COMPARED] = {"kvc_storage_resync_chunks_compared_total",
+	              "Chunks a resync of the target compared with its source."},
+	[COPIED] = {"kvc_storage_resync_chunks_copied_total",
+	            "Chunks a resync set to the source's bytes (missing or different)."},
+	[DROPPED] = {"kvc_storage_resync_chunks_dropped_total",
+	             "Chunks a resync dropped (the source does not have them)."},
+	[BYTES] = {"kvc_storage_resync_bytes_total", "Bytes resyncs copied to the target."},
+	[RUNS] = {"kvc_storage_resync_runs_total", "Resyncs of the target started."},
+	[FAILURES] = {"kvc_storage_resync_failures_total", "Resyncs of the target that failed."},
+};
+
 struct target_series {
 	struct kvc_metrics_gauge *gauge[GAUGES];
 	struct kvc_metrics_counter *refused;
+	struct kvc_metrics_counter *resync[RESYNC_COUNTERS];
+	struct kvc_metrics_gauge *resync_running;
 };
 
 /* Process-wide: one registry per kvc-storage, alive until exit. */
@@ -47,6 +66,15 @@ static void collect_targets(void *arg)
 	for (uint32_t i = 0; i < svc->target_count; i++) {
 		struct kvc_chunk_space s;
 		struct target_series *t = &metrics.targets[i];
+		const struct kvc_resync_state *r = &svc->resync[i];
+		const uint64_t resync[RESYNC_COUNTERS] = {
+			[COMPARED] = atomic_load(&r->total_compared),
+			[COPIED] = atomic_load(&r->total_copied),
+			[DROPPED] = atomic_load(&r->total_dropped), [BYTES] = atomic_load(&r->total_bytes),
+			[RUNS] = atomic_load(&r->runs), [FAILURES] = atomic_load(&r->failures)};
+		for (int c = 0; c < RESYNC_COUNTERS; c++)
+			kvc_metrics_counter_set(t->resync[c], resync[c]);
+		kvc_metrics_set(t->resync_running, atomic_load(&r->syncing));
 		if (kvc_chunk_store_space(svc->stores[i], &s) < 0) {
 			kvc_metrics_inc(metrics.space_errors);
 			continue;
@@ -78,6 +106,16 @@ static int register_targets(struct kvc_metrics *m, struct kvc_storage_service *s
 		                                 "Writes refused for the reserve since start.",
 		                                 &label, 1);
 		if (!t->refused)
+			return -ENOMEM;
+		for (int c = 0; c < RESYNC_COUNTERS; c++)
+			if (!(t->resync[c] = kvc_metrics_counter(m, resync_counters[c].name,
+			                                         resync_counters[c].help, &label, 1)))
+				return -ENOMEM;
+		t->resync_running = kvc_metrics_gauge(
+			m, "kvc_storage_resync_running",
+			"1 while a resync of the target runs (it serves no reads meanwhile), else 0.",
+			&label, 1);
+		if (!t->resync_running)
 			return -ENOMEM;
 	}
 	metrics.space_errors = kvc_metrics_counter(

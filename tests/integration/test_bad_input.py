@@ -226,6 +226,8 @@ STORAGE_BODIES = {
     69: (b"", b""),                                                       # SPACE
     70: (b"", b""),                                                       # SYNC
     71: (struct.pack("<QIIII", STRAY, 0, 0, 1, 0), b""),                  # CHUNK_PUNCH
+    72: (struct.pack("<QIIII", 0, 0, 0, 10, 0), b""),                     # CHUNK_LIST
+    74: (struct.pack("<II", 0, 0), b""),                                  # RESYNC_STATUS
 }
 
 
@@ -255,10 +257,14 @@ def test_each_storage_message_needs_its_exact_body(cluster):
         assert exchange(sock, 65, struct.pack("<II", 2, 0) + STORAGE_BODIES[65][0][8:]) == -22
         # data on a message that takes none: dropped, EINVAL, in frame
         assert exchange(sock, 69, b"", b"junk") == -22
+        # CHUNK_RESYNC's body is exact too (test_resync.py runs real ones)
+        resync = struct.pack("<IIIIII", 0, 1, 0, 1, 0, 0)
+        assert exchange(sock, 73, resync + b"\0") == -22
+        assert exchange(sock, 73, resync[:-1]) == -22
         # types that are not storage messages
-        for msg_type in (0, 16, 63, 72, 96, 65535):
+        for msg_type in (0, 16, 63, 75, 96, 65535):
             assert exchange(sock, msg_type, b"\0" * 8) == -95, msg_type
-        assert exchange(sock, 72, b"", b"some data") == -95
+        assert exchange(sock, 75, b"", b"some data") == -95
         # and every message of the right size is served
         for msg_type, (body, data) in STORAGE_BODIES.items():
             assert exchange(sock, msg_type, body, data) == 0, msg_type

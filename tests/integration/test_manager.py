@@ -27,7 +27,7 @@ SERVERS, TARGETS, REPLICAS = 5, 3, 3
 def mcluster():
     base = tempfile.mkdtemp(prefix="kvc-mgmt-")
     mount = tempfile.mkdtemp(prefix="kvc-mgmt-mnt-")
-    c = Cluster(base, mount, PORT_BASE + 700, http=f"127.0.0.1:{PORT_BASE + 8700}",
+    c = Cluster(base, mount, PORT_BASE + 800, http=f"127.0.0.1:{PORT_BASE + 8800}",
                 servers=SERVERS, replicas=REPLICAS, targets=TARGETS, managers=2)
     c.stop()
     c.start()

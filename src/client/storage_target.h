@@ -1,0 +1,41 @@
+/*
+ * storage_target: requests to one named target of a cluster (not a file's
+ * byte range): a page of its chunk listing, one whole chunk read from it,
+ * and any small message for its server. kvc-storage's resync
+ * (storage/resync.h) compares and copies through them; kvc-admin starts
+ * and watches a resync through them. Connections come from the storage
+ * client's per-server pools (thread-safe); a connection that broke
+ * because its server restarted is retried once, as storage_client's.
+ */
+#ifndef KVC_STORAGE_TARGET_H
+#define KVC_STORAGE_TARGET_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "client/storage_client.h"
+
+/* One exchange without data sections with the server of target: as
+ * kvc_rpc_call. -EINVAL for a target the cluster does not have. */
+int kvc_storage_target_call(struct kvc_storage_client *client, uint32_t target, uint16_t type,
+                            const void *body, uint32_t body_len, void *reply,
+                            uint32_t reply_cap, uint32_t *reply_len);
+
+/* CHUNK_LIST: up to max (<= KVC_WIRE_MAX_CHUNK_LIST) chunks of target
+ * after (inode, chunk) (after false: from the first) into out; *more as
+ * the reply says. Returns the count, the server's -errno, a transport
+ * -errno, or -EBADMSG (a reply that breaks the format or the order). */
+int kvc_storage_target_list(struct kvc_storage_client *client, uint32_t target, bool after,
+                            uint64_t inode, uint32_t chunk, struct kvc_msg_chunk_entry *out,
+                            uint32_t max, bool *more);
+
+/* Read chunk (inode, chunk) of target, a member of chain at version,
+ * whole (at most cap bytes, cap <= KVC_LAYOUT_MAX_CHUNK) into buf:
+ * *present bytes came (0: the target has no such chunk, or it is empty).
+ * Returns 0, the piece's -errno (-EAGAIN: a write of it is in flight
+ * there; -ESTALE; -EIO: crc mismatch), a transport -errno, -EBADMSG. */
+int kvc_storage_target_read_chunk(struct kvc_storage_client *client, uint32_t target,
+                                  uint32_t chain, uint32_t version, uint64_t inode,
+                                  uint32_t chunk, void *buf, uint32_t cap, uint32_t *present);
+
+#endif
