@@ -57,6 +57,52 @@ static void prune(struct kvc_storage_client *peers)
 	pthread_mutex_unlock(&reports_lock);
 }
 
+/* Targets of this server the table shows catching up: start their
+ * resync from the last member of the chain that serves reads (the one
+ * the manager put them behind), and report those done at the chain's
+ * version. A resync that failed, or that was done at another version,
+ * runs again on a later pass. */
+static void catch_up(struct beat *b, const struct kvc_chains *table)
+{
+	struct kvc_storage_service *svc = b->svc;
+	for (uint32_t i = 0; i < svc->target_count; i++) {
+		uint32_t t = svc->first_target + i;
+		int c = kvc_chains_of_target(table, t);
+		if (c < 0)
+			continue;
+		const struct kvc_chain *chain = &table->chains[c];
+		int pos = kvc_chains_position(chain, t);
+		if (!((chain->syncing >> pos) & 1u))
+			continue;
+		struct kvc_resync_state *st = &svc->resync[i];
+		uint32_t state = atomic_load(&st->state);
+		if (state == KVC_RESYNC_RUNNING)
+			continue;
+		if (state == KVC_RESYNC_DONE && atomic_load(&st->chain) == (uint32_t)c &&
+		    atomic_load(&st->chain_version) == chain->version) {
+			kvc_heartbeat_report_synced(t, chain->version);
+			continue;
+		}
+		int source = -1;
+		for (uint32_t m = 0; m < chain->count; m++)
+			if (!((chain->syncing >> m) & 1u))
+				source = (int)m; /* the last member serving reads */
+		if (source < 0)
+			continue;
+		struct kvc_msg_chunk_resync req = {.target = t,
+		                                   .source = chain->targets[source],
+		                                   .chain = (uint32_t)c,
+		                                   .chain_version = chain->version};
+		int rc = kvc_resync_start(svc, &req);
+		if (rc < 0 && rc != -EBUSY)
+			kvc_log_warn("target %u: cannot start catching up from target %u: %s", t,
+			             req.source, strerror(-rc));
+		else if (rc == 0)
+			kvc_log_info("target %u catching up with chain %d (version %u) from target %u", t,
+			             c, chain->version, req.source);
+	}
+}
+
 static void *beat_main(void *arg)
 {
 	struct beat *b = arg;
@@ -69,6 +115,7 @@ static void *beat_main(void *arg)
 		struct kvc_chains now;
 		kvc_storage_client_chains(b->svc->peers, &now);
 		prune(b->svc->peers);
+		catch_up(b, &now);
 		pthread_mutex_lock(&reports_lock);
 		msg.head = (struct kvc_msg_mgmt_heartbeat){.server = b->server,
 		                                           .synced_count = report_count,
