@@ -246,6 +246,12 @@ static int global_key(struct parser *p, const char *key, const char *value)
 			c->failure_timeout_ms = (int)v;
 		return rc;
 	}
+	if (strcmp(key, "min_write_replicas") == 0) {
+		rc = parse_int(p, key, value, 1, KVC_WIRE_MAX_REPLICAS, &v);
+		if (rc == 0)
+			c->min_write_replicas = (uint32_t)v;
+		return rc;
+	}
 	if (strcmp(key, "replicas") == 0) {
 		rc = parse_int(p, key, value, 1, KVC_WIRE_MAX_REPLICAS, &v);
 		if (rc == 0)
@@ -435,6 +441,9 @@ static int check_whole(struct parser *p)
 	if (c->replicas > c->server_count)
 		return fail(p, "replicas = %u needs as many storage servers; the cluster has %u",
 		            c->replicas, c->server_count);
+	if (c->min_write_replicas > c->replicas)
+		return fail(p, "min_write_replicas = %u is more than replicas = %u",
+		            c->min_write_replicas, c->replicas);
 	if (c->target_count % c->replicas)
 		return fail(p, "the %u targets do not make chains of %u (replicas): a chain's "
 		               "members are whole targets, give every chain its %u",
@@ -521,6 +530,8 @@ int kvc_config_parse(const char *text, const char *origin,
 	rc = check_whole(&p);
 	if (rc == 0 && config->stripe == 0)
 		config->stripe = config->target_count / config->replicas;
+	if (rc == 0 && config->min_write_replicas == 0)
+		config->min_write_replicas = config->replicas > 1 ? config->replicas / 2 + 1 : 1;
 	return rc;
 }
 

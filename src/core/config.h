@@ -15,6 +15,9 @@
  *   replicas = 1                # targets per chain, on distinct storage
  *                               # servers (core/chains.h; default 1); the
  *                               # target count must be a multiple of it
+ *   min_write_replicas = 2      # a chain with fewer members refuses writes
+ *                               # (EROFS) rather than keep one copy
+ *                               # (default replicas / 2 + 1; 1 for one)
  *   connect_timeout_ms = 2000   # client side bounds: nothing hangs
  *   io_timeout_ms = 5000
  *   server_max_connections = 4096   # per kvc-meta / kvc-storage server
@@ -136,6 +139,7 @@ struct kvc_config {
 	uint32_t chunk_size;
 	uint32_t stripe;
 	uint32_t replicas;
+	uint32_t min_write_replicas;
 	char etcd[1024]; /* "" when there are no managers */
 	int heartbeat_ms;
 	int failure_timeout_ms;

@@ -76,6 +76,7 @@ int main(int argc, char **argv)
 	svc.first_target = me->first_target;
 	svc.target_count = me->target_count;
 	svc.io_timeout_ms = config.io_timeout_ms;
+	svc.min_write_replicas = config.min_write_replicas;
 	/* The other servers, to pass chain writes on (core/chains.h). */
 	int rc = kvc_storage_client_init(&peers, &config);
 	if (rc == 0)

@@ -190,6 +190,9 @@ static int h_write(struct request *r)
 	/* A client writes to the head; only a member passes a write on. */
 	if (status == 0 && (pos == 0) == ((m->flags & KVC_CHUNK_FORWARDED) != 0))
 		status = pos == 0 ? -EINVAL : -ESTALE;
+	/* Too few copies left: refuse rather than keep fewer than promised. */
+	if (status == 0 && pos == 0 && chain->count < r->svc->min_write_replicas)
+		status = -EROFS;
 	if (status == 0)
 		status = ensure_buffer(r->state, h->data_len);
 	if (status < 0)

@@ -47,6 +47,7 @@ struct kvc_storage_service {
 	struct kvc_storage_client *peers;
 	struct kvc_inflight *inflight;
 	int io_timeout_ms; /* how long a write waits for the one before */
+	uint32_t min_write_replicas; /* fewer members: writes are -EROFS */
 	/* Per local target (index target - first_target): its resync
 	 * (storage/resync.h). While `syncing`, a write it applies holds its
 	 * chunk in the in-flight table even at the tail, its reads answer

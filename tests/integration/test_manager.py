@@ -6,6 +6,7 @@ writes stall at most that long and go on, and every acknowledged byte is
 there afterwards. A server that returns rejoins its chains at the tail,
 catching up. Killing the leading manager under load costs no client an
 error, and another manager leads."""
+import errno
 import hashlib
 import json
 import os
@@ -19,6 +20,7 @@ import time
 import pytest
 
 from conftest import CHUNK, PORT_BASE, Cluster, _drop_caches, wait_until
+from test_replication import layout_of
 from test_resync import listing
 
 SERVERS, TARGETS, REPLICAS = 5, 3, 3
@@ -242,3 +244,56 @@ def test_routing_metrics(mcluster):
     assert leader["kvc_mgmt_heartbeats_total"] > 0
     assert leader["kvc_mgmt_routing_version"] == version
     assert leader["kvc_mgmt_servers_silent"] == 0
+
+
+def test_two_of_three_lost_refuse_writes_until_one_returns(mcluster):
+    """A chain down to one member (min_write_replicas = 2 of 3) refuses
+    writes with EROFS rather than keep a single copy; what it holds still
+    reads; once a member is back (catching up) writes go on."""
+    d = mcluster.mount / "two-lost"
+    d.mkdir()
+    chain = status(mcluster)["chains"][0]
+    victims = sorted({f"s{t // TARGETS + 1}" for t in chain["targets"][:2]})
+    files = {}
+    for i in range(10):
+        data = os.urandom(4096)
+        (d / f"f{i}").write_bytes(data)
+        files[d / f"f{i}"] = data
+    mine = [p for p in files if layout_of(p)[1][0] == chain["id"]]
+    assert mine, "round-robin placement puts a small file on every chain"
+    path = mine[0]
+    for v in victims:
+        os.kill(mcluster.pid(v), signal.SIGKILL)
+    try:
+        assert wait_until(lambda: len(next(c for c in status(mcluster)["chains"]
+                                           if c["id"] == chain["id"])["targets"]) == 1,
+                          timeout=30)
+        with pytest.raises(OSError) as err:
+            with open(path, "r+b") as f:
+                f.write(b"x" * 100)
+                f.flush()
+                os.fsync(f.fileno())
+        assert err.value.errno == errno.EROFS
+        _drop_caches()
+        assert path.read_bytes() == files[path]  # the survivor serves it
+        mcluster.restart(victims[0])
+        assert wait_until(lambda: len(next(c for c in status(mcluster)["chains"]
+                                           if c["id"] == chain["id"])["targets"]) >= 2,
+                          timeout=30)
+        with open(path, "r+b") as f:
+            f.write(b"y" * 100)
+            f.flush()
+            os.fsync(f.fileno())
+        files[path] = b"y" * 100 + files[path][100:]
+    finally:
+        for v in victims:
+            try:
+                os.kill(mcluster.pid(v), 0)
+            except OSError:
+                mcluster.restart(v)
+    # every chain full and serving again, nothing lost
+    assert wait_until(lambda: all(len(c["targets"]) == REPLICAS and not c["syncing"]
+                                  for c in status(mcluster)["chains"]), timeout=90)
+    _drop_caches()
+    for p, data in files.items():
+        assert p.read_bytes() == data, p
