@@ -141,7 +141,9 @@ int main(int argc, char **argv)
 	}
 	if (me->metrics[0])
 		kvc_log_info("metrics on http://%s/metrics", me->metrics);
-	rc = kvc_heartbeat_start(&svc, &config, (uint32_t)(me - config.servers));
+	rc = kvc_repair_start(&svc);
+	if (rc == 0)
+		rc = kvc_heartbeat_start(&svc, &config, (uint32_t)(me - config.servers));
 	if (rc < 0) {
 		fprintf(stderr, "kvc-storage: cannot start heartbeats: %s\n", strerror(-rc));
 		return 1;

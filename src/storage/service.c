@@ -135,9 +135,10 @@ static const struct kvc_chain *chain_of(const struct kvc_storage_service *svc, u
 /* Write here, then through the rest of the chain: the answer is the
  * tail's. The head holds the chunk in the in-flight table for the whole
  * trip (one write of a chunk in the chain at a time); a middle member
- * holds it too, so reads here ask the tail meanwhile; a syncing target
- * holds it wherever it is, so its resync copies the chunk before or after
- * the write, never across it. */
+ * holds it too, so reads here ask the tail meanwhile; the tail holds it
+ * while it writes, so a resync or a repair here (which hold the chunk
+ * across their copy) copies the chunk before or after the write, never
+ * across it. A single-copy target holds nothing. */
 static int chain_write(struct request *r, struct kvc_chunk_store *store,
                        const struct kvc_chain *chain, int pos,
                        struct kvc_msg_chunk_write_reply *out)
@@ -146,8 +147,8 @@ static int chain_write(struct request *r, struct kvc_chunk_store *store,
 	struct kvc_storage_service *svc = r->svc;
 	uint32_t len = (uint32_t)r->h->data_len;
 	bool tail = (uint32_t)pos + 1 >= chain->count;
-	/* A syncing target holds the chunk at the tail too (resync.h). */
-	bool hold = !tail || atomic_load(&svc->resync[m->target - svc->first_target].syncing);
+	bool hold = chain->count > 1 ||
+	            atomic_load(&svc->resync[m->target - svc->first_target].syncing);
 	int status = hold ? kvc_inflight_begin(svc->inflight, m->target, m->inode, m->chunk,
 	                                       svc->io_timeout_ms)
 	                  : 0;
@@ -258,6 +259,8 @@ static int h_read(struct request *r)
 		 * chain has not committed into what was read (CRAQ). */
 		if (state->read_status[i] < 0)
 			p->status = state->read_status[i];
+		else if (p->status == -EIO && r->svc->peers)
+			kvc_repair_queue(r->svc, pieces[i].target, p->inode, p->chunk); /* a bad copy */
 		if (p->status == 0 && !state->tails[i] && r->svc->inflight &&
 		    kvc_inflight_busy(r->svc->inflight, pieces[i].target, p->inode, p->chunk))
 			p->status = -EAGAIN;

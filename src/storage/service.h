@@ -35,6 +35,7 @@
 #include "core/server.h"
 #include "storage/chunk_store.h"
 #include "storage/inflight.h"
+#include "storage/repair.h"
 #include "storage/resync.h"
 
 struct kvc_storage_service {
@@ -48,6 +49,7 @@ struct kvc_storage_service {
 	struct kvc_inflight *inflight;
 	int io_timeout_ms; /* how long a write waits for the one before */
 	uint32_t min_write_replicas; /* fewer members: writes are -EROFS */
+	struct kvc_repair_counts repairs; /* storage/repair.h */
 	/* Per local target (index target - first_target): its resync
 	 * (storage/resync.h). While `syncing`, a write it applies holds its
 	 * chunk in the in-flight table even at the tail, its reads answer

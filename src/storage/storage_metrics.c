@@ -52,6 +52,7 @@ static struct {
 	struct kvc_storage_service *svc;
 	struct target_series targets[KVC_WIRE_MAX_TARGETS];
 	struct kvc_metrics_counter *space_errors;
+	struct kvc_metrics_counter *repairs[3]; /* queued, repaired, failed */
 } metrics;
 
 struct kvc_metrics *kvc_storage_metrics_registry(void)
@@ -63,6 +64,9 @@ struct kvc_metrics *kvc_storage_metrics_registry(void)
 static void collect_targets(void *arg)
 {
 	struct kvc_storage_service *svc = arg;
+	kvc_metrics_counter_set(metrics.repairs[0], atomic_load(&svc->repairs.queued));
+	kvc_metrics_counter_set(metrics.repairs[1], atomic_load(&svc->repairs.repaired));
+	kvc_metrics_counter_set(metrics.repairs[2], atomic_load(&svc->repairs.failed));
 	for (uint32_t i = 0; i < svc->target_count; i++) {
 		struct kvc_chunk_space s;
 		struct target_series *t = &metrics.targets[i];
@@ -94,6 +98,16 @@ static void collect_targets(void *arg)
 
 static int register_targets(struct kvc_metrics *m, struct kvc_storage_service *svc)
 {
+	static const char *const results[3] = {"queued", "repaired", "failed"};
+	for (int k = 0; k < 3; k++) {
+		const struct kvc_metrics_label label = {"result", results[k]};
+		metrics.repairs[k] = kvc_metrics_counter(
+			m, "kvc_storage_repairs_total",
+			"Bad chunk copies found by reads: queued for repair, repaired from another "
+			"member, repairs that failed.", &label, 1);
+		if (!metrics.repairs[k])
+			return -ENOMEM;
+	}
 	for (uint32_t i = 0; i < svc->target_count; i++) {
 		char id[16];
 		snprintf(id, sizeof(id), "%u", svc->first_target + i);

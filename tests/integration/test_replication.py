@@ -198,7 +198,7 @@ def test_a_stopped_server_costs_reads_no_error(rcluster):
         kill(rcluster, "s4", signal.SIGCONT)
 
 
-def test_a_corrupted_replica_is_read_from_another(rcluster):
+def test_a_corrupted_replica_is_read_from_another_and_repaired(rcluster):
     d = rcluster.mount / "corrupt"
     d.mkdir()
     data = os.urandom(2 * CHUNK)  # file-backed chunks (past the inline limit)
@@ -208,21 +208,39 @@ def test_a_corrupted_replica_is_read_from_another(rcluster):
         os.fsync(f.fileno())
     inode, chains = layout_of(path)
     table = chain_table(rcluster)
-    # flip a byte of chunk 0 on every replica but one
     members = table[chains[0]]["targets"]
     name = f"chunks/{inode & 0xff:02x}/{inode:016x}.{0:08x}"
-    for target in members[:-1]:
+
+    def corrupt(target):
         chunk = target_dir(rcluster, target) / name
         raw = bytearray(chunk.read_bytes())
         raw[1000] ^= 0xFF
         chunk.write_bytes(bytes(raw))
+
+    def replica(target):
+        """(status, bytes) of chunk 0's first 4 KiB read from that replica."""
+        with storage_socket(rcluster, target) as sock:
+            body = struct.pack("<II", 1, 0) + kvcwire.piece(inode, target, 0, 0, 4096,
+                                                            chains[0], 1)
+            sock.sendall(kvcwire.frame(kvcwire.CHUNK_READ, body))
+            _, st, reply, got = kvcwire.recv_frame(sock)
+            assert st == 0
+            return struct.unpack_from("<i", reply, 0)[0], got
+
+    # flip a byte of chunk 0 on every replica but one
+    for target in members[:-1]:
+        corrupt(target)
     _drop_caches()
-    assert path.read_bytes() == data
-    # every replica bad: a clear EIO, not garbage
-    chunk = target_dir(rcluster, members[-1]) / name
-    raw = bytearray(chunk.read_bytes())
-    raw[1000] ^= 0xFF
-    chunk.write_bytes(bytes(raw))
+    assert path.read_bytes() == data  # served by the good copy
+    # a read that meets a bad copy queues its repair: the copy comes back
+    # from another member, and reads right there again
+    for target in members[:-1]:
+        replica(target)
+    for target in members[:-1]:
+        assert wait_until(lambda: replica(target) == (0, data[:4096]), timeout=30), target
+    # every replica bad: a clear EIO, not garbage (and no repair possible)
+    for target in members:
+        corrupt(target)
     _drop_caches()
     with pytest.raises(OSError) as err:
         path.read_bytes()
