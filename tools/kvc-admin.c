@@ -19,6 +19,7 @@
 #include "client/meta_client.h"
 #include "client/pool_client.h"
 #include "client/storage_client.h"
+#include "admin_chains.h"
 #include "admin_resync.h"
 
 struct admin {
@@ -527,6 +528,24 @@ static int cmd_resync(struct admin *a)
 	return admin_resync_run(&a->storage, o);
 }
 
+static int drain_command(struct admin *a, bool drain)
+{
+	uint32_t target;
+	if (parse_number(a, "TARGET", a->args[0], &target))
+		return 2;
+	return admin_drain_run(&a->storage, &a->config, target, drain, a->json);
+}
+
+static int cmd_drain(struct admin *a)
+{
+	return drain_command(a, true);
+}
+
+static int cmd_undrain(struct admin *a)
+{
+	return drain_command(a, false);
+}
+
 /* One row per command: adding a command is adding a row. */
 static const struct command {
 	const char *name;     /* one word, or a group's word and a verb */
@@ -556,7 +575,11 @@ static const struct command {
 	{"key evict", "NS KEY...", 2, -1, cmd_key_delete, NULL, "the same as delete"},
 	{"clear", "NS", 1, 1, cmd_clear, NULL, "delete every key of a namespace"},
 	{"fsck", "[--repair]", 0, 0, cmd_fsck, NULL, "cross-check page accounting (and fix it)"},
-	{"resync", "--target T --from P [--no-wait] [--status]", 0, 0, cmd_resync, "chains",
+	{"drain", "TARGET", 1, 1, cmd_drain, "chains",
+	 "take TARGET out of its chain and keep it\nout (needs managers); waits until it is"},
+	{"undrain", "TARGET", 1, 1, cmd_undrain, NULL,
+	 "let a drained TARGET back in: it catches\nup, then serves; waits until it does"},
+	{"resync", "--target T --from P [--no-wait] [--status]", 0, 0, cmd_resync, NULL,
 	 "make target T hold what target P of its\nchain holds; prints progress until done\n"
 	 "(--no-wait: start it only; --status: show\nT's last resync, start nothing)"},
 };
