@@ -97,8 +97,22 @@ static void print_space(const char *what, uint64_t free_bytes, uint64_t total_by
 	printf("\n");
 }
 
+/* A target's state in the routing table: serving (a member serving
+ * reads), syncing (a member catching up), out (in no chain: its server
+ * failed, or it is drained). */
+static const char *target_state(const struct kvc_chains *table, uint32_t target)
+{
+	int c = kvc_chains_of_target(table, target);
+	if (c < 0)
+		return "out";
+	int pos = kvc_chains_position(&table->chains[c], target);
+	return (table->chains[c].syncing >> pos) & 1u ? "syncing" : "serving";
+}
+
 static int cmd_status(struct admin *a)
 {
+	static struct kvc_chains routing;
+	kvc_storage_client_chains(&a->storage, &routing);
 	struct kvc_msg_statfs_reply names = {0};
 	int failures = 0;
 	int rc = kvc_meta_client_statfs(&a->meta, &names);
@@ -138,11 +152,13 @@ static int cmd_status(struct admin *a)
 			printf("%s{\"name\":\"%s\",\"address\":\"%s\",\"up\":%s,\"targets\":[", s ? "," : "",
 			       JSON_STR(srv->name), JSON_STR(srv->address), count >= 0 ? "true" : "false");
 			for (int i = 0; i < count; i++)
-				printf("%s{\"id\":%u,\"total_bytes\":%" PRIu64 ",\"free_bytes\":%" PRIu64
-				       ",\"reserve_bytes\":%" PRIu64 ",\"refusing\":%s,\"refused_writes\":%"
-				       PRIu64 ",\"chunks\":%" PRIu64 "}",
-				       i ? "," : "", t[i].target, t[i].total_bytes, t[i].free_bytes,
-				       t[i].reserve_bytes, t[i].flags & KVC_SPACE_REFUSING ? "true" : "false",
+				printf("%s{\"id\":%u,\"state\":\"%s\",\"total_bytes\":%" PRIu64
+				       ",\"free_bytes\":%" PRIu64 ",\"reserve_bytes\":%" PRIu64
+				       ",\"refusing\":%s,\"refused_writes\":%" PRIu64 ",\"chunks\":%" PRIu64
+				       "}",
+				       i ? "," : "", t[i].target, target_state(&routing, t[i].target),
+				       t[i].total_bytes, t[i].free_bytes, t[i].reserve_bytes,
+				       t[i].flags & KVC_SPACE_REFUSING ? "true" : "false",
 				       t[i].refused_writes, t[i].chunks);
 			printf("]}");
 			continue;
@@ -152,8 +168,12 @@ static int cmd_status(struct admin *a)
 		       count >= 0 ? "" : strerror(-count));
 		for (int i = 0; i < count; i++) {
 			char what[64];
-			snprintf(what, sizeof(what), "target %u: %" PRIu64 " chunks,", t[i].target,
-			         t[i].chunks);
+			if (a->config.replicas > 1)
+				snprintf(what, sizeof(what), "target %u (%s): %" PRIu64 " chunks,",
+				         t[i].target, target_state(&routing, t[i].target), t[i].chunks);
+			else
+				snprintf(what, sizeof(what), "target %u: %" PRIu64 " chunks,", t[i].target,
+				         t[i].chunks);
 			print_space(what, t[i].free_bytes, t[i].total_bytes, t[i].reserve_bytes,
 			            t[i].flags & KVC_SPACE_REFUSING, t[i].refused_writes, "writes");
 		}

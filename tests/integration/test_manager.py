@@ -320,6 +320,9 @@ def test_drain_and_undrain_a_target(mcluster):
     out = json.loads(mcluster.admin("--json", "drain", str(target)).stdout)
     assert out["done"] and out["chain"] == -1
     assert target not in members(mcluster)
+    states = {t["id"]: t["state"] for s in status(mcluster)["storage"] for t in s["targets"]}
+    assert states[target] == "out"
+    assert all(v in ("serving", "syncing", "out") for v in states.values())
     time.sleep(1)  # heartbeats go on: it stays out
     assert target not in members(mcluster)
     for p, data in files.items():
