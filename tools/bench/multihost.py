@@ -98,9 +98,9 @@ def parse_hosts(text):
 
 def arguments(argv):
     p = Usage(prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
-              description="Aggregate read throughput of 1, 2, 3, 5 storage hosts and write "
-              "throughput at replicas 1 against 3, each host in a network namespace of its "
-              "own with its link shaped by tc. Needs root.",
+              description="Aggregate read throughput of 1, 2, 3, 5 storage hosts and write\n"
+              "throughput at replicas 1 against 3, each host in a network namespace of\n"
+              "its own with its link shaped by tc; a fresh cluster per run. Needs root.",
               epilog="Reads: replicas 1 on each host count; ratio = GB/s / (N x one host's "
               "GB/s).\nWrites: the largest host count (at least 3) at replicas 1 and 3; "
               "ratio = replicas 3 / replicas 1.\nShaped: every storage link both ways and the "
@@ -243,6 +243,9 @@ def wait_until(predicate, timeout):
     return predicate()
 
 
+ACTIVE = []  # the clusters started and not stopped yet
+
+
 class Cluster:
     """One fresh cluster on the first `hosts` storage namespaces: its own
     directory (meta data, logs, config) and targets on the run's tmpfs."""
@@ -254,6 +257,7 @@ class Cluster:
         self.storage = [f"{ip}:{port + 1}" for ip in topo.host_ip[:hosts]]
         self.conf = os.path.join(base, "cluster.conf")
         self.procs = {}
+        ACTIVE.append(self)  # main()'s teardown stops it if run_one could not
 
     def write_config(self):
         secret = os.path.join(self.base, "secret")
@@ -324,6 +328,8 @@ class Cluster:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=5)
         self.procs = {}
+        if self in ACTIVE:
+            ACTIVE.remove(self)
 
 
 def parallel(jobs, work):
@@ -384,6 +390,48 @@ def read_files(mount, jobs, per_file):
     return parallel(jobs, work)
 
 
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_times():
+    """(busy, total) seconds of all cores from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:9]]
+    return (sum(fields) - fields[3] - fields[4]) / TICK, sum(fields) / TICK
+
+
+def process_seconds(pid):
+    """User + system CPU seconds of a process (its threads included)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICK
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def timed(phase, cluster):
+    """phase()'s seconds and where the CPU went meanwhile: the machine's
+    busy fraction (all cores, every process: ours, the kernel's softirqs
+    of the links, and other users of the machine) and the CPU seconds of
+    kvc-fuse, of the kvc-storage servers together and of the load (this
+    process's threads)."""
+    def sample():
+        storage = sum(process_seconds(p.pid) for name, p in cluster.procs.items()
+                      if name.startswith("h"))
+        return (*cpu_times(), process_seconds(cluster.procs["fuse"].pid), storage,
+                process_seconds(os.getpid()))
+    before = sample()
+    seconds = phase()
+    d = [b - a for a, b in zip(before, sample())]
+    return seconds, dict(busy=d[0] / max(d[1], 1e-9), fuse_s=d[2], storage_s=d[3], load_s=d[4])
+
+
+def cpu_text(c):
+    return (f"CPU {c['busy']:.0%} busy (kvc-fuse {c['fuse_s']:.1f} s, storage "
+            f"{c['storage_s']:.1f} s, load {c['load_s']:.1f} s)")
+
+
 def drop_caches():
     os.sync()
     with open("/proc/sys/vm/drop_caches", "w") as f:
@@ -391,7 +439,8 @@ def drop_caches():
 
 
 def run_one(args, topo, workdir, hosts, replicas):
-    """One configuration on a fresh cluster: (write GB/s, read GB/s)."""
+    """One configuration on a fresh cluster: (write GB/s, read GB/s, write
+    CPU busy, read CPU busy)."""
     base = tempfile.mkdtemp(prefix=f"r{hosts}x{replicas}-", dir=workdir)
     mount = tempfile.mkdtemp(prefix="mnt-", dir=workdir)
     cluster = Cluster(topo, hosts, replicas, args.bin, args.port, base, mount)
@@ -400,12 +449,15 @@ def run_one(args, topo, workdir, hosts, replicas):
     try:
         cluster.start()
         progress(f"  writing {args.jobs} x {per_file >> 20} MiB (O_DIRECT, 4 MiB writes)")
-        w = total / write_files(mount, args.jobs, per_file) / 1e9
-        progress(f"  write {w:.3f} GB/s; dropping caches")
+        seconds, wcpu = timed(lambda: write_files(mount, args.jobs, per_file), cluster)
+        w = total / seconds / 1e9
+        progress(f"  write {w:.3f} GB/s in {seconds:.1f} s, {cpu_text(wcpu)}")
+        progress("  dropping caches")
         drop_caches()
-        r = total / read_files(mount, args.jobs, per_file) / 1e9
-        progress(f"  read {r:.3f} GB/s")
-        return w, r
+        seconds, rcpu = timed(lambda: read_files(mount, args.jobs, per_file), cluster)
+        r = total / seconds / 1e9
+        progress(f"  read {r:.3f} GB/s in {seconds:.1f} s, {cpu_text(rcpu)}")
+        return w, r, wcpu, rcpu
     finally:
         cluster.stop()
         os.rmdir(mount) if not os.path.ismount(mount) else None
@@ -454,13 +506,14 @@ def main(argv):
         plan.append((top, 3))
     else:
         progress(f"no replicas 3 run: it needs 3 hosts (--hosts has at most {top})")
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
     topo = Topology(top, args.subnet, args.rate)
-    workdir = tempfile.mkdtemp(prefix="kvc-mhbench-")
-    tmpfs = os.path.join(workdir, "tmpfs")
+    workdir = tmpfs = None
     results, failed = {}, 0
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, on_signal)
     try:
+        workdir = tempfile.mkdtemp(prefix="kvc-mhbench-")
+        tmpfs = os.path.join(workdir, "tmpfs")
         topo.up()
         for i, (hosts, replicas) in enumerate(plan, 1):
             progress(f"run {i}/{len(plan)}: {hosts} host{'s' if hosts > 1 else ''}, "
@@ -477,42 +530,47 @@ def main(argv):
             finally:
                 sh("umount", tmpfs, check=False)
                 os.rmdir(tmpfs)
-    except (Stop, KeyboardInterrupt) as e:
-        progress(f"interrupted ({e or 'Ctrl-C'}): tearing down")
+    except Stop as e:
+        progress(f"interrupted ({e}): tearing down")
         failed = failed or 1
         results = {}
     except (RuntimeError, OSError) as e:
         sys.stderr.write(f"{PROG}: {e}\n")
         failed = failed or 1
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the teardown runs to its end
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        if os.path.ismount(tmpfs):
-            sh("umount", "-l", tmpfs, check=False)
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)  # the teardown runs to its end
+        for cluster in list(ACTIVE):
+            cluster.stop()
+        if tmpfs and os.path.ismount(tmpfs):
+            sh("umount", "-l", tmpfs, check=False)  # and whatever is mounted under it
         topo.down()
-        shutil.rmtree(workdir, ignore_errors=True)
+        if workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
         left = topo.leftovers()
         progress("torn down" + (f"; LEFT BEHIND: {' '.join(left)}" if left else ""))
     if not results:
         return 1
     rate_gbps = args.rate / 8 / 1e9
-    one = results.get((min(args.hosts), 1), (0, 0))[1] / min(args.hosts)
+    none = (0, 0, {}, {})
+    one = results.get((min(args.hosts), 1), none)[1] / min(args.hosts)
     rows = []
     for n in args.hosts:
-        r = results.get((n, 1), (0, 0))[1]
+        r, cpu = results.get((n, 1), none)[1::2]
         rows.append(dict(name=f"read, {n} host{'s' if n > 1 else ''}, replicas 1 "
                          f"(links {n * rate_gbps:.3f})", kind="read", hosts=n, replicas=1,
-                         gbps=r, link_gbps=n * rate_gbps,
+                         gbps=r, link_gbps=n * rate_gbps, cpu=cpu,
                          ratio=r / (n * one) if r and one else 0))
     if top >= 3:
-        w1, w3 = results.get((top, 1), (0, 0))[0], results.get((top, 3), (0, 0))[0]
+        w1, w3 = results.get((top, 1), none)[0], results.get((top, 3), none)[0]
         for rep, w in ((1, w1), (3, w3)):
             rows.append(dict(name=f"write, {top} hosts, replicas {rep} (link {rate_gbps:.3f})",
                              kind="write", hosts=top, replicas=rep, gbps=w,
-                             link_gbps=rate_gbps, ratio=w / w1 if w and w1 else 0))
-        r3 = results.get((top, 3), (0, 0))[1]
+                             link_gbps=rate_gbps, cpu=results.get((top, rep), none)[2],
+                             ratio=w / w1 if w and w1 else 0))
+        r3, cpu = results.get((top, 3), none)[1::2]
         rows.append(dict(name=f"read, {top} hosts, replicas 3 (links {top * rate_gbps:.3f})",
-                         kind="read", hosts=top, replicas=3, gbps=r3,
+                         kind="read", hosts=top, replicas=3, gbps=r3, cpu=cpu,
                          link_gbps=top * rate_gbps, ratio=0))
     for row in rows:
         row.update(iops=0.0, p50_us=0.0, p99_us=0.0)
