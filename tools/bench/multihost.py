@@ -179,10 +179,10 @@ class Topology:
         sh(*cmd)
 
     def add_ns(self, ns, port, ip, shaped):
+        self.made_ns.append(ns)  # before: a signal may come between the two
         sh("ip", "netns", "add", ns)
-        self.made_ns.append(ns)
-        sh("ip", "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns)
         self.made_links.append(port)
+        sh("ip", "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns)
         sh("ip", "link", "set", port, "master", self.bridge, "up")
         sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0")
         sh("ip", "-n", ns, "link", "set", "eth0", "up")
@@ -197,11 +197,11 @@ class Topology:
                                "use --subnet)")
         progress(f"topology {self.tag}: bridge, client {self.subnet}.1, meta {self.meta_ip}, "
                  f"{len(self.host_ns)} storage hosts, links at {fmt_rate(self.rate)}")
-        sh("ip", "link", "add", self.bridge, "type", "bridge")
         self.made_links.append(self.bridge)
+        sh("ip", "link", "add", self.bridge, "type", "bridge")
         sh("ip", "link", "set", self.bridge, "up")
-        sh("ip", "link", "add", self.client, "type", "veth", "peer", "name", self.client_port)
         self.made_links.append(self.client)
+        sh("ip", "link", "add", self.client, "type", "veth", "peer", "name", self.client_port)
         sh("ip", "link", "set", self.client_port, "master", self.bridge, "up")
         sh("ip", "addr", "add", f"{self.subnet}.1/24", "dev", self.client)
         sh("ip", "link", "set", self.client, "up")
