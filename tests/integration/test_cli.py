@@ -15,7 +15,7 @@ from conftest import BUILD, ROOT
 ADMIN = ["status", "ls", "stat", "layout", "pool list", "pool show", "pool world",
          "pool bind", "pool unbind", "rank show", "key ls", "key stat", "key delete",
          "key evict", "clear", "fsck", "pool", "rank", "key", "resync", "drain", "undrain"]
-BENCH = ["fs", "ring", "meta", "gpu", "keys"]
+BENCH = ["fs", "ring", "meta", "gpu", "keys", "multihost"]
 CLUSTER = ["start", "stop", "status", "restart-daemon"]
 
 # (program, words of the subcommand, name the usage must show)
