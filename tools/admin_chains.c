@@ -105,3 +105,45 @@ int admin_drain_run(struct kvc_storage_client *storage, const struct kvc_config 
 		        drain ? "out of its chain" : "serving", version);
 	return done ? 0 : 1;
 }
+
+const char *admin_target_state(const struct kvc_chains *table, uint32_t target)
+{
+	int c = kvc_chains_of_target(table, target);
+	if (c < 0)
+		return "out";
+	int pos = kvc_chains_position(&table->chains[c], target);
+	return (table->chains[c].syncing >> pos) & 1u ? "syncing" : "serving";
+}
+
+void admin_chains_print(const struct kvc_chains *chains, bool json, uint32_t replicas,
+                        bool managers)
+{
+	if (json) {
+		printf("\"routing_version\":%" PRIu64 ",\"chains\":[", chains->version);
+		for (uint32_t c = 0; c < chains->count; c++) {
+			const struct kvc_chain *ch = &chains->chains[c];
+			printf("%s{\"id\":%u,\"version\":%u,\"targets\":[", c ? "," : "", c,
+			       ch->version);
+			for (uint32_t m = 0; m < ch->count; m++)
+				printf("%s%u", m ? "," : "", ch->targets[m]);
+			printf("],\"syncing\":[");
+			for (uint32_t m = 0, n = 0; m < ch->count; m++)
+				if (ch->syncing & (1u << m))
+					printf("%s%u", n++ ? "," : "", ch->targets[m]);
+			printf("]}");
+		}
+		printf("]");
+	} else if (replicas > 1) {
+		printf("\n%-8s %5s %8s %s (routing table version %" PRIu64 "%s)\n", "CHAINS", "ID",
+		       "VERSION", "TARGETS (head ... tail)", chains->version,
+		       managers ? ", from the managers" : ", the cluster file's");
+		for (uint32_t c = 0; c < chains->count; c++) {
+			const struct kvc_chain *ch = &chains->chains[c];
+			printf("%-8s %5u %8u ", "", c, ch->version);
+			for (uint32_t m = 0; m < ch->count; m++)
+				printf("%s%u%s", m ? " -> " : "", ch->targets[m],
+				       ch->syncing & (1u << m) ? " (catching up)" : "");
+			printf("\n");
+		}
+	}
+}

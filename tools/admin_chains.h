@@ -13,7 +13,18 @@
 #include <stdint.h>
 
 #include "client/storage_client.h"
+#include "core/chains.h"
 #include "core/config.h"
+
+/* A target's state in table: "serving" (a member serving reads),
+ * "syncing" (a member catching up), "out" (in no chain: its server failed,
+ * or it is drained). */
+const char *admin_target_state(const struct kvc_chains *table, uint32_t target);
+
+/* status's chains: JSON members `"routing_version":N,"chains":[...]` (the
+ * caller writes what surrounds them), or a CHAINS table when replicas > 1. */
+void admin_chains_print(const struct kvc_chains *table, bool json, uint32_t replicas,
+                        bool managers);
 
 /* Returns the exit status: 0 done, 1 refused, failed or timed out. */
 int admin_drain_run(struct kvc_storage_client *storage, const struct kvc_config *config,

@@ -97,18 +97,6 @@ static void print_space(const char *what, uint64_t free_bytes, uint64_t total_by
 	printf("\n");
 }
 
-/* A target's state in the routing table: serving (a member serving
- * reads), syncing (a member catching up), out (in no chain: its server
- * failed, or it is drained). */
-static const char *target_state(const struct kvc_chains *table, uint32_t target)
-{
-	int c = kvc_chains_of_target(table, target);
-	if (c < 0)
-		return "out";
-	int pos = kvc_chains_position(&table->chains[c], target);
-	return (table->chains[c].syncing >> pos) & 1u ? "syncing" : "serving";
-}
-
 static int cmd_status(struct admin *a)
 {
 	static struct kvc_chains routing;
@@ -156,7 +144,7 @@ static int cmd_status(struct admin *a)
 				       ",\"free_bytes\":%" PRIu64 ",\"reserve_bytes\":%" PRIu64
 				       ",\"refusing\":%s,\"refused_writes\":%" PRIu64 ",\"chunks\":%" PRIu64
 				       "}",
-				       i ? "," : "", t[i].target, target_state(&routing, t[i].target),
+				       i ? "," : "", t[i].target, admin_target_state(&routing, t[i].target),
 				       t[i].total_bytes, t[i].free_bytes, t[i].reserve_bytes,
 				       t[i].flags & KVC_SPACE_REFUSING ? "true" : "false",
 				       t[i].refused_writes, t[i].chunks);
@@ -170,7 +158,7 @@ static int cmd_status(struct admin *a)
 			char what[64];
 			if (a->config.replicas > 1)
 				snprintf(what, sizeof(what), "target %u (%s): %" PRIu64 " chunks,",
-				         t[i].target, target_state(&routing, t[i].target), t[i].chunks);
+				         t[i].target, admin_target_state(&routing, t[i].target), t[i].chunks);
 			else
 				snprintf(what, sizeof(what), "target %u: %" PRIu64 " chunks,", t[i].target,
 				         t[i].chunks);
@@ -178,41 +166,13 @@ static int cmd_status(struct admin *a)
 			            t[i].flags & KVC_SPACE_REFUSING, t[i].refused_writes, "writes");
 		}
 	}
-	static struct kvc_chains table;
-	const struct kvc_chains *chains = &table;
-	kvc_storage_client_chains(&a->storage, &table);
-	if (a->json) {
-		printf("],\"routing_version\":%llu,\"chains\":[",
-		       (unsigned long long)chains->version);
-		for (uint32_t c = 0; c < chains->count; c++) {
-			const struct kvc_chain *ch = &chains->chains[c];
-			printf("%s{\"id\":%u,\"version\":%u,\"targets\":[", c ? "," : "", c,
-			       ch->version);
-			for (uint32_t m = 0; m < ch->count; m++)
-				printf("%s%u", m ? "," : "", ch->targets[m]);
-			printf("],\"syncing\":[");
-			for (uint32_t m = 0, n = 0; m < ch->count; m++)
-				if (ch->syncing & (1u << m))
-					printf("%s%u", n++ ? "," : "", ch->targets[m]);
-			printf("]}");
-		}
-	} else if (a->config.replicas > 1) {
-		printf("\n%-8s %5s %8s %s (routing table version %llu%s)\n", "CHAINS", "ID",
-		       "VERSION", "TARGETS (head ... tail)", (unsigned long long)chains->version,
-		       a->config.manager_count ? ", from the managers" : ", the cluster file's");
-		for (uint32_t c = 0; c < chains->count; c++) {
-			const struct kvc_chain *ch = &chains->chains[c];
-			printf("%-8s %5u %8u ", "", c, ch->version);
-			for (uint32_t m = 0; m < ch->count; m++)
-				printf("%s%u%s", m ? " -> " : "", ch->targets[m],
-				       ch->syncing & (1u << m) ? " (catching up)" : "");
-			printf("\n");
-		}
-	}
+	if (a->json)
+		printf("],");
+	admin_chains_print(&routing, a->json, a->config.replicas, a->config.manager_count > 0);
 	struct kvc_meta_pool_entry pools[256];
 	int npools = kvc_meta_pool_list(a->pools, pools, 256);
 	if (a->json) {
-		printf("],\"pools\":[");
+		printf(",\"pools\":[");
 		for (int i = 0; i < npools; i++)
 			printf("%s{\"namespace\":\"%s\",\"rank\":%u,\"pages\":%u,\"free\":%u}",
 			       i ? "," : "", JSON_STR(pools[i].ns), pools[i].rank, pools[i].num_pages,
