@@ -7,6 +7,8 @@
 
 #include "core/clock.h"
 
+static int call_attr_raw(struct kvc_meta_client *client, uint16_t type, const void *body,
+                         uint32_t body_len, struct kvc_attr *attr);
 static int call_attr(struct kvc_meta_client *client, uint16_t type, const void *body,
                      uint32_t body_len, struct kvc_attr *attr);
 
@@ -20,15 +22,16 @@ int kvc_meta_client_init(struct kvc_meta_client *client, const struct kvc_config
 }
 
 /* call_attr again while it times out and retry_ms allows (idempotent
- * calls only). */
+ * calls only). The timeout is told from the raw transport error: once
+ * mapped to -EIO it looks like any other failure. */
 static int call_attr_patient(struct kvc_meta_client *client, uint16_t type, const void *body,
                              uint32_t body_len, struct kvc_attr *attr)
 {
 	int64_t deadline = (int64_t)kvc_clock_monotonic_ns() + (int64_t)client->retry_ms * 1000000;
-	int rc = call_attr(client, type, body, body_len, attr);
+	int rc = call_attr_raw(client, type, body, body_len, attr);
 	while (rc == -ETIMEDOUT && (int64_t)kvc_clock_monotonic_ns() < deadline)
-		rc = call_attr(client, type, body, body_len, attr);
-	return rc;
+		rc = call_attr_raw(client, type, body, body_len, attr);
+	return kvc_rpc_is_transport_error(rc) ? -EIO : rc;
 }
 
 void kvc_meta_client_destroy(struct kvc_meta_client *client)
@@ -36,21 +39,30 @@ void kvc_meta_client_destroy(struct kvc_meta_client *client)
 	kvc_rpc_pool_destroy(&client->pool);
 }
 
-/* A call whose reply is one kvc_attr (or nothing when attr is NULL). */
-static int call_attr(struct kvc_meta_client *client, uint16_t type, const void *body,
-                     uint32_t body_len, struct kvc_attr *attr)
+/* A call whose reply is one kvc_attr (or nothing when attr is NULL);
+ * transport errors as kvc_rpc_call returns them. */
+static int call_attr_raw(struct kvc_meta_client *client, uint16_t type, const void *body,
+                         uint32_t body_len, struct kvc_attr *attr)
 {
 	struct kvc_attr reply;
 	uint32_t len = 0;
 	int rc = kvc_rpc_call(&client->pool, type, body, body_len, &reply, sizeof(reply), &len);
 	if (rc < 0)
-		return kvc_rpc_is_transport_error(rc) ? -EIO : rc;
+		return rc;
 	if (attr) {
 		if (len != sizeof(reply))
 			return -EIO;
 		*attr = reply;
 	}
 	return 0;
+}
+
+/* The same, a transport error as -EIO. */
+static int call_attr(struct kvc_meta_client *client, uint16_t type, const void *body,
+                     uint32_t body_len, struct kvc_attr *attr)
+{
+	int rc = call_attr_raw(client, type, body, body_len, attr);
+	return kvc_rpc_is_transport_error(rc) ? -EIO : rc;
 }
 
 /* Bodies of (fixed struct, name...) messages. */
