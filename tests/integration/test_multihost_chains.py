@@ -536,15 +536,36 @@ def chunk_reads(mh, server):
                if k.startswith("kvc_storage_reply_data_bytes_total") and "chunk_read" in k)
 
 
-def check_rejoined(mh, server, stable):
-    """server's targets serve in full chains again, hold exactly what the
-    other members of their chains hold, and serve reads."""
+def differences(mh, server):
+    """(target, other member, chunks that differ) for each of server's
+    targets whose chunk listing is not another member's."""
+    out = []
     lost = targets_of(server)
-    assert wait_until(mh.whole, timeout=FULL), mh.status()
     for ch in mh.chains():
         for t in lost & set(ch["targets"]):
             other = next(m for m in ch["targets"] if m not in lost)
-            assert listing(mh, t) == listing(mh, other), (t, other)
+            mine, theirs = listing(mh, t), listing(mh, other)
+            if mine != theirs:
+                keys = set(mine) | set(theirs)
+                out.append((t, other, {k: (mine.get(k), theirs.get(k)) for k in sorted(keys)
+                                       if mine.get(k) != theirs.get(k)}))
+    return out
+
+
+# Found by the "cut" case (about one run in three) and reproduced by
+# test_a_range_operation_delayed_by_a_partition_lands_after_resync.
+LATE_RANGE_OP = (
+    "product bug: a CHUNK_TRUNCATE/REMOVE sent to a partitioned host stays in "
+    "TCP retransmission after its sender timed out and closed the socket; the "
+    "link comes back, the host's targets rejoin and resync, and then the stale "
+    "request arrives and is applied (range operations carry no chain version), "
+    "so the returned target lacks chunks the other members hold")
+
+
+def check_rejoined(mh, server, stable, late_range_ops=False):
+    """server's targets serve in full chains again, hold exactly what the
+    other members of their chains hold, and serve reads."""
+    assert wait_until(mh.whole, timeout=FULL), mh.status()
     before = chunk_reads(mh, server)
 
     def read_all():
@@ -552,6 +573,10 @@ def check_rejoined(mh, server, stable):
             read_direct(path)
         return chunk_reads(mh, server) > before
     assert wait_until(read_all, timeout=60, step=0.5), f"{server} serves no reads"
+    diff = differences(mh, server)
+    if diff and late_range_ops:
+        pytest.xfail(f"{LATE_RANGE_OP}: {diff}")
+    assert diff == []
 
 
 # -- the tests -----------------------------------------------------------
@@ -593,7 +618,40 @@ def test_a_lost_storage_host_leaves_its_chains_and_returns(mh, workdir, how, vic
         assert load.wait_writes(4)
     check_load(load)
     assert mh.status()["routing_version"] > before
-    check_rejoined(mh, victim, stable)
+    check_rejoined(mh, victim, stable, late_range_ops=how == "cut")
+
+
+@pytest.mark.xfail(strict=True, reason=LATE_RANGE_OP)
+def test_a_range_operation_delayed_by_a_partition_lands_after_resync(mh, workdir):
+    """The cut case's rare failure, made likely: kvc-meta's connection to
+    the host is warm, a truncate to 0 is sent while the host is cut off
+    (kvc-meta times out, the manager takes the host out, the truncate is
+    done on the other members), the file is written again, and the link
+    comes back about when the truncate's next TCP retransmission is due
+    after resync is over. The host's target must keep the new chunk."""
+    victim = "s5"
+    target = min(targets_of(victim))
+    chain = next(ch for ch in mh.chains() if target in ch["targets"])
+    path = files_on_chain(workdir, chain["id"], 1, "late")[0]
+    data = os.urandom(100000)
+    write_file(path, data)
+    os.truncate(path, 50000)  # kvc-meta connects to every member
+    write_file(path, data)
+    mh.net.cut(victim, False)
+    cut = time.monotonic()
+    os.truncate(path, 0)  # stuck on its way to the host, done elsewhere
+    assert target not in mh.members()
+    write_file(path, data)
+    time.sleep(max(0, cut + 4 - time.monotonic()))
+    mh.net.cut(victim, True)
+    assert wait_until(mh.whole, timeout=FULL), mh.status()
+    # the stale truncate's retransmissions come within ~13 s of the cut
+    wait_until(lambda: differences(mh, victim), timeout=20, step=1)
+    _drop_caches()
+    for _ in range(6):  # reads may be served by any member
+        got = read_direct(path)
+        assert got == data, f"{len(got)} bytes, {got.count(0)} zero"
+    assert differences(mh, victim) == []
 
 
 def files_on_chain(directory, chain, count, prefix):
