@@ -319,7 +319,7 @@ class MultiHost:
                 st = http_json(url + "/v3/maintenance/status", {})
             except (OSError, ValueError):
                 continue
-            if st["header"]["member_id"] == st["leader"]:
+            if st.get("leader") and st["header"]["member_id"] == st["leader"]:
                 return e
         return None
 
@@ -800,14 +800,17 @@ def test_a_partitioned_client_refreshes_its_stale_table(mh, workdir):
     """A second kvc-fuse on the client host `cl`, cut off while a storage
     host dies and comes back (every chain of that host changes version
     twice). When its link returns, the managers are still out of its reach
-    (unreachable routes in its namespace), so its first I/O meets the
-    servers' -ESTALE: it retries (kvc_fuse_routing_retries_total), and
-    once it can refresh its table, carries on with no error."""
+    (unreachable routes in its namespace, from before the cut to after),
+    so its first I/O meets the servers' -ESTALE: it retries
+    (kvc_fuse_routing_retries_total), and once it can refresh its table,
+    carries on with no error (its pooled connection to the restarted
+    server resets under its first request: sent again on a new one)."""
     conf2 = os.path.join(mh.base, "client.conf")
     metrics2 = f"{mh.net.ip['cl']}:{PORT + 10}"
     mh.write_config(conf2, metrics2)
     mount2 = tempfile.mkdtemp(prefix="kvc-mhc-mnt2-")
-    mh.spawn("fuse2", "cl", [BUILD / "kvc-fuse", "--config", conf2, "--mountpoint", mount2])
+    mh.spawn("fuse2", "cl", [BUILD / "kvc-fuse", "--config", conf2, "--mountpoint", mount2,
+                             *(["--verbose"] if os.environ.get("KVC_MHC_VERBOSE") else [])])
     proc = mh.procs["fuse2"]
     try:
         assert wait_until(lambda: os.path.ismount(mount2) or proc.poll() is not None,
@@ -825,6 +828,12 @@ def test_a_partitioned_client_refreshes_its_stale_table(mh, workdir):
                 files[path] = data
         fresh = files_on_chain(d2, sorted(changed)[0], 1, "fresh")[0]
         known = fuse_metric(metrics2, "kvc_fuse_routing_version")
+        # The managers out of its reach first, and long enough that no
+        # long poll it sent before is still to be answered (they are
+        # answered within io_timeout / 2 when nothing changes): no new
+        # table can reach it until the routes go.
+        mh.net.unreachable("cl", mh.manager_ips(), on=True)
+        time.sleep(2.5)
         mh.net.cut("cl", False)
         mh.kill(victim)
         assert wait_until(lambda: not (lost & set(mh.members())), timeout=DETECT)
@@ -832,8 +841,8 @@ def test_a_partitioned_client_refreshes_its_stale_table(mh, workdir):
         assert wait_until(lambda: lost <= set(mh.members()), timeout=DETECT)
         current = mh.status()["routing_version"]
         assert current > known
-        mh.net.unreachable("cl", mh.manager_ips(), on=True)
         mh.net.cut("cl", True)
+        assert fuse_metric(metrics2, "kvc_fuse_routing_version") == known
         retries = fuse_metric(metrics2, "kvc_fuse_routing_retries_total")
         errors = []
 
@@ -863,6 +872,23 @@ def test_a_partitioned_client_refreshes_its_stale_table(mh, workdir):
         for path, data in files.items():
             assert read_direct(path) == data
             assert read_direct(os.path.join(workdir, os.path.basename(path))) == data
+        # Cut off again while the storage host restarts; this time the
+        # table reaches it before any I/O. Its pooled connections to the
+        # host died unseen: the first sync (sent to every member) meets a
+        # reset and must be sent again, not wait for a table change.
+        mh.net.cut("cl", False)
+        mh.kill(victim)
+        assert wait_until(lambda: not (lost & set(mh.members())), timeout=DETECT)
+        mh.start(victim)
+        assert wait_until(lambda: lost <= set(mh.members()), timeout=DETECT)
+        current = mh.status()["routing_version"]
+        mh.net.cut("cl", True)
+        assert wait_until(lambda: fuse_metric(metrics2, "kvc_fuse_routing_version")
+                          >= current, timeout=30)
+        for path in list(files)[:2]:
+            data = os.urandom(CHUNK // 4)
+            write_file(path, data)
+            assert read_direct(path) == data
     finally:
         mh.net.unreachable("cl", mh.manager_ips(), on=False)
         mh.net.cut("cl", True)
