@@ -241,6 +241,8 @@ static int truncate_on_open(struct kvc_fuse *fs, uint64_t ino, struct kvc_attr *
 	int rc = kvc_fuse_commit_size(fs, ino);
 	if (rc == 0)
 		rc = kvc_meta_client_setattr(&fs->meta, &m, attr);
+	if (rc < 0)
+		kvc_log_warn("inode %" PRIu64 ": open(O_TRUNC): %s", ino, strerror(-rc));
 	if (rc == 0)
 		kvc_inode_table_set_size(fs->inodes, ino, 0);
 	return rc;

@@ -370,6 +370,9 @@ static int h_extend(struct request *r)
 		rc = kvc_meta_collector_truncate(r->svc->collector, m->ino);
 		if (rc == 0)
 			rc = kvc_meta_store_extend(r->svc->store, m->ino, m->size, &attr);
+		else
+			kvc_log_warn("inode %" PRIu64 ": growing it needs the cut of its chunks first, "
+			             "which failed: %s", m->ino, strerror(-rc));
 	}
 	if (rc == 0) {
 		changed_inode(r, m->ino);

@@ -19,6 +19,7 @@
 #include "client/meta_client.h"
 #include "client/pool_client.h"
 #include "client/storage_client.h"
+#include "admin_chains.h"
 #include "admin_resync.h"
 
 struct admin {
@@ -98,6 +99,8 @@ static void print_space(const char *what, uint64_t free_bytes, uint64_t total_by
 
 static int cmd_status(struct admin *a)
 {
+	static struct kvc_chains routing;
+	kvc_storage_client_chains(&a->storage, &routing);
 	struct kvc_msg_statfs_reply names = {0};
 	int failures = 0;
 	int rc = kvc_meta_client_statfs(&a->meta, &names);
@@ -137,11 +140,13 @@ static int cmd_status(struct admin *a)
 			printf("%s{\"name\":\"%s\",\"address\":\"%s\",\"up\":%s,\"targets\":[", s ? "," : "",
 			       JSON_STR(srv->name), JSON_STR(srv->address), count >= 0 ? "true" : "false");
 			for (int i = 0; i < count; i++)
-				printf("%s{\"id\":%u,\"total_bytes\":%" PRIu64 ",\"free_bytes\":%" PRIu64
-				       ",\"reserve_bytes\":%" PRIu64 ",\"refusing\":%s,\"refused_writes\":%"
-				       PRIu64 ",\"chunks\":%" PRIu64 "}",
-				       i ? "," : "", t[i].target, t[i].total_bytes, t[i].free_bytes,
-				       t[i].reserve_bytes, t[i].flags & KVC_SPACE_REFUSING ? "true" : "false",
+				printf("%s{\"id\":%u,\"state\":\"%s\",\"total_bytes\":%" PRIu64
+				       ",\"free_bytes\":%" PRIu64 ",\"reserve_bytes\":%" PRIu64
+				       ",\"refusing\":%s,\"refused_writes\":%" PRIu64 ",\"chunks\":%" PRIu64
+				       "}",
+				       i ? "," : "", t[i].target, admin_target_state(&routing, t[i].target),
+				       t[i].total_bytes, t[i].free_bytes, t[i].reserve_bytes,
+				       t[i].flags & KVC_SPACE_REFUSING ? "true" : "false",
 				       t[i].refused_writes, t[i].chunks);
 			printf("]}");
 			continue;
@@ -151,47 +156,23 @@ static int cmd_status(struct admin *a)
 		       count >= 0 ? "" : strerror(-count));
 		for (int i = 0; i < count; i++) {
 			char what[64];
-			snprintf(what, sizeof(what), "target %u: %" PRIu64 " chunks,", t[i].target,
-			         t[i].chunks);
+			if (a->config.replicas > 1)
+				snprintf(what, sizeof(what), "target %u (%s): %" PRIu64 " chunks,",
+				         t[i].target, admin_target_state(&routing, t[i].target), t[i].chunks);
+			else
+				snprintf(what, sizeof(what), "target %u: %" PRIu64 " chunks,", t[i].target,
+				         t[i].chunks);
 			print_space(what, t[i].free_bytes, t[i].total_bytes, t[i].reserve_bytes,
 			            t[i].flags & KVC_SPACE_REFUSING, t[i].refused_writes, "writes");
 		}
 	}
-	static struct kvc_chains table;
-	const struct kvc_chains *chains = &table;
-	kvc_storage_client_chains(&a->storage, &table);
-	if (a->json) {
-		printf("],\"routing_version\":%llu,\"chains\":[",
-		       (unsigned long long)chains->version);
-		for (uint32_t c = 0; c < chains->count; c++) {
-			const struct kvc_chain *ch = &chains->chains[c];
-			printf("%s{\"id\":%u,\"version\":%u,\"targets\":[", c ? "," : "", c,
-			       ch->version);
-			for (uint32_t m = 0; m < ch->count; m++)
-				printf("%s%u", m ? "," : "", ch->targets[m]);
-			printf("],\"syncing\":[");
-			for (uint32_t m = 0, n = 0; m < ch->count; m++)
-				if (ch->syncing & (1u << m))
-					printf("%s%u", n++ ? "," : "", ch->targets[m]);
-			printf("]}");
-		}
-	} else if (a->config.replicas > 1) {
-		printf("\n%-8s %5s %8s %s (routing table version %llu%s)\n", "CHAINS", "ID",
-		       "VERSION", "TARGETS (head ... tail)", (unsigned long long)chains->version,
-		       a->config.manager_count ? ", from the managers" : ", the cluster file's");
-		for (uint32_t c = 0; c < chains->count; c++) {
-			const struct kvc_chain *ch = &chains->chains[c];
-			printf("%-8s %5u %8u ", "", c, ch->version);
-			for (uint32_t m = 0; m < ch->count; m++)
-				printf("%s%u%s", m ? " -> " : "", ch->targets[m],
-				       ch->syncing & (1u << m) ? " (catching up)" : "");
-			printf("\n");
-		}
-	}
+	if (a->json)
+		printf("],");
+	admin_chains_print(&routing, a->json, a->config.replicas, a->config.manager_count > 0);
 	struct kvc_meta_pool_entry pools[256];
 	int npools = kvc_meta_pool_list(a->pools, pools, 256);
 	if (a->json) {
-		printf("],\"pools\":[");
+		printf(",\"pools\":[");
 		for (int i = 0; i < npools; i++)
 			printf("%s{\"namespace\":\"%s\",\"rank\":%u,\"pages\":%u,\"free\":%u}",
 			       i ? "," : "", JSON_STR(pools[i].ns), pools[i].rank, pools[i].num_pages,
@@ -527,6 +508,24 @@ static int cmd_resync(struct admin *a)
 	return admin_resync_run(&a->storage, o);
 }
 
+static int drain_command(struct admin *a, bool drain)
+{
+	uint32_t target;
+	if (parse_number(a, "TARGET", a->args[0], &target))
+		return 2;
+	return admin_drain_run(&a->storage, &a->config, target, drain, a->json);
+}
+
+static int cmd_drain(struct admin *a)
+{
+	return drain_command(a, true);
+}
+
+static int cmd_undrain(struct admin *a)
+{
+	return drain_command(a, false);
+}
+
 /* One row per command: adding a command is adding a row. */
 static const struct command {
 	const char *name;     /* one word, or a group's word and a verb */
@@ -556,7 +555,11 @@ static const struct command {
 	{"key evict", "NS KEY...", 2, -1, cmd_key_delete, NULL, "the same as delete"},
 	{"clear", "NS", 1, 1, cmd_clear, NULL, "delete every key of a namespace"},
 	{"fsck", "[--repair]", 0, 0, cmd_fsck, NULL, "cross-check page accounting (and fix it)"},
-	{"resync", "--target T --from P [--no-wait] [--status]", 0, 0, cmd_resync, "chains",
+	{"drain", "TARGET", 1, 1, cmd_drain, "chains",
+	 "take TARGET out of its chain and keep it\nout (needs managers); waits until it is"},
+	{"undrain", "TARGET", 1, 1, cmd_undrain, NULL,
+	 "let a drained TARGET back in: it catches\nup, then serves; waits until it does"},
+	{"resync", "--target T --from P [--no-wait] [--status]", 0, 0, cmd_resync, NULL,
 	 "make target T hold what target P of its\nchain holds; prints progress until done\n"
 	 "(--no-wait: start it only; --status: show\nT's last resync, start nothing)"},
 };

@@ -7,6 +7,7 @@
  *   kvc-bench meta [options]   page pools over HTTP and the binary protocol
  *   kvc-bench gpu  [options]   KV pages into GPU memory by each path
  *   kvc-bench keys [options]   one file per key, against a local directory
+ *   kvc-bench multihost [opts] scale-out over network namespaces (needs root)
  *
  * `kvc-bench COMMAND --help` lists a command's options.
  */
@@ -18,6 +19,7 @@
 #include "bench/gpu.h"
 #include "bench/keys.h"
 #include "bench/meta.h"
+#include "bench/multihost.h"
 #include "bench/ring.h"
 #include "core/cli.h"
 
@@ -30,6 +32,7 @@ static const struct command {
 	{"meta", bench_meta_main},
 	{"gpu", bench_gpu_main},
 	{"keys", bench_keys_main},
+	{"multihost", bench_multihost_main},
 };
 
 static const char usage[] =
@@ -41,6 +44,9 @@ static const char usage[] =
 	"  meta    page pools over HTTP and the binary protocol\n"
 	"  gpu     KV pages into GPU memory by each path\n"
 	"  keys    one file per key through the mount, against a local directory\n"
+	"  multihost  1..5 storage hosts in network namespaces, links shaped by tc:\n"
+	"          read scaling and replicas 3 against 1 writes (needs root; starts\n"
+	"          its own clusters)\n"
 	"'kvc-bench COMMAND --help' lists a command's options.\n";
 
 int main(int argc, char **argv)
@@ -50,7 +56,7 @@ int main(int argc, char **argv)
 	if (opt != KVC_CLI_END)
 		return kvc_cli_status(opt);
 	if (optind >= argc)
-		return kvc_cli_fail(&cli, "a COMMAND is required (fs, ring, meta, gpu or keys)");
+		return kvc_cli_fail(&cli, "a COMMAND is required (fs, ring, meta, gpu, keys or multihost)");
 	const char *name = argv[optind];
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
 		if (strcmp(name, commands[i].name) != 0)

@@ -9,8 +9,6 @@
 
 static int call_attr_raw(struct kvc_meta_client *client, uint16_t type, const void *body,
                          uint32_t body_len, struct kvc_attr *attr);
-static int call_attr(struct kvc_meta_client *client, uint16_t type, const void *body,
-                     uint32_t body_len, struct kvc_attr *attr);
 
 int kvc_meta_client_init(struct kvc_meta_client *client, const struct kvc_config *config)
 {
@@ -22,8 +20,7 @@ int kvc_meta_client_init(struct kvc_meta_client *client, const struct kvc_config
 }
 
 /* call_attr again while it times out and retry_ms allows (idempotent
- * calls only). The timeout is told from the raw transport error: once
- * mapped to -EIO it looks like any other failure. */
+ * calls only). */
 static int call_attr_patient(struct kvc_meta_client *client, uint16_t type, const void *body,
                              uint32_t body_len, struct kvc_attr *attr)
 {
@@ -31,7 +28,7 @@ static int call_attr_patient(struct kvc_meta_client *client, uint16_t type, cons
 	int rc = call_attr_raw(client, type, body, body_len, attr);
 	while (rc == -ETIMEDOUT && (int64_t)kvc_clock_monotonic_ns() < deadline)
 		rc = call_attr_raw(client, type, body, body_len, attr);
-	return kvc_rpc_is_transport_error(rc) ? -EIO : rc;
+	return rc < 0 && kvc_rpc_is_transport_error(rc) ? -EIO : rc;
 }
 
 void kvc_meta_client_destroy(struct kvc_meta_client *client)
@@ -40,7 +37,7 @@ void kvc_meta_client_destroy(struct kvc_meta_client *client)
 }
 
 /* A call whose reply is one kvc_attr (or nothing when attr is NULL);
- * transport errors as kvc_rpc_call returns them. */
+ * transport errors as they are (call_attr makes them -EIO). */
 static int call_attr_raw(struct kvc_meta_client *client, uint16_t type, const void *body,
                          uint32_t body_len, struct kvc_attr *attr)
 {
@@ -57,12 +54,11 @@ static int call_attr_raw(struct kvc_meta_client *client, uint16_t type, const vo
 	return 0;
 }
 
-/* The same, a transport error as -EIO. */
 static int call_attr(struct kvc_meta_client *client, uint16_t type, const void *body,
                      uint32_t body_len, struct kvc_attr *attr)
 {
 	int rc = call_attr_raw(client, type, body, body_len, attr);
-	return kvc_rpc_is_transport_error(rc) ? -EIO : rc;
+	return rc < 0 && kvc_rpc_is_transport_error(rc) ? -EIO : rc;
 }
 
 /* Bodies of (fixed struct, name...) messages. */

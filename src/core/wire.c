@@ -348,6 +348,7 @@ const char *kvc_wire_type_name(uint16_t type)
 	case KVC_MSG_CHUNK_PUNCH: return "chunk_punch";
 	case KVC_MSG_MGMT_HEARTBEAT: return "mgmt_heartbeat";
 	case KVC_MSG_MGMT_ROUTING: return "mgmt_routing";
+	case KVC_MSG_MGMT_DRAIN: return "mgmt_drain";
 	case KVC_MSG_CHUNK_LIST: return "chunk_list";
 	case KVC_MSG_CHUNK_RESYNC: return "chunk_resync";
 	case KVC_MSG_CHUNK_RESYNC_STATUS: return "chunk_resync_status";

@@ -66,7 +66,7 @@
  *      gets -EAGAIN (ask the tail). MGMT_HEARTBEAT (112) and
  *      MGMT_ROUTING (113): storage servers' heartbeats to the leading
  *      kvc-mgmt and everyone's routing table (chains, versions, members
- *      catching up).
+ *      catching up); MGMT_DRAIN (114) takes a target out of its chain.
  *      gets -EAGAIN (ask the tail).
  *      Also resync (a target catching up with another member of its
  *      chain): CHUNK_LIST (72) pages through a target's chunks with their
@@ -163,6 +163,7 @@ enum kvc_wire_type {
 	/* the cluster manager (kvc-mgmt) */
 	KVC_MSG_MGMT_HEARTBEAT = 112,
 	KVC_MSG_MGMT_ROUTING = 113,
+	KVC_MSG_MGMT_DRAIN = 114,
 	KVC_MSG_CHUNK_LIST = 72,
 	KVC_MSG_CHUNK_RESYNC = 73,
 	KVC_MSG_CHUNK_RESYNC_STATUS = 74,
@@ -708,6 +709,16 @@ struct kvc_msg_mgmt_routing_reply {
 	uint64_t version;
 	uint32_t chain_count;
 	uint32_t reserved;
+};
+
+/* MGMT_DRAIN: take target out of its chain and keep it out (drain 1), or
+ * let it back in, catching up (drain 0). The leader answers at once
+ * (kvc_msg_mgmt_routing_reply, no chains: the version before the change,
+ * which its next monitor pass makes); -EBUSY when the target is its
+ * chain's last member serving reads. */
+struct kvc_msg_mgmt_drain {
+	uint32_t target;
+	uint32_t drain;
 };
 
 /* IOV_REGISTER: one fd (the shared memory), mapped from file_offset. */

@@ -32,9 +32,16 @@ static void drop_member(struct kvc_chain *c, uint32_t pos)
 	c->syncing = syncing;
 }
 
+static bool out(const struct kvc_config *config, const bool *silent, uint64_t drained,
+                uint32_t target)
+{
+	return silent[config->targets[target].server] || ((drained >> target) & 1u);
+}
+
 bool kvc_manager_plan(const struct kvc_config *config, const struct kvc_chains *home,
-                      const bool *silent, const struct kvc_msg_mgmt_synced *reports,
-                      uint32_t report_count, struct kvc_chains *table)
+                      const bool *silent, uint64_t drained,
+                      const struct kvc_msg_mgmt_synced *reports, uint32_t report_count,
+                      struct kvc_chains *table)
 {
 	bool any = false;
 	for (uint32_t c = 0; c < table->count; c++) {
@@ -43,7 +50,7 @@ bool kvc_manager_plan(const struct kvc_config *config, const struct kvc_chains *
 		/* Silent servers' members leave, never the last one serving. */
 		for (uint32_t i = chain->count; i-- > 0;) {
 			uint32_t t = chain->targets[i];
-			if (!silent[config->targets[t].server])
+			if (!out(config, silent, drained, t))
 				continue;
 			uint32_t serving = 0;
 			for (uint32_t k = 0; k < chain->count; k++)
@@ -58,7 +65,7 @@ bool kvc_manager_plan(const struct kvc_config *config, const struct kvc_chains *
 		const struct kvc_chain *h = &home->chains[c];
 		for (uint32_t i = 0; i < h->count; i++) {
 			uint32_t t = h->targets[i];
-			if (silent[config->targets[t].server] || kvc_chains_position(chain, t) >= 0 ||
+			if (out(config, silent, drained, t) || kvc_chains_position(chain, t) >= 0 ||
 			    chain->count == KVC_WIRE_MAX_REPLICAS)
 				continue;
 			chain->syncing |= 1u << chain->count;
@@ -121,8 +128,8 @@ static int table_of(const struct kvc_config *config, const uint8_t *blob, size_t
 /* Write table to etcd if we still lead and nobody wrote it since
  * expect_mod. Returns 1 (written, *mod its revision), 0 (not: we lost the
  * lead or the table moved), -errno. */
-static int store(struct kvc_manager *m, const struct kvc_chains *table, int64_t expect_mod,
-                 int64_t *mod)
+static int store(struct kvc_manager *m, const struct kvc_chains *table, uint64_t drained,
+                 int64_t expect_mod, int64_t *mod)
 {
 	size_t len;
 	void *blob = blob_of(table, &len);
@@ -134,9 +141,11 @@ static int store(struct kvc_manager *m, const struct kvc_chains *table, int64_t 
 		{.key = KVC_MGMT_LEADER_KEY, .target = KVC_ETCD_CMP_VALUE, .result = KVC_ETCD_EQUAL,
 		 .value = m->name, .value_len = strlen(m->name)},
 	};
-	struct kvc_etcd_op put = {.kind = KVC_ETCD_OP_PUT, .key = KVC_MGMT_ROUTING_KEY,
-	                          .value = blob, .value_len = len};
-	struct kvc_etcd_txn txn = {.cmp = cmp, .n_cmp = 2, .success = &put, .n_success = 1};
+	struct kvc_etcd_op put[2] = {
+		{.kind = KVC_ETCD_OP_PUT, .key = KVC_MGMT_ROUTING_KEY, .value = blob, .value_len = len},
+		{.kind = KVC_ETCD_OP_PUT, .key = KVC_MGMT_DRAINED_KEY, .value = &drained,
+		 .value_len = sizeof(drained)}};
+	struct kvc_etcd_txn txn = {.cmp = cmp, .n_cmp = 2, .success = put, .n_success = 2};
 	struct kvc_etcd_kvs out = {0};
 	int rc = kvc_etcd_txn(m->etcd, &txn, &out);
 	if (rc == 1)
@@ -164,12 +173,19 @@ static int take_table(struct kvc_manager *m)
 			              strerror(-rc));
 	} else if (rc == 0) {
 		*t = m->home;
-		rc = store(m, t, 0, &mod) == 1 ? 0 : -EAGAIN;
+		rc = store(m, t, 0, 0, &mod) == 1 ? 0 : -EAGAIN;
 	}
+	uint64_t drained = 0;
+	struct kvc_etcd_kvs dk = {0};
+	if (rc == 0 && kvc_etcd_get(m->etcd, KVC_MGMT_DRAINED_KEY, &dk) == 1 &&
+	    dk.kvs[0].value_len == sizeof(drained))
+		memcpy(&drained, dk.kvs[0].value, sizeof(drained));
+	kvc_etcd_kvs_free(&dk);
 	if (rc == 0) {
 		pthread_mutex_lock(&m->lock);
 		m->table = *t;
 		m->routing_mod = mod;
+		m->drained = m->drained_stored = drained;
 		int64_t now = (int64_t)kvc_clock_monotonic_ns();
 		for (uint32_t s = 0; s < KVC_CONFIG_MAX_SERVERS; s++)
 			m->last_heartbeat_ns[s] = now; /* a full timeout to say hello */
@@ -221,14 +237,18 @@ static void monitor_pass(struct kvc_manager *m)
 	memcpy(reports, m->reports, nreports * sizeof(reports[0]));
 	m->report_count = 0;
 	*t = m->table;
+	uint64_t drained = m->drained;
+	bool drain_changed = drained != m->drained_stored;
 	pthread_mutex_unlock(&m->lock);
-	if (kvc_manager_plan(m->config, &m->home, silent, reports, nreports, t)) {
+	if (kvc_manager_plan(m->config, &m->home, silent, drained, reports, nreports, t) ||
+	    drain_changed) {
 		int64_t new_mod = 0;
-		int rc = store(m, t, mod, &new_mod);
+		int rc = store(m, t, drained, mod, &new_mod);
 		if (rc == 1) {
 			pthread_mutex_lock(&m->lock);
 			m->table = *t;
 			m->routing_mod = new_mod;
+			m->drained_stored = drained;
 			m->changes++;
 			pthread_cond_broadcast(&m->changed);
 			pthread_mutex_unlock(&m->lock);
@@ -317,6 +337,36 @@ int64_t kvc_manager_heartbeat(struct kvc_manager *m, uint32_t server,
 		for (uint32_t i = 0; i < count && m->report_count < KVC_MGMT_MAX_REPORTS; i++)
 			m->reports[m->report_count++] = synced[i];
 		rc = (int64_t)m->table.version;
+	}
+	pthread_mutex_unlock(&m->lock);
+	return rc;
+}
+
+int64_t kvc_manager_drain(struct kvc_manager *m, uint32_t target, bool drain)
+{
+	if (target >= m->config->target_count || target >= 64)
+		return -EINVAL;
+	int64_t rc;
+	pthread_mutex_lock(&m->lock);
+	int c = kvc_chains_of_target(&m->table, target);
+	if (!m->leader) {
+		rc = -EAGAIN;
+	} else if (drain && c >= 0) {
+		const struct kvc_chain *ch = &m->table.chains[c];
+		uint32_t serving = 0;
+		int pos = kvc_chains_position(ch, target);
+		for (uint32_t k = 0; k < ch->count; k++)
+			serving += !((ch->syncing >> k) & 1u);
+		bool is_serving = !((ch->syncing >> pos) & 1u);
+		rc = is_serving && serving == 1 ? -EBUSY : (int64_t)m->table.version;
+	} else {
+		rc = (int64_t)m->table.version;
+	}
+	if (rc > 0) {
+		if (drain)
+			m->drained |= 1ull << target;
+		else
+			m->drained &= ~(1ull << target);
 	}
 	pthread_mutex_unlock(&m->lock);
 	return rc;

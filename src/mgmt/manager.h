@@ -43,6 +43,7 @@
 
 #define KVC_MGMT_LEADER_KEY "/kvcfs/leader"
 #define KVC_MGMT_ROUTING_KEY "/kvcfs/routing"
+#define KVC_MGMT_DRAINED_KEY "/kvcfs/drained" /* u64: a bit per drained target */
 
 struct kvc_mgmt_routing_blob {
 	uint64_t version;
@@ -66,6 +67,8 @@ struct kvc_manager {
 	int64_t routing_mod; /* etcd mod_revision of the table we hold */
 	struct kvc_chains table;
 	int64_t last_heartbeat_ns[KVC_CONFIG_MAX_SERVERS];
+	uint64_t drained; /* targets kept out of their chains (kvc-admin drain) */
+	uint64_t drained_stored; /* what etcd holds */
 	uint32_t report_count;
 	struct kvc_msg_mgmt_synced reports[KVC_MGMT_MAX_REPORTS];
 	uint64_t changes; /* table changes made by this manager */
@@ -88,16 +91,24 @@ int kvc_manager_start(struct kvc_manager *m, const struct kvc_config *config,
 int64_t kvc_manager_heartbeat(struct kvc_manager *m, uint32_t server,
                               const struct kvc_msg_mgmt_synced *synced, uint32_t count);
 
+/* Drain (or undrain) target: the next monitor pass applies it. Returns
+ * the table's version, -EAGAIN (not leading), -EINVAL, -EBUSY (the
+ * target is its chain's last member serving reads). */
+int64_t kvc_manager_drain(struct kvc_manager *m, uint32_t target, bool drain);
+
 /* The table when its version is not `known`, waiting up to wait_ms for a
  * change. Returns 1 (out filled), 0 (still known), -EAGAIN (not leading). */
 int kvc_manager_routing(struct kvc_manager *m, uint64_t known, uint32_t wait_ms,
                         struct kvc_chains *out);
 
 /* The changes the monitor makes to `table` for this pass (pure: for tests
- * and the monitor). silent[s]: server s missed its heartbeats. Returns
+ * and the monitor). silent[s]: server s missed its heartbeats; drained:
+ * targets (a bit each) an operator keeps out, as if their server were
+ * silent. Returns
  * whether anything changed (versions raised). */
 bool kvc_manager_plan(const struct kvc_config *config, const struct kvc_chains *home,
-                      const bool *silent, const struct kvc_msg_mgmt_synced *reports,
-                      uint32_t report_count, struct kvc_chains *table);
+                      const bool *silent, uint64_t drained,
+                      const struct kvc_msg_mgmt_synced *reports, uint32_t report_count,
+                      struct kvc_chains *table);
 
 #endif

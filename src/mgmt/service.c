@@ -59,6 +59,16 @@ static int h_routing(struct kvc_manager *m, struct kvc_server_conn *conn,
 	return rc;
 }
 
+static int h_drain(struct kvc_manager *m, struct kvc_server_conn *conn,
+                   const struct kvc_wire_header *h)
+{
+	struct kvc_msg_mgmt_drain msg;
+	memcpy(&msg, conn->body, sizeof(msg));
+	int64_t version = msg.drain > 1 ? -EINVAL : kvc_manager_drain(m, msg.target, msg.drain);
+	struct kvc_msg_mgmt_routing_reply out = {.version = version > 0 ? (uint64_t)version : 0};
+	return kvc_server_reply(conn, h, version < 0 ? (int)version : 0, &out, sizeof(out));
+}
+
 struct op {
 	uint32_t size;
 	bool exact;
@@ -69,6 +79,7 @@ struct op {
 static const struct op ops[] = {
 	[KVC_MSG_MGMT_HEARTBEAT] = {sizeof(struct kvc_msg_mgmt_heartbeat), false, h_heartbeat},
 	[KVC_MSG_MGMT_ROUTING] = {sizeof(struct kvc_msg_mgmt_routing), true, h_routing},
+	[KVC_MSG_MGMT_DRAIN] = {sizeof(struct kvc_msg_mgmt_drain), true, h_drain},
 };
 
 bool kvc_mgmt_service_serves(uint16_t type)

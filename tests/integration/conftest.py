@@ -47,7 +47,7 @@ class Cluster:
         self.http = f"http://{http or f'127.0.0.1:{port_base + 8600}'}"
         self.storage_addresses = [f"127.0.0.1:{port_base + i}" for i in range(1, servers + 1)]
         self.replicas = replicas
-        self.targets = targets
+        self.targets_per_server = targets
         self.etcd = f"http://127.0.0.1:{port_base + 50}"
         self.manager_addresses = [f"127.0.0.1:{port_base + 60 + i}"
                                   for i in range(1, managers + 1)]
@@ -69,7 +69,7 @@ class Cluster:
         self.dir.mkdir(parents=True, exist_ok=True)
         servers = "".join(
             f"\n[storage s{i}]\naddress = {a}\nmetrics = {m}\n" +
-            "".join(f"target = {self.dir}/s{i}/t{t}\n" for t in range(self.targets))
+            "".join(f"target = {self.dir}/s{i}/t{t}\n" for t in range(self.targets_per_server))
             for i, (a, m) in enumerate(zip(self.storage_addresses, self.storage_metrics), 1))
         managers = "".join(f"\n[mgmt m{i}]\naddress = {a}\nmetrics = {m}\n"
                            for i, (a, m) in enumerate(zip(self.manager_addresses,

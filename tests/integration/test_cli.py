@@ -14,14 +14,14 @@ from conftest import BUILD, ROOT
 
 ADMIN = ["status", "ls", "stat", "layout", "pool list", "pool show", "pool world",
          "pool bind", "pool unbind", "rank show", "key ls", "key stat", "key delete",
-         "key evict", "clear", "fsck", "pool", "rank", "key"]
-BENCH = ["fs", "ring", "meta", "gpu", "keys"]
+         "key evict", "clear", "fsck", "pool", "rank", "key", "resync", "drain", "undrain"]
+BENCH = ["fs", "ring", "meta", "gpu", "keys", "multihost"]
 CLUSTER = ["start", "stop", "status", "restart-daemon"]
 
 # (program, words of the subcommand, name the usage must show)
 COMMANDS = (
     [(BUILD / p, [], p) for p in ("kvc-meta", "kvc-storage", "kvc-fuse", "kvc-admin",
-                                  "kvc-bench")]
+                                  "kvc-bench", "kvc-mgmt")]
     + [(BUILD / "kvc-admin", c.split(), f"kvc-admin {c}") for c in ADMIN]
     + [(BUILD / "kvc-bench", [c], f"kvc-bench {c}") for c in BENCH]
     + [(ROOT / "tools" / "kvc-cluster", [], "kvc-cluster")]
@@ -65,6 +65,8 @@ def test_unknown_option(command, local_tmp):
     ("kvc-admin", []), ("kvc-bench", ["no-such-command"]), ("kvc-bench", []),
     ("kvc-admin", ["status", "extra"]), ("kvc-admin", ["pool", "show"]),
     ("kvc-meta", []), ("kvc-storage", ["--config", "x"]), ("kvc-fuse", ["--config"]),
+    ("kvc-mgmt", []), ("kvc-mgmt", ["--config", "x"]), ("kvc-admin", ["drain"]),
+    ("kvc-admin", ["undrain", "1", "2"]),
     ("kvc-bench", ["fs", "--size"]), ("kvc-bench", ["meta", "--protocol", "carrier-pigeon"]),
 ])
 def test_wrong_use(program, args, local_tmp):

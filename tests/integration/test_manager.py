@@ -41,8 +41,14 @@ def mcluster():
         except (OSError, ValueError):
             pass
     c.stop()
-    shutil.rmtree(base, ignore_errors=True)
-    os.rmdir(mount)
+    if os.environ.get("KVC_KEEP_LOGS"):  # debugging: keep the cluster's logs
+        print(f"logs kept in {base}/logs")
+    else:
+        shutil.rmtree(base, ignore_errors=True)
+    try:
+        os.rmdir(mount)
+    except FileNotFoundError:
+        pass
 
 
 def status(c):
@@ -297,3 +303,47 @@ def test_two_of_three_lost_refuse_writes_until_one_returns(mcluster):
     _drop_caches()
     for p, data in files.items():
         assert p.read_bytes() == data, p
+
+
+def test_drain_and_undrain_a_target(mcluster):
+    """kvc-admin drain takes a target out of its chain and keeps it out
+    (its server heartbeats on); files stay readable and writable; undrain
+    lets it back in, catching up, until it serves; a drain that would take
+    a chain's last readable copy is refused."""
+    d = mcluster.mount / "drain"
+    d.mkdir()
+    files = {d / f"f{i}": os.urandom(70000) for i in range(6)}
+    for p, data in files.items():
+        p.write_bytes(data)
+    chain = status(mcluster)["chains"][1]
+    target = chain["targets"][0]
+    out = json.loads(mcluster.admin("--json", "drain", str(target)).stdout)
+    assert out["done"] and out["chain"] == -1
+    assert target not in members(mcluster)
+    states = {t["id"]: t["state"] for s in status(mcluster)["storage"] for t in s["targets"]}
+    assert states[target] == "out"
+    assert all(v in ("serving", "syncing", "out") for v in states.values())
+    time.sleep(1)  # heartbeats go on: it stays out
+    assert target not in members(mcluster)
+    for p, data in files.items():
+        p.write_bytes(data[::-1])
+        files[p] = data[::-1]
+    _drop_caches()
+    for p, data in files.items():
+        assert p.read_bytes() == data
+    # the last readable copy of a chain cannot be drained
+    left = [t for t in next(c for c in status(mcluster)["chains"]
+                            if c["id"] == chain["id"])["targets"]]
+    out = mcluster.admin("drain", str(left[0]), check=False)
+    assert out.returncode == 0  # two left: one may go
+    refused = mcluster.admin("drain", str(left[1]), check=False)
+    assert refused.returncode == 1 and "last member serving reads" in refused.stderr
+    for t in (left[0], target):
+        back = json.loads(mcluster.admin("--json", "undrain", str(t)).stdout)
+        assert back["done"] and back["serving"]
+    assert wait_until(lambda: all(len(c["targets"]) == REPLICAS and not c["syncing"]
+                                  for c in status(mcluster)["chains"]), timeout=60)
+    _drop_caches()
+    for p, data in files.items():
+        assert p.read_bytes() == data
+    assert "drain" in mcluster.admin("drain", "--help").stdout
