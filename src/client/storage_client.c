@@ -390,8 +390,17 @@ static int each_target(struct kvc_storage_client *client, const struct kvc_layou
 				uint8_t body[64], reply[64];
 				fill(body, target, arg);
 				uint32_t reply_len;
-				int rc = kvc_rpc_call(&client->pools[client->target_server[target]], type,
-				                      body, body_len, reply, sizeof(reply), &reply_len);
+				struct kvc_rpc_pool *pool = &client->pools[client->target_server[target]];
+				int rc = kvc_rpc_call(pool, type, body, body_len, reply, sizeof(reply),
+				                      &reply_len);
+				/* A pooled connection whose server restarted unseen (across
+				 * a partition) resets under the request; these requests are
+				 * idempotent: once more on a fresh connection. */
+				if (rc == -ECONNRESET || rc == -EPIPE) {
+					kvc_rpc_pool_drain(pool);
+					rc = kvc_rpc_call(pool, type, body, body_len, reply, sizeof(reply),
+					                  &reply_len);
+				}
 				if (rc == 0) {
 					done |= 1ull << target;
 				} else if (result == 0) {
