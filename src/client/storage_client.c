@@ -361,7 +361,9 @@ int kvc_storage_client_forward(struct kvc_storage_client *client,
  * routing table may cure is asked again once the table changed, if it is
  * still a member then (a member taken out catches up when it returns). */
 static int each_target(struct kvc_storage_client *client, const struct kvc_layout *layout,
-                       uint16_t type, void (*fill)(void *body, uint32_t target, void *arg),
+                       uint16_t type,
+                       void (*fill)(void *body, uint32_t target, uint32_t chain,
+                                    uint32_t version, void *arg),
                        uint32_t body_len, void *arg)
 {
 	uint32_t chains[KVC_WIRE_MAX_TARGETS];
@@ -378,7 +380,7 @@ static int each_target(struct kvc_storage_client *client, const struct kvc_layou
 	for (;;) {
 		struct kvc_chains now;
 		kvc_storage_client_chains(client, &now);
-		bool curable = false;
+		bool curable = false, stale = false;
 		result = 0;
 		for (int i = 0; i < count; i++) {
 			if (!kvc_storage_client_chain(client, chains[i], &c))
@@ -388,7 +390,7 @@ static int each_target(struct kvc_storage_client *client, const struct kvc_layou
 				if (done & (1ull << target))
 					continue;
 				uint8_t body[64], reply[64];
-				fill(body, target, arg);
+				fill(body, target, chains[i], chain->version, arg);
 				uint32_t reply_len;
 				struct kvc_rpc_pool *pool = &client->pools[client->target_server[target]];
 				int rc = kvc_rpc_call(pool, type, body, body_len, reply, sizeof(reply),
@@ -405,14 +407,24 @@ static int each_target(struct kvc_storage_client *client, const struct kvc_layou
 					done |= 1ull << target;
 				} else if (result == 0) {
 					result = kvc_storage_client_error(rc);
-					curable = kvc_rpc_is_transport_error(rc);
+					curable = kvc_rpc_is_transport_error(rc) || rc == -ESTALE;
+					stale |= rc == -ESTALE;
 				}
 			}
 		}
 		int64_t left_ms = (deadline - (int64_t)kvc_clock_monotonic_ns()) / 1000000;
-		if (result == 0 || !curable || !client->following || left_ms <= 0 ||
-		    kvc_storage_client_wait_routing(client, now.version, (int)left_ms) == now.version)
+		if (result == 0 || !curable || !client->following || left_ms <= 0)
 			break;
+		if (stale) {
+			/* The server's table is newer (ask now) or older (it follows
+			 * within a heartbeat): again shortly either way. */
+			kvc_storage_client_refresh(client);
+			struct timespec pause = {0, 100 * 1000000L};
+			nanosleep(&pause, NULL);
+		} else if (kvc_storage_client_wait_routing(client, now.version, (int)left_ms) ==
+		           now.version) {
+			break;
+		}
 	}
 	return result;
 }
@@ -423,24 +435,29 @@ struct inode_size {
 	uint32_t chunk_size;
 };
 
-static void fill_remove(void *body, uint32_t target, void *arg)
+static void fill_remove(void *body, uint32_t target, uint32_t chain, uint32_t version,
+                        void *arg)
 {
 	const struct inode_size *a = arg;
-	struct kvc_msg_chunk_remove m = {.inode = a->inode, .target = target};
+	struct kvc_msg_chunk_remove m = {.inode = a->inode, .target = target, .chain = chain,
+	                                 .chain_version = version};
 	memcpy(body, &m, sizeof(m));
 }
 
-static void fill_truncate(void *body, uint32_t target, void *arg)
+static void fill_truncate(void *body, uint32_t target, uint32_t chain, uint32_t version,
+                          void *arg)
 {
 	const struct inode_size *a = arg;
 	struct kvc_msg_chunk_truncate m = {.inode = a->inode, .size = a->size,
-	                                   .target = target, .chunk_size = a->chunk_size};
+	                                   .target = target, .chunk_size = a->chunk_size,
+	                                   .chain = chain, .chain_version = version};
 	memcpy(body, &m, sizeof(m));
 }
 
-static void fill_nothing(void *body, uint32_t target, void *arg)
+static void fill_nothing(void *body, uint32_t target, uint32_t chain, uint32_t version,
+                         void *arg)
 {
-	(void)body, (void)target, (void)arg;
+	(void)body, (void)target, (void)chain, (void)version, (void)arg;
 }
 
 int kvc_storage_client_remove(struct kvc_storage_client *client, uint64_t inode,
@@ -464,11 +481,13 @@ struct chunk_range {
 	uint32_t first, count;
 };
 
-static void fill_punch(void *body, uint32_t target, void *arg)
+static void fill_punch(void *body, uint32_t target, uint32_t chain, uint32_t version,
+                       void *arg)
 {
 	const struct chunk_range *a = arg;
 	struct kvc_msg_chunk_punch m = {.inode = a->inode, .target = target,
-	                                .first_chunk = a->first, .count = a->count};
+	                                .first_chunk = a->first, .count = a->count,
+	                                .chain = chain, .chain_version = version};
 	memcpy(body, &m, sizeof(m));
 }
 

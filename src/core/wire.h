@@ -67,6 +67,8 @@
  *      MGMT_ROUTING (113): storage servers' heartbeats to the leading
  *      kvc-mgmt and everyone's routing table (chains, versions, members
  *      catching up); MGMT_DRAIN (114) takes a target out of its chain.
+ *      CHUNK_REMOVE (24 bytes), CHUNK_TRUNCATE and CHUNK_PUNCH (32 bytes)
+ *      carry the chain and chain version too.
  *      gets -EAGAIN (ask the tail).
  *      Also resync (a target catching up with another member of its
  *      chain): CHUNK_LIST (72) pages through a target's chunks with their
@@ -536,12 +538,18 @@ struct kvc_msg_piece_result {
 	uint32_t length; /* bytes present in the data section */
 };
 
-/* CHUNK_REMOVE: all chunks of inode on target. Reply: removed count. */
+/* CHUNK_REMOVE: all chunks of inode on target, a member of chain at
+ * chain_version (range operations carry them as writes do: a request
+ * delayed across a membership change is -ESTALE, never applied late).
+ * Reply: removed count. */
 struct kvc_msg_chunk_remove {
 	uint64_t inode;
 	uint32_t target;
+	uint32_t chain;
+	uint32_t chain_version;
 	uint32_t reserved;
 };
+_Static_assert(sizeof(struct kvc_msg_chunk_remove) == 24, "");
 struct kvc_msg_count_reply {
 	uint64_t count;
 };
@@ -552,7 +560,10 @@ struct kvc_msg_chunk_truncate {
 	uint64_t size;
 	uint32_t target;
 	uint32_t chunk_size;
+	uint32_t chain;
+	uint32_t chain_version;
 };
+_Static_assert(sizeof(struct kvc_msg_chunk_truncate) == 32, "");
 
 /* CHUNK_PUNCH: drop chunks first_chunk .. first_chunk + count - 1 of
  * inode on target (they read as holes). Reply: kvc_msg_count_reply. */
@@ -561,8 +572,11 @@ struct kvc_msg_chunk_punch {
 	uint32_t target;
 	uint32_t first_chunk;
 	uint32_t count;
+	uint32_t chain;
+	uint32_t chain_version;
 	uint32_t reserved;
 };
+_Static_assert(sizeof(struct kvc_msg_chunk_punch) == 32, "");
 
 /* CHUNK_LAST: highest chunk of inode on target. */
 struct kvc_msg_chunk_last {

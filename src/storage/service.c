@@ -292,42 +292,60 @@ static void count_range(struct kvc_storage_service *svc, uint32_t target)
 	atomic_fetch_add(&svc->resync[target - svc->first_target].range_ops, 1);
 }
 
+/* A range operation's target, checked against its chain and version as
+ * a write's is (a request delayed across a membership change must not
+ * land after the target caught up): the store, or NULL with *rc. */
+static struct kvc_chunk_store *range_store(struct request *r, uint32_t target, uint32_t chain,
+                                           uint32_t version, int *rc)
+{
+	struct kvc_chunk_store *store = store_of(r->svc, target);
+	struct kvc_chain copy;
+	int pos;
+	*rc = store ? 0 : -ENXIO;
+	if (store && !chain_of(r->svc, chain, version, target, &copy, &pos, rc))
+		store = NULL;
+	return store;
+}
+
 static int h_remove(struct request *r)
 {
 	const struct kvc_msg_chunk_remove *m = r->msg;
-	struct kvc_chunk_store *store = store_of(r->svc, m->target);
-	if (!store)
-		return reply_count(r, -ENXIO);
+	int rc;
+	struct kvc_chunk_store *store = range_store(r, m->target, m->chain, m->chain_version, &rc);
+	if (!store || m->reserved)
+		return reply_count(r, store ? -EINVAL : rc);
 	count_range(r->svc, m->target);
-	int64_t rc = kvc_chunk_store_remove(store, m->inode);
+	int64_t n = kvc_chunk_store_remove(store, m->inode);
 	count_range(r->svc, m->target);
-	return reply_count(r, rc);
+	return reply_count(r, n);
 }
 
 static int h_truncate(struct request *r)
 {
 	const struct kvc_msg_chunk_truncate *m = r->msg;
-	struct kvc_chunk_store *store = store_of(r->svc, m->target);
+	int rc;
+	struct kvc_chunk_store *store = range_store(r, m->target, m->chain, m->chain_version, &rc);
 	if (!store)
-		return reply_count(r, -ENXIO);
+		return reply_count(r, rc);
 	if (!chunk_size_valid(m->chunk_size) || m->size > KVC_LAYOUT_MAX_FILE_SIZE)
 		return reply_count(r, -EINVAL);
 	count_range(r->svc, m->target);
-	int64_t rc = kvc_chunk_store_truncate(store, m->inode, m->size, m->chunk_size);
+	int64_t n = kvc_chunk_store_truncate(store, m->inode, m->size, m->chunk_size);
 	count_range(r->svc, m->target);
-	return reply_count(r, rc);
+	return reply_count(r, n);
 }
 
 static int h_punch(struct request *r)
 {
 	const struct kvc_msg_chunk_punch *m = r->msg;
-	struct kvc_chunk_store *store = store_of(r->svc, m->target);
-	if (!store)
-		return reply_count(r, -ENXIO);
+	int rc;
+	struct kvc_chunk_store *store = range_store(r, m->target, m->chain, m->chain_version, &rc);
+	if (!store || m->reserved)
+		return reply_count(r, store ? -EINVAL : rc);
 	count_range(r->svc, m->target);
-	int64_t rc = kvc_chunk_store_punch(store, m->inode, m->first_chunk, m->count);
+	int64_t n = kvc_chunk_store_punch(store, m->inode, m->first_chunk, m->count);
 	count_range(r->svc, m->target);
-	return reply_count(r, rc);
+	return reply_count(r, n);
 }
 
 /* A page of the target's chunks (resync.h compares two of them). */

@@ -102,16 +102,14 @@ def differences(mh, server):
 
 
 # Found by the "cut" case (about one run in three) and reproduced by
-# test_a_range_operation_delayed_by_a_partition_lands_after_resync.
-LATE_RANGE_OP = (
-    "product bug: a CHUNK_TRUNCATE/REMOVE sent to a partitioned host stays in "
-    "TCP retransmission after its sender timed out and closed the socket; the "
-    "link comes back, the host's targets rejoin and resync, and then the stale "
-    "request arrives and is applied (range operations carry no chain version), "
-    "so the returned target lacks chunks the other members hold")
+# test_a_range_operation_delayed_by_a_partition_lands_after_resync: a
+# CHUNK_TRUNCATE/REMOVE sent to a partitioned host stayed in TCP
+# retransmission after its sender gave up, and landed after the host's
+# targets rejoined and resynced. Range operations now carry the chain
+# version, so such a request is -ESTALE there and changes nothing.
 
 
-def check_rejoined(mh, server, stable, late_range_ops=False):
+def check_rejoined(mh, server, stable):
     """server's targets serve in full chains again, hold exactly what the
     other members of their chains hold, and serve reads."""
     assert wait_until(mh.whole, timeout=FULL), mh.status()
@@ -123,8 +121,6 @@ def check_rejoined(mh, server, stable, late_range_ops=False):
         return chunk_reads(mh, server) > before
     assert wait_until(read_all, timeout=60, step=0.5), f"{server} serves no reads"
     diff = differences(mh, server)
-    if diff and late_range_ops:
-        pytest.xfail(f"{LATE_RANGE_OP}: {diff}")
     assert diff == []
 
 
@@ -167,10 +163,9 @@ def test_a_lost_storage_host_leaves_its_chains_and_returns(mh, workdir, how, vic
         assert load.wait_writes(4)
     check_load(load)
     assert mh.status()["routing_version"] > before
-    check_rejoined(mh, victim, stable, late_range_ops=how == "cut")
+    check_rejoined(mh, victim, stable)
 
 
-@pytest.mark.xfail(strict=True, reason=LATE_RANGE_OP)
 def test_a_range_operation_delayed_by_a_partition_lands_after_resync(mh, workdir):
     """The cut case's rare failure, made likely: kvc-meta's connection to
     the host is warm, a truncate to 0 is sent while the host is cut off

@@ -222,7 +222,8 @@ def test_stale_extra_and_missing_chunks_are_repaired(rc):
                      kvcwire.chunk_write(0x7FFF1234, tail, 3, CHUNK, 0, chain["id"],
                                          chain["version"], FORWARDED), b"x" * 70000)
         assert st == 0
-        st, _ = call(sock, CHUNK_PUNCH, struct.pack("<QIIII", inode_b, tail, chunk_b, 1, 0))
+        st, _ = call(sock, CHUNK_PUNCH, struct.pack("<QIIIIII", inode_b, tail, chunk_b, 1,
+                                                    chain["id"], chain["version"], 0))
         assert st == 0
     stale = listing(rc, tail)
     assert stale != want
