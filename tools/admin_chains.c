@@ -84,8 +84,7 @@ int admin_drain_run(struct kvc_storage_client *storage, const struct kvc_config 
 			if (!json && !drain)
 				fprintf(stderr, "target %u: %s\n", target,
 				        c < 0 ? "waiting to rejoin its chain" : "catching up");
-			struct timespec pause = {0, drain ? 200000000L : 500000000L};
-			nanosleep(&pause, NULL);
+			kvc_clock_sleep_ms(drain ? 200 : 500);
 		}
 	}
 	if (json)

@@ -298,8 +298,7 @@ int kvc_storage_client_with_routing(struct kvc_storage_client *client,
 			/* The server's table is newer (ask now) or older (it follows
 			 * within a heartbeat): try again shortly either way. */
 			kvc_storage_client_refresh(client);
-			struct timespec pause = {0, 100 * 1000000L};
-			nanosleep(&pause, NULL);
+			kvc_clock_sleep_ms(100);
 			seen = kvc_storage_client_wait_routing(client, version, 0);
 		} else {
 			seen = kvc_storage_client_wait_routing(client, version, (int)left_ms);
@@ -419,8 +418,7 @@ static int each_target(struct kvc_storage_client *client, const struct kvc_layou
 			/* The server's table is newer (ask now) or older (it follows
 			 * within a heartbeat): again shortly either way. */
 			kvc_storage_client_refresh(client);
-			struct timespec pause = {0, 100 * 1000000L};
-			nanosleep(&pause, NULL);
+			kvc_clock_sleep_ms(100);
 		} else if (kvc_storage_client_wait_routing(client, now.version, (int)left_ms) ==
 		           now.version) {
 			break;

@@ -465,10 +465,8 @@ static int read_retries(struct read_plan *plan)
 				rc = read_add(plan, &chain, r->piece, r->dest, pos);
 		}
 		free(list);
-		if (pause) {
-			struct timespec ms = {0, 1000000};
-			nanosleep(&ms, NULL);
-		}
+		if (pause)
+			kvc_clock_sleep_ms(1);
 		if (rc == 0)
 			read_flush(plan);
 	}

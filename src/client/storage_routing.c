@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/metrics.h"
 
@@ -63,14 +64,7 @@ static uint64_t version_of(struct kvc_storage_client *client)
 uint64_t kvc_storage_client_wait_routing(struct kvc_storage_client *client, uint64_t known,
                                          int timeout_ms)
 {
-	struct timespec deadline;
-	clock_gettime(CLOCK_MONOTONIC, &deadline);
-	deadline.tv_sec += timeout_ms / 1000;
-	deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-	if (deadline.tv_nsec >= 1000000000) {
-		deadline.tv_sec++;
-		deadline.tv_nsec -= 1000000000;
-	}
+	struct timespec deadline = kvc_clock_deadline(timeout_ms);
 	uint64_t v = version_of(client);
 	pthread_mutex_lock(&client->routing_lock);
 	while ((v = version_of(client)) <= known &&
@@ -142,10 +136,8 @@ static void *follow_main(void *arg)
 	struct kvc_storage_client *client = arg;
 	for (;;) {
 		/* A long poll, well inside the connection's io timeout. */
-		if (ask_round(client, (uint32_t)client->managers[0].io_timeout_ms / 2) < 0) {
-			struct timespec pause = {0, ROUND_PAUSE_MS * 1000000L};
-			nanosleep(&pause, NULL);
-		}
+		if (ask_round(client, (uint32_t)client->managers[0].io_timeout_ms / 2) < 0)
+			kvc_clock_sleep_ms(ROUND_PAUSE_MS);
 	}
 	return NULL;
 }

@@ -16,4 +16,19 @@ static inline int64_t kvc_clock_monotonic_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* The monotonic time ms milliseconds from now, as pthread_cond_timedwait
+ * takes it from a condition variable made with CLOCK_MONOTONIC. */
+static inline struct timespec kvc_clock_deadline(int64_t ms)
+{
+	int64_t at = kvc_clock_monotonic_ns() + ms * 1000000;
+	return (struct timespec){.tv_sec = at / 1000000000, .tv_nsec = at % 1000000000};
+}
+
+/* Sleep ms milliseconds. */
+static inline void kvc_clock_sleep_ms(int64_t ms)
+{
+	struct timespec t = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
+	nanosleep(&t, NULL);
+}
+
 #endif

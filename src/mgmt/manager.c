@@ -11,12 +11,6 @@
 #include "core/log.h"
 #include "core/metrics.h"
 
-static void sleep_ms(int ms)
-{
-	struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000};
-	nanosleep(&t, NULL);
-}
-
 /* Remove member pos of chain (keeping the order of the rest). */
 static void drop_member(struct kvc_chain *c, uint32_t pos)
 {
@@ -291,12 +285,12 @@ static void *leader_main(void *arg)
 				else if (now - last_alive > ttl * 1000000000ll / 2)
 					step_down(m, "the lead's lease could not be kept alive");
 				monitor_pass(m);
-				sleep_ms(beat / 2 > 50 ? beat / 2 : 50);
+				kvc_clock_sleep_ms(beat / 2 > 50 ? beat / 2 : 50);
 			}
 		}
 		if (lease)
 			kvc_etcd_lease_revoke(m->etcd, lease);
-		sleep_ms(beat);
+		kvc_clock_sleep_ms(beat);
 	}
 	return NULL;
 }
@@ -375,14 +369,7 @@ int64_t kvc_manager_drain(struct kvc_manager *m, uint32_t target, bool drain)
 int kvc_manager_routing(struct kvc_manager *m, uint64_t known, uint32_t wait_ms,
                         struct kvc_chains *out)
 {
-	struct timespec deadline;
-	clock_gettime(CLOCK_MONOTONIC, &deadline);
-	deadline.tv_sec += wait_ms / 1000;
-	deadline.tv_nsec += (long)(wait_ms % 1000) * 1000000;
-	if (deadline.tv_nsec >= 1000000000) {
-		deadline.tv_sec++;
-		deadline.tv_nsec -= 1000000000;
-	}
+	struct timespec deadline = kvc_clock_deadline(wait_ms);
 	pthread_mutex_lock(&m->lock);
 	while (m->leader && m->table.version == known &&
 	       pthread_cond_timedwait(&m->changed, &m->lock, &deadline) == 0)

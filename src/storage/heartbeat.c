@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/log.h"
 
 struct beat {
@@ -136,8 +137,7 @@ static void *beat_main(void *arg)
 				break;
 			}
 		}
-		struct timespec pause = {b->interval_ms / 1000, (long)(b->interval_ms % 1000) * 1000000};
-		nanosleep(&pause, NULL);
+		kvc_clock_sleep_ms(b->interval_ms);
 	}
 	return NULL;
 }

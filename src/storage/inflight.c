@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "core/clock.h"
+
 #define BUCKETS 4096
 
 struct entry {
@@ -63,14 +65,7 @@ static struct entry **slot(struct kvc_inflight *t, uint32_t target, uint64_t ino
 int kvc_inflight_begin(struct kvc_inflight *t, uint32_t target, uint64_t inode,
                        uint32_t chunk, int timeout_ms)
 {
-	struct timespec deadline;
-	clock_gettime(CLOCK_MONOTONIC, &deadline);
-	deadline.tv_sec += timeout_ms / 1000;
-	deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-	if (deadline.tv_nsec >= 1000000000) {
-		deadline.tv_sec++;
-		deadline.tv_nsec -= 1000000000;
-	}
+	struct timespec deadline = kvc_clock_deadline(timeout_ms);
 	int rc = 0;
 	pthread_mutex_lock(&t->lock);
 	struct entry **p = slot(t, target, inode, chunk);

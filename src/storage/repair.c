@@ -49,12 +49,6 @@ void kvc_repair_queue(struct kvc_storage_service *svc, uint32_t target, uint64_t
 		atomic_fetch_add(&svc->repairs.queued, 1);
 }
 
-static void sleep_ms(long ms)
-{
-	struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-	nanosleep(&t, NULL);
-}
-
 /* Copy the chunk from another member: 0, or -errno. */
 static int repair(struct kvc_storage_service *svc, const struct item *it, uint8_t *buf)
 {
@@ -89,7 +83,7 @@ static int repair(struct kvc_storage_service *svc, const struct item *it, uint8_
 		bool again = rc == -EAGAIN || rc == -ETIMEDOUT || rc == -ESTALE;
 		if (!again || (int64_t)kvc_clock_monotonic_ns() > give_up)
 			break;
-		sleep_ms(wait_ms);
+		kvc_clock_sleep_ms(wait_ms);
 		wait_ms = wait_ms < 50 ? 2 * wait_ms : 50;
 		kvc_storage_client_chains(svc->peers, table); /* it may have changed */
 		c = kvc_chains_of_target(table, it->target);

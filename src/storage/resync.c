@@ -56,12 +56,6 @@ struct run {
 	bool more[2], started[2];
 };
 
-static void sleep_ms(long ms)
-{
-	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-	nanosleep(&ts, NULL);
-}
-
 /* The next page of side s after its last entry (from the start at
  * first). Returns 0 or -errno. */
 static int refill(struct run *r, int s)
@@ -118,7 +112,7 @@ static int sync_chunk(struct run *r, uint64_t inode, uint32_t chunk)
 		if (!busy || kvc_clock_monotonic_ns() > give_up)
 			break;
 		atomic_fetch_add(&r->st->retries, 1);
-		sleep_ms(wait_ms);
+		kvc_clock_sleep_ms(wait_ms);
 	}
 	if (rc < 0)
 		return rc;
