@@ -1,10 +1,12 @@
 """Fixtures: a real kvcfs cluster (kvc-meta, three kvc-storage, kvc-fuse)
 started with tools/kvc-cluster in a private directory, on private ports,
 mounted at a private mountpoint."""
+import contextlib
 import json
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -129,6 +131,39 @@ def _drop_caches():
             f.write("1\n")
     except OSError:
         pass
+
+
+@contextlib.contextmanager
+def chained_cluster(prefix, port_base, http_port, servers, replicas, targets, managers=0):
+    """A cluster of its own for one test module (chains, maybe managers),
+    in a private directory; afterwards every storage server and manager
+    a test stopped (SIGSTOP) is let go first, then everything is stopped
+    and removed (KVC_KEEP_LOGS=1 keeps the directory and its logs)."""
+    base = tempfile.mkdtemp(prefix=f"kvc-{prefix}-")
+    mount = tempfile.mkdtemp(prefix=f"kvc-{prefix}-mnt-")
+    c = Cluster(base, mount, port_base, http=f"127.0.0.1:{http_port}", servers=servers,
+                replicas=replicas, targets=targets, managers=managers)
+    c.stop()
+    try:
+        c.start()
+        yield c
+    finally:
+        names = [f"s{i}" for i in range(1, servers + 1)] + [f"m{i}" for i in
+                                                            range(1, managers + 1)]
+        for name in names:
+            try:
+                os.kill(c.pid(name), signal.SIGCONT)
+            except (OSError, ValueError):
+                pass
+        c.stop()
+        if os.environ.get("KVC_KEEP_LOGS"):
+            print(f"logs kept in {base}/logs")
+        else:
+            shutil.rmtree(base, ignore_errors=True)
+        try:
+            os.rmdir(mount)
+        except FileNotFoundError:
+            pass
 
 
 @pytest.fixture(scope="session")

@@ -11,15 +11,13 @@ import hashlib
 import json
 import os
 import random
-import shutil
 import signal
-import tempfile
 import threading
 import time
 
 import pytest
 
-from conftest import CHUNK, PORT_BASE, Cluster, _drop_caches, wait_until
+from conftest import CHUNK, PORT_BASE, _drop_caches, wait_until, chained_cluster
 from test_replication import layout_of
 from test_resync import listing
 
@@ -28,27 +26,9 @@ SERVERS, TARGETS, REPLICAS = 5, 3, 3
 
 @pytest.fixture(scope="module")
 def mcluster():
-    base = tempfile.mkdtemp(prefix="kvc-mgmt-")
-    mount = tempfile.mkdtemp(prefix="kvc-mgmt-mnt-")
-    c = Cluster(base, mount, PORT_BASE + 800, http=f"127.0.0.1:{PORT_BASE + 8800}",
-                servers=SERVERS, replicas=REPLICAS, targets=TARGETS, managers=2)
-    c.stop()
-    c.start()
-    yield c
-    for name in [f"s{i}" for i in range(1, SERVERS + 1)] + ["m1", "m2"]:
-        try:
-            os.kill(c.pid(name), signal.SIGCONT)
-        except (OSError, ValueError):
-            pass
-    c.stop()
-    if os.environ.get("KVC_KEEP_LOGS"):  # debugging: keep the cluster's logs
-        print(f"logs kept in {base}/logs")
-    else:
-        shutil.rmtree(base, ignore_errors=True)
-    try:
-        os.rmdir(mount)
-    except FileNotFoundError:
-        pass
+    with chained_cluster("mgmt", PORT_BASE + 800, PORT_BASE + 8800, SERVERS, REPLICAS, TARGETS,
+                         managers=2) as c:
+        yield c
 
 
 def status(c):

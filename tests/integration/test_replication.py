@@ -11,18 +11,16 @@ import hashlib
 import json
 import os
 import random
-import shutil
 import signal
 import struct
 import subprocess
-import tempfile
 import threading
 import time
 
 import pytest
 
 import kvcwire
-from conftest import CHUNK, PORT_BASE, Cluster, _drop_caches, wait_until
+from conftest import CHUNK, PORT_BASE, _drop_caches, wait_until, chained_cluster
 from test_hf3fs_compat import python
 
 SERVERS, TARGETS, REPLICAS = 5, 3, 3
@@ -32,21 +30,8 @@ ESTALE, EAGAIN, EINVAL = -116, -11, -22
 
 @pytest.fixture(scope="module")
 def rcluster():
-    base = tempfile.mkdtemp(prefix="kvc-repl-")
-    mount = tempfile.mkdtemp(prefix="kvc-repl-mnt-")
-    c = Cluster(base, mount, PORT_BASE + 600, http=f"127.0.0.1:{PORT_BASE + 8690}",
-                servers=SERVERS, replicas=REPLICAS, targets=TARGETS)
-    c.stop()
-    c.start()
-    yield c
-    for i in range(1, SERVERS + 1):  # nobody left stopped
-        try:
-            os.kill(c.pid(f"s{i}"), signal.SIGCONT)
-        except (OSError, ValueError):
-            pass
-    c.stop()
-    shutil.rmtree(base, ignore_errors=True)
-    os.rmdir(mount)
+    with chained_cluster("repl", PORT_BASE + 600, PORT_BASE + 8690, SERVERS, REPLICAS, TARGETS) as c:
+        yield c
 
 
 def status(c):

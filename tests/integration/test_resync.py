@@ -14,15 +14,13 @@ import random
 import shutil
 import signal
 import struct
-import tempfile
 import threading
-import time
 import urllib.request
 
 import pytest
 
 import kvcwire
-from conftest import CHUNK, PORT_BASE, Cluster, _drop_caches, wait_until
+from conftest import CHUNK, PORT_BASE, _drop_caches, wait_until, chained_cluster
 
 SERVERS, TARGETS, REPLICAS = 5, 3, 3
 CHUNK_PUNCH, CHUNK_LIST, CHUNK_RESYNC, CHUNK_RESYNC_STATUS = 71, 72, 73, 74
@@ -32,21 +30,9 @@ FORWARDED = 1
 
 @pytest.fixture(scope="module")
 def rc():
-    base = tempfile.mkdtemp(prefix="kvc-resync-")
-    mount = tempfile.mkdtemp(prefix="kvc-resync-mnt-")
-    c = Cluster(base, mount, PORT_BASE + 700, http=f"127.0.0.1:{PORT_BASE + 790}",
-                servers=SERVERS, replicas=REPLICAS, targets=TARGETS)
-    c.stop()
-    c.start()
-    yield c
-    for i in range(1, SERVERS + 1):  # nobody left stopped
-        try:
-            os.kill(c.pid(f"s{i}"), signal.SIGCONT)
-        except (OSError, ValueError):
-            pass
-    c.stop()
-    shutil.rmtree(base, ignore_errors=True)
-    os.rmdir(mount)
+    with chained_cluster("resync", PORT_BASE + 700, PORT_BASE + 790, SERVERS, REPLICAS,
+                         TARGETS) as c:
+        yield c
 
 
 def server_of(target):
