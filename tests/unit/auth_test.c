@@ -18,23 +18,22 @@
 #include "core/net.h"
 #include "core/rpc.h"
 #include "core/server.h"
+#include "test_dir.h"
 
 #define SECRET_A "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 #define SECRET_B "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
 
-static char dir[] = "/tmp/kvc-auth-test-XXXXXX";
+static char dir[KVC_TEST_DIR_MAX];
 static char err[512];
 
 static void make_dir(void)
 {
-	cr_assert_not_null(mkdtemp(dir));
+	kvc_test_dir_make(dir, "auth");
 }
 
 static void remove_dir(void)
 {
-	char cmd[64];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	cr_assert_eq(system(cmd), 0);
+	kvc_test_dir_remove(dir);
 }
 
 static const char *write_secret(const char *name, const char *text, mode_t mode)

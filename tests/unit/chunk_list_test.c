@@ -8,19 +8,18 @@
 #include <string.h>
 
 #include "storage/chunk_store.h"
+#include "test_dir.h"
 
 #define CS (1u << 20)
 
-static char dir[64], dir2[64];
+static char dir[KVC_TEST_DIR_MAX], dir2[KVC_TEST_DIR_MAX];
 static struct kvc_chunk_store *store, *other;
 static struct kvc_chunk_ring ring;
 
 static void setup(void)
 {
-	strcpy(dir, "/tmp/kvc-list-test-XXXXXX");
-	strcpy(dir2, "/tmp/kvc-list-test-XXXXXX");
-	cr_assert_not_null(mkdtemp(dir));
-	cr_assert_not_null(mkdtemp(dir2));
+	kvc_test_dir_make(dir, "list");
+	kvc_test_dir_make(dir2, "list");
 	cr_assert_eq(kvc_chunk_store_open(dir, &store), 0);
 	cr_assert_eq(kvc_chunk_store_open(dir2, &other), 0);
 	cr_assert_eq(kvc_chunk_ring_init(&ring, 64), 0);
@@ -31,9 +30,8 @@ static void teardown(void)
 	kvc_chunk_store_close(store);
 	kvc_chunk_store_close(other);
 	kvc_chunk_ring_exit(&ring);
-	char cmd[160];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s %s", dir, dir2);
-	cr_assert_eq(system(cmd), 0);
+	kvc_test_dir_remove(dir);
+	kvc_test_dir_remove(dir2);
 }
 
 TestSuite(chunk_list, .init = setup, .fini = teardown);

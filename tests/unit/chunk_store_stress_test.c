@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "storage/chunk_store.h"
+#include "test_dir.h"
 
 #define CS (64u << 10)           /* the smallest chunk: four crc blocks */
 #define WORDS (CS / 8)
@@ -34,7 +35,7 @@
 #define READERS 2
 #define OPS 4000                 /* per thread */
 
-static char dir[64];
+static char dir[KVC_TEST_DIR_MAX];
 static struct kvc_chunk_store *store;
 
 /* What went wrong first, reported by the main thread after the join. */
@@ -196,17 +197,14 @@ static void *truncater_main(void *arg)
 
 static void setup(void)
 {
-	strcpy(dir, "/tmp/kvc-chunk-stress-XXXXXX");
-	cr_assert_not_null(mkdtemp(dir));
+	kvc_test_dir_make(dir, "chunk-stress");
 	cr_assert_eq(kvc_chunk_store_open(dir, &store), 0);
 }
 
 static void teardown(void)
 {
 	kvc_chunk_store_close(store);
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	cr_assert_eq(system(cmd), 0);
+	kvc_test_dir_remove(dir);
 }
 
 /* Read a whole chunk; 0 or -errno, out zero-filled past the data. */

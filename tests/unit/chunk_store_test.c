@@ -9,17 +9,17 @@
 #include <unistd.h>
 
 #include "storage/chunk_store.h"
+#include "test_dir.h"
 
 #define CS (1u << 20)
 
-static char dir[64];
+static char dir[KVC_TEST_DIR_MAX];
 static struct kvc_chunk_store *store;
 static struct kvc_chunk_ring ring;
 
 static void setup(void)
 {
-	strcpy(dir, "/tmp/kvc-chunk-test-XXXXXX");
-	cr_assert_not_null(mkdtemp(dir));
+	kvc_test_dir_make(dir, "chunk");
 	cr_assert_eq(kvc_chunk_store_open(dir, &store), 0);
 	cr_assert_eq(kvc_chunk_ring_init(&ring, 64), 0);
 }
@@ -28,9 +28,7 @@ static void teardown(void)
 {
 	kvc_chunk_store_close(store);
 	kvc_chunk_ring_exit(&ring);
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	cr_assert_eq(system(cmd), 0);
+	kvc_test_dir_remove(dir);
 }
 
 TestSuite(chunk_store, .init = setup, .fini = teardown);

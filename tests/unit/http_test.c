@@ -11,25 +11,23 @@
 #include "core/config.h"
 #include "meta/http.h"
 #include "meta/pool_store.h"
+#include "test_dir.h"
 
 #define TOKEN "0123456789abcdef0123456789abcdef"
 
-static char dir[64];
+static char dir[KVC_TEST_DIR_MAX];
 static struct kvc_pool_store *pools;
 
 static void setup(void)
 {
-	strcpy(dir, "/tmp/kvc-http-test-XXXXXX");
-	cr_assert_not_null(mkdtemp(dir));
+	kvc_test_dir_make(dir, "http");
 	cr_assert_eq(kvc_pool_store_open(dir, &pools), 0);
 }
 
 static void teardown(void)
 {
 	kvc_pool_store_close(pools);
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	cr_assert_eq(system(cmd), 0);
+	kvc_test_dir_remove(dir);
 }
 
 TestSuite(http, .init = setup, .fini = teardown);

@@ -17,25 +17,23 @@
 
 #include "meta/meta_store.h"
 #include "meta/pool_store.h"
+#include "test_dir.h"
 
 #define PAGE 4096
 
-static char live_dir[64], crash_dir[64];
+static char live_dir[KVC_TEST_DIR_MAX], crash_dir[KVC_TEST_DIR_MAX];
 
 static void setup(void)
 {
-	strcpy(live_dir, "/tmp/kvc-ckpt-live-XXXXXX");
-	strcpy(crash_dir, "/tmp/kvc-ckpt-crash-XXXXXX");
-	cr_assert_not_null(mkdtemp(live_dir));
-	cr_assert_not_null(mkdtemp(crash_dir));
+	kvc_test_dir_make(live_dir, "ckpt-live");
+	kvc_test_dir_make(crash_dir, "ckpt-crash");
 	unsetenv("KVC_BOOT_ID");
 }
 
 static void teardown(void)
 {
-	char cmd[160];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s %s", live_dir, crash_dir);
-	cr_assert_eq(system(cmd), 0);
+	kvc_test_dir_remove(live_dir);
+	kvc_test_dir_remove(crash_dir);
 }
 
 TestSuite(meta_checkpoint, .init = setup, .fini = teardown);

@@ -12,11 +12,12 @@
 #include <string.h>
 
 #include "meta/meta_store.h"
+#include "test_dir.h"
 
 #define THREADS 8
 #define FILES 300
 
-static char dir[64];
+static char dir[KVC_TEST_DIR_MAX];
 static struct kvc_meta_store *store;
 static uint64_t parent;
 static atomic_int winners, losers, failures;
@@ -25,8 +26,7 @@ static const struct kvc_layout defaults = {.chunk_size = 1 << 20, .stripe = 1,
 
 static void setup(void)
 {
-	strcpy(dir, "/tmp/kvc-group-test-XXXXXX");
-	cr_assert_not_null(mkdtemp(dir));
+	kvc_test_dir_make(dir, "group");
 	cr_assert_eq(kvc_meta_store_open(dir, &defaults, &store), 0);
 	struct kvc_attr attr;
 	cr_assert_eq(kvc_meta_store_mkdir(store, 1, "keys", 4, 0755, 0, 0, &attr), 0);
@@ -36,9 +36,7 @@ static void setup(void)
 static void teardown(void)
 {
 	kvc_meta_store_close(store);
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	cr_assert_eq(system(cmd), 0);
+	kvc_test_dir_remove(dir);
 }
 
 TestSuite(meta_group, .init = setup, .fini = teardown);

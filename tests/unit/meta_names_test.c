@@ -12,25 +12,23 @@
 #include <sys/sysmacros.h>
 
 #include "meta/meta_store.h"
+#include "test_dir.h"
 
-static char dir[64];
+static char dir[KVC_TEST_DIR_MAX];
 static struct kvc_meta_store *store;
 static const struct kvc_layout defaults = {.chunk_size = 1 << 20, .stripe = 2,
                                            .chain_count = 3};
 
 static void setup(void)
 {
-	strcpy(dir, "/tmp/kvc-names-test-XXXXXX");
-	cr_assert_not_null(mkdtemp(dir));
+	kvc_test_dir_make(dir, "names");
 	cr_assert_eq(kvc_meta_store_open(dir, &defaults, &store), 0);
 }
 
 static void teardown(void)
 {
 	kvc_meta_store_close(store);
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	cr_assert_eq(system(cmd), 0);
+	kvc_test_dir_remove(dir);
 }
 
 TestSuite(meta_names, .init = setup, .fini = teardown);

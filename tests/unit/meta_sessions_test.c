@@ -9,10 +9,11 @@
 
 #include "meta/meta_store.h"
 #include "meta/sessions.h"
+#include "test_dir.h"
 
 #define TIMEOUT 3000
 
-static char dir[64];
+static char dir[KVC_TEST_DIR_MAX];
 static struct kvc_meta_store *store;
 static struct kvc_meta_sessions *sessions;
 static const struct kvc_layout defaults = {.chunk_size = 1 << 20, .stripe = 1,
@@ -20,8 +21,7 @@ static const struct kvc_layout defaults = {.chunk_size = 1 << 20, .stripe = 1,
 
 static void setup(void)
 {
-	strcpy(dir, "/tmp/kvc-sessions-test-XXXXXX");
-	cr_assert_not_null(mkdtemp(dir));
+	kvc_test_dir_make(dir, "sessions");
 	cr_assert_eq(kvc_meta_store_open(dir, &defaults, &store), 0);
 	cr_assert_eq(kvc_meta_sessions_create(TIMEOUT, &sessions), 0);
 }
@@ -30,9 +30,7 @@ static void teardown(void)
 {
 	kvc_meta_sessions_destroy(sessions);
 	kvc_meta_store_close(store);
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	cr_assert_eq(system(cmd), 0);
+	kvc_test_dir_remove(dir);
 }
 
 TestSuite(meta_sessions, .init = setup, .fini = teardown);

@@ -9,23 +9,21 @@
 #include <string.h>
 
 #include "meta/pool_store.h"
+#include "test_dir.h"
 
-static char dir[64];
+static char dir[KVC_TEST_DIR_MAX];
 static struct kvc_pool_store *store;
 
 static void setup(void)
 {
-	strcpy(dir, "/tmp/kvc-pool-test-XXXXXX");
-	cr_assert_not_null(mkdtemp(dir));
+	kvc_test_dir_make(dir, "pool");
 	cr_assert_eq(kvc_pool_store_open(dir, &store), 0);
 }
 
 static void teardown(void)
 {
 	kvc_pool_store_close(store);
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	cr_assert_eq(system(cmd), 0);
+	kvc_test_dir_remove(dir);
 }
 
 TestSuite(pool_store, .init = setup, .fini = teardown);

@@ -16,14 +16,14 @@
 #include <unistd.h>
 
 #include "meta/pool_store.h"
+#include "test_dir.h"
 
-static char dir[64];
+static char dir[KVC_TEST_DIR_MAX];
 static struct kvc_pool_store *store;
 
 static void setup(void)
 {
-	strcpy(dir, "/tmp/kvc-pool-wait-test-XXXXXX");
-	cr_assert_not_null(mkdtemp(dir));
+	kvc_test_dir_make(dir, "pool-wait");
 	cr_assert_eq(kvc_pool_store_open(dir, &store), 0);
 	for (uint32_t rank = 0; rank < 2; rank++)
 		cr_assert_eq(kvc_pool_init(store, "kv", rank, 64, 2), 0);
@@ -32,9 +32,7 @@ static void setup(void)
 static void teardown(void)
 {
 	kvc_pool_store_close(store);
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	cr_assert_eq(system(cmd), 0);
+	kvc_test_dir_remove(dir);
 }
 
 TestSuite(pool_wait, .init = setup, .fini = teardown);

@@ -16,6 +16,7 @@
 #include "core/config.h"
 #include "core/reserve.h"
 #include "storage/chunk_store.h"
+#include "test_dir.h"
 
 #define MIB (1ull << 20)
 #define GIB (1ull << 30)
@@ -278,23 +279,20 @@ Test(reserve, cluster_file_keys)
 
 /* The chunk store at its reserve: writes refused before anything is
  * written, everything that frees space served. */
-static char dir[64];
+static char dir[KVC_TEST_DIR_MAX];
 static struct kvc_chunk_store *store;
 
 static void store_setup(void)
 {
 	setup();
-	strcpy(dir, "/tmp/kvc-reserve-test-XXXXXX");
-	cr_assert_not_null(mkdtemp(dir));
+	kvc_test_dir_make(dir, "reserve");
 	cr_assert_eq(kvc_chunk_store_open(dir, &store), 0);
 }
 
 static void store_teardown(void)
 {
 	kvc_chunk_store_close(store);
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	cr_assert_eq(system(cmd), 0);
+	kvc_test_dir_remove(dir);
 }
 
 TestSuite(store, .init = store_setup, .fini = store_teardown);
