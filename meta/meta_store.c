@@ -193,21 +193,7 @@ int kvc_meta_store_open(const char *dir, const struct kvc_layout *default_layout
 	s->default_layout = *default_layout;
 	int rc = kvc_layout_check(default_layout);
 	if (rc == 0)
-		rc = kvc_fsutil_mkdirs(dir, 0700);
-	if (rc == 0) /* after a machine crash: back to the last checkpoint */
-		rc = kvc_lmdb_checkpoint_recover(dir) < 0 ? -EIO : 0; /* files unreadable */
-	if (rc == 0)
-		rc = kvc_lmdb_errno(mdb_env_create(&s->env));
-	if (rc == 0)
-		rc = kvc_lmdb_errno(mdb_env_set_mapsize(s->env, MAP_SIZE));
-	if (rc == 0)
-		rc = kvc_lmdb_errno(mdb_env_set_maxdbs(s->env, 16));
-	if (rc == 0)
-		rc = kvc_lmdb_errno(mdb_env_set_maxreaders(s->env, 4096));
-	if (rc == 0)
-		rc = kvc_lmdb_errno(mdb_env_open(s->env, dir, MDB_NOSYNC | MDB_NOTLS, 0600));
-	if (rc == 0)
-		rc = kvc_lmdb_checkpoint_open(s->env, dir, &s->checkpoint);
+		rc = kvc_lmdb_checkpoint_env_open(dir, MAP_SIZE, 16, &s->env, &s->checkpoint);
 	if (rc == 0)
 		rc = open_tables(s);
 	if (rc < 0) {

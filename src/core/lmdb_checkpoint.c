@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "core/crc32c.h"
+#include "core/fsutil.h"
 #include "core/lmdb_txn.h"
 #include "core/log.h"
 
@@ -400,4 +401,33 @@ void kvc_lmdb_checkpoint_close(struct kvc_lmdb_checkpoint *cp)
 	pthread_mutex_destroy(&cp->lock);
 	pthread_cond_destroy(&cp->done);
 	free(cp);
+}
+
+int kvc_lmdb_checkpoint_env_open(const char *dir, size_t map_size, unsigned max_dbs,
+                                 MDB_env **env, struct kvc_lmdb_checkpoint **cp)
+{
+	MDB_env *e = NULL;
+	struct kvc_lmdb_checkpoint *c = NULL;
+	int rc = kvc_fsutil_mkdirs(dir, 0700);
+	if (rc == 0) /* after a machine crash: back to the last checkpoint */
+		rc = kvc_lmdb_checkpoint_recover(dir) < 0 ? -EIO : 0; /* files unreadable */
+	if (rc == 0)
+		rc = kvc_lmdb_errno(mdb_env_create(&e));
+	if (rc == 0)
+		rc = kvc_lmdb_errno(mdb_env_set_mapsize(e, map_size));
+	if (rc == 0)
+		rc = kvc_lmdb_errno(mdb_env_set_maxdbs(e, max_dbs));
+	if (rc == 0)
+		rc = kvc_lmdb_errno(mdb_env_set_maxreaders(e, 4096));
+	if (rc == 0)
+		rc = kvc_lmdb_errno(mdb_env_open(e, dir, MDB_NOSYNC | MDB_NOTLS, 0600));
+	if (rc == 0)
+		rc = kvc_lmdb_checkpoint_open(e, dir, &c);
+	if (rc < 0) {
+		kvc_lmdb_close(e);
+		return rc;
+	}
+	*env = e;
+	*cp = c;
+	return 0;
 }

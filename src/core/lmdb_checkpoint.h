@@ -103,6 +103,14 @@ int kvc_lmdb_checkpoint_recover(const char *dir);
  * left in the page cache). 0, -ENOMEM, -errno. */
 int kvc_lmdb_checkpoint_open(MDB_env *env, const char *dir, struct kvc_lmdb_checkpoint **out);
 
+/* An environment under checkpoints, as kvc-meta's stores open theirs:
+ * make dir (0700), recover (above), create the environment with map_size
+ * and max_dbs, open it MDB_NOSYNC | MDB_NOTLS (4,096 readers, files 0600)
+ * and take the first checkpoint. On success *env and *cp are the caller's
+ * (close cp, then env); on failure nothing is left open. 0 or -errno. */
+int kvc_lmdb_checkpoint_env_open(const char *dir, size_t map_size, unsigned max_dbs,
+                                 MDB_env **env, struct kvc_lmdb_checkpoint **cp);
+
 /* Take a checkpoint: when it returns 0, every transaction committed
  * before the call is durable and is where a machine crash goes back to.
  * -EIO (the disk, or an LMDB format this module does not know: the
