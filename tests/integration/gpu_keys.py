@@ -11,22 +11,13 @@ hand: python3 gpu_keys.py DIRECTORY-ON-A-KVCFS-MOUNT).
 Exit 77 (and "SKIP: ...") without PyTorch or a GPU, 0 when all passed.
 """
 import os
-import pathlib
-import sys
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools" / "python"))
-import kvcfs  # noqa: E402
+from gpu_script import SKIPPED, Checks, kvcfs, run, torch_with_gpu
 
 LAYERS, BLOCKS, PAGE = 32, 64, 64 << 10
 KEY = LAYERS * PAGE  # 2 MiB
-failures = 0
-
-
-def check(ok, what):
-    global failures
-    print(("ok - " if ok else "not ok - ") + what)
-    failures += not ok
+check = Checks()
 
 
 def timed(batch_fn, keys):
@@ -37,14 +28,9 @@ def timed(batch_fn, keys):
 
 
 def main(directory):
-    try:
-        import torch
-    except ImportError:
-        print("SKIP: PyTorch is not installed")
-        return 77
-    if not torch.cuda.is_available() or not kvcfs.gpu_available():
-        print("SKIP: no GPU here")
-        return 77
+    torch = torch_with_gpu()
+    if torch is None:
+        return SKIPPED
     mount = kvcfs.extract_mount_point(directory)
     os.makedirs(directory, exist_ok=True)
     keys = kvcfs.KeyDir(directory)
@@ -90,12 +76,8 @@ def main(directory):
         iov.close()
     ring.close()
     keys.close()
-    print(f"{failures} failed")
-    return 1 if failures else 0
+    return check.exit_code()
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        print("usage: gpu_keys.py DIRECTORY (on a kvcfs mount)", file=sys.stderr)
-        sys.exit(2)
-    sys.exit(main(sys.argv[1]))
+    run(main, "gpu_keys.py DIRECTORY (on a kvcfs mount)")

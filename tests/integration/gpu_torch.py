@@ -8,21 +8,12 @@ by hand: python3 gpu_torch.py FILE-ON-A-KVCFS-MOUNT).
 Exit 77 (and "SKIP: ...") without PyTorch or a GPU, 0 when all passed.
 """
 import os
-import pathlib
-import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools" / "python"))
-import kvcfs  # noqa: E402
+from gpu_script import SKIPPED, Checks, kvcfs, run, torch_with_gpu
 
 PAGE = 2 << 20
 PAGES = 16
-failures = 0
-
-
-def check(ok, what):
-    global failures
-    print(("ok - " if ok else "not ok - ") + what)
-    failures += not ok
+check = Checks()
 
 
 def ring_pages(ring, iov, fd, read, slots):
@@ -37,14 +28,9 @@ def ring_pages(ring, iov, fd, read, slots):
 
 
 def main(path):
-    try:
-        import torch
-    except ImportError:
-        print("SKIP: PyTorch is not installed")
-        return 77
-    if not torch.cuda.is_available() or not kvcfs.gpu_available():
-        print("SKIP: no GPU here")
-        return 77
+    torch = torch_with_gpu()
+    if torch is None:
+        return SKIPPED
     mount = kvcfs.extract_mount_point(path)
     size = PAGES * PAGE
     data = torch.randint(0, 256, (size,), dtype=torch.uint8)
@@ -94,12 +80,8 @@ def main(path):
     reader.close()
     kvcfs.deregister_fd(fd)
     os.close(fd)
-    print(f"{failures} failed")
-    return 1 if failures else 0
+    return check.exit_code()
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        print("usage: gpu_torch.py FILE (on a kvcfs mount)", file=sys.stderr)
-        sys.exit(2)
-    sys.exit(main(sys.argv[1]))
+    run(main, "gpu_torch.py FILE (on a kvcfs mount)")
