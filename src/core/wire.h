@@ -707,7 +707,7 @@ struct kvc_wire_chain {
 };
 _Static_assert(sizeof(struct kvc_wire_chain) == 48, "");
 
-/* MGMT_HEARTBEAT: a storage server (its index in the cluster file) is
+/* MGMT_HEARTBEAT: a storage server (its index in the routing table) is
  * alive and knows routing version routing_version; then synced_count
  * kvc_msg_mgmt_synced: its targets that finished catching up with their
  * chain at chain_version. Only the leading manager answers (others:
@@ -724,9 +724,9 @@ struct kvc_msg_mgmt_synced {
 };
 /* MGMT_ROUTING: the routing table when its version is not known_version,
  * waiting up to wait_ms (<= KVC_WIRE_MAX_ROUTING_WAIT_MS) for a change.
- * Reply: kvc_msg_mgmt_routing_reply, then chain_count kvc_wire_chain
- * (none when the table is still known_version). The leading manager
- * answers; others -EAGAIN. */
+ * Reply: kvc_msg_mgmt_routing_reply, then chain_count kvc_wire_chain,
+ * then server_count kvc_wire_server (both counts 0 when the table is
+ * still known_version). The leading manager answers; others -EAGAIN. */
 #define KVC_WIRE_MAX_ROUTING_WAIT_MS 10000
 struct kvc_msg_mgmt_routing {
 	uint64_t known_version;
