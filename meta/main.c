@@ -15,7 +15,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/chains.h"
 #include "core/cli.h"
+#include "core/clock.h"
 #include "core/config.h"
 #include "core/log.h"
 #include "core/metrics.h"
@@ -136,6 +138,41 @@ static int start_pools(const struct kvc_config *config, struct kvc_meta_service 
 	return rc;
 }
 
+/* The chains new files stripe over: the routing table's count. Waits up
+ * to WAIT_CHAINS_MS for a table with chains (a cluster file that names
+ * no storage servers: the managers' table). Returns 0 when none came. */
+#define WAIT_CHAINS_MS 60000
+static uint32_t wait_chains(struct kvc_storage_client *storage)
+{
+	static struct kvc_chains t;
+	int64_t deadline = (int64_t)kvc_clock_monotonic_ns() + WAIT_CHAINS_MS * 1000000ll;
+	kvc_storage_client_chains(storage, &t);
+	while (t.count == 0 && (int64_t)kvc_clock_monotonic_ns() < deadline) {
+		kvc_storage_client_wait_routing(storage, t.version, 1000);
+		kvc_storage_client_chains(storage, &t);
+	}
+	return t.count;
+}
+
+/* New files stripe over the table's chains as it grows (kvc-admin
+ * add-host); a file keeps the chains it was made with. */
+struct chain_follow {
+	struct kvc_storage_client *storage;
+	struct kvc_meta_store *store;
+};
+
+static void *follow_chains(void *arg)
+{
+	struct chain_follow *f = arg;
+	static struct kvc_chains t;
+	for (;;) {
+		kvc_storage_client_chains(f->storage, &t);
+		kvc_meta_store_set_chain_count(f->store, t.count);
+		kvc_storage_client_wait_routing(f->storage, t.version, 10000);
+	}
+	return NULL;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option options[] = {{"config", required_argument, 0, 'c'},
@@ -187,23 +224,40 @@ int main(int argc, char **argv)
 	if (kvc_config_load_secret_reported("kvc-meta", &config, KVC_AUTH_CLUSTER) < 0)
 		return 1;
 	keys.keys[KVC_AUTH_CLUSTER] = config.cred.key;
-	struct kvc_layout defaults = {.chunk_size = config.chunk_size, .stripe = config.stripe,
-	                              .chain_count = config.target_count / config.replicas};
 	static struct kvc_meta_service svc;
 	static struct kvc_storage_client storage;
-	int rc = kvc_meta_store_open(config.meta_data, &defaults, &svc.store);
-	if (rc < 0) {
-		fprintf(stderr, "kvc-meta: cannot open %s: %s\n", config.meta_data,
-		        rc == -EINVAL ? "not a kvcfs meta store of this format" : strerror(-rc));
-		return 1;
-	}
-	rc = kvc_storage_client_init(&storage, &config);
+	int rc = kvc_storage_client_init(&storage, &config);
 	if (rc == 0)
 		rc = kvc_storage_client_follow(&storage); /* the managers' chain table */
 	if (rc < 0) {
 		fprintf(stderr, "kvc-meta: storage client: %s\n", strerror(-rc));
 		return 1;
 	}
+	uint32_t chains = wait_chains(&storage);
+	if (chains == 0) {
+		fprintf(stderr, "kvc-meta: no chains: the cluster file names no storage servers and "
+		                "no manager answered with a table that has some\n");
+		return 1;
+	}
+	struct kvc_layout defaults = {.chunk_size = config.chunk_size,
+	                              .stripe = config.stripe && config.stripe < chains
+	                                        ? config.stripe : chains,
+	                              .chain_count = chains};
+	rc = kvc_meta_store_open(config.meta_data, &defaults, &svc.store);
+	if (rc < 0) {
+		fprintf(stderr, "kvc-meta: cannot open %s: %s\n", config.meta_data,
+		        rc == -EINVAL ? "not a kvcfs meta store of this format" : strerror(-rc));
+		return 1;
+	}
+	pthread_t chain_thread;
+	static struct chain_follow follow;
+	follow = (struct chain_follow){&storage, svc.store};
+	rc = -pthread_create(&chain_thread, NULL, follow_chains, &follow);
+	if (rc < 0) {
+		fprintf(stderr, "kvc-meta: cannot start a thread: %s\n", strerror(-rc));
+		return 1;
+	}
+	pthread_detach(chain_thread);
 	svc.storage = &storage;
 	/* Room on the data's volume for deletes: namespace growth stops first. */
 	static struct kvc_reserve space;

@@ -121,7 +121,7 @@ int kvc_meta_new_inode(struct kvc_meta_store *s, MDB_txn *txn,
 		return rc;
 	struct kvc_layout layout = parent->attr.layout;
 	/* The cluster may have grown since the parent was placed. */
-	layout.chain_count = s->default_layout.chain_count;
+	layout.chain_count = __atomic_load_n(&s->default_layout.chain_count, __ATOMIC_RELAXED);
 	if (layout.stripe > layout.chain_count)
 		layout.stripe = layout.chain_count;
 	layout.first_chain = next_target % layout.chain_count;

@@ -180,6 +180,13 @@ static int open_tables(struct kvc_meta_store *s)
 	return kvc_lmdb_finish(txn, rc);
 }
 
+void kvc_meta_store_set_chain_count(struct kvc_meta_store *s, uint32_t count)
+{
+	uint32_t now = __atomic_load_n(&s->default_layout.chain_count, __ATOMIC_RELAXED);
+	if (count > now && count <= KVC_WIRE_MAX_TARGETS)
+		__atomic_store_n(&s->default_layout.chain_count, count, __ATOMIC_RELAXED);
+}
+
 int kvc_meta_store_open(const char *dir, const struct kvc_layout *default_layout,
                         struct kvc_meta_store **out)
 {

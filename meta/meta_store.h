@@ -102,6 +102,9 @@ typedef int (*kvc_meta_dirent_fn)(void *arg, const char *name, uint32_t name_len
 int kvc_meta_store_open(const char *dir, const struct kvc_layout *default_layout,
                         struct kvc_meta_store **out);
 void kvc_meta_store_close(struct kvc_meta_store *store);
+/* The routing table grew to count chains: new files stripe over them
+ * (a smaller count is ignored: chains are never taken away). */
+void kvc_meta_store_set_chain_count(struct kvc_meta_store *store, uint32_t count);
 /* A checkpoint: every transaction committed before the call is durable
  * when it returns 0 (-EIO otherwise). Concurrent callers share one. */
 int kvc_meta_store_sync(struct kvc_meta_store *store);

@@ -131,10 +131,10 @@ static int cmd_status(struct admin *a)
 	if (!a->json && rc == 0)
 		print_space("data volume:", names.volume_free_bytes, names.volume_total_bytes,
 		            names.reserve_bytes, meta_refusing, names.refused, "new names");
-	for (uint32_t s = 0; s < a->config.server_count; s++) {
+	for (uint32_t s = 0; s < routing.server_count; s++) {
 		struct kvc_msg_target_space t[KVC_WIRE_MAX_TARGETS];
 		int count = kvc_storage_client_server_space(&a->storage, s, t, KVC_WIRE_MAX_TARGETS);
-		const struct kvc_config_server *srv = &a->config.servers[s];
+		const struct kvc_chains_server *srv = &routing.servers[s];
 		failures += count < 0;
 		if (a->json) {
 			printf("%s{\"name\":\"%s\",\"address\":\"%s\",\"up\":%s,\"targets\":[", s ? "," : "",
@@ -169,6 +169,11 @@ static int cmd_status(struct admin *a)
 	if (a->json)
 		printf("],");
 	admin_chains_print(&routing, a->json, a->config.replicas, a->config.manager_count > 0);
+	if (a->config.manager_count) {
+		if (a->json)
+			printf(",");
+		failures += admin_hosts_print(&a->config, a->json) < 0;
+	}
 	struct kvc_meta_pool_entry pools[256];
 	int npools = kvc_meta_pool_list(a->pools, pools, 256);
 	if (a->json) {
@@ -526,6 +531,11 @@ static int cmd_undrain(struct admin *a)
 	return drain_command(a, false);
 }
 
+static int cmd_add_host(struct admin *a)
+{
+	return admin_add_host_run(&a->storage, &a->config, a->args[0], a->json);
+}
+
 /* One row per command: adding a command is adding a row. */
 static const struct command {
 	const char *name;     /* one word, or a group's word and a verb */
@@ -559,6 +569,8 @@ static const struct command {
 	 "take TARGET out of its chain and keep it\nout (needs managers); waits until it is"},
 	{"undrain", "TARGET", 1, 1, cmd_undrain, NULL,
 	 "let a drained TARGET back in: it catches\nup, then serves; waits until it does"},
+	{"add-host", "NAME", 1, 1, cmd_add_host, NULL,
+	 "admit the pending host NAME (its kvc-storage\nruns with --join): its targets get ids and\nmake new chains; waits until the table has it"},
 	{"resync", "--target T --from P [--no-wait] [--status]", 0, 0, cmd_resync, NULL,
 	 "make target T hold what target P of its\nchain holds; prints progress until done\n"
 	 "(--no-wait: start it only; --status: show\nT's last resync, start nothing)"},

@@ -20,6 +20,13 @@ int kvc_storage_client_init(struct kvc_storage_client *client,
 {
 	memset(client, 0, sizeof(*client));
 	int rc = kvc_chains_build(config, &client->chains);
+	/* With managers, a file whose storage sections make no chains (a
+	 * joining host's, or none): the managers' table only. */
+	bool from_file = rc == 0 && config->server_count > 0;
+	if (rc < 0 && config->manager_count) {
+		memset(&client->chains, 0, sizeof(client->chains));
+		rc = 0;
+	}
 	if (rc < 0)
 		return rc;
 	pthread_condattr_t attr;
@@ -27,6 +34,10 @@ int kvc_storage_client_init(struct kvc_storage_client *client,
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
 	pthread_rwlock_init(&client->chains_lock, NULL);
 	pthread_mutex_init(&client->routing_lock, NULL);
+	pthread_mutex_init(&client->hosts_lock, NULL);
+	client->cred = config->cred;
+	client->connect_timeout_ms = config->connect_timeout_ms;
+	client->io_timeout_ms = config->io_timeout_ms;
 	pthread_cond_init(&client->routing_changed, &attr);
 	pthread_condattr_destroy(&attr);
 	client->failure_timeout_ms = config->failure_timeout_ms;
@@ -40,11 +51,11 @@ int kvc_storage_client_init(struct kvc_storage_client *client,
 		kvc_storage_client_destroy(client);
 		return rc;
 	}
-	client->server_count = config->server_count;
-	client->target_count = config->target_count;
-	for (uint32_t t = 0; t < config->target_count; t++)
+	client->server_count = from_file ? config->server_count : 0;
+	client->target_count = from_file ? config->target_count : 0;
+	for (uint32_t t = 0; t < client->target_count; t++)
 		client->target_server[t] = config->targets[t].server;
-	for (uint32_t i = 0; i < config->server_count; i++) {
+	for (uint32_t i = 0; i < client->server_count; i++) {
 		strcpy(client->server_address[i], config->servers[i].address);
 		rc = kvc_rpc_pool_init(&client->pools[i], config->servers[i].address,
 		                           &config->cred, config->connect_timeout_ms,
@@ -254,7 +265,7 @@ int64_t kvc_storage_client_patience_ns(const struct kvc_storage_client *client)
 	/* Detection (the manager's failure timeout, twice for a heartbeat that
 	 * just missed it), plus an attempt that met a stopped server: a
 	 * connection and a fresh one, each up to the io timeout. */
-	int io = client->server_count ? client->pools[0].io_timeout_ms : 0;
+	int io = client->io_timeout_ms;
 	return (2ll * client->failure_timeout_ms + 2ll * io + 1000) * 1000000;
 }
 

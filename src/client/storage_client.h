@@ -39,11 +39,22 @@ struct kvc_storage_receivers;
 
 struct kvc_storage_client {
 	struct kvc_storage_receivers *receivers; /* NULL: the caller receives */
+	/* Servers and targets: the cluster file's, then those a newer routing
+	 * table adds (storage_routing.c). They only grow: an entry, once its
+	 * count covers it, never changes, and a pool is never freed or moved
+	 * before kvc_storage_client_destroy, so readers use them without a
+	 * lock (the counts are stored with release after the entries are set,
+	 * and a target is used only once a chain installed after it names it).
+	 * hosts_lock (taken before chains_lock) serializes the growers. */
 	uint32_t server_count;
 	uint32_t target_count;
 	uint32_t target_server[KVC_WIRE_MAX_TARGETS];
 	char server_address[KVC_CONFIG_MAX_SERVERS][KVC_NET_ADDRESS_MAX];
 	struct kvc_rpc_pool pools[KVC_CONFIG_MAX_SERVERS];
+	pthread_mutex_t hosts_lock;
+	struct kvc_auth_cred cred; /* for the pools of servers added later */
+	int connect_timeout_ms;
+	int io_timeout_ms;
 	/* Monotonic ns until which reads avoid a server that just failed. */
 	_Atomic int64_t avoid_until_ns[KVC_CONFIG_MAX_SERVERS];
 	/* The chain table (storage_routing.c): the cluster file's, then the
@@ -136,9 +147,21 @@ int kvc_storage_client_follow(struct kvc_storage_client *client);
 int kvc_storage_client_refresh(struct kvc_storage_client *client);
 
 /* Install table when it is newer than the one in use (a manager's answer,
- * or a storage server's). Returns 1 when installed, 0 when not newer. */
+ * or a storage server's). Servers and targets it has beyond the client's
+ * are added first (pools created); a table that disagrees with the
+ * client's servers (another address at an index, another target range)
+ * is refused. Returns 1 when installed, 0 when not newer, -EINVAL when
+ * refused, -ENOMEM. */
 int kvc_storage_client_set_chains(struct kvc_storage_client *client,
                                   const struct kvc_chains *table);
+
+/* Check and install a MGMT_ROUTING reply of len bytes (docs/protocol.md:
+ * the head, chains, servers; every count and field checked, a hostile
+ * reply changes nothing). Returns 1 installed, 0 not newer (or the
+ * unchanged answer), -EBADMSG, -EINVAL (it disagrees with the servers the
+ * client has), -ENOMEM. */
+int kvc_storage_client_install_reply(struct kvc_storage_client *client, const void *reply,
+                                     uint32_t len);
 
 /* A copy of chain id of the table in use; false when there is none. */
 bool kvc_storage_client_chain(struct kvc_storage_client *client, uint32_t id,

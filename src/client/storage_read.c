@@ -435,7 +435,7 @@ static int read_add_piece(void *arg, struct kvc_storage_io *io, uint32_t io_inde
 /* Every open request joins the wave, and the wave runs. */
 static void read_flush(struct read_plan *plan)
 {
-	for (uint32_t s = 0; s < plan->client->server_count; s++)
+	for (uint32_t s = 0; s < KVC_CONFIG_MAX_SERVERS; s++) /* servers only grow */
 		read_close(plan, s);
 	if (plan->wave_count)
 		read_wave(plan);
@@ -477,7 +477,8 @@ static int read_batch_once(struct kvc_storage_client *client, struct kvc_storage
                            int count)
 {
 	struct read_plan plan = {.client = client, .ios = ios};
-	plan.open = calloc(client->server_count ? client->server_count : 1, sizeof(*plan.open));
+	/* Every possible server: a new table may add some during the batch. */
+	plan.open = calloc(KVC_CONFIG_MAX_SERVERS, sizeof(*plan.open));
 	if (!plan.open)
 		return -ENOMEM;
 	pthread_mutex_init(&plan.retry_lock, NULL);
@@ -485,7 +486,7 @@ static int read_batch_once(struct kvc_storage_client *client, struct kvc_storage
 	read_flush(&plan); /* what was planned goes out even after an ENOMEM */
 	if (rc == 0)
 		rc = read_retries(&plan);
-	for (uint32_t s = 0; s < client->server_count; s++)
+	for (uint32_t s = 0; s < KVC_CONFIG_MAX_SERVERS; s++)
 		free(plan.open[s]);
 	free(plan.retries);
 	free(plan.open);

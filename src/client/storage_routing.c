@@ -35,16 +35,62 @@ void kvc_storage_client_chains(struct kvc_storage_client *client, struct kvc_cha
 	pthread_rwlock_unlock(&client->chains_lock);
 }
 
+/* The servers and targets of table beyond the client's: checked against
+ * those the client has, then added (pools first, counts last). Called
+ * with hosts_lock held. Returns 0 or -EINVAL (the table disagrees),
+ * -ENOMEM. */
+static int grow_hosts(struct kvc_storage_client *client, const struct kvc_chains *table)
+{
+	uint32_t have = client->server_count;
+	for (uint32_t s = 0; s < have && s < table->server_count; s++) {
+		const struct kvc_chains_server *sv = &table->servers[s];
+		for (uint32_t i = 0; i < sv->target_count; i++)
+			if (sv->first_target + i < client->target_count &&
+			    client->target_server[sv->first_target + i] != s)
+				return -EINVAL;
+		if (strcmp(client->server_address[s], sv->address) != 0)
+			return -EINVAL;
+	}
+	for (uint32_t s = have; s < table->server_count; s++) {
+		const struct kvc_chains_server *sv = &table->servers[s];
+		if (sv->first_target < client->target_count)
+			return -EINVAL; /* a new server claiming targets we know */
+		int rc = kvc_rpc_pool_init(&client->pools[s], sv->address, &client->cred,
+		                           client->connect_timeout_ms, client->io_timeout_ms);
+		if (rc < 0)
+			return rc;
+		strcpy(client->server_address[s], sv->address);
+		for (uint32_t i = 0; i < sv->target_count; i++)
+			client->target_server[sv->first_target + i] = s;
+		__atomic_store_n(&client->target_count, sv->first_target + sv->target_count,
+		                 __ATOMIC_RELEASE);
+		__atomic_store_n(&client->server_count, s + 1, __ATOMIC_RELEASE);
+		kvc_log_info("storage server %s (%s): targets %u..%u", sv->name, sv->address,
+		             sv->first_target, sv->first_target + sv->target_count - 1);
+	}
+	return 0;
+}
+
 int kvc_storage_client_set_chains(struct kvc_storage_client *client,
                                   const struct kvc_chains *table)
 {
 	int installed = 0;
+	pthread_mutex_lock(&client->hosts_lock);
+	pthread_rwlock_rdlock(&client->chains_lock);
+	bool newer = table->version > client->chains.version;
+	pthread_rwlock_unlock(&client->chains_lock);
+	int rc = newer ? grow_hosts(client, table) : 0;
+	if (rc < 0) {
+		pthread_mutex_unlock(&client->hosts_lock);
+		return rc;
+	}
 	pthread_rwlock_wrlock(&client->chains_lock);
 	if (table->version > client->chains.version && table->count >= client->chains.count) {
 		client->chains = *table;
 		installed = 1;
 	}
 	pthread_rwlock_unlock(&client->chains_lock);
+	pthread_mutex_unlock(&client->hosts_lock);
 	if (installed) {
 		pthread_mutex_lock(&client->routing_lock);
 		pthread_cond_broadcast(&client->routing_changed);
@@ -75,6 +121,43 @@ uint64_t kvc_storage_client_wait_routing(struct kvc_storage_client *client, uint
 	return version_of(client);
 }
 
+int kvc_storage_client_install_reply(struct kvc_storage_client *client, const void *reply,
+                                     uint32_t len)
+{
+	struct kvc_msg_mgmt_routing_reply head;
+	if (len < sizeof(head))
+		return -EBADMSG;
+	memcpy(&head, reply, sizeof(head));
+	if (head.chain_count > KVC_WIRE_MAX_TARGETS || head.server_count > KVC_WIRE_MAX_SERVERS ||
+	    len != sizeof(head) + head.chain_count * sizeof(struct kvc_wire_chain) +
+	                   head.server_count * sizeof(struct kvc_wire_server))
+		return -EBADMSG;
+	if (head.chain_count == 0 && head.server_count == 0)
+		return 0; /* still the table we know */
+	const uint8_t *p = (const uint8_t *)reply + sizeof(head);
+	struct kvc_wire_chain *chains = malloc(KVC_WIRE_MAX_TARGETS * sizeof(*chains));
+	struct kvc_wire_server *servers = malloc(KVC_WIRE_MAX_SERVERS * sizeof(*servers));
+	struct kvc_chains *table = malloc(sizeof(*table));
+	int rc = chains && servers && table ? 0 : -ENOMEM;
+	if (rc == 0) {
+		memcpy(chains, p, head.chain_count * sizeof(*chains));
+		memcpy(servers, p + head.chain_count * sizeof(*chains),
+		       head.server_count * sizeof(*servers));
+		rc = kvc_chains_decode(chains, head.chain_count, head.version, servers,
+		                       head.server_count, table);
+	}
+	if (rc == 0)
+		rc = kvc_storage_client_set_chains(client, table);
+	if (rc == -EINVAL)
+		kvc_log_error("a routing table (version %llu) disagrees with the storage servers "
+		              "this client knows (another address or other targets): not used",
+		              (unsigned long long)head.version);
+	free(chains);
+	free(servers);
+	free(table);
+	return rc;
+}
+
 /* One MGMT_ROUTING exchange with manager m: installs a newer table.
  * Returns 0 (answered), or -errno (-EAGAIN: not the leader). */
 static int ask(struct kvc_storage_client *client, uint32_t m, uint32_t wait_ms)
@@ -82,6 +165,7 @@ static int ask(struct kvc_storage_client *client, uint32_t m, uint32_t wait_ms)
 	struct {
 		struct kvc_msg_mgmt_routing_reply head;
 		struct kvc_wire_chain chains[KVC_WIRE_MAX_TARGETS];
+		struct kvc_wire_server servers[KVC_WIRE_MAX_SERVERS];
 	} *reply = malloc(sizeof(*reply));
 	if (!reply)
 		return -ENOMEM;
@@ -90,23 +174,12 @@ static int ask(struct kvc_storage_client *client, uint32_t m, uint32_t wait_ms)
 	uint32_t len = 0;
 	int rc = kvc_rpc_call(&client->managers[m], KVC_MSG_MGMT_ROUTING, &req, sizeof(req), reply,
 	                      sizeof(*reply), &len);
-	if (rc == 0 && (len < sizeof(reply->head) ||
-	                reply->head.chain_count > KVC_WIRE_MAX_TARGETS ||
-	                len != sizeof(reply->head) + reply->head.chain_count *
-	                                                 sizeof(reply->chains[0])))
-		rc = -EBADMSG;
-	if (rc == 0 && reply->head.chain_count) {
-		struct kvc_chains *table = malloc(sizeof(*table));
-		rc = table ? kvc_chains_decode(reply->chains, reply->head.chain_count,
-		                               reply->head.version, client->target_count, table)
-		           : -ENOMEM;
-		if (rc == 0 && kvc_storage_client_set_chains(client, table))
-			kvc_log_info("routing table version %llu from manager %u",
-			             (unsigned long long)table->version, m);
-		free(table);
-	}
+	rc = rc < 0 ? rc : kvc_storage_client_install_reply(client, reply, len);
+	if (rc == 1)
+		kvc_log_info("routing table version %llu from manager %u",
+		             (unsigned long long)reply->head.version, m);
 	free(reply);
-	return rc;
+	return rc < 0 ? rc : 0;
 }
 
 /* Ask the managers in turn, from the one that answered last, until one

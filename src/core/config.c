@@ -421,8 +421,9 @@ static int check_whole(struct parser *p)
 	p->line = 0;
 	if (c->meta_address[0] == '\0')
 		return fail(p, "[meta] address is missing");
-	if (c->server_count == 0)
-		return fail(p, "no [storage NAME] section: a cluster needs at least one");
+	if (c->server_count == 0 && c->manager_count == 0)
+		return fail(p, "no [storage NAME] section: a cluster needs at least one (or [mgmt "
+		               "NAME] sections: then the managers' routing table names them)");
 	for (uint32_t i = 0; i < c->server_count; i++) {
 		if (c->servers[i].address[0] == '\0')
 			return fail(p, "[storage %s] address is missing", c->servers[i].name);
@@ -438,12 +439,17 @@ static int check_whole(struct parser *p)
 	if (c->heartbeat_ms * 2 > c->failure_timeout_ms)
 		return fail(p, "failure_timeout_ms (%d) must be at least twice heartbeat_ms (%d)",
 		            c->failure_timeout_ms, c->heartbeat_ms);
-	if (c->replicas > c->server_count)
-		return fail(p, "replicas = %u needs as many storage servers; the cluster has %u",
-		            c->replicas, c->server_count);
 	if (c->min_write_replicas > c->replicas)
 		return fail(p, "min_write_replicas = %u is more than replicas = %u",
 		            c->min_write_replicas, c->replicas);
+	/* With managers the chains are theirs (seeded from their cluster file's
+	 * storage sections: kvc-mgmt checks those make chains); a client's or a
+	 * joining host's file may name fewer servers, or none. */
+	if (c->manager_count)
+		return 0;
+	if (c->replicas > c->server_count)
+		return fail(p, "replicas = %u needs as many storage servers; the cluster has %u",
+		            c->replicas, c->server_count);
 	if (c->target_count % c->replicas)
 		return fail(p, "the %u targets do not make chains of %u (replicas): a chain's "
 		               "members are whole targets, give every chain its %u",

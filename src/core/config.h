@@ -101,9 +101,10 @@
 #include "core/net.h"
 #include "core/wire.h"
 
-#define KVC_CONFIG_MAX_SERVERS 32
+#define KVC_CONFIG_MAX_SERVERS KVC_WIRE_MAX_SERVERS
 #define KVC_CONFIG_MAX_MANAGERS 8
-#define KVC_CONFIG_NAME_MAX 64
+#define KVC_CONFIG_NAME_MAX KVC_WIRE_HOST_NAME
+_Static_assert(KVC_NET_ADDRESS_MAX == KVC_WIRE_HOST_ADDRESS, "an address fits the wire's");
 
 struct kvc_config_server {
 	char name[KVC_CONFIG_NAME_MAX];

@@ -75,6 +75,14 @@
  *      length and chunk_crc; CHUNK_RESYNC (73) starts a catch-up of a
  *      local target from another member on a thread of its own;
  *      CHUNK_RESYNC_STATUS (74) tells its progress and result.
+ *   7  hosts come from the manager: MGMT_ROUTING's reply carries the
+ *      storage servers (kvc_wire_server: name, address, their targets'
+ *      first id and count) after the chains (server_count in the head's
+ *      former reserved word), so clients need no [storage] sections.
+ *      New MGMT_REGISTER (115: a new host asks to join, pending until
+ *      admitted), MGMT_ADD_HOST (116: kvc-admin admits it) and
+ *      MGMT_HOSTS (117: admitted and pending hosts, heartbeat ages, spare
+ *      targets).
  */
 #ifndef KVC_WIRE_H
 #define KVC_WIRE_H
@@ -88,7 +96,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "kvcfs wire structs are little-endian in memory");
 
 #define KVC_WIRE_MAGIC 0x3143564bu /* "KVC1" */
-#define KVC_WIRE_VERSION 6
+#define KVC_WIRE_VERSION 7
 #define KVC_WIRE_MAX_BODY (1u << 20)
 #define KVC_WIRE_MAX_DATA (64u << 20)
 #define KVC_WIRE_MAX_NAME 255
@@ -96,6 +104,9 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 #define KVC_WIRE_MAX_DIRENTS 1024
 #define KVC_WIRE_MAX_TARGETS 64
 #define KVC_WIRE_MAX_REPLICAS 8 /* members of a chain */
+#define KVC_WIRE_MAX_SERVERS 32 /* storage servers (hosts) of a routing table */
+#define KVC_WIRE_HOST_NAME 64   /* a storage server's name, NUL included */
+#define KVC_WIRE_HOST_ADDRESS 128 /* its host:port, NUL included */
 #define KVC_WIRE_MAX_SYMLINK 4095      /* target bytes (PATH_MAX - 1) */
 #define KVC_WIRE_MAX_XATTR_VALUE 65536 /* XATTR_SIZE_MAX */
 
@@ -166,6 +177,9 @@ enum kvc_wire_type {
 	KVC_MSG_MGMT_HEARTBEAT = 112,
 	KVC_MSG_MGMT_ROUTING = 113,
 	KVC_MSG_MGMT_DRAIN = 114,
+	KVC_MSG_MGMT_REGISTER = 115,
+	KVC_MSG_MGMT_ADD_HOST = 116,
+	KVC_MSG_MGMT_HOSTS = 117,
 	KVC_MSG_CHUNK_LIST = 72,
 	KVC_MSG_CHUNK_RESYNC = 73,
 	KVC_MSG_CHUNK_RESYNC_STATUS = 74,
@@ -693,7 +707,7 @@ struct kvc_wire_chain {
 };
 _Static_assert(sizeof(struct kvc_wire_chain) == 48, "");
 
-/* MGMT_HEARTBEAT: a storage server (its index in the cluster file) is
+/* MGMT_HEARTBEAT: a storage server (its index in the routing table) is
  * alive and knows routing version routing_version; then synced_count
  * kvc_msg_mgmt_synced: its targets that finished catching up with their
  * chain at chain_version. Only the leading manager answers (others:
@@ -710,9 +724,9 @@ struct kvc_msg_mgmt_synced {
 };
 /* MGMT_ROUTING: the routing table when its version is not known_version,
  * waiting up to wait_ms (<= KVC_WIRE_MAX_ROUTING_WAIT_MS) for a change.
- * Reply: kvc_msg_mgmt_routing_reply, then chain_count kvc_wire_chain
- * (none when the table is still known_version). The leading manager
- * answers; others -EAGAIN. */
+ * Reply: kvc_msg_mgmt_routing_reply, then chain_count kvc_wire_chain,
+ * then server_count kvc_wire_server (both counts 0 when the table is
+ * still known_version). The leading manager answers; others -EAGAIN. */
 #define KVC_WIRE_MAX_ROUTING_WAIT_MS 10000
 struct kvc_msg_mgmt_routing {
 	uint64_t known_version;
@@ -722,8 +736,69 @@ struct kvc_msg_mgmt_routing {
 struct kvc_msg_mgmt_routing_reply {
 	uint64_t version;
 	uint32_t chain_count;
+	uint32_t server_count; /* kvc_wire_server records after the chains */
+};
+_Static_assert(sizeof(struct kvc_msg_mgmt_routing_reply) == 16, "");
+
+/* A storage server of the routing table: index = its position in the
+ * table; its targets are ids first_target .. first_target + target_count
+ * - 1 (server i's start where server i - 1's end: ids are dense). name
+ * and address are NUL-terminated. */
+struct kvc_wire_server {
+	char name[KVC_WIRE_HOST_NAME];
+	char address[KVC_WIRE_HOST_ADDRESS];
+	uint32_t first_target;
+	uint32_t target_count;
+};
+_Static_assert(sizeof(struct kvc_wire_server) == 200, "");
+
+/* MGMT_REGISTER: a storage server started to join (kvc-storage --join)
+ * names itself, every heartbeat_ms until admitted. The leader answers
+ * kvc_msg_mgmt_register_reply: admitted 0 (pending: it is listed for
+ * kvc-admin add-host) or 1 with its index and target ids. -EEXIST: an
+ * admitted server of that name has another address or target count;
+ * -EINVAL: a bad name, address or count. */
+struct kvc_msg_mgmt_register {
+	char name[KVC_WIRE_HOST_NAME];
+	char address[KVC_WIRE_HOST_ADDRESS];
+	uint32_t target_count;
 	uint32_t reserved;
 };
+_Static_assert(sizeof(struct kvc_msg_mgmt_register) == 200, "");
+struct kvc_msg_mgmt_register_reply {
+	uint32_t admitted;
+	uint32_t server;
+	uint32_t first_target;
+	uint32_t target_count;
+};
+
+/* MGMT_ADD_HOST: admit the pending host `name` (kvc-admin add-host). Reply:
+ * kvc_msg_mgmt_register_reply (admitted 1: the index and ids it gets; the
+ * leader's next monitor pass stores it). -ENOENT: no pending host of that
+ * name; -EEXIST: already admitted; -ENOSPC: past KVC_WIRE_MAX_SERVERS or
+ * KVC_WIRE_MAX_TARGETS. */
+struct kvc_msg_mgmt_add_host {
+	char name[KVC_WIRE_HOST_NAME];
+};
+
+/* MGMT_HOSTS: every host the leader knows (empty body). Reply: the head,
+ * then count kvc_wire_host. spare: a bit per target in no chain yet (too
+ * few hosts with spare targets to make one of `replicas`). */
+struct kvc_msg_mgmt_hosts_reply {
+	uint32_t count;
+	uint32_t reserved;
+	uint64_t spare;
+};
+struct kvc_wire_host {
+	char name[KVC_WIRE_HOST_NAME];
+	char address[KVC_WIRE_HOST_ADDRESS];
+	uint32_t admitted;     /* 1: in the table; 0: pending */
+	uint32_t server;       /* its index (admitted) */
+	uint32_t first_target; /* admitted */
+	uint32_t target_count;
+	int64_t heartbeat_age_ms; /* -1: none heard while this manager leads */
+};
+_Static_assert(sizeof(struct kvc_wire_host) == 216, "");
 
 /* MGMT_DRAIN: take target out of its chain and keep it out (drain 1), or
  * let it back in, catching up (drain 0). The leader answers at once

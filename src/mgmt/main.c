@@ -78,7 +78,12 @@ int main(int argc, char **argv)
 	static struct kvc_manager manager;
 	int rc = kvc_manager_start(&manager, &config, me->name);
 	if (rc < 0) {
-		fprintf(stderr, "kvc-mgmt: cannot start: %s\n", strerror(-rc));
+		fprintf(stderr, "kvc-mgmt: cannot start: %s\n",
+		        rc == -EINVAL ? "the cluster file's [storage NAME] sections do not make "
+		                        "chains of `replicas` targets on distinct servers (as many "
+		                        "servers as replicas, targets a multiple of it, no server "
+		                        "with more than targets / replicas)"
+		                      : strerror(-rc));
 		return 1;
 	}
 	if (kvc_server_handle_signals(NULL, NULL) < 0)

@@ -26,14 +26,14 @@ static void drop_member(struct kvc_chain *c, uint32_t pos)
 	c->syncing = syncing;
 }
 
-static bool out(const struct kvc_config *config, const bool *silent, uint64_t drained,
+static bool out(const struct kvc_chains *table, const bool *silent, uint64_t drained,
                 uint32_t target)
 {
-	return silent[config->targets[target].server] || ((drained >> target) & 1u);
+	int s = kvc_chains_server_of(table, target);
+	return s < 0 || silent[s] || (target < 64 && ((drained >> target) & 1u));
 }
 
-bool kvc_manager_plan(const struct kvc_config *config, const struct kvc_chains *home,
-                      const bool *silent, uint64_t drained,
+bool kvc_manager_plan(const struct kvc_chains *home, const bool *silent, uint64_t drained,
                       const struct kvc_msg_mgmt_synced *reports, uint32_t report_count,
                       struct kvc_chains *table)
 {
@@ -44,7 +44,7 @@ bool kvc_manager_plan(const struct kvc_config *config, const struct kvc_chains *
 		/* Silent servers' members leave, never the last one serving. */
 		for (uint32_t i = chain->count; i-- > 0;) {
 			uint32_t t = chain->targets[i];
-			if (!out(config, silent, drained, t))
+			if (!out(table, silent, drained, t))
 				continue;
 			uint32_t serving = 0;
 			for (uint32_t k = 0; k < chain->count; k++)
@@ -59,7 +59,7 @@ bool kvc_manager_plan(const struct kvc_config *config, const struct kvc_chains *
 		const struct kvc_chain *h = &home->chains[c];
 		for (uint32_t i = 0; i < h->count; i++) {
 			uint32_t t = h->targets[i];
-			if (out(config, silent, drained, t) || kvc_chains_position(chain, t) >= 0 ||
+			if (out(table, silent, drained, t) || kvc_chains_position(chain, t) >= 0 ||
 			    chain->count == KVC_WIRE_MAX_REPLICAS)
 				continue;
 			chain->syncing |= 1u << chain->count;
@@ -85,17 +85,21 @@ bool kvc_manager_plan(const struct kvc_config *config, const struct kvc_chains *
 	return any;
 }
 
-/* The table as etcd keeps it. */
+/* The table as etcd keeps it (manager.h: kvc_mgmt_routing_blob). */
 static void *blob_of(const struct kvc_chains *t, size_t *len)
 {
-	*len = sizeof(struct kvc_mgmt_routing_blob) + t->count * sizeof(struct kvc_wire_chain);
+	size_t chains = t->count * sizeof(struct kvc_wire_chain);
+	*len = sizeof(struct kvc_mgmt_routing_blob) + chains +
+	       t->server_count * sizeof(struct kvc_wire_server);
 	uint8_t *blob = malloc(*len);
 	if (!blob)
 		return NULL;
 	struct kvc_mgmt_routing_blob head = {.version = t->version, .chain_count = t->count,
-	                                     .magic = KVC_MGMT_ROUTING_MAGIC};
+	                                     .magic = KVC_MGMT_ROUTING_MAGIC2};
 	memcpy(blob, &head, sizeof(head));
 	kvc_chains_encode(t, (struct kvc_wire_chain *)(void *)(blob + sizeof(head)));
+	kvc_chains_encode_servers(t, (struct kvc_wire_server *)(void *)(blob + sizeof(head) +
+	                                                                chains));
 	return blob;
 }
 
@@ -106,68 +110,98 @@ static int table_of(const struct kvc_config *config, const uint8_t *blob, size_t
 	if (len < sizeof(head))
 		return -EBADMSG;
 	memcpy(&head, blob, sizeof(head));
-	if (head.magic != KVC_MGMT_ROUTING_MAGIC || head.chain_count > KVC_WIRE_MAX_TARGETS ||
-	    len != sizeof(head) + head.chain_count * sizeof(struct kvc_wire_chain))
+	size_t chains = (size_t)head.chain_count * sizeof(struct kvc_wire_chain);
+	size_t rest = len - sizeof(head) - (chains < len - sizeof(head) ? chains : 0);
+	if ((head.magic != KVC_MGMT_ROUTING_MAGIC && head.magic != KVC_MGMT_ROUTING_MAGIC2) ||
+	    head.chain_count > KVC_WIRE_MAX_TARGETS || len < sizeof(head) + chains ||
+	    (head.magic == KVC_MGMT_ROUTING_MAGIC && rest) ||
+	    rest % sizeof(struct kvc_wire_server) ||
+	    rest / sizeof(struct kvc_wire_server) > KVC_WIRE_MAX_SERVERS)
 		return -EBADMSG;
-	struct kvc_wire_chain *chains = malloc(head.chain_count * sizeof(*chains) + 1);
-	if (!chains)
-		return -ENOMEM;
-	memcpy(chains, blob + sizeof(head), head.chain_count * sizeof(*chains));
-	int rc = kvc_chains_decode(chains, head.chain_count, head.version, config->target_count,
-	                           out);
-	free(chains);
+	uint32_t server_count = (uint32_t)(rest / sizeof(struct kvc_wire_server));
+	struct kvc_wire_chain *c = malloc(chains + 1);
+	struct kvc_wire_server *servers = malloc(KVC_WIRE_MAX_SERVERS * sizeof(*servers));
+	struct kvc_chains *file = malloc(sizeof(*file));
+	int rc = c && servers && file ? 0 : -ENOMEM;
+	if (rc == 0 && head.magic == KVC_MGMT_ROUTING_MAGIC) { /* before hosts: the file's */
+		rc = kvc_chains_build(config, file);
+		server_count = file->server_count;
+		if (rc == 0)
+			kvc_chains_encode_servers(file, servers);
+	} else if (rc == 0) {
+		memcpy(servers, blob + sizeof(head) + chains, rest);
+	}
+	if (rc == 0) {
+		memcpy(c, blob + sizeof(head), chains);
+		rc = kvc_chains_decode(c, head.chain_count, head.version, servers, server_count, out);
+	}
+	free(c);
+	free(servers);
+	free(file);
 	return rc;
 }
 
 /* Write table to etcd if we still lead and nobody wrote it since
  * expect_mod. Returns 1 (written, *mod its revision), 0 (not: we lost the
  * lead or the table moved), -errno. */
-static int store(struct kvc_manager *m, const struct kvc_chains *table, uint64_t drained,
-                 int64_t expect_mod, int64_t *mod)
+static int store(struct kvc_manager *m, const struct kvc_chains *table,
+                 const struct kvc_chains *home, uint64_t drained, int64_t expect_mod,
+                 int64_t *mod)
 {
-	size_t len;
-	void *blob = blob_of(table, &len);
-	if (!blob)
+	size_t len, home_len;
+	void *blob = blob_of(table, &len), *home_blob = blob_of(home, &home_len);
+	if (!blob || !home_blob) {
+		free(blob);
+		free(home_blob);
 		return -ENOMEM;
+	}
 	struct kvc_etcd_cmp cmp[2] = {
 		{.key = KVC_MGMT_ROUTING_KEY, .target = KVC_ETCD_CMP_MOD, .result = KVC_ETCD_EQUAL,
 		 .number = expect_mod},
 		{.key = KVC_MGMT_LEADER_KEY, .target = KVC_ETCD_CMP_VALUE, .result = KVC_ETCD_EQUAL,
 		 .value = m->name, .value_len = strlen(m->name)},
 	};
-	struct kvc_etcd_op put[2] = {
+	struct kvc_etcd_op put[3] = {
 		{.kind = KVC_ETCD_OP_PUT, .key = KVC_MGMT_ROUTING_KEY, .value = blob, .value_len = len},
 		{.kind = KVC_ETCD_OP_PUT, .key = KVC_MGMT_DRAINED_KEY, .value = &drained,
-		 .value_len = sizeof(drained)}};
-	struct kvc_etcd_txn txn = {.cmp = cmp, .n_cmp = 2, .success = put, .n_success = 2};
+		 .value_len = sizeof(drained)},
+		{.kind = KVC_ETCD_OP_PUT, .key = KVC_MGMT_HOME_KEY, .value = home_blob,
+		 .value_len = home_len}};
+	struct kvc_etcd_txn txn = {.cmp = cmp, .n_cmp = 2, .success = put, .n_success = 3};
 	struct kvc_etcd_kvs out = {0};
 	int rc = kvc_etcd_txn(m->etcd, &txn, &out);
 	if (rc == 1)
 		*mod = out.revision;
 	kvc_etcd_kvs_free(&out);
 	free(blob);
+	free(home_blob);
 	return rc;
 }
 
-/* Just elected: the table from etcd, or the cluster file's when there is
- * none yet. Returns 0 or -errno. */
+/* Just elected: the table and the chains' home from etcd, or the cluster
+ * file's when there is none yet (a table stored before homes were: the
+ * cluster file's home). Returns 0 or -errno. */
 static int take_table(struct kvc_manager *m)
 {
-	struct kvc_etcd_kvs kvs = {0};
-	struct kvc_chains *t = malloc(sizeof(*t));
+	struct kvc_etcd_kvs kvs = {0}, hk = {0};
+	struct kvc_chains *t = malloc(sizeof(*t)), *home = malloc(sizeof(*home));
 	int64_t mod = 0;
-	int rc = t ? kvc_etcd_get(m->etcd, KVC_MGMT_ROUTING_KEY, &kvs) : -ENOMEM;
+	int rc = t && home ? kvc_chains_build(m->config, home) : -ENOMEM;
+	if (rc == 0)
+		rc = kvc_etcd_get(m->etcd, KVC_MGMT_ROUTING_KEY, &kvs);
 	if (rc == 1) {
 		mod = kvs.kvs[0].mod_revision;
 		rc = table_of(m->config, kvs.kvs[0].value, kvs.kvs[0].value_len, t);
-		if (rc == 0 && t->count != m->home.count)
-			rc = -EINVAL; /* the cluster file's targets changed: not handled yet */
+		if (rc == 0 && kvc_etcd_get(m->etcd, KVC_MGMT_HOME_KEY, &hk) == 1)
+			rc = table_of(m->config, hk.kvs[0].value, hk.kvs[0].value_len, home);
+		if (rc == 0 && (t->count != home->count || t->server_count != home->server_count))
+			rc = -EINVAL; /* the cluster file's targets changed: not handled */
 		if (rc < 0)
 			kvc_log_error("the routing table in etcd does not fit this cluster file: %s",
 			              strerror(-rc));
 	} else if (rc == 0) {
-		*t = m->home;
-		rc = store(m, t, 0, 0, &mod) == 1 ? 0 : -EAGAIN;
+		*t = *home;
+		rc = store(m, t, home, 0, 0, &mod) == 1 ? 0 : -EAGAIN;
 	}
 	uint64_t drained = 0;
 	struct kvc_etcd_kvs dk = {0};
@@ -178,11 +212,16 @@ static int take_table(struct kvc_manager *m)
 	if (rc == 0) {
 		pthread_mutex_lock(&m->lock);
 		m->table = *t;
+		m->home = *home;
 		m->routing_mod = mod;
 		m->drained = m->drained_stored = drained;
 		int64_t now = (int64_t)kvc_clock_monotonic_ns();
-		for (uint32_t s = 0; s < KVC_CONFIG_MAX_SERVERS; s++)
+		for (uint32_t s = 0; s < KVC_CONFIG_MAX_SERVERS; s++) {
 			m->last_heartbeat_ns[s] = now; /* a full timeout to say hello */
+			m->heard[s] = false;
+		}
+		m->host_count = t->server_count;
+		memcpy(m->hosts, t->servers, sizeof(m->hosts));
 		m->report_count = 0;
 		m->leader = true;
 		pthread_cond_broadcast(&m->changed);
@@ -191,7 +230,9 @@ static int take_table(struct kvc_manager *m)
 		             (unsigned long long)t->version);
 	}
 	kvc_etcd_kvs_free(&kvs);
+	kvc_etcd_kvs_free(&hk);
 	free(t);
+	free(home);
 	return rc;
 }
 
@@ -214,39 +255,68 @@ static bool leading(struct kvc_manager *m)
 	return l;
 }
 
+/* Hosts admitted since the table was stored join it (their targets in
+ * no chain yet). Returns whether any did. */
+static bool admit(struct kvc_chains *t, struct kvc_chains *home, const struct kvc_manager *m,
+                  uint32_t host_count)
+{
+	bool any = false;
+	while (t->server_count < host_count) {
+		const struct kvc_chains_server *h = &m->hosts[t->server_count];
+		t->servers[t->server_count++] = *h;
+		home->servers[home->server_count++] = *h;
+		t->target_count = home->target_count = h->first_target + h->target_count;
+		any = true;
+	}
+	return any;
+}
+
 /* One pass of the monitor: plan, store, install. */
 static void monitor_pass(struct kvc_manager *m)
 {
-	struct kvc_chains *t = malloc(sizeof(*t));
-	if (!t)
+	struct kvc_chains *t = malloc(sizeof(*t)), *home = malloc(sizeof(*home));
+	if (!t || !home) {
+		free(t);
+		free(home);
 		return;
-	bool silent[KVC_CONFIG_MAX_SERVERS] = {false};
+	}
+	bool silent[KVC_CONFIG_MAX_SERVERS] = {false}, eligible[KVC_CONFIG_MAX_SERVERS];
 	struct kvc_msg_mgmt_synced reports[KVC_MGMT_MAX_REPORTS];
 	pthread_mutex_lock(&m->lock);
 	int64_t now = (int64_t)kvc_clock_monotonic_ns(), mod = m->routing_mod;
-	for (uint32_t s = 0; s < m->config->server_count; s++)
+	for (uint32_t s = 0; s < KVC_CONFIG_MAX_SERVERS; s++) {
 		silent[s] = now - m->last_heartbeat_ns[s] >
 		            (int64_t)m->config->failure_timeout_ms * 1000000;
+		eligible[s] = m->heard[s] && !silent[s];
+	}
 	uint32_t nreports = m->report_count;
 	memcpy(reports, m->reports, nreports * sizeof(reports[0]));
 	m->report_count = 0;
 	*t = m->table;
+	*home = m->home;
+	bool grew = admit(t, home, m, m->host_count);
 	uint64_t drained = m->drained;
 	bool drain_changed = drained != m->drained_stored;
 	pthread_mutex_unlock(&m->lock);
-	if (kvc_manager_plan(m->config, &m->home, silent, drained, reports, nreports, t) ||
-	    drain_changed) {
+	uint32_t replicas = m->config->replicas ? m->config->replicas : 1;
+	grew |= kvc_chains_grow(home, t, replicas, eligible) > 0;
+	bool planned = kvc_manager_plan(home, silent, drained, reports, nreports, t);
+	if (grew && !planned)
+		t->version++;
+	if (planned || grew || drain_changed) {
 		int64_t new_mod = 0;
-		int rc = store(m, t, drained, mod, &new_mod);
+		int rc = store(m, t, home, drained, mod, &new_mod);
 		if (rc == 1) {
 			pthread_mutex_lock(&m->lock);
 			m->table = *t;
+			m->home = *home;
 			m->routing_mod = new_mod;
 			m->drained_stored = drained;
 			m->changes++;
 			pthread_cond_broadcast(&m->changed);
 			pthread_mutex_unlock(&m->lock);
-			kvc_log_info("routing table version %llu", (unsigned long long)t->version);
+			kvc_log_info("routing table version %llu (%u chains, %u servers)",
+			             (unsigned long long)t->version, t->count, t->server_count);
 		} else if (rc == 0) {
 			step_down(m, "the table or the lead changed in etcd");
 		} else {
@@ -258,6 +328,7 @@ static void monitor_pass(struct kvc_manager *m)
 		}
 	}
 	free(t);
+	free(home);
 }
 
 static void *leader_main(void *arg)
@@ -308,6 +379,7 @@ int kvc_manager_start(struct kvc_manager *m, const struct kvc_config *config,
 	pthread_cond_init(&m->changed, &attr);
 	pthread_condattr_destroy(&attr);
 	int rc = kvc_chains_build(config, &m->home);
+	m->table = m->home;
 	if (rc == 0)
 		rc = kvc_etcd_open(config->etcd, config->connect_timeout_ms, &m->etcd);
 	pthread_t thread;
@@ -325,8 +397,17 @@ int64_t kvc_manager_heartbeat(struct kvc_manager *m, uint32_t server,
 	pthread_mutex_lock(&m->lock);
 	if (!m->leader) {
 		rc = -EAGAIN;
+	} else if (server >= m->table.server_count) {
+		rc = -EINVAL;
 	} else {
+		rc = 0;
+		for (uint32_t i = 0; i < count && rc == 0; i++)
+			if (kvc_chains_server_of(&m->table, synced[i].target) != (int)server)
+				rc = -EINVAL; /* not its target */
+	}
+	if (rc == 0) {
 		m->last_heartbeat_ns[server] = (int64_t)kvc_clock_monotonic_ns();
+		m->heard[server] = true;
 		m->heartbeats++;
 		for (uint32_t i = 0; i < count && m->report_count < KVC_MGMT_MAX_REPORTS; i++)
 			m->reports[m->report_count++] = synced[i];
@@ -338,13 +419,13 @@ int64_t kvc_manager_heartbeat(struct kvc_manager *m, uint32_t server,
 
 int64_t kvc_manager_drain(struct kvc_manager *m, uint32_t target, bool drain)
 {
-	if (target >= m->config->target_count || target >= 64)
-		return -EINVAL;
 	int64_t rc;
 	pthread_mutex_lock(&m->lock);
 	int c = kvc_chains_of_target(&m->table, target);
 	if (!m->leader) {
 		rc = -EAGAIN;
+	} else if (target >= m->table.target_count || target >= 64) {
+		rc = -EINVAL;
 	} else if (drain && c >= 0) {
 		const struct kvc_chain *ch = &m->table.chains[c];
 		uint32_t serving = 0;
@@ -393,7 +474,7 @@ static void collect(void *arg)
 	struct kvc_manager *m = mm->m;
 	pthread_mutex_lock(&m->lock);
 	int64_t now = (int64_t)kvc_clock_monotonic_ns(), silent = 0;
-	for (uint32_t s = 0; s < m->config->server_count && m->leader; s++)
+	for (uint32_t s = 0; s < m->table.server_count && m->leader; s++)
 		silent += now - m->last_heartbeat_ns[s] >
 		          (int64_t)m->config->failure_timeout_ms * 1000000;
 	kvc_metrics_set(mm->leader, m->leader);

@@ -142,6 +142,44 @@ static void *beat_main(void *arg)
 	return NULL;
 }
 
+int kvc_heartbeat_join(const struct kvc_config *config, const struct kvc_config_server *me,
+                       struct kvc_msg_mgmt_register_reply *out)
+{
+	struct kvc_msg_mgmt_register msg = {.target_count = me->target_count};
+	memcpy(msg.name, me->name, sizeof(msg.name));
+	memcpy(msg.address, me->address, sizeof(msg.address));
+	bool told = false;
+	for (;;) {
+		for (uint32_t m = 0; m < config->manager_count; m++) {
+			struct kvc_rpc_pool pool;
+			if (kvc_rpc_pool_init(&pool, config->managers[m].address, &config->cred,
+			                      config->connect_timeout_ms, config->io_timeout_ms) < 0)
+				continue;
+			struct kvc_msg_mgmt_register_reply reply;
+			uint32_t len = 0;
+			int rc = kvc_rpc_call(&pool, KVC_MSG_MGMT_REGISTER, &msg, sizeof(msg), &reply,
+			                      sizeof(reply), &len);
+			kvc_rpc_pool_destroy(&pool);
+			if (rc == -EAGAIN || kvc_rpc_is_transport_error(rc))
+				continue; /* not the leader: the next */
+			if (rc < 0)
+				return rc;
+			if (len != sizeof(reply))
+				continue;
+			if (reply.admitted) {
+				*out = reply;
+				return 0;
+			}
+			if (!told)
+				kvc_log_info("pending: waiting to be admitted ('kvc-admin add-host %s')",
+				             me->name);
+			told = true;
+			break;
+		}
+		kvc_clock_sleep_ms(config->heartbeat_ms);
+	}
+}
+
 int kvc_heartbeat_start(struct kvc_storage_service *svc, const struct kvc_config *config,
                         uint32_t server)
 {

@@ -19,6 +19,15 @@
 int kvc_heartbeat_start(struct kvc_storage_service *svc, const struct kvc_config *config,
                         uint32_t server);
 
+/* A joining host (kvc-storage --join): MGMT_REGISTER to the managers in
+ * turn every heartbeat_ms until the leader answers that it is admitted
+ * (kvc-admin add-host), logging once that it waits. *out: its server
+ * index and target ids. Returns 0, or -errno when the leader refuses it
+ * (-EEXIST: an admitted host of that name has another address or target
+ * count). */
+int kvc_heartbeat_join(const struct kvc_config *config, const struct kvc_config_server *me,
+                       struct kvc_msg_mgmt_register_reply *out);
+
 /* Report that target caught up with its chain at chain_version (sent with
  * the next heartbeats until the table shows it serving). */
 void kvc_heartbeat_report_synced(uint32_t target, uint32_t chain_version);

@@ -2,9 +2,15 @@
  * kvc-storage: a storage server. Serves the targets of one [storage NAME]
  * section of the cluster file over the binary protocol.
  *
- *   kvc-storage --config FILE --name NAME [--verbose]
+ *   kvc-storage --config FILE --name NAME [--join] [--verbose]
+ *
+ * --join: a host added to a running cluster (docs/operations.md "Add a
+ * host"): its cluster file names the managers and its own section; it
+ * registers with the managers and waits until kvc-admin add-host admits
+ * it, which gives its targets their ids; then it serves.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,10 +26,12 @@
 #include "storage/storage_metrics.h"
 
 static const char usage[] =
-	"usage: kvc-storage --config FILE --name NAME [--verbose]\n"
+	"usage: kvc-storage --config FILE --name NAME [--join] [--verbose]\n"
 	"Serves the targets of section [storage NAME] of the cluster file FILE.\n"
 	"  -c, --config FILE   the cluster file\n"
 	"  -n, --name NAME     which [storage NAME] section this server is\n"
+	"  -j, --join          a new host: register with the managers, wait for\n"
+	"                      'kvc-admin add-host NAME', take the target ids they give\n"
 	"  -v, --verbose       log debug records too\n"
 	"  -h, --help          this text\n";
 
@@ -39,9 +47,11 @@ int main(int argc, char **argv)
 	static const struct option options[] = {{"config", required_argument, 0, 'c'},
 	                                        {"name", required_argument, 0, 'n'},
 	                                        {"verbose", no_argument, 0, 'v'},
+	                                        {"join", no_argument, 0, 'j'},
 	                                        {0, 0, 0, 0}};
-	static const struct kvc_cli cli = {"kvc-storage", usage, "c:n:v", options, 0};
+	static const struct kvc_cli cli = {"kvc-storage", usage, "c:n:vj", options, 0};
 	const char *config_path = NULL, *name = NULL;
+	bool join = false;
 	enum kvc_log_level level = KVC_LOG_INFO;
 	int opt;
 	while ((opt = kvc_cli_next(&cli, argc, argv)) > 0) {
@@ -49,6 +59,7 @@ int main(int argc, char **argv)
 		case 'c': config_path = optarg; break;
 		case 'n': name = optarg; break;
 		case 'v': level = KVC_LOG_DEBUG; break;
+		case 'j': join = true; break;
 		}
 	}
 	if (opt != KVC_CLI_END)
@@ -73,12 +84,34 @@ int main(int argc, char **argv)
 	}
 	static struct kvc_storage_service svc;
 	static struct kvc_storage_client peers;
+	/* The other servers, to pass chain writes on (core/chains.h): a
+	 * joining host knows them from the managers' table only. */
+	static struct kvc_config peer_config;
+	peer_config = config;
+	uint32_t server_index = (uint32_t)(me - config.servers);
 	svc.first_target = me->first_target;
+	if (join) {
+		struct kvc_msg_mgmt_register_reply admitted;
+		int jrc = config.manager_count ? kvc_heartbeat_join(&config, me, &admitted) : -ENOTCONN;
+		if (jrc < 0) {
+			fprintf(stderr, "kvc-storage: cannot join: %s\n",
+			        jrc == -ENOTCONN ? "the cluster file names no managers ([mgmt NAME])"
+			        : jrc == -EEXIST ? "the managers have a host of that name with another "
+			                           "address or target count"
+			                         : strerror(-jrc));
+			return 1;
+		}
+		kvc_log_info("admitted: server %u, targets %u..%u", admitted.server,
+		             admitted.first_target, admitted.first_target + me->target_count - 1);
+		server_index = admitted.server;
+		svc.first_target = admitted.first_target;
+		peer_config.server_count = 0;
+		peer_config.target_count = 0;
+	}
 	svc.target_count = me->target_count;
 	svc.io_timeout_ms = config.io_timeout_ms;
 	svc.min_write_replicas = config.min_write_replicas;
-	/* The other servers, to pass chain writes on (core/chains.h). */
-	int rc = kvc_storage_client_init(&peers, &config);
+	int rc = kvc_storage_client_init(&peers, &peer_config);
 	if (rc == 0)
 		rc = kvc_inflight_create(&svc.inflight);
 	if (rc == 0)
@@ -125,7 +158,7 @@ int main(int argc, char **argv)
 	}
 	if (kvc_server_handle_signals(stop_service, &svc) < 0)
 		return 1;
-	kvc_log_info("serving %u target(s) from %u on %s", me->target_count, me->first_target,
+	kvc_log_info("serving %u target(s) from %u on %s", me->target_count, svc.first_target,
 	             me->address);
 	static struct kvc_server server;
 	server = (struct kvc_server){.listen_fd = listen_fd, .auth = &keys,
@@ -143,7 +176,7 @@ int main(int argc, char **argv)
 		kvc_log_info("metrics on http://%s/metrics", me->metrics);
 	rc = kvc_repair_start(&svc);
 	if (rc == 0)
-		rc = kvc_heartbeat_start(&svc, &config, (uint32_t)(me - config.servers));
+		rc = kvc_heartbeat_start(&svc, &config, server_index);
 	if (rc < 0) {
 		fprintf(stderr, "kvc-storage: cannot start heartbeats: %s\n", strerror(-rc));
 		return 1;

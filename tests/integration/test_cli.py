@@ -14,7 +14,8 @@ from conftest import BUILD, ROOT
 
 ADMIN = ["status", "ls", "stat", "layout", "pool list", "pool show", "pool world",
          "pool bind", "pool unbind", "rank show", "key ls", "key stat", "key delete",
-         "key evict", "clear", "fsck", "pool", "rank", "key", "resync", "drain", "undrain"]
+         "key evict", "clear", "fsck", "pool", "rank", "key", "resync", "drain", "undrain",
+         "add-host"]
 BENCH = ["fs", "ring", "meta", "gpu", "keys", "multihost"]
 CLUSTER = ["start", "stop", "status", "restart-daemon"]
 
@@ -66,7 +67,8 @@ def test_unknown_option(command, local_tmp):
     ("kvc-admin", ["status", "extra"]), ("kvc-admin", ["pool", "show"]),
     ("kvc-meta", []), ("kvc-storage", ["--config", "x"]), ("kvc-fuse", ["--config"]),
     ("kvc-mgmt", []), ("kvc-mgmt", ["--config", "x"]), ("kvc-admin", ["drain"]),
-    ("kvc-admin", ["undrain", "1", "2"]),
+    ("kvc-admin", ["undrain", "1", "2"]), ("kvc-admin", ["add-host"]),
+    ("kvc-admin", ["add-host", "a", "b"]), ("kvc-storage", ["--join"]),
     ("kvc-bench", ["fs", "--size"]), ("kvc-bench", ["meta", "--protocol", "carrier-pigeon"]),
 ])
 def test_wrong_use(program, args, local_tmp):
@@ -91,7 +93,7 @@ def test_wrong_use_of_scripts(script, args, local_tmp):
 @pytest.mark.parametrize("program,known", [("kvc-admin", ADMIN), ("kvc-bench", BENCH)])
 def test_every_listed_command_is_tested(program, known, local_tmp):
     """The commands a usage lists are the ones tested above."""
-    listed = re.findall(r"^  ([a-z]+(?: [a-z]+)?)\b", run(BUILD / program, "--help",
+    listed = re.findall(r"^  ([a-z][a-z-]*(?: [a-z]+)?)\b", run(BUILD / program, "--help",
                                                            tmp=local_tmp).stdout, re.M)
     assert listed and set(listed) <= set(known), set(listed) - set(known)
 
