@@ -752,17 +752,22 @@ struct kvc_wire_server {
 };
 _Static_assert(sizeof(struct kvc_wire_server) == 200, "");
 
-/* MGMT_REGISTER: a storage server started to join (kvc-storage --join)
- * names itself, every heartbeat_ms until admitted. The leader answers
- * kvc_msg_mgmt_register_reply: admitted 0 (pending: it is listed for
- * kvc-admin add-host) or 1 with its index and target ids. -EEXIST: an
- * admitted server of that name has another address or target count;
- * -EINVAL: a bad name, address or count. */
+/* MGMT_REGISTER: every storage server of a cluster with managers names
+ * itself at start, before it opens its targets, and learns its index and
+ * target ids from the leader (the table, not its file, says which ids
+ * its disks hold); a joining one (kvc-storage --join, flags
+ * KVC_MGMT_REGISTER_JOIN) again every heartbeat_ms until admitted. The
+ * leader answers kvc_msg_mgmt_register_reply: admitted 1 with its index
+ * and target ids, or admitted 0 (JOIN: pending, listed for kvc-admin
+ * add-host). -ENOENT: not a member and no JOIN; -EEXIST: an admitted
+ * server of that name has another address or target count; -EINVAL: a
+ * bad name, address, count or flag. */
+#define KVC_MGMT_REGISTER_JOIN 1u
 struct kvc_msg_mgmt_register {
 	char name[KVC_WIRE_HOST_NAME];
 	char address[KVC_WIRE_HOST_ADDRESS];
 	uint32_t target_count;
-	uint32_t reserved;
+	uint32_t flags;
 };
 _Static_assert(sizeof(struct kvc_msg_mgmt_register) == 200, "");
 struct kvc_msg_mgmt_register_reply {

@@ -25,7 +25,8 @@ static int pending_index(const struct kvc_manager *m, const char *name)
 }
 
 int kvc_manager_register(struct kvc_manager *m, const char *name, const char *address,
-                         uint32_t target_count, struct kvc_msg_mgmt_register_reply *out)
+                         uint32_t target_count, bool join,
+                         struct kvc_msg_mgmt_register_reply *out)
 {
 	if (!name[0] || !address[0] || target_count == 0 || target_count > KVC_WIRE_MAX_TARGETS)
 		return -EINVAL;
@@ -45,6 +46,8 @@ int kvc_manager_register(struct kvc_manager *m, const char *name, const char *ad
 			                                            h->target_count};
 			rc = 1;
 		}
+	} else if (!join) {
+		rc = -ENOENT; /* a restart of a host never admitted: not listed */
 	} else {
 		int i = pending_index(m, name);
 		if (i < 0 && m->pending_count < KVC_MGMT_MAX_PENDING)

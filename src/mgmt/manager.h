@@ -127,11 +127,13 @@ int64_t kvc_manager_heartbeat(struct kvc_manager *m, uint32_t server,
  * target is its chain's last member serving reads). */
 int64_t kvc_manager_drain(struct kvc_manager *m, uint32_t target, bool drain);
 
-/* A joining host names itself (MGMT_REGISTER). Returns 1 (admitted: *out
- * filled), 0 (pending), -EAGAIN, -EEXIST (an admitted host of that name
- * differs), -ENOSPC (too many pending), -EINVAL. */
+/* A storage server names itself (MGMT_REGISTER). Returns 1 (admitted:
+ * *out filled), 0 (join: pending), -ENOENT (not a member, not joining),
+ * -EAGAIN, -EEXIST (an admitted host of that name differs), -ENOSPC (too
+ * many pending), -EINVAL. */
 int kvc_manager_register(struct kvc_manager *m, const char *name, const char *address,
-                         uint32_t target_count, struct kvc_msg_mgmt_register_reply *out);
+                         uint32_t target_count, bool join,
+                         struct kvc_msg_mgmt_register_reply *out);
 
 /* Admit the pending host name: *out says its index and target ids.
  * Returns 0, -EAGAIN, -ENOENT (no such pending host), -EEXIST (admitted

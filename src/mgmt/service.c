@@ -84,9 +84,11 @@ static int h_register(struct kvc_manager *m, struct kvc_server_conn *conn,
 	memcpy(&msg, conn->body, sizeof(msg));
 	struct kvc_msg_mgmt_register_reply out = {0};
 	int rc = !field_ok(msg.name, sizeof(msg.name)) ||
-	                 !field_ok(msg.address, sizeof(msg.address)) || msg.reserved
+	                 !field_ok(msg.address, sizeof(msg.address)) ||
+	                 (msg.flags & ~KVC_MGMT_REGISTER_JOIN)
 	         ? -EINVAL
-	         : kvc_manager_register(m, msg.name, msg.address, msg.target_count, &out);
+	         : kvc_manager_register(m, msg.name, msg.address, msg.target_count,
+	                                msg.flags & KVC_MGMT_REGISTER_JOIN, &out);
 	return kvc_server_reply(conn, h, rc < 0 ? rc : 0, &out, sizeof(out));
 }
 

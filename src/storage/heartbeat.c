@@ -142,14 +142,16 @@ static void *beat_main(void *arg)
 	return NULL;
 }
 
-int kvc_heartbeat_join(const struct kvc_config *config, const struct kvc_config_server *me,
-                       struct kvc_msg_mgmt_register_reply *out)
+int kvc_heartbeat_register(const struct kvc_config *config, const struct kvc_config_server *me,
+                           bool join, struct kvc_msg_mgmt_register_reply *out)
 {
-	struct kvc_msg_mgmt_register msg = {.target_count = me->target_count};
+	struct kvc_msg_mgmt_register msg = {.target_count = me->target_count,
+	                                    .flags = join ? KVC_MGMT_REGISTER_JOIN : 0};
 	memcpy(msg.name, me->name, sizeof(msg.name));
 	memcpy(msg.address, me->address, sizeof(msg.address));
-	bool told = false;
+	bool told = false, told_leader = false;
 	for (;;) {
+		bool answered = false;
 		for (uint32_t m = 0; m < config->manager_count; m++) {
 			struct kvc_rpc_pool pool;
 			if (kvc_rpc_pool_init(&pool, config->managers[m].address, &config->cred,
@@ -170,12 +172,17 @@ int kvc_heartbeat_join(const struct kvc_config *config, const struct kvc_config_
 				*out = reply;
 				return 0;
 			}
-			if (!told)
+			if (!told && join)
 				kvc_log_info("pending: waiting to be admitted ('kvc-admin add-host %s')",
 				             me->name);
 			told = true;
+			answered = true;
 			break;
 		}
+		if (!answered && !told_leader)
+			kvc_log_info("waiting for a leading manager to say which targets are %s's",
+			             me->name);
+		told_leader = told_leader || !answered;
 		kvc_clock_sleep_ms(config->heartbeat_ms);
 	}
 }

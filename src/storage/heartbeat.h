@@ -12,6 +12,8 @@
 
 #include <stdint.h>
 
+#include <stdbool.h>
+
 #include "storage/service.h"
 
 /* Start heartbeats of server `server` (its index in the cluster file)
@@ -19,14 +21,17 @@
 int kvc_heartbeat_start(struct kvc_storage_service *svc, const struct kvc_config *config,
                         uint32_t server);
 
-/* A joining host (kvc-storage --join): MGMT_REGISTER to the managers in
- * turn every heartbeat_ms until the leader answers that it is admitted
- * (kvc-admin add-host), logging once that it waits. *out: its server
- * index and target ids. Returns 0, or -errno when the leader refuses it
- * (-EEXIST: an admitted host of that name has another address or target
- * count). */
-int kvc_heartbeat_join(const struct kvc_config *config, const struct kvc_config_server *me,
-                       struct kvc_msg_mgmt_register_reply *out);
+/* Before a server of a cluster with managers opens its targets: which
+ * index and target ids the managers' table gives it (never its file's:
+ * a host added later has only its own section, whose ids start at 0).
+ * MGMT_REGISTER to the managers in turn every heartbeat_ms until the
+ * leader answers that it is admitted, logging once that it waits (for a
+ * leader; join: for kvc-admin add-host). *out: its server index and
+ * target ids. Returns 0, or -errno when the leader refuses it (-ENOENT:
+ * not a member and not joining; -EEXIST: an admitted host of that name
+ * has another address or target count). */
+int kvc_heartbeat_register(const struct kvc_config *config, const struct kvc_config_server *me,
+                           bool join, struct kvc_msg_mgmt_register_reply *out);
 
 /* Report that target caught up with its chain at chain_version (sent with
  * the next heartbeats until the table shows it serving). */

@@ -84,27 +84,40 @@ int main(int argc, char **argv)
 	}
 	static struct kvc_storage_service svc;
 	static struct kvc_storage_client peers;
-	/* The other servers, to pass chain writes on (core/chains.h): a
-	 * joining host knows them from the managers' table only. */
+	/* The other servers, to pass chain writes on (core/chains.h): with
+	 * managers, from their table only. */
 	static struct kvc_config peer_config;
 	peer_config = config;
 	uint32_t server_index = (uint32_t)(me - config.servers);
 	svc.first_target = me->first_target;
-	if (join) {
+	if (join && config.manager_count == 0) {
+		fprintf(stderr, "kvc-storage: cannot join: the cluster file names no managers "
+		                "([mgmt NAME])\n");
+		return 1;
+	}
+	if (config.manager_count) { /* the table says which ids these disks hold */
 		struct kvc_msg_mgmt_register_reply admitted;
-		int jrc = config.manager_count ? kvc_heartbeat_join(&config, me, &admitted) : -ENOTCONN;
+		int jrc = kvc_heartbeat_register(&config, me, join, &admitted);
 		if (jrc < 0) {
-			fprintf(stderr, "kvc-storage: cannot join: %s\n",
-			        jrc == -ENOTCONN ? "the cluster file names no managers ([mgmt NAME])"
+			fprintf(stderr, "kvc-storage: cannot %s: %s\n", join ? "join" : "start",
+			        jrc == -ENOENT ? "the managers' table names no host of that name "
+			                         "(a new host starts with --join)"
 			        : jrc == -EEXIST ? "the managers have a host of that name with another "
 			                           "address or target count"
 			                         : strerror(-jrc));
 			return 1;
 		}
-		kvc_log_info("admitted: server %u, targets %u..%u", admitted.server,
+		if (!join && (admitted.server != server_index ||
+		              admitted.first_target != me->first_target))
+			kvc_log_info("the managers' table has %s as server %u, targets %u..: "
+			             "the cluster file's order differs, the table wins",
+			             name, admitted.server, admitted.first_target);
+		kvc_log_info("member: server %u, targets %u..%u", admitted.server,
 		             admitted.first_target, admitted.first_target + me->target_count - 1);
 		server_index = admitted.server;
 		svc.first_target = admitted.first_target;
+		/* The peers, too, come from the table (the file may name only
+		 * this host, or name the others in another order). */
 		peer_config.server_count = 0;
 		peer_config.target_count = 0;
 	}

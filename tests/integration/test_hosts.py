@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from conftest import (BUILD, CHUNK, PORT_BASE, chained_cluster, drop_second_mount,
+from conftest import (BUILD, CHUNK, PORT_BASE, _drop_caches, chained_cluster, drop_second_mount,
                       second_mount, wait_until)
 
 BASE = PORT_BASE + 900
@@ -138,6 +138,29 @@ def test_a_client_without_storage_sections_and_a_host_added(hc):
                 assert f.read() == data
             with open(hc.mount / name, "rb") as f:
                 assert f.read() == data
+
+        # Restarted without --join, from its own-section file (whose ids
+        # would start at 0), it takes its ids from the table: server 2,
+        # target 2, and serves its chunks again.
+        joiner.send_signal(signal.SIGKILL)
+        joiner.wait()
+        joiner = subprocess.Popen([str(BUILD / "kvc-storage"), "--config", str(host_conf),
+                                   "--name", "s3"], stdout=log, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+        assert wait_until(lambda: "member: server 2, targets 2..2" in
+                          (hc.dir / "s3-join.log").read_text(), timeout=20)
+        _drop_caches()
+
+        def new_files_read():
+            try:
+                for name, data in new.items():
+                    with open(os.path.join(mount, name), "rb") as f:
+                        if f.read() != data:
+                            return False
+                return True
+            except OSError:
+                return False
+        assert wait_until(new_files_read, timeout=30)
         for name in new:
             os.unlink(os.path.join(mount, name))
     finally:
@@ -157,6 +180,21 @@ def test_register_of_an_admitted_name_with_another_address_is_refused(hc):
                           "s1", "--join"], capture_output=True, text=True, timeout=30)
     assert out.returncode == 1
     assert "another address or target count" in out.stderr
+
+
+def test_a_host_never_admitted_does_not_start_without_join(hc):
+    """Without --join, a host the table does not name is refused (and not
+    listed as pending): its file's ids would name other hosts' targets."""
+    host_conf = hc.dir / "stranger.conf"
+    host_conf.write_text(without_storage(hc.conf.read_text()) +
+                         f"\n[storage s9]\naddress = 127.0.0.1:{BASE + 5}\n"
+                         f"target = {hc.dir}/s9/t0\n")
+    out = subprocess.run([str(BUILD / "kvc-storage"), "--config", str(host_conf), "--name",
+                          "s9"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1
+    assert "names no host of that name" in out.stderr and "--join" in out.stderr
+    assert not any(h["name"] == "s9" for h in status(hc.conf).get("hosts", []))
+    assert not os.path.exists(hc.dir / "s9" / "t0")  # refused before opening it
 
 
 def test_add_host_help_and_without_managers(hc):
