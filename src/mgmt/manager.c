@@ -465,6 +465,7 @@ int kvc_manager_routing(struct kvc_manager *m, uint64_t known, uint32_t wait_ms,
 struct manager_metrics {
 	struct kvc_manager *m;
 	struct kvc_metrics_gauge *leader, *version, *silent;
+	struct kvc_metrics_gauge *admitted, *pending, *spare;
 	struct kvc_metrics_counter *changes, *heartbeats;
 };
 
@@ -480,6 +481,10 @@ static void collect(void *arg)
 	kvc_metrics_set(mm->leader, m->leader);
 	kvc_metrics_set(mm->version, (int64_t)m->table.version);
 	kvc_metrics_set(mm->silent, silent);
+	kvc_metrics_set(mm->admitted, m->leader ? m->host_count : 0);
+	kvc_metrics_set(mm->pending, m->leader ? m->pending_count : 0);
+	kvc_metrics_set(mm->spare, m->leader ? __builtin_popcountll(kvc_chains_spare(&m->home))
+	                                     : 0);
 	kvc_metrics_counter_set(mm->changes, m->changes);
 	kvc_metrics_counter_set(mm->heartbeats, m->heartbeats);
 	pthread_mutex_unlock(&m->lock);
@@ -498,11 +503,22 @@ int kvc_manager_metrics(struct kvc_manager *m, struct kvc_metrics *registry)
 	mm->silent = kvc_metrics_gauge(registry, "kvc_mgmt_servers_silent",
 	                               "Storage servers past failure_timeout_ms without a "
 	                               "heartbeat (leader only).", NULL, 0);
+	static const char hosts_help[] = "Storage hosts the manager knows, by state: admitted "
+	                                 "(in the table or admitted by add-host), pending (--join, "
+	                                 "not admitted yet). Leader only: 0 elsewhere.";
+	mm->admitted = kvc_metrics_gauge(registry, "kvc_mgmt_hosts", hosts_help,
+	                                 &(struct kvc_metrics_label){"state", "admitted"}, 1);
+	mm->pending = kvc_metrics_gauge(registry, "kvc_mgmt_hosts", hosts_help,
+	                                &(struct kvc_metrics_label){"state", "pending"}, 1);
+	mm->spare = kvc_metrics_gauge(registry, "kvc_mgmt_spare_targets",
+	                              "Targets of admitted hosts in no chain yet (leader only).",
+	                              NULL, 0);
 	mm->changes = kvc_metrics_counter(registry, "kvc_mgmt_table_changes_total",
 	                                  "Routing table changes this manager made.", NULL, 0);
 	mm->heartbeats = kvc_metrics_counter(registry, "kvc_mgmt_heartbeats_total",
 	                                     "Heartbeats taken while leading.", NULL, 0);
-	if (!mm->leader || !mm->version || !mm->silent || !mm->changes || !mm->heartbeats) {
+	if (!mm->leader || !mm->version || !mm->silent || !mm->admitted || !mm->pending ||
+	    !mm->spare || !mm->changes || !mm->heartbeats) {
 		free(mm);
 		return -ENOMEM;
 	}

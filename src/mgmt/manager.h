@@ -107,7 +107,8 @@ struct kvc_manager {
 
 struct kvc_metrics;
 /* Register the manager's metrics (kvc_mgmt_leader, _routing_version,
- * _table_changes_total, _heartbeats_total, _servers_silent) in registry.
+ * _table_changes_total, _heartbeats_total, _servers_silent,
+ * _hosts{state="admitted|pending"}, _spare_targets) in registry.
  * Returns 0 or -ENOMEM. */
 int kvc_manager_metrics(struct kvc_manager *m, struct kvc_metrics *registry);
 
