@@ -46,6 +46,15 @@ def status(conf):
     return json.loads(admin(conf, "--json", "status", check=False).stdout)
 
 
+def host_metrics(c):
+    """(admitted, pending, spare targets) on the leading manager's metrics."""
+    from test_manager import scrape
+    m = scrape(c.manager_metrics[0])
+    assert m["kvc_mgmt_leader"] == 1
+    return (m['kvc_mgmt_hosts{state="admitted"}'], m['kvc_mgmt_hosts{state="pending"}'],
+            m["kvc_mgmt_spare_targets"])
+
+
 def chunk_files(target_dir):
     found = []
     for root, _, files in os.walk(target_dir / "chunks"):
@@ -64,6 +73,7 @@ def test_a_client_without_storage_sections_and_a_host_added(hc):
     assert [s["name"] for s in st["storage"]] == ["s1", "s2"]
     assert [h["state"] for h in st["hosts"]] == ["admitted", "admitted"]
     assert len(st["chains"]) == 2
+    assert host_metrics(hc) == (2, 0, 0)
 
     proc, mount = second_mount(hc, conf=client_conf)
     joiner = None
@@ -94,6 +104,7 @@ def test_a_client_without_storage_sections_and_a_host_added(hc):
             return any(h["name"] == "s3" and h["state"] == "pending" for h in hosts)
         assert wait_until(pending, timeout=20)
         assert len(status(client_conf)["chains"]) == 2  # pending: nothing changed
+        assert host_metrics(hc) == (2, 1, 0)
 
         # Bad uses: clear errors.
         bad = admin(client_conf, "add-host", "nosuch", check=False)
@@ -115,6 +126,7 @@ def test_a_client_without_storage_sections_and_a_host_added(hc):
         s3 = [h for h in st["hosts"] if h["name"] == "s3"][0]
         assert s3["state"] == "admitted" and s3["heartbeat_age_ms"] >= 0
         assert st["spare_targets"] == []
+        assert host_metrics(hc) == (3, 0, 0)
 
         # New files stripe over the three chains: some land on the new host.
         assert chunk_files(target) == []
