@@ -1,6 +1,11 @@
 """The multi-host harness of test_multihost_chains.py: the bridge and
 network namespaces (Net), the daemons of each host and what the cluster
-says (MultiHost), and the mixed load through the mount (Load)."""
+says (MultiHost), and the mixed load through the mount (Load).
+
+Besides the five storage hosts of the cluster file, three namespaces
+j1..j3 are ready for hosts added to the running cluster (kvc-storage
+--join, kvc-admin add-host): MultiHost.hosts lists the admitted ones in
+server order, and its targets_of()/server_of() know them."""
 import hashlib
 import json
 import mmap
@@ -26,12 +31,13 @@ ETCD = PORT + 50        # etcd client (peer +1), managers +61 (metrics +71)
 SUBNET = f"10.78.{(PORT_BASE // 100) % 200 + 20}"
 STORAGE = [f"s{i}" for i in range(1, 6)]
 CONTROL = ["x1", "x2", "x3"]
+JOINERS = ["j1", "j2", "j3"]  # hosts added while the cluster runs
 TARGETS, REPLICAS = 3, 3
 CHAINS = len(STORAGE) * TARGETS // REPLICAS
 ETCDS = ["e1", "e2", "e3"]
 MANAGERS = ["m1", "m2"]
 HOST_OF = {"e1": "x1", "e2": "x2", "e3": "x3", "m1": "x1", "m2": "x2", "meta": "x3",
-           **{s: s for s in STORAGE}}
+           **{s: s for s in STORAGE + JOINERS}}
 DETECT = 30  # s: bound for the manager to take a silent server out (1.5 s)
 FULL = 120   # s: bound for a returning server's targets to be caught up
 
@@ -47,9 +53,10 @@ class Net:
     def __init__(self):
         tag = uuid.uuid4().hex[:4]
         self.bridge = f"kvcbr{tag}"
-        names = STORAGE + CONTROL + ["cl"]
+        names = STORAGE + CONTROL + ["cl"] + JOINERS
         last = {**{s: 10 + i for i, s in enumerate(STORAGE, 1)},
-                **{x: 20 + i for i, x in enumerate(CONTROL, 1)}, "cl": 31}
+                **{x: 20 + i for i, x in enumerate(CONTROL, 1)}, "cl": 31,
+                **{j: 40 + i for i, j in enumerate(JOINERS, 1)}}
         self.ns = {h: f"kvc{tag}{h}" for h in names}
         self.veth = {h: f"kvc{tag}v{h}" for h in names}
         self.ip = {h: f"{SUBNET}.{last[h]}" for h in names}
@@ -118,14 +125,22 @@ class MultiHost:
         self.manager_metrics = [f"{ip[HOST_OF[m]]}:{PORT + 71}" for m in MANAGERS]
         self.fuse_metrics = f"127.0.0.1:{PORT + 10}"
         self.procs, self.argv = {}, {}
+        self.hosts = list(STORAGE)  # admitted storage hosts, in server order
+        self.chain_count = CHAINS   # chains of the whole cluster
 
     # -- configuration and daemons --------------------------------------
 
-    def write_config(self, path, fuse_metrics):
+    def host_addresses(self, host):
+        """(address, metrics address) of a storage host."""
+        ip = self.net.ip[host]
+        return f"{ip}:{PORT + 1}", f"{ip}:{PORT + 11}"
+
+    def write_config(self, path, fuse_metrics, hosts=STORAGE):
         servers = "".join(
-            f"\n[storage {s}]\naddress = {a}\nmetrics = {m}\n" +
+            f"\n[storage {s}]\naddress = {self.host_addresses(s)[0]}\n"
+            f"metrics = {self.host_addresses(s)[1]}\n" +
             "".join(f"target = {self.base}/{s}/t{t}\n" for t in range(TARGETS))
-            for s, a, m in zip(STORAGE, self.storage_addresses, self.storage_metrics))
+            for s in hosts)
         managers = "".join(f"\n[mgmt {n}]\naddress = {a}\nmetrics = {m}\n" for n, a, m in
                            zip(MANAGERS, self.manager_addresses, self.manager_metrics))
         with open(path, "w") as f:
@@ -168,6 +183,30 @@ class MultiHost:
                                             stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
 
+    def join(self, host):
+        """Start kvc-storage on a new host with --join, from a cluster file
+        naming the managers, kvc-meta and only its own section; later
+        starts (start(host)) go without --join."""
+        conf = os.path.join(self.base, f"{host}.conf")
+        self.write_config(conf, self.fuse_metrics, hosts=[host])
+        argv = [BUILD / "kvc-storage", "--config", conf, "--name", host]
+        self.spawn(host, host, argv + ["--join"])
+        self.argv[host] = argv
+
+    def admitted(self, host):
+        """host was admitted (kvc-admin add-host) as the next server."""
+        self.hosts.append(host)
+        address, metrics = self.host_addresses(host)
+        self.storage_addresses.append(address)
+        self.storage_metrics.append(metrics)
+
+    def targets_of(self, host):
+        i = self.hosts.index(host)
+        return set(range(i * TARGETS, (i + 1) * TARGETS))
+
+    def server_of(self, target):
+        return self.hosts[target // TARGETS]
+
     def start(self, name, wait=True):
         if name == "fuse":
             sh("fusermount3", "-uz", self.mount, check=False)
@@ -176,8 +215,8 @@ class MultiHost:
             self.wait_ready(name)
 
     def address_of(self, name):
-        if name in STORAGE:
-            return self.storage_addresses[STORAGE.index(name)]
+        if name in self.hosts:
+            return self.storage_addresses[self.hosts.index(name)]
         if name in MANAGERS:
             return self.manager_addresses[MANAGERS.index(name)]
         return self.meta
@@ -230,7 +269,8 @@ class MultiHost:
         for host in self.net.ns:
             self.net.cut(host, True)
         self.net.unreachable("cl", self.manager_ips(), on=False)
-        for name in ETCDS + MANAGERS + ["meta"] + STORAGE + ["fuse"]:
+        joined = [j for j in JOINERS if j in self.procs and j in self.hosts]
+        for name in ETCDS + MANAGERS + ["meta"] + STORAGE + joined + ["fuse"]:
             proc = self.procs[name]
             if proc.poll() is None:
                 os.kill(proc.pid, signal.SIGCONT)
@@ -261,7 +301,7 @@ class MultiHost:
 
     def whole(self):
         chains = self.chains()
-        return len(chains) == CHAINS and all(
+        return len(chains) == self.chain_count and all(
             len(ch["targets"]) == REPLICAS and not ch["syncing"] for ch in chains)
 
     def members(self):

@@ -21,6 +21,7 @@ whole (heal(): everything restarted or continued, links up, chains full).
 """
 import errno
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -31,7 +32,8 @@ import time
 import pytest
 
 from conftest import BUILD, CHUNK, _drop_caches
-from multihost_harness import (CHAINS, DETECT, ETCDS, FULL, MANAGERS, PORT, REPLICAS, STORAGE,
+from multihost_harness import (CHAINS, DETECT, ETCDS, FULL, JOINERS, MANAGERS, PORT, REPLICAS,
+                               STORAGE, TARGETS,
                                Load, MultiHost, Net, check_load, http_json,
                                read_direct, server_of, sh, stable_files, targets_of,
                                wait_until, write_file, writer_dirs)
@@ -80,7 +82,7 @@ def workdir(mh, request):
 
 
 def chunk_reads(mh, server):
-    m = scrape(mh.storage_metrics[STORAGE.index(server)])
+    m = scrape(mh.storage_metrics[mh.hosts.index(server)])
     return sum(v for k, v in m.items()
                if k.startswith("kvc_storage_reply_data_bytes_total") and "chunk_read" in k)
 
@@ -89,7 +91,7 @@ def differences(mh, server):
     """(target, other member, chunks that differ) for each of server's
     targets whose chunk listing is not another member's."""
     out = []
-    lost = targets_of(server)
+    lost = mh.targets_of(server)
     for ch in mh.chains():
         for t in lost & set(ch["targets"]):
             other = next(m for m in ch["targets"] if m not in lost)
@@ -441,3 +443,127 @@ def test_a_partitioned_client_refreshes_its_stale_table(mh, workdir):
             proc.kill()
         proc.wait(timeout=30)
         os.rmdir(mount2)
+
+
+def host_metrics(mh):
+    """(admitted, pending, spare targets) on the leading manager's metrics."""
+    leader = mh.leader()
+    m = scrape(mh.manager_metrics[MANAGERS.index(leader)])
+    return (m['kvc_mgmt_hosts{state="admitted"}'], m['kvc_mgmt_hosts{state="pending"}'],
+            m["kvc_mgmt_spare_targets"])
+
+
+def chunk_files(directory):
+    found = []
+    for root, _, files in os.walk(os.path.join(directory, "chunks")):
+        found += files
+    return found
+
+
+def test_hosts_added_at_replicas_3(mh, workdir):
+    """Three hosts added to the running cluster (kvc-storage --join in
+    namespaces of their own, cluster files naming only the managers,
+    kvc-meta and their own section; kvc-admin add-host): nothing changes
+    while they are pending; once admitted their targets make new chains of
+    three members on the new hosts, new files stripe over them and land on
+    their disks; one of them killed, its chains' other members serve; it
+    restarts without --join from its own-section file under the same ids,
+    catches up, and its chains are full again. Old files read unchanged
+    throughout. Runs last: the module's cluster keeps the added hosts."""
+    old = stable_files(workdir, 4, seed=6)
+    before = mh.status()
+    assert host_metrics(mh) == (len(STORAGE), 0, 0)
+    for j in JOINERS:
+        mh.join(j)
+
+    def pending():
+        hosts = mh.status().get("hosts", [])
+        return {h["name"] for h in hosts if h["state"] == "pending"} == set(JOINERS)
+    assert wait_until(pending, timeout=30), mh.status()
+    # pending: the table does not change
+    st = mh.status()
+    assert st["chains"] == before["chains"] and st["routing_version"] == before["routing_version"]
+    assert [h["name"] for h in st["hosts"] if h["state"] == "admitted"] == STORAGE
+    assert host_metrics(mh) == (len(STORAGE), len(JOINERS), 0)
+
+    for k, j in enumerate(JOINERS):
+        out = mh.admin("--json", "add-host", j)
+        assert out.returncode == 0, out.stderr
+        answer = json.loads(out.stdout)
+        assert answer["added"] and answer["server"] == len(STORAGE) + k
+        assert answer["first_target"] == (len(STORAGE) + k) * TARGETS
+        mh.admitted(j)
+    new_targets = set().union(*(mh.targets_of(j) for j in JOINERS))
+    mh.chain_count = CHAINS + len(new_targets) // REPLICAS
+    assert wait_until(mh.whole, timeout=60), mh.status()
+    st = mh.status()
+    grown = [ch for ch in st["chains"] if set(ch["targets"]) & new_targets]
+    assert len(grown) == len(new_targets) // REPLICAS
+    for ch in grown:  # three members, each on another new host
+        assert set(ch["targets"]) <= new_targets
+        assert sorted(mh.server_of(t) for t in ch["targets"]) == JOINERS
+    # the old chains kept their members and versions
+    assert st["chains"][:CHAINS] == before["chains"]
+    assert [s["name"] for s in st["storage"]] == STORAGE + JOINERS
+    assert st["spare_targets"] == []
+    assert host_metrics(mh) == (len(STORAGE) + len(JOINERS), 0, 0)
+
+    # New files through the root namespace's kvc-fuse: kvc-meta stripes
+    # them over the grown table; those whose first chunk is on a new chain
+    # put a chunk file on each of its members' disks.
+    assert all(chunk_files(f"{mh.base}/{j}/t{t}") == [] for j in JOINERS
+               for t in range(TARGETS))
+    new, on_new, outage = {}, [], []
+    for ch in grown:
+        paths = files_on_chain(workdir, ch["id"], 4, f"n{ch['id']}-")
+        on_new.append(paths[2])
+        outage.append(paths[3])
+        for path in paths[:2]:
+            data = os.urandom(2 * CHUNK + 77)
+            write_file(path, data)
+            new[path] = (hashlib.sha256(data).hexdigest(), len(data))
+    for ch in grown:
+        for t in ch["targets"]:
+            j = mh.server_of(t)
+            files = chunk_files(f"{mh.base}/{j}/t{t - min(mh.targets_of(j))}")
+            assert len(files) >= 2, (ch, t, files)
+    _drop_caches()
+    for path, (digest, _) in {**old, **new}.items():
+        assert hashlib.sha256(read_direct(path)).hexdigest() == digest, path
+    assert ring_read_all([[p, size] for p, (_, size) in new.items()]) == \
+        {p: digest for p, (digest, _) in new.items()}
+
+    # One new host killed under load (writers on the new chains, readers of
+    # old and new files through FUSE, O_DIRECT and rings): no error; it
+    # restarts without --join and rejoins under the same ids.
+    victim = JOINERS[1]
+    lost = mh.targets_of(victim)
+    index = mh.hosts.index(victim)
+
+    def copied():
+        m = scrape(mh.storage_metrics[index])
+        return sum(v for k, v in m.items()
+                   if k.startswith("kvc_storage_resync_chunks_copied_total"))
+    with Load([on_new[:len(on_new) // 2], on_new[len(on_new) // 2:]], {**old, **new}) as load:
+        assert load.wait_writes(4)
+        mh.kill(victim)
+        assert wait_until(lambda: not (lost & set(mh.members())), timeout=DETECT), \
+            "the manager did not take the new host's targets out"
+        assert load.wait_writes(6), "writes to the new chains did not go on"
+        for path in outage:  # chunks the victim misses: resync copies them
+            data = os.urandom(CHUNK + 55)
+            write_file(path, data)
+            new[path] = (hashlib.sha256(data).hexdigest(), len(data))
+        assert "--join" not in mh.argv[victim]
+        mh.start(victim)
+        assert wait_until(lambda: lost <= set(mh.members()), timeout=DETECT)
+        assert load.wait_writes(4)
+    check_load(load)
+    i = index
+    log = open(os.path.join(mh.base, f"{victim}.log")).read()
+    assert f"member: server {i}, targets {i * TARGETS}..{i * TARGETS + TARGETS - 1}" in log
+    check_rejoined(mh, victim, {**old, **new})
+    assert copied() >= len(outage)
+    _drop_caches()
+    for path, (digest, _) in old.items():
+        assert hashlib.sha256(read_direct(path)).hexdigest() == digest, path
