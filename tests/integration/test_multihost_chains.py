@@ -18,6 +18,8 @@ the detection time, every acknowledged byte is there afterwards, and the
 host that returns rejoins, catches up (its server resyncs it on its own)
 and holds what the other members hold. Every test leaves the cluster
 whole (heal(): everything restarted or continued, links up, chains full).
+The last test adds three storage hosts (j1..j3, kvc-storage --join and
+kvc-admin add-host): the cluster keeps them, with eight chains.
 """
 import errno
 import hashlib
