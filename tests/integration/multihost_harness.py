@@ -23,8 +23,7 @@ import pytest
 
 import kvcwire
 from conftest import BUILD, CHUNK, PORT_BASE, _drop_caches, wait_until
-from test_manager import scrape
-from test_replication import ring_read_all
+from chain_helpers import ring_read_all, scrape
 
 PORT = PORT_BASE + 400  # kvc-meta; storage +1 (metrics +11), fuse metrics +10,
 ETCD = PORT + 50        # etcd client (peer +1), managers +61 (metrics +71)
@@ -126,6 +125,7 @@ class MultiHost:
         self.fuse_metrics = f"127.0.0.1:{PORT + 10}"
         self.procs, self.argv = {}, {}
         self.hosts = list(STORAGE)  # admitted storage hosts, in server order
+        self.targets_per_server = TARGETS
         self.chain_count = CHAINS   # chains of the whole cluster
 
     # -- configuration and daemons --------------------------------------

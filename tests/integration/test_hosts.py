@@ -14,6 +14,7 @@ import subprocess
 
 import pytest
 
+from chain_helpers import chunk_files, scrape
 from conftest import (BUILD, CHUNK, PORT_BASE, _drop_caches, chained_cluster, drop_second_mount,
                       second_mount, wait_until)
 
@@ -48,18 +49,10 @@ def status(conf):
 
 def host_metrics(c):
     """(admitted, pending, spare targets) on the leading manager's metrics."""
-    from test_manager import scrape
     m = scrape(c.manager_metrics[0])
     assert m["kvc_mgmt_leader"] == 1
     return (m['kvc_mgmt_hosts{state="admitted"}'], m['kvc_mgmt_hosts{state="pending"}'],
             m["kvc_mgmt_spare_targets"])
-
-
-def chunk_files(target_dir):
-    found = []
-    for root, _, files in os.walk(target_dir / "chunks"):
-        found += [os.path.join(root, f) for f in files]
-    return found
 
 
 def test_a_client_without_storage_sections_and_a_host_added(hc):

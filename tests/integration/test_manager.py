@@ -18,8 +18,7 @@ import time
 import pytest
 
 from conftest import CHUNK, PORT_BASE, _drop_caches, wait_until, chained_cluster
-from test_replication import layout_of
-from test_resync import listing
+from chain_helpers import layout_of, listing, members, scrape, status, targets_of_server
 
 SERVERS, TARGETS, REPLICAS = 5, 3, 3
 
@@ -29,24 +28,6 @@ def mcluster():
     with chained_cluster("mgmt", PORT_BASE + 800, PORT_BASE + 8800, SERVERS, REPLICAS, TARGETS,
                          managers=2) as c:
         yield c
-
-
-def status(c):
-    return json.loads(c.admin("--json", "status", check=False).stdout)
-
-
-def members(c):
-    """target -> (chain, serving?) from the managers' table."""
-    out = {}
-    for ch in status(c)["chains"]:
-        for t in ch["targets"]:
-            out[t] = (ch["id"], t not in ch["syncing"])
-    return out
-
-
-def server_targets(name):
-    i = int(name[1:]) - 1
-    return set(range(i * TARGETS, (i + 1) * TARGETS))
 
 
 class Load:
@@ -127,7 +108,7 @@ def test_a_lost_server_leaves_its_chains_and_returns(mcluster, how):
     d = mcluster.mount / f"lost-{how}"
     d.mkdir()
     victim = "s3"
-    lost = server_targets(victim)
+    lost = targets_of_server(victim)
     before = status(mcluster)["routing_version"]
     with Load(d) as load:
         wait_until(lambda: len(load.acked) >= 4, timeout=60)
@@ -192,18 +173,6 @@ def test_killing_the_leading_manager_costs_no_client_an_error(mcluster):
     load.verify()
     # the new leader still follows failures: the table is served
     assert status(mcluster)["routing_version"] >= 1
-
-
-def scrape(address):
-    import urllib.request
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    values = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            values[name] = float(value)
-    return values
 
 
 def test_routing_metrics(mcluster):

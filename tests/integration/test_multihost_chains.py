@@ -33,15 +33,13 @@ import time
 
 import pytest
 
+from chain_helpers import chunk_files, layout_of, listing, ring_read_all, scrape
 from conftest import BUILD, CHUNK, _drop_caches
 from multihost_harness import (CHAINS, DETECT, ETCDS, FULL, JOINERS, MANAGERS, PORT, REPLICAS,
                                STORAGE, TARGETS,
                                Load, MultiHost, Net, check_load, http_json,
                                read_direct, server_of, sh, stable_files, targets_of,
                                wait_until, write_file, writer_dirs)
-from test_manager import scrape
-from test_replication import layout_of, ring_read_all
-from test_resync import listing
 
 
 @pytest.fixture(scope="module")
@@ -453,13 +451,6 @@ def host_metrics(mh):
     m = scrape(mh.manager_metrics[MANAGERS.index(leader)])
     return (m['kvc_mgmt_hosts{state="admitted"}'], m['kvc_mgmt_hosts{state="pending"}'],
             m["kvc_mgmt_spare_targets"])
-
-
-def chunk_files(directory):
-    found = []
-    for root, _, files in os.walk(os.path.join(directory, "chunks")):
-        found += files
-    return found
 
 
 def test_hosts_added_at_replicas_3(mh, workdir):

@@ -7,13 +7,9 @@ target does not hold is refused, and a write never hangs.
 Until the cluster manager moves chains around failures (issue 12's
 manager), a write to a chain with a member down fails with EIO after the
 timeout: that is asserted here too, so the day it changes the test says so."""
-import hashlib
-import json
 import os
-import random
 import signal
 import struct
-import subprocess
 import threading
 import time
 
@@ -21,7 +17,8 @@ import pytest
 
 import kvcwire
 from conftest import CHUNK, PORT_BASE, _drop_caches, wait_until, chained_cluster
-from test_hf3fs_compat import python
+from chain_helpers import (chain_table, check_files, kill, layout_of, ring_read_all,
+                           server_of_target, sock_for, status, target_dir, write_files)
 
 SERVERS, TARGETS, REPLICAS = 5, 3, 3
 CHAINS = SERVERS * TARGETS // REPLICAS
@@ -32,55 +29,6 @@ ESTALE, EAGAIN, EINVAL = -116, -11, -22
 def rcluster():
     with chained_cluster("repl", PORT_BASE + 600, PORT_BASE + 8690, SERVERS, REPLICAS, TARGETS) as c:
         yield c
-
-
-def status(c):
-    return json.loads(c.admin("--json", "status", check=False).stdout)
-
-
-def layout_of(path):
-    def xattr(name):
-        return subprocess.run(["getfattr", "-n", name, "--only-values", str(path)],
-                              capture_output=True, text=True, check=True).stdout
-    fields = dict(f.split("=", 1) for f in xattr("user.kvc.layout").split())
-    return int(xattr("user.kvc.inode")), [int(x) for x in fields["chains"].split(",")]
-
-
-def chain_table(c):
-    return {ch["id"]: ch for ch in status(c)["chains"]}
-
-
-def write_files(directory, count, seed, prefix="f"):
-    rng = random.Random(seed)
-    files = {}
-    for i in range(count):
-        size = rng.choice([1, 4096, 65536, 65537, CHUNK - 1, CHUNK + 7, 3 * CHUNK + 5])
-        data = rng.randbytes(size)
-        path = directory / f"{prefix}{i}"
-        with open(path, "wb") as f:
-            f.write(data)
-            os.fsync(f.fileno())
-        files[path] = hashlib.sha256(data).hexdigest()
-    return files
-
-
-def check_files(files):
-    _drop_caches()
-    for path, digest in files.items():
-        with open(path, "rb") as f:
-            assert hashlib.sha256(f.read()).hexdigest() == digest, path
-
-
-def kill(c, name, sig=signal.SIGKILL):
-    os.kill(c.pid(name), sig)
-
-
-def server_of_target(target):
-    return f"s{target // TARGETS + 1}"  # TARGETS targets per server, in order
-
-
-def target_dir(c, target):
-    return c.dir / server_of_target(target) / f"t{target % TARGETS}"
 
 
 def test_chains_in_status(rcluster):
@@ -110,34 +58,6 @@ def test_every_chunk_is_on_three_targets(rcluster):
         _, chains = layout_of(d / f"f{i}")
         for ch in chains:
             assert len({server_of_target(t) for t in table[ch]["targets"]}) == REPLICAS
-
-
-def ring_read_all(paths_and_sizes):
-    """Read files through a USRBIO ring as vLLM's client does."""
-    script = """
-import hashlib, json, multiprocessing, os, sys
-from hf3fs_fuse.io import make_iovec, make_ioring, register_fd, deregister_fd, extract_mount_point
-items = json.loads(sys.argv[1])
-out = {}
-for path, size in items:
-    fd = os.open(path, os.O_RDONLY)
-    register_fd(fd)
-    mount = extract_mount_point(path)
-    shm = multiprocessing.shared_memory.SharedMemory(size=max(size, 4096), create=True)
-    iov = make_iovec(shm, mount)
-    shm.unlink()
-    ior = make_ioring(mount, 4, for_read=True, timeout=1, numa=-1)
-    ior.prepare(iov[0:size], True, fd, 0)
-    res = ior.submit().wait(min_results=1)
-    assert res[0].result == size, (path, res[0].result)
-    out[path] = hashlib.sha256(bytes(shm.buf[:size])).hexdigest()
-    del ior, iov
-    shm.close()
-    deregister_fd(fd)
-    os.close(fd)
-print(json.dumps(out))
-"""
-    return json.loads(python(script, json.dumps(paths_and_sizes)).strip().splitlines()[-1])
 
 
 def test_reads_survive_a_killed_server(rcluster):
@@ -204,7 +124,7 @@ def test_a_corrupted_replica_is_read_from_another_and_repaired(rcluster):
 
     def replica(target):
         """(status, bytes) of chunk 0's first 4 KiB read from that replica."""
-        with storage_socket(rcluster, target) as sock:
+        with sock_for(rcluster, target) as sock:
             body = struct.pack("<II", 1, 0) + kvcwire.piece(inode, target, 0, 0, 4096,
                                                             chains[0], 1)
             sock.sendall(kvcwire.frame(kvcwire.CHUNK_READ, body))
@@ -233,12 +153,6 @@ def test_a_corrupted_replica_is_read_from_another_and_repaired(rcluster):
     path.unlink()
 
 
-def storage_socket(c, target):
-    sock, st = kvcwire.connect(c.storage_addresses[target // TARGETS], c.secret())
-    assert st == 0
-    return sock
-
-
 def read_piece(sock, inode, target, chain, version, length=100):
     body = struct.pack("<II", 1, 0) + kvcwire.piece(inode, target, 0, 0, length, chain, version)
     sock.sendall(kvcwire.frame(kvcwire.CHUNK_READ, body))
@@ -253,7 +167,7 @@ def test_chain_versions_and_roles_are_checked(rcluster):
     inode, chains = layout_of(path)
     chain = chain_table(rcluster)[chains[0]]
     head, tail = chain["targets"][0], chain["targets"][-1]
-    with storage_socket(rcluster, tail) as sock:
+    with sock_for(rcluster, tail) as sock:
         assert read_piece(sock, inode, tail, chains[0], 1) == (0, 100)
         assert read_piece(sock, inode, tail, chains[0], 2)[0] == ESTALE
         # a target that is not a member of that chain
@@ -269,7 +183,7 @@ def test_chain_versions_and_roles_are_checked(rcluster):
                                    kvcwire.chunk_write(inode, head, 0, CHUNK, 0, chains[0], 1,
                                                        flags=1), b"x"))
         assert kvcwire.recv_frame(sock)[1] == -6  # ENXIO: the head is not on this server
-    with storage_socket(rcluster, head) as sock:
+    with sock_for(rcluster, head) as sock:
         # a stale version at the head
         sock.sendall(kvcwire.frame(kvcwire.CHUNK_WRITE,
                                    kvcwire.chunk_write(inode, head, 0, CHUNK, 0, chains[0], 9),
@@ -308,7 +222,7 @@ def test_a_write_in_flight_sends_readers_to_the_tail(rcluster):
                 seen.append(e.errno)
         t = threading.Thread(target=writer)
         t.start()
-        with storage_socket(rcluster, head) as sock:
+        with sock_for(rcluster, head) as sock:
             def busy():
                 status, length = read_piece(sock, inode, head, chains[0], 1, 4096)
                 return status == EAGAIN and length == 0

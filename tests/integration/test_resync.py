@@ -7,7 +7,6 @@ every byte right alone; a target with stale, extra and missing chunks is
 repaired; a resync under a writer overwriting files of its chain ends equal
 to the source; bad requests get clear errors, a source that is down fails
 the resync cleanly and the target stays usable."""
-import hashlib
 import json
 import os
 import random
@@ -21,9 +20,12 @@ import pytest
 
 import kvcwire
 from conftest import CHUNK, PORT_BASE, _drop_caches, wait_until, chained_cluster
+from chain_helpers import (CHUNK_LIST, call, chain_table, check_files, listing,
+                           server_of_target, sock_for, target_dir, write_files)
 
 SERVERS, TARGETS, REPLICAS = 5, 3, 3
-CHUNK_PUNCH, CHUNK_LIST, CHUNK_RESYNC, CHUNK_RESYNC_STATUS = 71, 72, 73, 74
+CHUNK_PUNCH, CHUNK_RESYNC, CHUNK_RESYNC_STATUS = 71, 73, 74
+SIZES = [1, 4096, 65536, 65537, 300000, CHUNK + 7, 3 * CHUNK + 5]
 ENXIO, EINVAL, ESTALE, EBUSY, EAGAIN = -6, -22, -116, -16, -11
 FORWARDED = 1
 
@@ -33,56 +35,6 @@ def rc():
     with chained_cluster("resync", PORT_BASE + 700, PORT_BASE + 790, SERVERS, REPLICAS,
                          TARGETS) as c:
         yield c
-
-
-def server_of(target):
-    return f"s{target // TARGETS + 1}"
-
-
-def target_dir(c, target):
-    return c.dir / server_of(target) / f"t{target % TARGETS}"
-
-
-def chains(c):
-    status = json.loads(c.admin("--json", "status", check=False).stdout)
-    return {ch["id"]: ch for ch in status["chains"]}
-
-
-def chain_of(c, target):
-    return next(ch for ch in chains(c).values() if target in ch["targets"])
-
-
-def sock_for(c, target):
-    sock, st = kvcwire.connect(c.storage_addresses[target // TARGETS], c.secret())
-    assert st == 0
-    return sock
-
-
-def call(sock, msg_type, body, data=b""):
-    sock.sendall(kvcwire.frame(msg_type, body, data))
-    _, status, reply, data = kvcwire.recv_frame(sock)
-    return status, reply
-
-
-def listing(c, target, page=1000):
-    """Every chunk of target: {(inode, chunk): (length, crc)}, in order."""
-    out, after, cursor = {}, 0, (0, 0)
-    with sock_for(c, target) as sock:
-        while True:
-            st, reply = call(sock, CHUNK_LIST,
-                             struct.pack("<QIIII", cursor[0], cursor[1], target, page, after))
-            assert st == 0, st
-            count, more = struct.unpack_from("<II", reply)
-            assert len(reply) == 8 + 24 * count
-            keys = []
-            for i in range(count):
-                inode, chunk, length, crc, _ = struct.unpack_from("<QIIII", reply, 8 + 24 * i)
-                keys.append((inode, chunk))
-                out[(inode, chunk)] = (length, crc)
-            assert keys == sorted(keys) and len(set(keys)) == count
-            if not more:
-                return out
-            cursor, after = keys[-1], 1
 
 
 def resync(c, target, source, check=True):
@@ -96,31 +48,10 @@ def resync(c, target, source, check=True):
     return out
 
 
-def write_files(directory, count, seed, sizes=None):
-    rng = random.Random(seed)
-    files = {}
-    for i in range(count):
-        size = rng.choice(sizes or [1, 4096, 65536, 65537, 300000, CHUNK + 7, 3 * CHUNK + 5])
-        data = rng.randbytes(size)
-        path = directory / f"f{i}"
-        with open(path, "wb") as f:
-            f.write(data)
-            os.fsync(f.fileno())
-        files[path] = hashlib.sha256(data).hexdigest()
-    return files
-
-
-def check_files(files):
-    _drop_caches()
-    for path, digest in files.items():
-        with open(path, "rb") as f:
-            assert hashlib.sha256(f.read()).hexdigest() == digest, path
-
-
 def wipe(c, target):
     """Stop target's server, remove the target's directory (a new, empty
     disk) and start the server again: it makes an empty target."""
-    name = server_of(target)
+    name = server_of_target(target)
     pid = c.pid(name)
     os.kill(pid, signal.SIGKILL)
     assert wait_until(lambda: not os.path.exists(f"/proc/{pid}") or
@@ -133,7 +64,7 @@ def wipe(c, target):
 
 def busiest_chain(c, exclude=()):
     best = None
-    for ch in chains(c).values():
+    for ch in chain_table(c).values():
         if ch["id"] in exclude:
             continue
         n = len(listing(c, ch["targets"][0]))
@@ -154,7 +85,7 @@ def metric(c, server_index, name, target):
 def test_a_wiped_target_catches_up_and_serves_alone(rc):
     d = rc.mount / "wiped"
     d.mkdir()
-    files = write_files(d, 40, seed=11)
+    files = write_files(d, 40, seed=11, sizes=SIZES)
     chain = busiest_chain(rc)
     members = chain["targets"]
     t, p = members[1], members[0]
@@ -173,7 +104,7 @@ def test_a_wiped_target_catches_up_and_serves_alone(rc):
     assert metric(rc, t // TARGETS, "kvc_storage_resync_chunks_copied_total", t) >= len(want)
     assert metric(rc, t // TARGETS, "kvc_storage_resync_running", t) == 0
     # t alone serves its chain: every byte of every file must come back
-    others = [server_of(m) for m in members if m != t]
+    others = [server_of_target(m) for m in members if m != t]
     for name in others:
         os.kill(rc.pid(name), signal.SIGKILL)
     try:
@@ -275,12 +206,12 @@ def test_resync_under_a_writer_ends_equal(rc):
 
 
 def test_bad_requests_and_a_source_that_is_down(rc):
-    table = chains(rc)
+    table = chain_table(rc)
     chain = table[0]
     t, p = chain["targets"][1], chain["targets"][0]
     other = next(ch for ch in table.values() if t not in ch["targets"])
     not_here = next(x for x in range(SERVERS * TARGETS)
-                    if server_of(x) != server_of(t) and x != p)
+                    if server_of_target(x) != server_of_target(t) and x != p)
     with sock_for(rc, t) as sock:
         def resync_frame(target, source, ch, version, flags=0):
             return call(sock, CHUNK_RESYNC,
@@ -300,12 +231,12 @@ def test_bad_requests_and_a_source_that_is_down(rc):
         assert call(sock, CHUNK_RESYNC_STATUS, struct.pack("<II", not_here, 0))[0] == ENXIO
         # a second resync of a target while one runs: EBUSY (the source is
         # stopped, so the first waits for it for the I/O timeout)
-        os.kill(rc.pid(server_of(p)), signal.SIGSTOP)
+        os.kill(rc.pid(server_of_target(p)), signal.SIGSTOP)
         try:
             assert resync_frame(t, p, chain["id"], chain["version"]) == 0
             assert resync_frame(t, p, chain["id"], chain["version"]) == EBUSY
         finally:
-            os.kill(rc.pid(server_of(p)), signal.SIGCONT)
+            os.kill(rc.pid(server_of_target(p)), signal.SIGCONT)
 
         def state():
             st, reply = call(sock, CHUNK_RESYNC_STATUS, struct.pack("<II", t, 0))
@@ -322,7 +253,7 @@ def test_bad_requests_and_a_source_that_is_down(rc):
     # a source that is down: the resync fails clearly, the target serves on
     path = rc.mount / "down-source"
     path.write_bytes(b"d" * 100)
-    os.kill(rc.pid(server_of(p)), signal.SIGKILL)
+    os.kill(rc.pid(server_of_target(p)), signal.SIGKILL)
     try:
         out = resync(rc, t, p, check=False)
         assert out.returncode == 1
@@ -336,7 +267,7 @@ def test_bad_requests_and_a_source_that_is_down(rc):
         with sock_for(rc, t) as sock:  # reads at t are served again
             assert call(sock, CHUNK_LIST, struct.pack("<QIIII", 0, 0, t, 10, 0))[0] == 0
     finally:
-        rc.restart(server_of(p))
+        rc.restart(server_of_target(p))
     for i, address in enumerate(rc.storage_addresses):
         assert kvcwire.ping(address), i
     resync(rc, t, p)
