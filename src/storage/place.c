@@ -33,8 +33,10 @@ struct kvc_place_region {
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* The SIGBUS guard: set while this thread copies into client memory. */
-static __thread sigjmp_buf *guard;
+/* The SIGBUS guard: set while this thread copies into client memory.
+ * volatile: the stores around the memcpy must happen where written (a
+ * compiler sees memcpy never reads it and would drop them). */
+static __thread sigjmp_buf *volatile guard;
 
 static void on_sigbus(int sig, siginfo_t *info, void *context)
 {
@@ -223,7 +225,9 @@ __attribute__((noinline)) static int guarded_copy(void *dst, const void *src, si
 		return -EFAULT;
 	}
 	guard = &jump;
+	__asm__ volatile("" ::: "memory");
 	memcpy(dst, src, length);
+	__asm__ volatile("" ::: "memory");
 	guard = NULL;
 	return 0;
 }
