@@ -473,9 +473,16 @@ static int place_peer(struct request *r)
 	struct conn_state *state = r->state;
 	if (state->peer == 0) {
 		struct ucred cred;
-		socklen_t len = sizeof(cred);
-		if (!r->svc->place || getsockopt(r->conn->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
-		    len != sizeof(cred))
+		int domain = 0;
+		socklen_t len = sizeof(domain);
+		/* SO_PEERCRED answers on TCP too (no one's credentials): ask the
+		 * socket's domain first. */
+		if (!r->svc->place || getsockopt(r->conn->fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) < 0 ||
+		    domain != AF_UNIX)
+			state->peer = -EOPNOTSUPP;
+		else if ((len = sizeof(cred)),
+		         getsockopt(r->conn->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
+		                 len != sizeof(cred))
 			state->peer = -EOPNOTSUPP;
 		else if (cred.uid != 0 && cred.uid != geteuid())
 			state->peer = -EACCES;
