@@ -55,6 +55,10 @@ static pthread_mutex_t abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void abandon(struct kvc_chunk_ring *ring, struct kvc_chunk_read *r)
 {
+	if (r->placed) { /* the caller's memory: not ours to keep */
+		r->buffer = NULL;
+		return;
+	}
 	struct abandoned *a = malloc(sizeof(*a));
 	ring->abandoned_bytes += r->aligned_length;
 	if (a) { /* else it is merely unreachable, which is just as safe */
@@ -108,6 +112,11 @@ static int open_blocks(struct kvc_chunk_read *r)
 		kvc_log_error("chunk file of inode %" PRIu64 " chunk %u in %s is short",
 		              r->inode, r->chunk, r->store->path);
 		return -EIO;
+	}
+	if (r->place && r->aligned_start == r->offset && r->aligned_length <= r->length) {
+		r->buffer = r->place; /* straight into the caller's memory */
+		r->placed = true;
+		return 0;
 	}
 	r->buffer = malloc(r->aligned_length);
 	return r->buffer ? 0 : -ENOMEM;
@@ -274,8 +283,13 @@ static int run_round(struct kvc_chunk_ring *ring, struct kvc_chunk_read *reads, 
 static void read_verify(struct kvc_chunk_read *r)
 {
 	if (!r->buffer || r->io_result != (int)r->aligned_length) {
-		r->status = r->io_result < 0 ? r->io_result : -EIO;
+		/* Placed: a short read stopped at client memory that is gone. */
+		r->status = r->io_result < 0 ? r->io_result : r->placed ? -EFAULT : -EIO;
 		r->present = 0;
+		return;
+	}
+	if (r->placed) { /* the caller checks the crcs in its memory */
+		r->data = r->buffer;
 		return;
 	}
 	for (uint32_t pos = 0; pos < r->aligned_length; pos += KVC_CHUNK_BLOCK) {
@@ -303,7 +317,7 @@ int kvc_chunk_store_read_batch(struct kvc_chunk_store **stores, struct kvc_chunk
 		struct kvc_chunk_read *r = &reads[i];
 		*r = (struct kvc_chunk_read){.inode = r->inode, .chunk = r->chunk,
 		                             .offset = r->offset, .length = r->length,
-		                             .store = stores[i], .fd = -1};
+		                             .place = r->place, .store = stores[i], .fd = -1};
 	}
 	int round_start = 0;
 	for (int i = 0; i < count; i++) {
@@ -330,7 +344,9 @@ void kvc_chunk_store_read_release(struct kvc_chunk_read *reads, int count)
 {
 	for (int i = 0; i < count; i++) {
 		struct kvc_chunk_read *r = &reads[i];
-		free(r->buffer);
+		if (!r->placed)
+			free(r->buffer);
+		r->placed = false;
 		if (r->fd >= 0)
 			close(r->fd);
 		free(r->block_crcs);

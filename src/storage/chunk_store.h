@@ -148,15 +148,23 @@ struct kvc_chunk_read {
 	uint32_t chunk;
 	uint32_t offset;
 	uint32_t length;
+	/* in, optional: where the piece's bytes go (same-host placement:
+	 * client memory). When the piece starts on a block and its blocks end
+	 * within it, the file's blocks are read straight there (a kernel copy:
+	 * memory gone is -EFAULT) and `placed` is set: their crcs are NOT
+	 * checked here (client memory: the caller checks them under its
+	 * guard, with block_crcs, before kvc_chunk_store_read_release). */
+	uint8_t *place;
 	/* out: status 0 or -errno (-EIO on crc mismatch or a failed ring);
 	 * `present` bytes at `data`, the rest of length is a hole */
 	int status;
 	uint32_t present;
 	const uint8_t *data;
+	bool placed;
 	/* private */
 	struct kvc_chunk_store *store;
 	int fd;
-	uint8_t *buffer; /* the aligned blocks, read from the chunk file */
+	uint8_t *buffer; /* the aligned blocks, read from the chunk file (placed: = place) */
 	int io_result;
 	uint64_t aligned_start;
 	uint32_t aligned_length;

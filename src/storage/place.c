@@ -1,6 +1,8 @@
 /* place: see place.h. */
 #include "storage/place.h"
 
+#include "core/crc32c.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/magic.h>
@@ -210,6 +212,11 @@ void kvc_place_put(struct kvc_place_table *table, struct kvc_place_region *regio
 		unmap(region);
 }
 
+uint8_t *kvc_place_at(struct kvc_place_region *region, uint64_t offset)
+{
+	return region->base + offset;
+}
+
 bool kvc_place_fits(const struct kvc_place_region *region, uint64_t offset, uint64_t length)
 {
 	return offset <= region->size && length <= region->size - offset;
@@ -229,6 +236,37 @@ __attribute__((noinline)) static int guarded_copy(void *dst, const void *src, si
 	memcpy(dst, src, length);
 	__asm__ volatile("" ::: "memory");
 	guard = NULL;
+	return 0;
+}
+
+__attribute__((noinline)) static int guarded_crc(const void *p, size_t length, uint32_t *crc)
+{
+	sigjmp_buf jump;
+	if (sigsetjmp(jump, 1)) {
+		guard = NULL;
+		return -EFAULT;
+	}
+	guard = &jump;
+	__asm__ volatile("" ::: "memory");
+	uint32_t c = kvc_crc32c(0, p, length);
+	__asm__ volatile("" ::: "memory");
+	guard = NULL;
+	*crc = c;
+	return 0;
+}
+
+int kvc_place_check_blocks(const uint8_t *p, uint32_t length, uint32_t block,
+                           const uint32_t *crcs)
+{
+	for (uint32_t at = 0; at < length; at += block) {
+		uint32_t n = length - at < block ? length - at : block;
+		uint32_t crc = 0;
+		int rc = guarded_crc(p + at, n, &crc);
+		if (rc < 0)
+			return rc;
+		if (crc != crcs[at / block])
+			return -EIO;
+	}
 	return 0;
 }
 

@@ -11,9 +11,13 @@
  *   its regions go (a client that dies loses its registrations).
  * - A region in use (kvc_place_get) stays mapped until kvc_place_put; an
  *   unregistered one is unmapped by the last put.
- * - Bytes go INTO client memory only through kvc_place_copy_out, a memcpy
- *   under a thread-local SIGBUS guard: a client that shrank its memory
- *   makes that copy -EFAULT, never a signal for the server. Bytes come
+ * - Bytes go INTO client memory only by a kernel copy (a chunk file's
+ *   blocks read straight there: -EFAULT where the memory is gone) or
+ *   through kvc_place_copy_out, a memcpy under a thread-local SIGBUS guard;
+ *   the server reads client memory only to check the crcs of blocks placed
+ *   there, under the same guard (kvc_place_check_blocks). A client that
+ *   shrank its memory makes its piece -EFAULT, never a signal for the
+ *   server; a client that changes it meanwhile gets -EIO for its piece. Bytes come
  *   OUT of client memory only through kvc_place_copy_in, a pread from the
  *   region's fd into the server's own buffer (a kernel copy: a short read
  *   is -EFAULT), so what is checked and stored is what was copied, even
@@ -66,6 +70,9 @@ void kvc_place_drop_owner(struct kvc_place_table *table, const void *owner);
 struct kvc_place_region *kvc_place_get(struct kvc_place_table *table, pid_t pid, uint64_t id);
 void kvc_place_put(struct kvc_place_table *table, struct kvc_place_region *region);
 
+/* The region's byte at offset (inside it: kvc_place_fits). */
+uint8_t *kvc_place_at(struct kvc_place_region *region, uint64_t offset);
+
 /* Whether [offset, offset + length) lies inside the region. */
 bool kvc_place_fits(const struct kvc_place_region *region, uint64_t offset, uint64_t length);
 
@@ -73,6 +80,12 @@ bool kvc_place_fits(const struct kvc_place_region *region, uint64_t offset, uint
  * 0 or -EFAULT (the client's memory is gone there). */
 int kvc_place_copy_out(struct kvc_place_region *region, uint64_t offset, const void *src,
                        size_t length);
+
+/* Check the crc32c of each `block` bytes of p[0, length) (client memory
+ * a read placed there) against crcs[], under the guard. Returns 0, -EIO
+ * (a mismatch) or -EFAULT (the memory is gone). */
+int kvc_place_check_blocks(const uint8_t *p, uint32_t length, uint32_t block,
+                           const uint32_t *crcs);
 
 /* Read length bytes of the region at offset into dst (a kernel copy
  * from its fd). Returns 0 or -EFAULT (the memory is shorter now). */

@@ -553,13 +553,25 @@ static int h_place_read(struct request *r)
 		kvc_place_put(r->svc->place, region);
 		return reply(r, rc, NULL, 0);
 	}
+	/* Whole blocks go straight from the chunk file into the region. */
+	for (uint32_t i = 0; i < m->count; i++)
+		state->reads[i].place = kvc_place_at(region, offsets[i]);
 	uint64_t bytes = read_pieces(r, pieces, m->count);
 	for (uint32_t i = 0; i < m->count; i++) {
 		struct kvc_msg_piece_result *res = &state->results[i];
-		if (res->status == 0 &&
-		    kvc_place_copy_out(region, offsets[i], state->data[i].iov_base, res->length) < 0) {
-			*res = (struct kvc_msg_piece_result){-EFAULT, 0};
-			atomic_fetch_add(&r->svc->place->faults, 1);
+		struct kvc_chunk_read *p = &state->reads[i];
+		if (res->status != 0)
+			continue;
+		int status = p->placed ? kvc_place_check_blocks(p->buffer, p->aligned_length,
+		                                                KVC_CHUNK_BLOCK, p->block_crcs)
+		                       : kvc_place_copy_out(region, offsets[i],
+		                                            state->data[i].iov_base, res->length);
+		if (status < 0) {
+			/* -EIO: the bytes in client memory changed under the check
+			 * (the client's doing; the chunk's copy is not blamed). */
+			*res = (struct kvc_msg_piece_result){status, 0};
+			if (status == -EFAULT)
+				atomic_fetch_add(&r->svc->place->faults, 1);
 		}
 	}
 	kvc_chunk_store_read_release(state->reads, (int)m->count);

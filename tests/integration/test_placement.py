@@ -165,8 +165,13 @@ def test_a_corrupted_block_is_eio_through_placement(cluster, workdir):
     fd = open_registered(path, os.O_RDONLY)
     try:
         before = placed(cluster)
-        # the bad block fails its io; the other chunk reads fine
+        # the bad block fails its io, read through a bounce buffer (4 KiB
+        # of a block) or straight into the iov (whole blocks); the other
+        # chunk reads fine
         assert r.run(fd, [(0, 4096, 0), (CHUNK, CHUNK, CHUNK)]) == [-errno.EIO, CHUNK]
+        assert r.run(fd, [(2 * CHUNK, CHUNK, 0)]) == [-errno.EIO]
+        assert r.run(fd, [(2 * CHUNK, 16384, 16384)]) == [16384]
+        assert bytes(r.shm.buf[2 * CHUNK:2 * CHUNK + 16384]) == data[16384:32768]
         assert bytes(r.shm.buf[CHUNK:2 * CHUNK]) == data[CHUNK:]
         assert placed(cluster)[2] > before[2]
     finally:
