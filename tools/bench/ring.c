@@ -233,6 +233,9 @@ static void transport_rows(struct bench_table *t, const char *label, const char 
 	static const int depths[] = {32, 128};
 	for (int i = 0; i < 2; i++)
 		for (int d = 0; d < 2; d++) {
+			/* Offsets on multiples of the size (KV pages are aligned):
+			 * ring_stream's next * size % (file_size - size + 1). */
+			s.file_size = file_size + sizes[i] * MIB - 1;
 			fprintf(stderr, "%s ring read %" PRIu64 " MiB depth %d...\n", label, sizes[i],
 			        depths[d]);
 			double g = ring_stream(&s, true, sizes[i] * MIB, depths[d], seconds, false, NULL,
