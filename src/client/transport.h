@@ -82,6 +82,11 @@ void kvc_transport_place_destroy(struct kvc_storage_client *client);
 bool kvc_transport_place_ready(struct kvc_storage_client *client, uint32_t server,
                                const struct kvc_storage_region *region);
 
+/* The transport this process's requests to server take for registered
+ * memory: "place" (a same-host server that answered its PLACE_HELLO with
+ * our host identity; connects now if it has not) or "tcp". */
+const char *kvc_transport_for(struct kvc_storage_client *client, uint32_t server);
+
 /* A placement request failed for the transport's sake: stop placing on
  * server for a few seconds (its registrations are dropped). */
 void kvc_transport_place_failed(struct kvc_storage_client *client, uint32_t server, int rc);

@@ -114,8 +114,9 @@ static void turn_off(struct place_server *s, int64_t retry_at_ns)
 		kvc_rpc_pool_drain(&s->pool);
 }
 
-/* Connect and compare host identities (lock held). */
-static void connect_server(struct kvc_storage_client *client, uint32_t server)
+/* Connect and compare host identities (lock held); quiet: no log line
+ * (a tool's probe). */
+static void connect_server(struct kvc_storage_client *client, uint32_t server, bool quiet)
 {
 	struct kvc_place_client *p = client->place;
 	struct place_server *s = &p->servers[server];
@@ -131,8 +132,9 @@ static void connect_server(struct kvc_storage_client *client, uint32_t server)
 	struct kvc_msg_place_hello_reply hello;
 	int rc = exchange(client, s, KVC_MSG_PLACE_HELLO, NULL, 0, NULL, 0, &hello, sizeof(hello));
 	if (rc == 0 && memcmp(hello.host_id, p->host_id, sizeof(p->host_id)) != 0) {
-		kvc_log_warn("storage server %s answers on this host's socket but is another "
-		             "host: no placement", client->server_address[server]);
+		if (!quiet)
+			kvc_log_warn("storage server %s answers on this host's socket but is "
+			             "another host: no placement", client->server_address[server]);
 		turn_off(s, NEVER);
 		return;
 	}
@@ -141,8 +143,9 @@ static void connect_server(struct kvc_storage_client *client, uint32_t server)
 		return;
 	}
 	s->on = true;
-	kvc_log_info("storage server %s is on this host: reads and writes of registered memory "
-	             "are placed", client->server_address[server]);
+	if (!quiet)
+		kvc_log_info("storage server %s is on this host: reads and writes of registered "
+		             "memory are placed", client->server_address[server]);
 }
 
 static bool has_region(const struct place_server *s, uint64_t id)
@@ -183,7 +186,7 @@ bool kvc_transport_place_ready(struct kvc_storage_client *client, uint32_t serve
 	bool ready = false;
 	pthread_mutex_lock(&s->lock);
 	if (!s->on && s->retry_at_ns != NEVER && kvc_clock_monotonic_ns() >= s->retry_at_ns)
-		connect_server(client, server);
+		connect_server(client, server, false);
 	if (s->on) {
 		int rc = has_region(s, region->id) ? 0 : add_region(client, s, region);
 		if (rc < 0 && kvc_rpc_is_transport_error(rc))
@@ -192,6 +195,20 @@ bool kvc_transport_place_ready(struct kvc_storage_client *client, uint32_t serve
 	}
 	pthread_mutex_unlock(&s->lock);
 	return ready;
+}
+
+const char *kvc_transport_for(struct kvc_storage_client *client, uint32_t server)
+{
+	struct kvc_place_client *p = client->place;
+	if (!p || server >= client->server_count)
+		return "tcp";
+	struct place_server *s = &p->servers[server];
+	pthread_mutex_lock(&s->lock);
+	if (!s->on && s->retry_at_ns != NEVER && kvc_clock_monotonic_ns() >= s->retry_at_ns)
+		connect_server(client, server, true);
+	bool on = s->on;
+	pthread_mutex_unlock(&s->lock);
+	return on ? "place" : "tcp";
 }
 
 void kvc_transport_place_failed(struct kvc_storage_client *client, uint32_t server, int rc)

@@ -16,7 +16,7 @@ from multiprocessing import shared_memory
 
 import pytest
 
-from conftest import CHUNK, ROOT, LIBKVC, drop_second_mount, second_mount, wait_until
+from conftest import BUILD, CHUNK, ROOT, LIBKVC, drop_second_mount, second_mount, wait_until
 from test_metrics import scrape, value
 
 sys.path.insert(0, str(ROOT / "tools" / "python"))
@@ -320,3 +320,19 @@ def test_a_storage_server_restarted_mid_stream(cluster, workdir):
                       timeout=10)
     close_registered(fd)
     r.close()
+
+
+def test_admin_status_names_the_transport(cluster, local_tmp):
+    import json
+    status = json.loads(cluster.admin("--json", "status").stdout)
+    assert [s["transport"] for s in status["storage"]] == ["place"] * len(cluster.storage_addresses)
+    out = cluster.admin("status")
+    assert out.stderr == ""  # a probe, not a log line
+    assert out.stdout.count("transport from this host: same-host placement") == \
+        len(cluster.storage_addresses), out.stdout
+    conf = local_tmp / "tcp.conf"
+    conf.write_text(cluster.conf.read_text().replace("[meta]", "transport = tcp\n\n[meta]", 1))
+    out = subprocess.run([str(BUILD / "kvc-admin"), "--config", str(conf), "--json",
+                          "status"], capture_output=True, text=True, timeout=60)
+    assert [s["transport"] for s in json.loads(out.stdout)["storage"]] == \
+        ["tcp"] * len(cluster.storage_addresses)
