@@ -17,7 +17,10 @@
  *   the server reads client memory only to check the crcs of blocks placed
  *   there, under the same guard (kvc_place_check_blocks). A client that
  *   shrank its memory makes its piece -EFAULT, never a signal for the
- *   server; a client that changes it meanwhile gets -EIO for its piece. Bytes come
+ *   server. A crc that fails in client memory is read again into the
+ *   server's buffer (service.c): a bad copy is -EIO and repaired as for
+ *   CHUNK_READ, a client that changed its memory meanwhile gets its bytes
+ *   placed again. Bytes come
  *   OUT of client memory only through kvc_place_copy_in, a pread from the
  *   region's fd into the server's own buffer (a kernel copy: a short read
  *   is -EFAULT), so what is checked and stored is what was copied, even

@@ -526,6 +526,30 @@ static int h_place_unregister(struct request *r)
 	return reply(r, rc, NULL, 0);
 }
 
+/* A piece placed in client memory failed its crc there: the chunk's
+ * copy is bad, or the client changed its memory meanwhile. Read it again
+ * into a buffer of ours: -EIO there is the copy's (queued for repair, as
+ * CHUNK_READ would), else its checked bytes are copied into the region
+ * (*res updated). Returns 0 or -errno. */
+static int place_read_again(struct request *r, const struct kvc_msg_piece *piece,
+                            struct kvc_place_region *region, uint64_t offset,
+                            struct kvc_msg_piece_result *res)
+{
+	struct kvc_chunk_read one = {.inode = piece->inode, .chunk = piece->chunk,
+	                             .offset = piece->offset, .length = piece->length};
+	struct kvc_chunk_store *store = store_of(r->svc, piece->target);
+	kvc_chunk_store_read_batch(&store, &r->state->ring, &one, 1);
+	int status = one.status;
+	if (status == -EIO && r->svc->peers)
+		kvc_repair_queue(r->svc, piece->target, piece->inode, piece->chunk); /* a bad copy */
+	if (status == 0)
+		status = kvc_place_copy_out(region, offset, one.data, one.present);
+	if (status == 0)
+		*res = (struct kvc_msg_piece_result){0, one.present};
+	kvc_chunk_store_read_release(&one, 1);
+	return status;
+}
+
 /* As CHUNK_READ, but each piece's bytes are copied into the region
  * (crcs checked in the server's buffers first, as for a send). */
 static int h_place_read(struct request *r)
@@ -566,9 +590,9 @@ static int h_place_read(struct request *r)
 		                                                KVC_CHUNK_BLOCK, p->block_crcs)
 		                       : kvc_place_copy_out(region, offsets[i],
 		                                            state->data[i].iov_base, res->length);
+		if (status == -EIO)
+			status = place_read_again(r, &pieces[i], region, offsets[i], res);
 		if (status < 0) {
-			/* -EIO: the bytes in client memory changed under the check
-			 * (the client's doing; the chunk's copy is not blamed). */
 			*res = (struct kvc_msg_piece_result){status, 0};
 			if (status == -EFAULT)
 				atomic_fetch_add(&r->svc->place->faults, 1);
