@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT / "tools" / "python"))
 os.environ.setdefault("KVC_LIB", str(LIBKVC))
 
 from hf3fs_fuse import io as h3io  # noqa: E402
+import kvcfs  # noqa: E402
 
 
 def placed(cluster):
@@ -336,3 +337,33 @@ def test_admin_status_names_the_transport(cluster, local_tmp):
                           "status"], capture_output=True, text=True, timeout=60)
     assert [s["transport"] for s in json.loads(out.stdout)["storage"]] == \
         ["tcp"] * len(cluster.storage_addresses)
+
+
+def test_ring_keys_of_host_segments_are_placed(cluster, workdir):
+    ring = kvcfs.Ring(str(cluster.mount), 16, for_read=False)
+    iovs = [kvcfs.Iov.create(str(cluster.mount), 8 << 20) for _ in range(2)]
+    keys = kvcfs.KeyDir(workdir)
+    try:
+        data = os.urandom(5 * CHUNK + 4096)  # past the bounce buffer's keys
+        segs = [(iovs[0], 0, 2 * CHUNK), (iovs[1], 16384, len(data) - 2 * CHUNK)]
+        at = 0
+        for iov, off, n in segs:
+            iov.memoryview()[off:off + n] = data[at:at + n]
+            at += n
+        before = placed(cluster)
+        writes = sum(value(scrape(a), "kvc_storage_place_writes_total")
+                     for a in cluster.storage_metrics)
+        assert ring.put_keys(keys, [("k", segs)]).wait() == [len(data)]
+        assert (workdir / "k").read_bytes() == data
+        for iov, off, n in segs:
+            iov.memoryview()[off:off + n] = bytes(n)
+        assert ring.get_keys(keys, [("k", segs)]).wait() == [len(data)]
+        assert b"".join(bytes(iov.memoryview()[off:off + n]) for iov, off, n in segs) == data
+        assert placed(cluster)[2] > before[2]
+        assert sum(value(scrape(a), "kvc_storage_place_writes_total")
+                   for a in cluster.storage_metrics) > writes
+    finally:
+        keys.close()
+        for iov in iovs:
+            iov.close()
+        ring.close()
