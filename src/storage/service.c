@@ -526,6 +526,23 @@ static int h_place_unregister(struct request *r)
 	return reply(r, rc, NULL, 0);
 }
 
+/* A placed piece (chunk_store.h `place`): check its whole blocks in the
+ * region, then copy the parts of its edge blocks there. Returns 0, -EIO
+ * (a crc in the region) or -EFAULT. */
+static int place_settle(struct kvc_place_region *region, uint64_t offset,
+                        const struct kvc_chunk_read *p)
+{
+	int rc = kvc_place_check_blocks(p->buffer + p->mid_offset, p->mid_length, KVC_CHUNK_BLOCK,
+	                                p->block_crcs + p->mid_block);
+	uint32_t skip = (uint32_t)(p->offset - p->aligned_start);
+	if (rc == 0 && p->head_length)
+		rc = kvc_place_copy_out(region, offset, p->edge + skip, p->head_length - skip);
+	if (rc == 0 && p->tail_copy)
+		rc = kvc_place_copy_out(region, offset + p->tail_offset, p->edge + p->head_length,
+		                        p->tail_copy);
+	return rc;
+}
+
 /* A piece placed in client memory failed its crc there: the chunk's
  * copy is bad, or the client changed its memory meanwhile. Read it again
  * into a buffer of ours: -EIO there is the copy's (queued for repair, as
@@ -586,8 +603,7 @@ static int h_place_read(struct request *r)
 		struct kvc_chunk_read *p = &state->reads[i];
 		if (res->status != 0)
 			continue;
-		int status = p->placed ? kvc_place_check_blocks(p->buffer, p->aligned_length,
-		                                                KVC_CHUNK_BLOCK, p->block_crcs)
+		int status = p->placed ? place_settle(region, offsets[i], p)
 		                       : kvc_place_copy_out(region, offsets[i],
 		                                            state->data[i].iov_base, res->length);
 		if (status == -EIO)

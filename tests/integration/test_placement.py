@@ -171,6 +171,8 @@ def test_a_corrupted_block_is_eio_through_placement(cluster, workdir):
         # chunk reads fine
         assert r.run(fd, [(0, 4096, 0), (CHUNK, CHUNK, CHUNK)]) == [-errno.EIO, CHUNK]
         assert r.run(fd, [(2 * CHUNK, CHUNK, 0)]) == [-errno.EIO]
+        # the bad block as the edge of a placed piece: checked in the server
+        assert r.run(fd, [(2 * CHUNK, 40000, 500)]) == [-errno.EIO]
         assert r.run(fd, [(2 * CHUNK, 16384, 16384)]) == [16384]
         assert bytes(r.shm.buf[2 * CHUNK:2 * CHUNK + 16384]) == data[16384:32768]
         assert bytes(r.shm.buf[CHUNK:2 * CHUNK]) == data[CHUNK:]

@@ -148,6 +148,27 @@ Test(place, chunk_reads_of_whole_blocks_land_in_place)
 	cr_assert_eq(memcmp(reads[1].data, data + 100, 16384), 0);
 	cr_assert_eq(memcmp(kvc_place_at(r, SIZE / 4), data + 16384, length - 16384), 0);
 	kvc_chunk_store_read_release(reads, 3);
+	/* starting and ending inside blocks: the whole blocks between go in
+	 * place, the edges through `edge` (checked there), copied by us */
+	uint32_t from = 100, span = 3 * 16384;
+	reads[0] = (struct kvc_chunk_read){.inode = 9, .chunk = 0, .offset = from, .length = span,
+	                                   .place = kvc_place_at(r, SIZE / 8)};
+	cr_assert_eq(kvc_chunk_store_read_batch(stores, &ring, reads, 1), 0);
+	cr_assert_eq(reads[0].status, 0);
+	cr_assert(reads[0].placed);
+	cr_assert_eq(reads[0].mid_offset, 16384 - from);
+	cr_assert_eq(reads[0].mid_length, 2 * 16384);
+	cr_assert_eq(reads[0].head_length, 16384);
+	cr_assert_eq(reads[0].tail_copy, from);
+	cr_assert_eq(kvc_place_check_blocks(reads[0].buffer + reads[0].mid_offset,
+	                                    reads[0].mid_length, 16384,
+	                                    reads[0].block_crcs + reads[0].mid_block), 0);
+	cr_assert_eq(kvc_place_copy_out(r, SIZE / 8, reads[0].edge + from, 16384 - from), 0);
+	cr_assert_eq(kvc_place_copy_out(r, SIZE / 8 + reads[0].tail_offset,
+	                                reads[0].edge + reads[0].head_length, reads[0].tail_copy),
+	             0);
+	cr_assert_eq(memcmp(kvc_place_at(r, SIZE / 8), data + from, span), 0);
+	kvc_chunk_store_read_release(reads, 1);
 	/* client memory gone under a placed read: -EFAULT for that piece */
 	cr_assert_eq(ftruncate(mine, 0), 0);
 	reads[0] = (struct kvc_chunk_read){.inode = 9, .chunk = 0, .offset = 0, .length = SIZE,
