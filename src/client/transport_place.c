@@ -138,6 +138,14 @@ static void connect_server(struct kvc_storage_client *client, uint32_t server, b
 		turn_off(s, NEVER);
 		return;
 	}
+	if (rc == -EACCES || rc == -EOPNOTSUPP) {
+		/* The server refuses our uid, or serves no placement: for good. */
+		if (!quiet)
+			kvc_log_warn("storage server %s refuses placement (%s): TCP",
+			             client->server_address[server], strerror(-rc));
+		turn_off(s, NEVER);
+		return;
+	}
 	if (rc < 0) {
 		turn_off(s, kvc_clock_monotonic_ns() + RETRY_NS);
 		return;
