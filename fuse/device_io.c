@@ -5,6 +5,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "core/cuda_api.h"
 #include "core/log.h"
@@ -113,6 +115,11 @@ struct kvc_device_stager {
 	const struct kvc_cuda *cuda;
 	size_t half_bytes;
 	uint8_t *staging;
+	/* The staging memory as a region (client/transport.h): same-host
+	 * storage servers place reads into it and take writes from it. NULL
+	 * where it could not be shared memory (cudaHostAlloc instead). */
+	struct kvc_storage_region region;
+	const struct kvc_storage_region *placed;
 	cudaStream_t streams[MAX_DEVICES];
 	cudaEvent_t events[MAX_DEVICES][2];
 	struct half halves[2];
@@ -135,6 +142,29 @@ static int stager_create(size_t bytes, struct kvc_device_stager **out)
 		return -ENOMEM;
 	s->cuda = cuda;
 	s->half_bytes = bytes / 2;
+	/* Shared memory pinned for the GPU's copies, so a storage server on
+	 * this host can place reads straight into it: one placement plus one
+	 * host-to-device copy per piece. */
+	int fd = memfd_create("kvc-staging", MFD_CLOEXEC);
+	void *shared = MAP_FAILED;
+	if (fd >= 0 && ftruncate(fd, (off_t)bytes) == 0)
+		shared = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+	if (shared != MAP_FAILED &&
+	    cuda->host_register(shared, bytes, cudaHostRegisterPortable) == cudaSuccess) {
+		s->staging = shared;
+		s->region = (struct kvc_storage_region){.id = kvc_transport_region_id(), .fd = fd,
+		                                        .size = bytes, .base = shared};
+		s->placed = &s->region;
+		s->halves[0].memory = s->staging;
+		s->halves[1].memory = s->staging + s->half_bytes;
+		*out = s;
+		return 0;
+	}
+	cuda->get_last_error();
+	if (shared != MAP_FAILED)
+		munmap(shared, bytes);
+	if (fd >= 0)
+		close(fd);
 	cudaError_t err = cuda->host_alloc((void **)&s->staging, bytes, cudaHostAllocPortable);
 	if (err != cudaSuccess) {
 		kvc_log_error("usrbio: pinned staging of %zu bytes: %s", bytes,
@@ -187,6 +217,7 @@ static void fill(struct kvc_device_stager *s, struct half *h, struct kvc_storage
 		piece->offset += at->done;
 		piece->length = take;
 		piece->buf = h->memory + used;
+		piece->region = s->placed;
 		piece->result = 0;
 		h->origin[h->count] = at->io;
 		h->target[h->count++] = (char *)io->buf + at->done;

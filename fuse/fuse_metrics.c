@@ -132,6 +132,8 @@ static int register_all(struct kvc_metrics *r, struct kvc_fuse *fs)
 	    !m.events)
 		return -ENOMEM;
 	int rc = kvc_storage_client_metrics(&fs->storage, r, "kvc_fuse");
+	if (rc == 0)
+		rc = kvc_transport_metrics(&fs->storage, r, "kvc_fuse");
 	return rc < 0 ? rc : kvc_metrics_collector(r, collect, fs);
 }
 

@@ -35,6 +35,8 @@ struct key {
 	struct kvc_ring_key_seg segs[KVC_RING_KEY_MAX_SEGS];
 	void *mem[KVC_RING_KEY_MAX_SEGS];
 	int dev[KVC_RING_KEY_MAX_SEGS];
+	/* Host segments' iov regions: same-host servers place into them. */
+	const struct kvc_storage_region *region[KVC_RING_KEY_MAX_SEGS];
 	uint64_t total;
 	int dir;            /* index into the batch's dirs */
 	int rc;             /* 0 while it goes on */
@@ -116,8 +118,8 @@ static int resolve_segs(struct kvc_usrbio_client *c, struct key *k)
 	uint64_t total = 0;
 	for (int i = 0; i < k->d.nsegs; i++) {
 		const struct kvc_ring_key_seg *s = &k->segs[i];
-		int rc = kvc_usrbio_resolve_iov(c, s->iov_handle, s->offset, s->length, &k->mem[i],
-		                                &k->dev[i]);
+		int rc = kvc_usrbio_resolve_iov_region(c, s->iov_handle, s->offset, s->length,
+		                                       &k->mem[i], &k->dev[i], &k->region[i]);
 		if (rc < 0)
 			return rc;
 		for (int j = 0; j < i; j++) {
@@ -293,7 +295,7 @@ static int add_ios(struct kvc_ring_keys_scratch *s, int count, struct key *k, si
 	for (int i = 0; i < k->d.nsegs; i++) {
 		s->io[count] = (struct kvc_storage_io){.inode = k->attr.ino, .layout = k->attr.layout,
 		                                       .offset = offset, .length = k->segs[i].length,
-		                                       .buf = k->mem[i]};
+		                                       .buf = k->mem[i], .region = k->region[i]};
 		s->dev[count++] = k->dev[i];
 		offset += k->segs[i].length;
 	}

@@ -199,8 +199,9 @@ static int prepare_entry(struct kvc_fuse *fs, struct kvc_ring_server_ring *ring,
 		return -EFBIG;
 	struct kvc_usrbio_file file;
 	void *memory;
-	int rc = kvc_usrbio_resolve_iov(ring->client, e->iov_handle, e->iov_offset, e->length,
-	                                &memory, device);
+	const struct kvc_storage_region *region = NULL;
+	int rc = kvc_usrbio_resolve_iov_region(ring->client, e->iov_handle, e->iov_offset,
+	                                       e->length, &memory, device, &region);
 	if (rc == 0)
 		rc = kvc_usrbio_resolve_file(ring->client, e->fd, &file);
 	if (rc == 0 && file.dir)
@@ -211,7 +212,7 @@ static int prepare_entry(struct kvc_fuse *fs, struct kvc_ring_server_ring *ring,
 		return -EACCES;
 	uint64_t size;
 	*io = (struct kvc_storage_io){.inode = file.ino, .offset = e->file_offset,
-	                              .length = e->length, .buf = memory,
+	                              .length = e->length, .buf = memory, .region = region,
 	                              .forbid_holes = (ring->flags & 2u) != 0};
 	rc = kvc_inode_table_get(fs->inodes, file.ino, &io->layout, &size);
 	if (rc < 0) /* -ESTALE: the file went away while we were cut off */

@@ -83,8 +83,12 @@ int kvc_usrbio_iov_register(struct kvc_usrbio *u, struct kvc_usrbio_client *c, i
 		pthread_mutex_lock(&c->lock);
 		int slot = free_slot(c);
 		if (slot >= 0) {
-			c->iovs[slot] = (struct kvc_usrbio_iov){.base = (char *)map + skew,
-			                                        .size = m->size, .device = -1};
+			c->iovs[slot] = (struct kvc_usrbio_iov){
+				.base = (char *)map + skew, .size = m->size, .device = -1,
+				.region = {.id = kvc_transport_region_id(), .fd = memory_fd,
+				           .file_offset = m->file_offset, .size = m->size,
+				           .base = (uint8_t *)map + skew}};
+			memory_fd = -1; /* kept in the region */
 			*handle = (uint32_t)slot;
 		}
 		pthread_mutex_unlock(&c->lock);
@@ -96,7 +100,8 @@ int kvc_usrbio_iov_register(struct kvc_usrbio *u, struct kvc_usrbio_client *c, i
 		munmap(map, m->size + skew);
 	if (rc < 0 && charged)
 		kvc_usrbio_limits_release(&u->limits, c->uid, &charge);
-	close(memory_fd);
+	if (memory_fd >= 0)
+		close(memory_fd);
 	return rc;
 }
 
@@ -134,17 +139,21 @@ int kvc_usrbio_iov_register_device(struct kvc_usrbio *u, struct kvc_usrbio_clien
 	return rc;
 }
 
-/* Unmap one iov and give back its charge. Client lock held, no batch in
- * flight. */
-static void drop_iov(struct kvc_usrbio_client *c, struct kvc_usrbio_iov *iov)
+/* Unmap one iov (a copy of its slot, already freed) and give back its
+ * charge. No lock held (unregistering it from same-host servers is an
+ * exchange with them); no batch uses it any more. */
+static void release_iov(struct kvc_usrbio_client *c, struct kvc_usrbio_iov *iov)
 {
 	struct kvc_usrbio *u = c->service;
 	struct kvc_usrbio_usage charge = {.iov_bytes = iov->size, .registrations = 1};
-	if (iov->device >= 0)
+	if (iov->device >= 0) {
 		kvc_device_release(u->imports, &iov->gpu);
-	else
+	} else {
+		/* Servers stop using it before it goes. */
+		kvc_transport_forget_region(&u->fs->storage, &iov->region);
+		close(iov->region.fd);
 		unmap_host(iov->base, iov->size);
-	iov->base = NULL;
+	}
 	atomic_fetch_sub(&u->fs->usrbio_iovs, 1);
 	kvc_usrbio_limits_release(&u->limits, c->uid, &charge);
 }
@@ -158,30 +167,49 @@ static void wait_idle(struct kvc_usrbio_client *c)
 
 int kvc_usrbio_iov_deregister(struct kvc_usrbio_client *c, uint32_t handle)
 {
+	struct kvc_usrbio_iov gone;
 	if (handle >= KVC_USRBIO_MAX_IOVS)
 		return -EINVAL;
 	pthread_mutex_lock(&c->lock);
 	int rc = c->iovs[handle].base ? 0 : -EINVAL;
 	if (rc == 0) {
 		wait_idle(c);
-		drop_iov(c, &c->iovs[handle]);
+		gone = c->iovs[handle];
+		c->iovs[handle].base = NULL; /* no new batch resolves it */
 	}
 	pthread_mutex_unlock(&c->lock);
+	if (rc == 0)
+		release_iov(c, &gone);
 	return rc;
 }
 
 void kvc_usrbio_iov_drop_all(struct kvc_usrbio_client *c)
 {
-	pthread_mutex_lock(&c->lock);
-	wait_idle(c);
-	for (int i = 0; i < KVC_USRBIO_MAX_IOVS; i++)
-		if (c->iovs[i].base)
-			drop_iov(c, &c->iovs[i]);
-	pthread_mutex_unlock(&c->lock);
+	for (int i = 0; i < KVC_USRBIO_MAX_IOVS; i++) {
+		struct kvc_usrbio_iov gone;
+		pthread_mutex_lock(&c->lock);
+		wait_idle(c);
+		bool found = c->iovs[i].base != NULL;
+		if (found) {
+			gone = c->iovs[i];
+			c->iovs[i].base = NULL;
+		}
+		pthread_mutex_unlock(&c->lock);
+		if (found)
+			release_iov(c, &gone);
+	}
 }
 
 int kvc_usrbio_resolve_iov(struct kvc_usrbio_client *c, uint32_t handle, uint64_t offset,
                            uint64_t length, void **out, int *device)
+{
+	const struct kvc_storage_region *region;
+	return kvc_usrbio_resolve_iov_region(c, handle, offset, length, out, device, &region);
+}
+
+int kvc_usrbio_resolve_iov_region(struct kvc_usrbio_client *c, uint32_t handle,
+                                  uint64_t offset, uint64_t length, void **out, int *device,
+                                  const struct kvc_storage_region **region)
 {
 	int rc = -EFAULT;
 	if (handle >= KVC_USRBIO_MAX_IOVS)
@@ -191,6 +219,7 @@ int kvc_usrbio_resolve_iov(struct kvc_usrbio_client *c, uint32_t handle, uint64_
 	if (iov->base && offset <= iov->size && length <= iov->size - offset) {
 		*out = (char *)iov->base + offset;
 		*device = iov->device;
+		*region = iov->device < 0 ? &iov->region : NULL;
 		rc = 0;
 	}
 	pthread_mutex_unlock(&c->lock);

@@ -62,6 +62,9 @@ struct kvc_usrbio_iov {
 	void *base;   /* NULL: free slot */
 	size_t size;
 	int device;   /* -1: shared host memory; else GPU memory (gpu) */
+	/* Host memory: the client's fd, kept for same-host placement (a
+	 * storage server on this host maps it: client/transport.h). */
+	struct kvc_storage_region region;
 	struct kvc_device_memory gpu;
 };
 
@@ -135,6 +138,12 @@ void kvc_usrbio_client_leave(struct kvc_usrbio_client *client);
  * *device is the GPU of a device iov's memory, or -1 for host memory. */
 int kvc_usrbio_resolve_iov(struct kvc_usrbio_client *client, uint32_t handle,
                            uint64_t offset, uint64_t length, void **out, int *device);
+/* The same, with the host iov's region (client/transport.h: same-host
+ * servers may place its bytes) in *region; NULL for device memory. The
+ * region stays valid while the entry runs (deregistration waits). */
+int kvc_usrbio_resolve_iov_region(struct kvc_usrbio_client *client, uint32_t handle,
+                                  uint64_t offset, uint64_t length, void **out, int *device,
+                                  const struct kvc_storage_region **region);
 int kvc_usrbio_resolve_file(struct kvc_usrbio_client *client, int client_fd,
                             struct kvc_usrbio_file *out);
 

@@ -136,9 +136,13 @@ static int cmd_status(struct admin *a)
 		int count = kvc_storage_client_server_space(&a->storage, s, t, KVC_WIRE_MAX_TARGETS);
 		const struct kvc_chains_server *srv = &routing.servers[s];
 		failures += count < 0;
+		/* How this host's clients move chunk bytes to it (docs/architecture.md
+		 * "Transports"): what a kvc-fuse here would choose. */
+		const char *transport = count >= 0 ? kvc_transport_for(&a->storage, s) : "tcp";
 		if (a->json) {
-			printf("%s{\"name\":\"%s\",\"address\":\"%s\",\"up\":%s,\"targets\":[", s ? "," : "",
-			       JSON_STR(srv->name), JSON_STR(srv->address), count >= 0 ? "true" : "false");
+			printf("%s{\"name\":\"%s\",\"address\":\"%s\",\"up\":%s,\"transport\":\"%s\","
+			       "\"targets\":[", s ? "," : "", JSON_STR(srv->name), JSON_STR(srv->address),
+			       count >= 0 ? "true" : "false", transport);
 			for (int i = 0; i < count; i++)
 				printf("%s{\"id\":%u,\"state\":\"%s\",\"total_bytes\":%" PRIu64
 				       ",\"free_bytes\":%" PRIu64 ",\"reserve_bytes\":%" PRIu64
@@ -151,9 +155,10 @@ static int cmd_status(struct admin *a)
 			printf("]}");
 			continue;
 		}
-		printf("%-8s %-10s %-22s %-6s %s\n", "storage", srv->name, srv->address,
-		       count >= 0 ? "up" : "DOWN",
-		       count >= 0 ? "" : strerror(-count));
+		printf("%-8s %-10s %-22s %-6s %s%s\n", "storage", srv->name, srv->address,
+		       count >= 0 ? "up" : "DOWN", count >= 0 ? "transport from this host: " : "",
+		       count >= 0 ? (strcmp(transport, "place") == 0 ? "same-host placement" : "tcp")
+		                  : strerror(-count));
 		for (int i = 0; i < count; i++) {
 			char what[64];
 			if (a->config.replicas > 1)

@@ -57,6 +57,7 @@ int kvc_storage_client_init(struct kvc_storage_client *client,
 		client->target_server[t] = config->targets[t].server;
 	for (uint32_t i = 0; i < client->server_count; i++) {
 		strcpy(client->server_address[i], config->servers[i].address);
+		client->server_count = i + 1; /* what destroy undoes */
 		rc = kvc_rpc_pool_init(&client->pools[i], config->servers[i].address,
 		                           &config->cred, config->connect_timeout_ms,
 		                           config->io_timeout_ms);
@@ -66,11 +67,15 @@ int kvc_storage_client_init(struct kvc_storage_client *client,
 			return rc;
 		}
 	}
-	return 0;
+	rc = kvc_transport_place_init(client, config);
+	if (rc < 0)
+		kvc_storage_client_destroy(client);
+	return rc;
 }
 
 void kvc_storage_client_destroy(struct kvc_storage_client *client)
 {
+	kvc_transport_place_destroy(client);
 	for (uint32_t i = 0; i < client->server_count; i++)
 		kvc_rpc_pool_destroy(&client->pools[i]);
 	for (uint32_t i = 0; i < client->manager_count; i++)
@@ -142,15 +147,14 @@ int kvc_storage_client_for_each_piece(struct kvc_storage_client *client,
 }
 
 struct write_piece {
-	int fd;
-	bool reused;
+	struct kvc_transport_request t;
 	uint32_t server;
 	uint32_t length;
 	uint32_t io;
-	uint64_t id;
 	int rc;
 	struct kvc_msg_chunk_write msg;
 	const void *data;
+	const struct kvc_storage_region *region; /* placed: data is in it */
 };
 
 struct write_plan {
@@ -162,27 +166,51 @@ struct write_plan {
 
 static int write_send(struct kvc_storage_client *client, struct write_piece *w)
 {
-	struct kvc_rpc_pool *pool = &client->pools[w->server];
-	w->fd = kvc_rpc_pool_get(pool, &w->reused);
-	if (w->fd < 0)
-		return w->fd;
-	w->id = kvc_rpc_next_id(pool);
-	struct kvc_wire_header h;
-	struct iovec data = {(void *)w->data, w->length};
-	kvc_wire_header_init(&h, KVC_MSG_CHUNK_WRITE, w->id, 0, sizeof(w->msg), w->length);
-	return kvc_wire_send(w->fd, &h, &w->msg, &data, 1);
+	w->t.server = w->server;
+	w->t.fd = -1;
+	uint64_t region_offset = w->region ? (uint64_t)((const uint8_t *)w->data - w->region->base)
+	                                   : 0;
+	return kvc_transport_write_post(client, &w->t, &w->msg, w->data, w->length, w->region,
+	                                region_offset);
 }
 
-static int write_receive(struct write_piece *w)
+/* A placed write the server could not take for the transport's sake
+ * (not a status of the write itself): run it over TCP. */
+static bool place_fault(int rc)
 {
-	struct kvc_msg_chunk_write_reply reply;
-	struct kvc_wire_header h;
-	int rc = kvc_wire_recv(w->fd, &h, &reply, sizeof(reply));
-	if (rc < 0)
-		return rc;
-	if (h.request_id != w->id || h.type != KVC_MSG_CHUNK_WRITE || h.data_len)
-		return -EBADMSG;
-	return h.status < 0 ? h.status : 1; /* 1: answered, connection reusable */
+	return kvc_rpc_is_transport_error(rc) || rc == -ENOENT || rc == -EOPNOTSUPP ||
+	       rc == -EACCES || rc == -EBADMSG;
+}
+
+/* Receive a sent piece's answer; a placed one that failed for the
+ * transport goes again over TCP. */
+static void write_finish(struct kvc_storage_client *client, struct write_piece *w)
+{
+	/* A frame that did not go out whole (e.g. EFAULT: its source
+	 * memory vanished) leaves the connection mid-frame: never reuse it. */
+	bool sent = w->rc == 0;
+	if (w->rc == 0)
+		w->rc = kvc_transport_write_complete(&w->t);
+	kvc_transport_done(client, &w->t, sent && (w->rc == 1 || (w->rc < 0 &&
+	                                           !kvc_rpc_is_transport_error(w->rc))));
+	if (w->rc < 0 && w->t.kind != KVC_TRANSPORT_TCP && place_fault(w->rc)) {
+		kvc_transport_place_failed(client, w->server, w->rc);
+		w->t.kind = KVC_TRANSPORT_TCP;
+		w->region = NULL;
+		w->rc = write_send(client, w);
+		sent = w->rc == 0;
+		if (w->rc == 0)
+			w->rc = kvc_transport_write_complete(&w->t);
+		kvc_transport_done(client, &w->t, sent && (w->rc == 1 || (w->rc < 0 &&
+		                                           !kvc_rpc_is_transport_error(w->rc))));
+	}
+	if (w->rc < 0 && kvc_storage_client_retryable(w->rc, w->t.reused)) {
+		kvc_transport_drain(client, &w->t);
+		w->rc = write_send(client, w);
+		if (w->rc == 0)
+			w->rc = kvc_transport_write_complete(&w->t);
+		kvc_transport_done(client, &w->t, w->rc == 1);
+	}
 }
 
 /* Send a wave of pieces, then collect every answer. */
@@ -193,23 +221,7 @@ static void write_wave(struct write_plan *plan)
 		plan->wave[i].rc = write_send(client, &plan->wave[i]);
 	for (int i = 0; i < plan->wave_count; i++) {
 		struct write_piece *w = &plan->wave[i];
-		struct kvc_rpc_pool *pool = &client->pools[w->server];
-		/* A frame that did not go out whole (e.g. EFAULT: its source
-		 * memory vanished) leaves the connection mid-frame: never reuse it. */
-		bool sent = w->rc == 0;
-		if (w->rc == 0)
-			w->rc = write_receive(w);
-		if (w->fd >= 0)
-			kvc_rpc_pool_put(pool, w->fd, sent && (w->rc == 1 || (w->rc < 0 &&
-			                                       !kvc_rpc_is_transport_error(w->rc))));
-		if (w->rc < 0 && kvc_storage_client_retryable(w->rc, w->reused)) {
-			kvc_rpc_pool_drain(pool);
-			w->rc = write_send(client, w);
-			if (w->rc == 0)
-				w->rc = write_receive(w);
-			if (w->fd >= 0)
-				kvc_rpc_pool_put(pool, w->fd, w->rc == 1);
-		}
+		write_finish(client, w);
 		if (w->rc < 0)
 			kvc_storage_io_fail(&plan->ios[w->io], kvc_storage_client_error(w->rc));
 	}
@@ -227,8 +239,12 @@ static int write_add_piece(void *arg, struct kvc_storage_io *io, uint32_t io_ind
 		return 0;
 	}
 	uint32_t head = chain->targets[0];
+	uint32_t server = plan->client->target_server[head];
+	bool placed = io->region && kvc_transport_place_ready(plan->client, server, io->region);
 	plan->wave[plan->wave_count++] = (struct write_piece){
-		.fd = -1, .server = plan->client->target_server[head], .length = p->length,
+		.t = {.kind = placed ? KVC_TRANSPORT_PLACE : KVC_TRANSPORT_TCP, .fd = -1},
+		.region = placed ? io->region : NULL,
+		.server = server, .length = p->length,
 		.io = io_index, .data = (const uint8_t *)io->buf + p->buffer_offset,
 		.msg = {.inode = io->inode, .target = head, .chunk = p->chunk,
 		        .chunk_size = io->layout.chunk_size, .offset = p->chunk_offset,
@@ -345,24 +361,11 @@ int kvc_storage_client_forward(struct kvc_storage_client *client,
 {
 	if (msg->target >= client->target_count)
 		return -EINVAL;
-	struct write_piece w = {.fd = -1, .server = client->target_server[msg->target],
+	struct write_piece w = {.t = {.kind = KVC_TRANSPORT_TCP, .fd = -1},
+	                        .server = client->target_server[msg->target],
 	                        .length = length, .msg = *msg, .data = data};
-	struct kvc_rpc_pool *pool = &client->pools[w.server];
 	w.rc = write_send(client, &w);
-	bool sent = w.rc == 0;
-	if (w.rc == 0)
-		w.rc = write_receive(&w);
-	if (w.fd >= 0)
-		kvc_rpc_pool_put(pool, w.fd, sent && (w.rc == 1 || (w.rc < 0 &&
-		                                       !kvc_rpc_is_transport_error(w.rc))));
-	if (w.rc < 0 && kvc_storage_client_retryable(w.rc, w.reused)) {
-		kvc_rpc_pool_drain(pool);
-		w.rc = write_send(client, &w);
-		if (w.rc == 0)
-			w.rc = write_receive(&w);
-		if (w.fd >= 0)
-			kvc_rpc_pool_put(pool, w.fd, w.rc == 1);
-	}
+	write_finish(client, &w);
 	return w.rc < 0 ? kvc_storage_client_error(w.rc) : 0;
 }
 

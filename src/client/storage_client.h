@@ -31,6 +31,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "client/transport.h"
 #include "core/chains.h"
 #include "core/config.h"
 #include "core/rpc.h"
@@ -75,6 +76,13 @@ struct kvc_storage_client {
 	 * run again on a new table. */
 	_Atomic uint64_t replica_retries;
 	_Atomic uint64_t routing_retries;
+	/* Transports (client/transport.h): same-host placement's state (NULL:
+	 * TCP only), requests and bytes per transport, placed requests that
+	 * fell back to TCP. */
+	struct kvc_place_client *place;
+	_Atomic uint64_t transport_ops[KVC_TRANSPORT_KINDS];
+	_Atomic uint64_t transport_bytes[KVC_TRANSPORT_KINDS];
+	_Atomic uint64_t place_fallbacks;
 };
 
 struct kvc_metrics;
@@ -86,6 +94,9 @@ struct kvc_storage_io {
 	uint64_t offset;
 	uint64_t length;
 	void *buf;
+	/* buf lies in this region (NULL: none): a same-host server may place
+	 * the bytes straight there (client/transport.h). */
+	const struct kvc_storage_region *region;
 	bool forbid_holes; /* reads: a hole fails the io with -ENODATA */
 	int result;        /* out: 0 or -errno (the io's first failure) */
 };

@@ -34,13 +34,13 @@ struct read_dest {
 
 struct read_request {
 	uint32_t server;
-	int fd;
-	bool reused;
+	struct kvc_transport_request t; /* its transport and connection */
+	const struct kvc_storage_region *region; /* placed: where the pieces go */
 	int rc;
-	uint64_t id;
 	uint64_t bytes;
 	struct kvc_msg_chunk_read head;
 	struct kvc_msg_piece pieces[MAX_REQUEST_PIECES];
+	uint64_t offsets[MAX_REQUEST_PIECES]; /* placed: each piece's place in region */
 	struct read_dest dest[MAX_REQUEST_PIECES];
 };
 
@@ -53,7 +53,7 @@ struct read_retry {
 struct read_plan {
 	struct kvc_storage_client *client;
 	struct kvc_storage_io *ios;
-	struct read_request **open;   /* per server: the request being filled */
+	struct read_request **open;   /* per server and transport: the request being filled */
 	struct read_request *wave[READ_WAVE];
 	int wave_count;
 	pthread_mutex_t retry_lock; /* retries, retry_count, retry_cap (receivers add) */
@@ -64,19 +64,10 @@ struct read_plan {
 
 static int read_send(struct kvc_storage_client *client, struct read_request *req)
 {
-	struct kvc_rpc_pool *pool = &client->pools[req->server];
-	req->fd = kvc_rpc_pool_get(pool, &req->reused);
-	if (req->fd < 0)
-		return req->fd;
-	req->id = kvc_rpc_next_id(pool);
-	/* head and pieces are adjacent in the struct: one body. */
-	_Static_assert(offsetof(struct read_request, pieces) ==
-	                       offsetof(struct read_request, head) + sizeof(req->head), "");
-	struct kvc_wire_header h;
-	kvc_wire_header_init(&h, KVC_MSG_CHUNK_READ, req->id, 0,
-	                     (uint32_t)(sizeof(req->head) + req->head.count * sizeof(req->pieces[0])),
-	                     0);
-	return kvc_wire_send(req->fd, &h, &req->head, NULL, 0);
+	req->t.server = req->server;
+	req->t.fd = -1;
+	return kvc_transport_read_post(client, &req->t, req->pieces, req->head.count, req->region,
+	                               req->offsets);
 }
 
 static int dev_zero = -1;
@@ -149,20 +140,20 @@ static int read_receive(struct read_plan *plan, struct read_request *req)
 {
 	struct kvc_msg_piece_result results[MAX_REQUEST_PIECES];
 	struct kvc_storage_io *ios = plan->ios;
-	struct kvc_wire_header h;
 	uint32_t count = req->head.count;
-	int rc = kvc_wire_recv(req->fd, &h, results, sizeof(results));
+	int32_t status = 0;
+	uint64_t data_len = 0;
+	int rc = kvc_transport_read_complete(&req->t, count, results, &status, &data_len);
 	if (rc < 0)
 		return rc;
-	if (h.request_id != req->id || h.type != KVC_MSG_CHUNK_READ)
-		return -EBADMSG;
-	if (h.status < 0) {
+	if (status < 0 && req->t.kind != KVC_TRANSPORT_TCP)
+		return status; /* the placement's fault (region unknown...): TCP again */
+	if (status < 0) {
 		for (uint32_t i = 0; i < count; i++)
 			kvc_storage_io_fail(&ios[req->dest[i].io], -EIO);
-		return h.data_len ? -EBADMSG : 1;
+		return 1;
 	}
-	if (h.body_len != count * sizeof(results[0]))
-		return -EBADMSG;
+	bool inline_data = req->t.kind == KVC_TRANSPORT_TCP;
 	uint64_t expected = 0;
 	for (uint32_t i = 0; i < count; i++) {
 		if (results[i].length > req->pieces[i].length ||
@@ -170,11 +161,17 @@ static int read_receive(struct read_plan *plan, struct read_request *req)
 			return -EBADMSG;
 		expected += results[i].length;
 	}
-	if (expected != h.data_len)
+	if (inline_data ? expected != data_len : data_len != 0)
 		return -EBADMSG;
+	atomic_fetch_add_explicit(&plan->client->transport_bytes[req->t.kind], expected,
+	                          memory_order_relaxed);
 	for (uint32_t i = 0; i < count; i++) {
 		struct kvc_storage_io *io = &ios[req->dest[i].io];
 		uint8_t *dst = req->dest[i].dst;
+		if (results[i].status == -EFAULT && !inline_data) {
+			kvc_storage_io_fail(io, -EFAULT); /* the caller's memory is gone there */
+			continue;
+		}
 		if (results[i].status < 0) {
 			if (other_replica_may(results[i].status))
 				read_again(plan, req, i, results[i].status == -EAGAIN);
@@ -182,11 +179,9 @@ static int read_receive(struct read_plan *plan, struct read_request *req)
 				kvc_storage_io_fail(io, -EIO);
 			continue;
 		}
-		if (results[i].length) {
-			rc = kvc_wire_recv_exact(req->fd, dst, results[i].length);
-			if (rc < 0)
-				return rc;
-		}
+		rc = kvc_transport_read_data(&req->t, dst, results[i].length);
+		if (rc < 0)
+			return rc;
 		if (results[i].length < req->pieces[i].length &&
 		    zero_fill(dst + results[i].length, req->pieces[i].length - results[i].length) < 0)
 			kvc_storage_io_fail(io, -EFAULT);
@@ -202,19 +197,27 @@ static int read_receive(struct read_plan *plan, struct read_request *req)
 static void read_finish(struct read_plan *plan, struct read_request *r)
 {
 	struct kvc_storage_client *client = plan->client;
-	struct kvc_rpc_pool *pool = &client->pools[r->server];
 	if (r->rc == 0)
 		r->rc = read_receive(plan, r);
-	if (r->fd >= 0)
-		kvc_rpc_pool_put(pool, r->fd, r->rc == 1);
-	if (r->rc < 0 && kvc_storage_client_retryable(r->rc, r->reused)) {
-		/* The server restarted under an idle connection: once more. */
-		kvc_rpc_pool_drain(pool);
+	kvc_transport_done(client, &r->t, r->rc == 1);
+	if (r->rc < 0 && r->t.kind != KVC_TRANSPORT_TCP) {
+		/* The placement failed (not the data): the same request over TCP,
+		 * where the bytes come in the answer. Destinations are only ever
+		 * written with the same bytes, so what was placed already is fine. */
+		kvc_transport_place_failed(client, r->server, r->rc);
+		r->t.kind = KVC_TRANSPORT_TCP;
 		r->rc = read_send(client, r);
 		if (r->rc == 0)
 			r->rc = read_receive(plan, r);
-		if (r->fd >= 0)
-			kvc_rpc_pool_put(pool, r->fd, r->rc == 1);
+		kvc_transport_done(client, &r->t, r->rc == 1);
+	}
+	if (r->rc < 0 && kvc_storage_client_retryable(r->rc, r->t.reused)) {
+		/* The server restarted under an idle connection: once more. */
+		kvc_transport_drain(client, &r->t);
+		r->rc = read_send(client, r);
+		if (r->rc == 0)
+			r->rc = read_receive(plan, r);
+		kvc_transport_done(client, &r->t, r->rc == 1);
 	}
 	if (r->rc < 0) {
 		if (kvc_rpc_is_transport_error(r->rc))
@@ -331,12 +334,12 @@ static void read_wave(struct read_plan *plan)
 }
 
 /* Close the open request of a server: it joins the wave. */
-static void read_close(struct read_plan *plan, uint32_t server)
+static void read_close(struct read_plan *plan, uint32_t slot)
 {
-	struct read_request *r = plan->open[server];
+	struct read_request *r = plan->open[slot];
 	if (!r)
 		return;
-	plan->open[server] = NULL;
+	plan->open[slot] = NULL;
 	plan->wave[plan->wave_count++] = r;
 	if (plan->wave_count == READ_WAVE)
 		read_wave(plan);
@@ -388,9 +391,15 @@ static int read_add(struct read_plan *plan, const struct kvc_chain *chain,
 	dest.to_tail = false;
 	dest.attempts++;
 	uint32_t server = plan->client->target_server[piece.target];
-	struct read_request *r = plan->open[server];
-	if (r && (r->head.count == MAX_REQUEST_PIECES || r->bytes + piece.length > REQUEST_BYTES)) {
-		read_close(plan, server);
+	/* Placed where the io's memory is a region and the server is here. */
+	const struct kvc_storage_region *region = plan->ios[dest.io].region;
+	if (region && !kvc_transport_place_ready(plan->client, server, region))
+		region = NULL;
+	uint32_t slot = 2 * server + (region != NULL);
+	struct read_request *r = plan->open[slot];
+	if (r && (r->head.count == MAX_REQUEST_PIECES || r->bytes + piece.length > REQUEST_BYTES ||
+	          r->region != region)) {
+		read_close(plan, slot);
 		r = NULL;
 	}
 	if (!r) {
@@ -398,13 +407,16 @@ static int read_add(struct read_plan *plan, const struct kvc_chain *chain,
 		if (!r)
 			return -ENOMEM;
 		r->server = server;
-		r->fd = -1;
+		r->t = (struct kvc_transport_request){
+			.kind = region ? KVC_TRANSPORT_PLACE : KVC_TRANSPORT_TCP, .fd = -1};
+		r->region = region;
 		r->bytes = 0;
 		r->head = (struct kvc_msg_chunk_read){0};
-		plan->open[server] = r;
+		plan->open[slot] = r;
 	}
 	uint32_t k = r->head.count++;
 	r->pieces[k] = piece;
+	r->offsets[k] = region ? (uint64_t)(dest.dst - region->base) : 0;
 	r->dest[k] = dest;
 	r->bytes += piece.length;
 	return 0;
@@ -435,7 +447,7 @@ static int read_add_piece(void *arg, struct kvc_storage_io *io, uint32_t io_inde
 /* Every open request joins the wave, and the wave runs. */
 static void read_flush(struct read_plan *plan)
 {
-	for (uint32_t s = 0; s < KVC_CONFIG_MAX_SERVERS; s++) /* servers only grow */
+	for (uint32_t s = 0; s < 2 * KVC_CONFIG_MAX_SERVERS; s++) /* servers only grow */
 		read_close(plan, s);
 	if (plan->wave_count)
 		read_wave(plan);
@@ -477,8 +489,9 @@ static int read_batch_once(struct kvc_storage_client *client, struct kvc_storage
                            int count)
 {
 	struct read_plan plan = {.client = client, .ios = ios};
-	/* Every possible server: a new table may add some during the batch. */
-	plan.open = calloc(KVC_CONFIG_MAX_SERVERS, sizeof(*plan.open));
+	/* Every possible server, by TCP and by placement (slot 2 * server +
+	 * placed): a new table may add servers during the batch. */
+	plan.open = calloc(2 * KVC_CONFIG_MAX_SERVERS, sizeof(*plan.open));
 	if (!plan.open)
 		return -ENOMEM;
 	pthread_mutex_init(&plan.retry_lock, NULL);
@@ -486,7 +499,7 @@ static int read_batch_once(struct kvc_storage_client *client, struct kvc_storage
 	read_flush(&plan); /* what was planned goes out even after an ENOMEM */
 	if (rc == 0)
 		rc = read_retries(&plan);
-	for (uint32_t s = 0; s < KVC_CONFIG_MAX_SERVERS; s++)
+	for (uint32_t s = 0; s < 2 * KVC_CONFIG_MAX_SERVERS; s++)
 		free(plan.open[s]);
 	free(plan.retries);
 	free(plan.open);

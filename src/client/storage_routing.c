@@ -60,6 +60,7 @@ static int grow_hosts(struct kvc_storage_client *client, const struct kvc_chains
 		if (rc < 0)
 			return rc;
 		strcpy(client->server_address[s], sv->address);
+		kvc_transport_place_add_server(client, s);
 		for (uint32_t i = 0; i < sv->target_count; i++)
 			client->target_server[sv->first_target + i] = s;
 		__atomic_store_n(&client->target_count, sv->first_target + sv->target_count,

@@ -258,6 +258,13 @@ static int global_key(struct parser *p, const char *key, const char *value)
 			c->replicas = (uint32_t)v;
 		return rc;
 	}
+	if (strcmp(key, "transport") == 0) {
+		if (strcmp(value, "auto") == 0 || strcmp(value, "tcp") == 0) {
+			c->transport_tcp_only = strcmp(value, "tcp") == 0;
+			return 0;
+		}
+		return fail(p, "transport must be auto or tcp, not '%s'", value);
+	}
 	if (strcmp(key, "connect_timeout_ms") == 0) {
 		rc = parse_int(p, key, value, 1, 600000, &v);
 		if (rc == 0)

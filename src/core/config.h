@@ -18,6 +18,10 @@
  *   min_write_replicas = 2      # a chain with fewer members refuses writes
  *                               # (EROFS) rather than keep one copy
  *                               # (default replicas / 2 + 1; 1 for one)
+ *   transport = auto            # how chunk bytes move between kvc-fuse and
+ *                               # a storage server: auto (same-host
+ *                               # placement where the server is on this
+ *                               # host, else TCP) or tcp (TCP always)
  *   connect_timeout_ms = 2000   # client side bounds: nothing hangs
  *   io_timeout_ms = 5000
  *   server_max_connections = 4096   # per kvc-meta / kvc-storage server
@@ -95,6 +99,7 @@
 #define KVC_CONFIG_H
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "core/auth.h"
@@ -144,6 +149,7 @@ struct kvc_config {
 	char etcd[1024]; /* "" when there are no managers */
 	int heartbeat_ms;
 	int failure_timeout_ms;
+	bool transport_tcp_only; /* transport = tcp */
 	uint32_t manager_count;
 	struct kvc_config_manager managers[KVC_CONFIG_MAX_MANAGERS];
 	int connect_timeout_ms;

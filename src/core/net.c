@@ -7,10 +7,12 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #define SOCKET_BUFFER (4 << 20)
@@ -38,6 +40,42 @@ static int parse_address(const char *address, struct sockaddr_in *sin)
 	return 0;
 }
 
+/* "@name": an abstract Unix socket (same host and network namespace). */
+static int parse_any(const char *address, struct sockaddr_storage *ss, socklen_t *len)
+{
+	if (address[0] != '@') {
+		*len = sizeof(struct sockaddr_in);
+		return parse_address(address, (struct sockaddr_in *)ss);
+	}
+	struct sockaddr_un *sun = (struct sockaddr_un *)ss;
+	size_t n = strlen(address + 1);
+	if (n == 0 || n >= sizeof(sun->sun_path) - 1)
+		return -EINVAL;
+	memset(sun, 0, sizeof(*sun));
+	sun->sun_family = AF_UNIX;
+	memcpy(sun->sun_path + 1, address + 1, n); /* leading NUL, no terminator */
+	*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+	return 0;
+}
+
+bool kvc_net_address_is_local(const char *address)
+{
+	struct sockaddr_in sin;
+	if (address[0] == '@' || parse_address(address, &sin) < 0)
+		return false;
+	if ((ntohl(sin.sin_addr.s_addr) >> 24) == 127)
+		return true;
+	/* An address of one of this host's interfaces (in this network
+	 * namespace) can be bound to. */
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return false;
+	sin.sin_port = 0;
+	bool local = bind(fd, (struct sockaddr *)&sin, sizeof(sin)) == 0;
+	close(fd);
+	return local;
+}
+
 static void set_common_options(int fd)
 {
 	int one = 1, size = SOCKET_BUFFER;
@@ -58,16 +96,17 @@ int kvc_net_set_timeout(int fd, int timeout_ms)
 
 int kvc_net_listen(const char *address)
 {
-	struct sockaddr_in sin;
-	int rc = parse_address(address, &sin);
+	struct sockaddr_storage sin;
+	socklen_t sin_len;
+	int rc = parse_any(address, &sin, &sin_len);
 	if (rc < 0)
 		return rc;
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int fd = socket(sin.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
 	int one = 1;
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(fd, (struct sockaddr *)&sin, sizeof(sin)) < 0 || listen(fd, 512) < 0) {
+	if (bind(fd, (struct sockaddr *)&sin, sin_len) < 0 || listen(fd, 512) < 0) {
 		rc = -errno;
 		close(fd);
 		return rc;
@@ -103,15 +142,16 @@ static int wait_connected(int fd, int timeout_ms)
 
 int kvc_net_connect(const char *address, int timeout_ms, int io_timeout_ms)
 {
-	struct sockaddr_in sin;
-	int rc = parse_address(address, &sin);
+	struct sockaddr_storage sin;
+	socklen_t sin_len;
+	int rc = parse_any(address, &sin, &sin_len);
 	if (rc < 0)
 		return rc;
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	int fd = socket(sin.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return -errno;
 	set_common_options(fd);
-	if (connect(fd, (struct sockaddr *)&sin, sizeof(sin)) < 0) {
+	if (connect(fd, (struct sockaddr *)&sin, sin_len) < 0) {
 		rc = errno == EINPROGRESS ? wait_connected(fd, timeout_ms) : -errno;
 		if (rc < 0)
 			goto fail;

@@ -2,14 +2,21 @@
  * net: TCP sockets for kvcfs RPC. Every socket it makes has TCP_NODELAY,
  * large buffers and a send/receive timeout, so no RPC can block forever on
  * a peer that stopped answering. Addresses are "host:port" (IPv4 or a name
- * that resolves to one).
+ * that resolves to one), or "@name": an abstract Unix socket (same host
+ * and network namespace; TCP options do not apply and are not set).
  */
 #ifndef KVC_NET_H
 #define KVC_NET_H
 
 #include <stdint.h>
 
+#include <stdbool.h>
+
 #define KVC_NET_ADDRESS_MAX 128
+
+/* Whether "host:port" names this host: a loopback address, or one that
+ * an interface of this network namespace has (it can be bound). */
+bool kvc_net_address_is_local(const char *address);
 
 /* Listen on "host:port" (port 0: any free port). Returns the fd or -errno. */
 int kvc_net_listen(const char *address);

@@ -37,6 +37,8 @@ static int io_error(void)
 	return -errno;
 }
 
+static int send_vectors(int fd, struct iovec *vec, int count);
+
 int kvc_wire_send(int fd, const struct kvc_wire_header *h, const void *body,
                   const struct iovec *data, int data_count)
 {
@@ -51,7 +53,30 @@ int kvc_wire_send(int fd, const struct kvc_wire_header *h, const void *body,
 	for (int i = 0; i < data_count; i++)
 		if (data[i].iov_len)
 			vec[count++] = data[i];
+	return send_vectors(fd, vec, count);
+}
 
+int kvc_wire_send_parts(int fd, const struct kvc_wire_header *h, const struct iovec *parts,
+                        int part_count)
+{
+	struct iovec vec[1 + KVC_WIRE_MAX_PIECES];
+	uint64_t total = 0;
+	int count = 0;
+	if (part_count < 0 || part_count > KVC_WIRE_MAX_PIECES)
+		return -EINVAL;
+	vec[count++] = (struct iovec){(void *)h, sizeof(*h)};
+	for (int i = 0; i < part_count; i++) {
+		total += parts[i].iov_len;
+		if (parts[i].iov_len)
+			vec[count++] = parts[i];
+	}
+	if (total != h->body_len + h->data_len)
+		return -EINVAL;
+	return send_vectors(fd, vec, count);
+}
+
+static int send_vectors(int fd, struct iovec *vec, int count)
+{
 	struct iovec *cur = vec;
 	while (count > 0) {
 		/* At most IOV_MAX vectors a call: a reply of 1,024 pieces has
@@ -352,6 +377,11 @@ const char *kvc_wire_type_name(uint16_t type)
 	case KVC_MSG_CHUNK_LIST: return "chunk_list";
 	case KVC_MSG_CHUNK_RESYNC: return "chunk_resync";
 	case KVC_MSG_CHUNK_RESYNC_STATUS: return "chunk_resync_status";
+	case KVC_MSG_PLACE_HELLO: return "place_hello";
+	case KVC_MSG_PLACE_REGISTER: return "place_register";
+	case KVC_MSG_PLACE_UNREGISTER: return "place_unregister";
+	case KVC_MSG_PLACE_READ: return "place_read";
+	case KVC_MSG_PLACE_WRITE: return "place_write";
 	case KVC_MSG_IOV_REGISTER: return "iov_register";
 	case KVC_MSG_IOV_DEREGISTER: return "iov_deregister";
 	case KVC_MSG_FD_REGISTER: return "fd_register";

@@ -83,6 +83,12 @@
  *      admitted), MGMT_ADD_HOST (116: kvc-admin admits it) and
  *      MGMT_HOSTS (117: admitted and pending hosts, heartbeat ages, spare
  *      targets).
+ *   8  same-host placement (a storage server on kvc-fuse's host moves
+ *      chunk bytes straight between its chunks and the client's
+ *      registered shared memory; src/client/transport.h): PLACE_HELLO
+ *      (75, host identity), PLACE_REGISTER (76, memory passed as an fd),
+ *      PLACE_UNREGISTER (77), PLACE_READ (78) and PLACE_WRITE (79) on
+ *      kvc-storage's abstract Unix socket "kvc-place:<address>".
  */
 #ifndef KVC_WIRE_H
 #define KVC_WIRE_H
@@ -96,7 +102,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "kvcfs wire structs are little-endian in memory");
 
 #define KVC_WIRE_MAGIC 0x3143564bu /* "KVC1" */
-#define KVC_WIRE_VERSION 7
+#define KVC_WIRE_VERSION 8
 #define KVC_WIRE_MAX_BODY (1u << 20)
 #define KVC_WIRE_MAX_DATA (64u << 20)
 #define KVC_WIRE_MAX_NAME 255
@@ -183,6 +189,12 @@ enum kvc_wire_type {
 	KVC_MSG_CHUNK_LIST = 72,
 	KVC_MSG_CHUNK_RESYNC = 73,
 	KVC_MSG_CHUNK_RESYNC_STATUS = 74,
+	/* same-host placement (kvc-storage's local Unix socket) */
+	KVC_MSG_PLACE_HELLO = 75,
+	KVC_MSG_PLACE_REGISTER = 76,
+	KVC_MSG_PLACE_UNREGISTER = 77,
+	KVC_MSG_PLACE_READ = 78,
+	KVC_MSG_PLACE_WRITE = 79,
 	/* USRBIO control (kvc-fuse's local socket) */
 	KVC_MSG_IOV_REGISTER = 96,
 	KVC_MSG_IOV_DEREGISTER = 97,
@@ -551,6 +563,59 @@ struct kvc_msg_piece_result {
 	                   -ESTALE: not a member of that chain version) */
 	uint32_t length; /* bytes present in the data section */
 };
+
+/* Same-host placement (kvc-storage's local Unix socket, see
+ * src/client/transport.h). PLACE_HELLO: empty; reply
+ * kvc_msg_place_hello_reply (the server's host identity: the client
+ * places only when it equals its own). */
+#define KVC_PLACE_HOST_ID 32
+struct kvc_msg_place_hello_reply {
+	uint8_t host_id[KVC_PLACE_HOST_ID]; /* sha256(machine-id, boot id) */
+	uint32_t max_pieces;                /* KVC_WIRE_MAX_PIECES */
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct kvc_msg_place_hello_reply) == 40, "");
+
+/* PLACE_REGISTER: one fd rides along (shared memory of tmpfs or
+ * hugetlbfs); the region is its bytes [file_offset, file_offset + size),
+ * known as `region` to the registering process (its SO_PEERCRED pid) for
+ * as long as the registering connection stays open. Reply empty.
+ * PLACE_UNREGISTER: kvc_msg_place_region; reply empty. */
+struct kvc_msg_place_register {
+	uint64_t region;
+	uint64_t size;
+	uint64_t file_offset;
+};
+_Static_assert(sizeof(struct kvc_msg_place_register) == 24, "");
+struct kvc_msg_place_region {
+	uint64_t region;
+};
+_Static_assert(sizeof(struct kvc_msg_place_region) == 8, "");
+
+/* PLACE_READ: kvc_msg_place_read, count pieces (as CHUNK_READ's), then
+ * count u64 region offsets: piece i's bytes go to [offset_i, offset_i +
+ * piece length) of the region. Reply: count kvc_msg_piece_result, no data
+ * section (the bytes are in the region; past `length` a hole, which the
+ * reader fills with zeros). A piece whose region bytes are gone (the
+ * memory shrank) is -EFAULT. */
+struct kvc_msg_place_read {
+	uint64_t region;
+	uint32_t count;
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct kvc_msg_place_read) == 16, "");
+
+/* PLACE_WRITE: a CHUNK_WRITE whose `length` bytes are taken from
+ * [region_offset, region_offset + length) of the region instead of a
+ * data section. Reply: kvc_msg_chunk_write_reply. */
+struct kvc_msg_place_write {
+	struct kvc_msg_chunk_write write;
+	uint64_t region;
+	uint64_t region_offset;
+	uint32_t length;
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct kvc_msg_place_write) == 64, "");
 
 /* CHUNK_REMOVE: all chunks of inode on target, a member of chain at
  * chain_version (range operations carry them as writes do: a request
@@ -1000,6 +1065,11 @@ int kvc_wire_recv(int fd, struct kvc_wire_header *h, void *body_buf,
                   size_t body_cap);
 
 /* As kvc_wire_send, with fds passed as SCM_RIGHTS (Unix sockets only). */
+/* Send a frame whose body and data are the parts, in order (their
+ * lengths must add up to body_len + data_len). Returns as kvc_wire_send. */
+int kvc_wire_send_parts(int fd, const struct kvc_wire_header *h, const struct iovec *parts,
+                        int part_count);
+
 int kvc_wire_send_fds(int fd, const struct kvc_wire_header *h, const void *body,
                       const int *fds, int fd_count);
 

@@ -55,6 +55,13 @@ static pthread_mutex_t abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void abandon(struct kvc_chunk_ring *ring, struct kvc_chunk_read *r)
 {
+	if (r->placed) { /* place is the caller's memory: keep only the edges */
+		r->buffer = r->edge;
+		r->edge = NULL;
+		r->placed = false;
+		if (!r->buffer)
+			return;
+	}
 	struct abandoned *a = malloc(sizeof(*a));
 	ring->abandoned_bytes += r->aligned_length;
 	if (a) { /* else it is merely unreachable, which is just as safe */
@@ -94,6 +101,36 @@ static void ring_rebuild(struct kvc_chunk_ring *ring)
 		kvc_log_error("cannot set up a new io_uring: %s", strerror(-rc));
 }
 
+/* Same-host placement (chunk_store.h `place`): the piece's whole blocks
+ * straight into place, the partial blocks at its edges into `edge`. False
+ * when it covers no whole block (then it all goes through a buffer). */
+static bool place_split(struct kvc_chunk_read *r)
+{
+	uint64_t start = r->aligned_start, end = start + r->aligned_length;
+	uint64_t want_end = (uint64_t)r->offset + r->present; /* <= end */
+	uint64_t mid_start = r->offset == start ? start : start + KVC_CHUNK_BLOCK;
+	uint64_t mid_end = want_end == end ? end : want_end / KVC_CHUNK_BLOCK * KVC_CHUNK_BLOCK;
+	if (mid_start >= mid_end)
+		return false;
+	r->head_length = (uint32_t)(mid_start - start);
+	r->tail_length = (uint32_t)(end - mid_end);
+	r->tail_copy = (uint32_t)(want_end - mid_end);
+	r->tail_offset = (uint32_t)(mid_end - r->offset);
+	r->mid_offset = (uint32_t)(mid_start - r->offset);
+	r->mid_length = (uint32_t)(mid_end - mid_start);
+	r->mid_block = (uint32_t)(mid_start / KVC_CHUNK_BLOCK) - r->first_block;
+	r->edge = r->head_length + r->tail_length ? malloc(r->head_length + r->tail_length) : NULL;
+	r->buffer = r->place;
+	r->placed = true;
+	r->vec_count = 0;
+	if (r->head_length)
+		r->vec[r->vec_count++] = (struct iovec){r->edge, r->head_length};
+	r->vec[r->vec_count++] = (struct iovec){r->place + r->mid_offset, r->mid_length};
+	if (r->tail_length)
+		r->vec[r->vec_count++] = (struct iovec){r->edge + r->head_length, r->tail_length};
+	return true;
+}
+
 /* Give the piece a buffer for its aligned blocks. The file must hold them:
  * a read short of them means the file lost bytes its record vouches for. */
 static int open_blocks(struct kvc_chunk_read *r)
@@ -109,7 +146,11 @@ static int open_blocks(struct kvc_chunk_read *r)
 		              r->inode, r->chunk, r->store->path);
 		return -EIO;
 	}
+	if (r->place && place_split(r))
+		return r->edge || !(r->head_length | r->tail_length) ? 0 : -ENOMEM;
 	r->buffer = malloc(r->aligned_length);
+	r->vec[0] = (struct iovec){r->buffer, r->aligned_length};
+	r->vec_count = 1;
 	return r->buffer ? 0 : -ENOMEM;
 }
 
@@ -177,7 +218,7 @@ static int read_begin(struct kvc_chunk_read *r, struct kvc_chunk_ring *ring)
 	if (r->status < 0)
 		goto out;
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&ring->ring); /* space checked above */
-	io_uring_prep_read(sqe, r->fd, r->buffer, r->aligned_length, r->aligned_start);
+	io_uring_prep_readv(sqe, r->fd, r->vec, (unsigned)r->vec_count, r->aligned_start);
 	io_uring_sqe_set_data(sqe, r);
 	r->io_result = -EINPROGRESS;
 	r->queued = true;
@@ -274,8 +315,26 @@ static int run_round(struct kvc_chunk_ring *ring, struct kvc_chunk_read *reads, 
 static void read_verify(struct kvc_chunk_read *r)
 {
 	if (!r->buffer || r->io_result != (int)r->aligned_length) {
-		r->status = r->io_result < 0 ? r->io_result : -EIO;
+		/* Placed: a short read stopped at client memory that is gone. */
+		r->status = r->io_result < 0 ? r->io_result : r->placed ? -EFAULT : -EIO;
 		r->present = 0;
+		return;
+	}
+	if (r->placed) {
+		/* The edges are ours: check them here; the whole blocks are in
+		 * the caller's memory, which checks them. */
+		uint32_t last = (r->aligned_length - 1) / KVC_CHUNK_BLOCK;
+		if ((r->head_length &&
+		     kvc_crc32c(0, r->edge, r->head_length) != r->block_crcs[0]) ||
+		    (r->tail_length && kvc_crc32c(0, r->edge + r->head_length, r->tail_length) !=
+		                               r->block_crcs[last])) {
+			kvc_log_error("crc mismatch: inode %" PRIu64 " chunk %u (an edge block) of %s",
+			              r->inode, r->chunk, r->store->path);
+			r->status = -EIO;
+			r->present = 0;
+			return;
+		}
+		r->data = NULL;
 		return;
 	}
 	for (uint32_t pos = 0; pos < r->aligned_length; pos += KVC_CHUNK_BLOCK) {
@@ -303,7 +362,7 @@ int kvc_chunk_store_read_batch(struct kvc_chunk_store **stores, struct kvc_chunk
 		struct kvc_chunk_read *r = &reads[i];
 		*r = (struct kvc_chunk_read){.inode = r->inode, .chunk = r->chunk,
 		                             .offset = r->offset, .length = r->length,
-		                             .store = stores[i], .fd = -1};
+		                             .place = r->place, .store = stores[i], .fd = -1};
 	}
 	int round_start = 0;
 	for (int i = 0; i < count; i++) {
@@ -330,7 +389,11 @@ void kvc_chunk_store_read_release(struct kvc_chunk_read *reads, int count)
 {
 	for (int i = 0; i < count; i++) {
 		struct kvc_chunk_read *r = &reads[i];
-		free(r->buffer);
+		if (!r->placed)
+			free(r->buffer);
+		free(r->edge);
+		r->edge = NULL;
+		r->placed = false;
 		if (r->fd >= 0)
 			close(r->fd);
 		free(r->block_crcs);

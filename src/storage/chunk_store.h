@@ -120,6 +120,7 @@
 #include <liburing.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "core/reserve.h"
 
@@ -148,15 +149,28 @@ struct kvc_chunk_read {
 	uint32_t chunk;
 	uint32_t offset;
 	uint32_t length;
+	/* in, optional: where the piece's bytes go (same-host placement:
+	 * client memory). When the piece covers at least one whole block, its
+	 * whole blocks are read straight there (one vectored read: a kernel
+	 * copy, memory gone is -EFAULT) and `placed` is set; the partial
+	 * blocks at its edges are read into `edge` and checked here. The
+	 * placed blocks' crcs are NOT checked here (client memory): the caller
+	 * checks place[mid_offset, + mid_length) against
+	 * block_crcs[mid_block..] under its guard and copies the edges' parts
+	 * (head: edge[offset - aligned_start, head_length) to place[0..];
+	 * tail: edge[head_length, + tail_copy) to place[tail_offset..]), all
+	 * before kvc_chunk_store_read_release. */
+	uint8_t *place;
 	/* out: status 0 or -errno (-EIO on crc mismatch or a failed ring);
 	 * `present` bytes at `data`, the rest of length is a hole */
 	int status;
 	uint32_t present;
 	const uint8_t *data;
+	bool placed;
 	/* private */
 	struct kvc_chunk_store *store;
 	int fd;
-	uint8_t *buffer; /* the aligned blocks, read from the chunk file */
+	uint8_t *buffer; /* the aligned blocks, read from the chunk file (placed: = place) */
 	int io_result;
 	uint64_t aligned_start;
 	uint32_t aligned_length;
@@ -166,6 +180,17 @@ struct kvc_chunk_read {
 	bool locked;
 	bool queued;    /* its read is on the ring's submission queue */
 	bool in_flight; /* submitted, completion not reaped yet */
+	/* placed (see place): */
+	uint8_t *edge;          /* the edge blocks (head then tail), or NULL */
+	uint32_t head_length;   /* bytes of the head block in edge (0: none) */
+	uint32_t tail_length;   /* bytes of the tail block in edge (0: none) */
+	uint32_t tail_copy;     /* of those, the piece's */
+	uint32_t tail_offset;   /* where they go in place */
+	uint32_t mid_offset;    /* the whole blocks in place */
+	uint32_t mid_length;
+	uint32_t mid_block;     /* their first crc's index in block_crcs */
+	struct iovec vec[3];
+	int vec_count;
 };
 
 /* The io_uring one server thread reads through. ops is a seam for tests

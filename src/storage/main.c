@@ -10,6 +10,8 @@
  * it, which gives its targets their ids; then it serves.
  */
 #include <errno.h>
+#include <malloc.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +44,42 @@ static void stop_service(void *arg)
 		kvc_chunk_store_sync(svc->stores[i]);
 }
 
+static void *place_main(void *arg)
+{
+	struct kvc_server *server = arg;
+	int rc = kvc_server_run(server);
+	kvc_log_error("placement socket: accept failed: %s", strerror(-rc));
+	return NULL;
+}
+
+/* Same-host placement (place.h): the same service on the abstract Unix
+ * socket "kvc-place:<address>", served on a thread of its own. */
+static int start_placement(struct kvc_storage_service *svc, const struct kvc_auth_keys *keys,
+                           const struct kvc_config *config, const char *address)
+{
+	static struct kvc_place_table table;
+	static struct kvc_server server;
+	char name[KVC_NET_ADDRESS_MAX + 16];
+	snprintf(name, sizeof(name), "@kvc-place:%s", address);
+	int rc = kvc_place_init(&table);
+	int fd = rc == 0 ? kvc_net_listen(name) : rc;
+	if (fd < 0)
+		return fd;
+	svc->place = &table;
+	server = (struct kvc_server){.listen_fd = fd, .auth = keys,
+	                             .handle = kvc_storage_service_handle,
+	                             .cleanup = kvc_storage_service_cleanup,
+	                             .service = svc, .name = "kvc-storage placement"};
+	kvc_server_configure(&server, config);
+	pthread_t thread;
+	rc = pthread_create(&thread, NULL, place_main, &server);
+	if (rc)
+		return -rc;
+	pthread_detach(thread);
+	kvc_log_info("placement on unix socket %s", name);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option options[] = {{"config", required_argument, 0, 'c'},
@@ -69,6 +107,11 @@ int main(int argc, char **argv)
 	if (optind < argc)
 		return kvc_cli_fail(&cli, "unexpected argument '%s'", argv[optind]);
 	kvc_log_setup("kvc-storage", level);
+	/* Chunk reads take a buffer per piece (up to a chunk, 16 MiB): keep
+	 * them on the heap, not a fresh mmap (and its page faults and page
+	 * clearing) each time. */
+	mallopt(M_MMAP_THRESHOLD, 64 << 20);
+	mallopt(M_TRIM_THRESHOLD, 256 << 20);
 
 	static struct kvc_config config;
 	if (kvc_config_load_reported("kvc-storage", config_path, &config) < 0 ||
@@ -179,6 +222,11 @@ int main(int argc, char **argv)
 	                             .cleanup = kvc_storage_service_cleanup,
 	                             .service = &svc, .name = "kvc-storage"};
 	kvc_server_configure(&server, &config);
+	rc = config.transport_tcp_only ? 0 : start_placement(&svc, &keys, &config, me->address);
+	if (rc < 0) {
+		fprintf(stderr, "kvc-storage: cannot serve placement: %s\n", strerror(-rc));
+		return 1;
+	}
 	rc = me->metrics[0] ? kvc_storage_metrics_start(&svc, &server, me->metrics) : 0;
 	if (rc < 0) {
 		fprintf(stderr, "kvc-storage: cannot serve metrics on %s: %s\n", me->metrics,

@@ -2,10 +2,13 @@
 #include "storage/service.h"
 
 #include <errno.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/chains.h"
+#include "core/host_id.h"
 #include "core/layout.h"
 #include "core/log.h"
 
@@ -21,6 +24,9 @@ struct conn_state {
 	bool tails[KVC_WIRE_MAX_PIECES];      /* the piece's target is its chain's tail */
 	struct kvc_msg_piece_result results[KVC_WIRE_MAX_PIECES];
 	struct iovec data[KVC_WIRE_MAX_PIECES];
+	/* Placement (Unix socket only): the peer process, once checked. */
+	int peer; /* 0: not checked yet; 1: a local daemon; -errno: refused */
+	pid_t peer_pid;
 };
 
 static struct conn_state *state_of(struct kvc_server_conn *conn)
@@ -41,9 +47,11 @@ static struct conn_state *state_of(struct kvc_server_conn *conn)
 void kvc_storage_service_cleanup(void *service, struct kvc_server_conn *conn)
 {
 	struct conn_state *state = conn->service_state;
-	(void)service;
+	struct kvc_storage_service *svc = service;
 	if (!state)
 		return;
+	if (svc->place && state->peer == 1)
+		kvc_place_drop_owner(svc->place, conn);
 	kvc_chunk_ring_exit(&state->ring);
 	free(state->buffer);
 	free(state);
@@ -139,13 +147,11 @@ static const struct kvc_chain *chain_of(const struct kvc_storage_service *svc, u
  * while it writes, so a resync or a repair here (which hold the chunk
  * across their copy) copies the chunk before or after the write, never
  * across it. A single-copy target holds nothing. */
-static int chain_write(struct request *r, struct kvc_chunk_store *store,
-                       const struct kvc_chain *chain, int pos,
-                       struct kvc_msg_chunk_write_reply *out)
+static int chain_write(struct request *r, const struct kvc_msg_chunk_write *m,
+                       struct kvc_chunk_store *store, const struct kvc_chain *chain, int pos,
+                       uint32_t len, struct kvc_msg_chunk_write_reply *out)
 {
-	const struct kvc_msg_chunk_write *m = r->msg;
 	struct kvc_storage_service *svc = r->svc;
-	uint32_t len = (uint32_t)r->h->data_len;
 	bool tail = (uint32_t)pos + 1 >= chain->count;
 	bool hold = chain->count > 1 ||
 	            atomic_load(&svc->resync[m->target - svc->first_target].syncing);
@@ -172,37 +178,47 @@ static int chain_write(struct request *r, struct kvc_chunk_store *store,
 	return status;
 }
 
+/* Check a write of len bytes; returns 0 with its chain, or -errno. */
+static int write_check(struct request *r, const struct kvc_msg_chunk_write *m, uint64_t len,
+                       struct kvc_chain *copy, const struct kvc_chain **chain, int *pos)
+{
+	struct kvc_chunk_store *store = store_of(r->svc, m->target);
+	int status = 0;
+	if (!store)
+		status = -ENXIO;
+	else if (!chunk_size_valid(m->chunk_size) || len == 0 || m->offset > m->chunk_size ||
+	         len > m->chunk_size - m->offset || (m->flags & ~KVC_CHUNK_FORWARDED) ||
+	         m->reserved)
+		status = -EINVAL;
+	else
+		*chain = chain_of(r->svc, m->chain, m->chain_version, m->target, copy, pos, &status);
+	/* A client writes to the head; only a member passes a write on. */
+	if (status == 0 && (*pos == 0) == ((m->flags & KVC_CHUNK_FORWARDED) != 0))
+		status = *pos == 0 ? -EINVAL : -ESTALE;
+	/* Too few copies left: refuse rather than keep fewer than promised. */
+	if (status == 0 && *pos == 0 && (*chain)->count < r->svc->min_write_replicas)
+		status = -EROFS;
+	if (status == 0)
+		status = ensure_buffer(r->state, len);
+	return status;
+}
+
 static int h_write(struct request *r)
 {
 	const struct kvc_msg_chunk_write *m = r->msg;
 	const struct kvc_wire_header *h = r->h;
-	struct kvc_chunk_store *store = store_of(r->svc, m->target);
-	int status = 0, pos = 0;
+	int pos = 0;
 	struct kvc_chain copy;
 	const struct kvc_chain *chain = NULL;
-	if (!store)
-		status = -ENXIO;
-	else if (!chunk_size_valid(m->chunk_size) || h->data_len == 0 ||
-	         m->offset > m->chunk_size || h->data_len > m->chunk_size - m->offset ||
-	         (m->flags & ~KVC_CHUNK_FORWARDED) || m->reserved)
-		status = -EINVAL;
-	else
-		chain = chain_of(r->svc, m->chain, m->chain_version, m->target, &copy, &pos, &status);
-	/* A client writes to the head; only a member passes a write on. */
-	if (status == 0 && (pos == 0) == ((m->flags & KVC_CHUNK_FORWARDED) != 0))
-		status = pos == 0 ? -EINVAL : -ESTALE;
-	/* Too few copies left: refuse rather than keep fewer than promised. */
-	if (status == 0 && pos == 0 && chain->count < r->svc->min_write_replicas)
-		status = -EROFS;
-	if (status == 0)
-		status = ensure_buffer(r->state, h->data_len);
+	int status = write_check(r, m, h->data_len, &copy, &chain, &pos);
 	if (status < 0)
 		return refuse(r->conn, h, status);
 	int rc = kvc_wire_recv_exact(r->conn->fd, r->state->buffer, h->data_len);
 	if (rc < 0)
 		return rc;
 	struct kvc_msg_chunk_write_reply out = {0};
-	status = chain_write(r, store, chain, pos, &out);
+	status = chain_write(r, m, store_of(r->svc, m->target), chain, pos, (uint32_t)h->data_len,
+	                     &out);
 	return reply(r, status, &out, sizeof(out));
 }
 
@@ -236,24 +252,16 @@ static int check_pieces(struct kvc_storage_service *svc, struct conn_state *stat
 	return total > KVC_WIRE_MAX_DATA ? -EMSGSIZE : 0;
 }
 
-/* The pieces are read into buffers with no chunk lock held after
- * kvc_chunk_store_read_batch: the send below blocks nobody but this
- * connection. */
-static int h_read(struct request *r)
+/* Read the checked pieces into buffers and settle each one's result
+ * (state->results, state->data). Returns the bytes present. The caller
+ * releases state->reads. */
+static uint64_t read_pieces(struct request *r, const struct kvc_msg_piece *pieces,
+                            uint32_t count)
 {
-	const struct kvc_msg_chunk_read *m = r->msg;
 	struct conn_state *state = r->state;
-	if (m->count == 0 || m->count > KVC_WIRE_MAX_PIECES)
-		return reply(r, -EINVAL, NULL, 0);
-	const struct kvc_msg_piece *pieces = take(r, m->count * (uint32_t)sizeof(*pieces));
-	if (!pieces || !done(r))
-		return reply(r, -EINVAL, NULL, 0);
-	int rc = check_pieces(r->svc, state, pieces, m->count);
-	if (rc < 0)
-		return reply(r, rc, NULL, 0);
-	kvc_chunk_store_read_batch(state->read_stores, &state->ring, state->reads, (int)m->count);
+	kvc_chunk_store_read_batch(state->read_stores, &state->ring, state->reads, (int)count);
 	uint64_t data_len = 0;
-	for (uint32_t i = 0; i < m->count; i++) {
+	for (uint32_t i = 0; i < count; i++) {
 		struct kvc_chunk_read *p = &state->reads[i];
 		/* After the read: a write in flight now may have put bytes the
 		 * chain has not committed into what was read (CRAQ). */
@@ -269,6 +277,25 @@ static int h_read(struct request *r)
 		state->data[i] = (struct iovec){(void *)p->data, present};
 		data_len += present;
 	}
+	return data_len;
+}
+
+/* The pieces are read into buffers with no chunk lock held after
+ * kvc_chunk_store_read_batch: the send below blocks nobody but this
+ * connection. */
+static int h_read(struct request *r)
+{
+	const struct kvc_msg_chunk_read *m = r->msg;
+	struct conn_state *state = r->state;
+	if (m->count == 0 || m->count > KVC_WIRE_MAX_PIECES)
+		return reply(r, -EINVAL, NULL, 0);
+	const struct kvc_msg_piece *pieces = take(r, m->count * (uint32_t)sizeof(*pieces));
+	if (!pieces || !done(r))
+		return reply(r, -EINVAL, NULL, 0);
+	int rc = check_pieces(r->svc, state, pieces, m->count);
+	if (rc < 0)
+		return reply(r, rc, NULL, 0);
+	uint64_t data_len = read_pieces(r, pieces, m->count);
 	struct kvc_wire_header out;
 	kvc_wire_header_init(&out, r->h->type, r->h->request_id, 0,
 	                     m->count * (uint32_t)sizeof(state->results[0]), data_len);
@@ -438,6 +465,195 @@ static int h_sync(struct request *r)
 	return reply(r, rc, NULL, 0);
 }
 
+/* Placement (place.h): only on the Unix socket, from a process of this
+ * server's uid or root (SO_PEERCRED), which the handshake proved holds
+ * the cluster secret. Returns 0 or -EACCES / -EOPNOTSUPP. */
+static int place_peer(struct request *r)
+{
+	struct conn_state *state = r->state;
+	if (state->peer == 0) {
+		struct ucred cred;
+		int domain = 0;
+		socklen_t len = sizeof(domain);
+		/* SO_PEERCRED answers on TCP too (no one's credentials): ask the
+		 * socket's domain first. */
+		if (!r->svc->place || getsockopt(r->conn->fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) < 0 ||
+		    domain != AF_UNIX)
+			state->peer = -EOPNOTSUPP;
+		else if ((len = sizeof(cred)),
+		         getsockopt(r->conn->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
+		                 len != sizeof(cred))
+			state->peer = -EOPNOTSUPP;
+		else if (cred.uid != 0 && cred.uid != geteuid())
+			state->peer = -EACCES;
+		else {
+			state->peer = 1;
+			state->peer_pid = cred.pid;
+		}
+	}
+	return state->peer < 0 ? state->peer : 0;
+}
+
+static int h_place_hello(struct request *r)
+{
+	struct kvc_msg_place_hello_reply out = {.max_pieces = KVC_WIRE_MAX_PIECES};
+	int rc = place_peer(r);
+	if (rc == 0)
+		rc = kvc_host_id(out.host_id);
+	return reply(r, rc, &out, sizeof(out));
+}
+
+static int h_place_register(struct request *r)
+{
+	const struct kvc_msg_place_register *m = r->msg;
+	int rc = place_peer(r);
+	if (rc == 0 && (r->conn->passed_fd_count != 1 || r->conn->passed_fds[0] < 0))
+		rc = -EINVAL;
+	if (rc == 0) {
+		int fd = r->conn->passed_fds[0];
+		r->conn->passed_fds[0] = -1; /* taken */
+		rc = kvc_place_register(r->svc->place, r->conn, r->state->peer_pid, fd, m);
+	}
+	return reply(r, rc, NULL, 0);
+}
+
+static int h_place_unregister(struct request *r)
+{
+	const struct kvc_msg_place_region *m = r->msg;
+	int rc = place_peer(r);
+	if (rc == 0)
+		rc = kvc_place_unregister(r->svc->place, r->conn, r->state->peer_pid, m->region);
+	return reply(r, rc, NULL, 0);
+}
+
+/* A placed piece (chunk_store.h `place`): check its whole blocks in the
+ * region, then copy the parts of its edge blocks there. Returns 0, -EIO
+ * (a crc in the region) or -EFAULT. */
+static int place_settle(struct kvc_place_region *region, uint64_t offset,
+                        const struct kvc_chunk_read *p)
+{
+	int rc = kvc_place_check_blocks(p->buffer + p->mid_offset, p->mid_length, KVC_CHUNK_BLOCK,
+	                                p->block_crcs + p->mid_block);
+	uint32_t skip = (uint32_t)(p->offset - p->aligned_start);
+	if (rc == 0 && p->head_length)
+		rc = kvc_place_copy_out(region, offset, p->edge + skip, p->head_length - skip);
+	if (rc == 0 && p->tail_copy)
+		rc = kvc_place_copy_out(region, offset + p->tail_offset, p->edge + p->head_length,
+		                        p->tail_copy);
+	return rc;
+}
+
+/* A piece placed in client memory failed its crc there: the chunk's
+ * copy is bad, or the client changed its memory meanwhile. Read it again
+ * into a buffer of ours: -EIO there is the copy's (queued for repair, as
+ * CHUNK_READ would), else its checked bytes are copied into the region
+ * (*res updated). Returns 0 or -errno. */
+static int place_read_again(struct request *r, const struct kvc_msg_piece *piece,
+                            struct kvc_place_region *region, uint64_t offset,
+                            struct kvc_msg_piece_result *res)
+{
+	struct kvc_chunk_read one = {.inode = piece->inode, .chunk = piece->chunk,
+	                             .offset = piece->offset, .length = piece->length};
+	struct kvc_chunk_store *store = store_of(r->svc, piece->target);
+	kvc_chunk_store_read_batch(&store, &r->state->ring, &one, 1);
+	int status = one.status;
+	if (status == -EIO && r->svc->peers)
+		kvc_repair_queue(r->svc, piece->target, piece->inode, piece->chunk); /* a bad copy */
+	if (status == 0)
+		status = kvc_place_copy_out(region, offset, one.data, one.present);
+	if (status == 0)
+		*res = (struct kvc_msg_piece_result){0, one.present};
+	kvc_chunk_store_read_release(&one, 1);
+	return status;
+}
+
+/* As CHUNK_READ, but each piece's bytes are copied into the region
+ * (crcs checked in the server's buffers first, as for a send). */
+static int h_place_read(struct request *r)
+{
+	const struct kvc_msg_place_read *m = r->msg;
+	struct conn_state *state = r->state;
+	int rc = place_peer(r);
+	if (rc == 0 && (m->count == 0 || m->count > KVC_WIRE_MAX_PIECES || m->reserved))
+		rc = -EINVAL;
+	const struct kvc_msg_piece *pieces =
+	        rc == 0 ? take(r, m->count * (uint32_t)sizeof(*pieces)) : NULL;
+	const uint64_t *offsets = pieces ? take(r, m->count * (uint32_t)sizeof(*offsets)) : NULL;
+	if (rc == 0 && (!offsets || !done(r)))
+		rc = -EINVAL;
+	struct kvc_place_region *region =
+	        rc == 0 ? kvc_place_get(r->svc->place, state->peer_pid, m->region) : NULL;
+	if (rc == 0 && !region)
+		rc = -ENOENT;
+	for (uint32_t i = 0; rc == 0 && i < m->count; i++)
+		if (!kvc_place_fits(region, offsets[i], pieces[i].length))
+			rc = -EINVAL;
+	if (rc == 0)
+		rc = check_pieces(r->svc, state, pieces, m->count);
+	if (rc < 0) {
+		kvc_place_put(r->svc->place, region);
+		return reply(r, rc, NULL, 0);
+	}
+	/* Whole blocks go straight from the chunk file into the region. */
+	for (uint32_t i = 0; i < m->count; i++)
+		state->reads[i].place = kvc_place_at(region, offsets[i]);
+	uint64_t bytes = read_pieces(r, pieces, m->count);
+	for (uint32_t i = 0; i < m->count; i++) {
+		struct kvc_msg_piece_result *res = &state->results[i];
+		struct kvc_chunk_read *p = &state->reads[i];
+		if (res->status != 0)
+			continue;
+		int status = p->placed ? place_settle(region, offsets[i], p)
+		                       : kvc_place_copy_out(region, offsets[i],
+		                                            state->data[i].iov_base, res->length);
+		if (status == -EIO)
+			status = place_read_again(r, &pieces[i], region, offsets[i], res);
+		if (status < 0) {
+			*res = (struct kvc_msg_piece_result){status, 0};
+			if (status == -EFAULT)
+				atomic_fetch_add(&r->svc->place->faults, 1);
+		}
+	}
+	kvc_chunk_store_read_release(state->reads, (int)m->count);
+	kvc_place_put(r->svc->place, region);
+	atomic_fetch_add(&r->svc->place->read_ops, 1);
+	atomic_fetch_add(&r->svc->place->read_bytes, bytes);
+	return reply(r, 0, state->results, m->count * (uint32_t)sizeof(state->results[0]));
+}
+
+/* As CHUNK_WRITE, with the bytes copied out of the region into this
+ * connection's buffer first (place.h: what is stored and forwarded is
+ * what was copied). */
+static int h_place_write(struct request *r)
+{
+	const struct kvc_msg_place_write *m = r->msg;
+	int pos = 0;
+	struct kvc_chain copy;
+	const struct kvc_chain *chain = NULL;
+	struct kvc_place_region *region = NULL;
+	int rc = place_peer(r);
+	if (rc == 0 && m->reserved)
+		rc = -EINVAL;
+	if (rc == 0)
+		rc = write_check(r, &m->write, m->length, &copy, &chain, &pos);
+	if (rc == 0 && !(region = kvc_place_get(r->svc->place, r->state->peer_pid, m->region)))
+		rc = -ENOENT;
+	if (rc == 0)
+		rc = kvc_place_copy_in(region, m->region_offset, r->state->buffer, m->length);
+	kvc_place_put(r->svc->place, region);
+	if (rc == -EFAULT)
+		atomic_fetch_add(&r->svc->place->faults, 1);
+	struct kvc_msg_chunk_write_reply out = {0};
+	if (rc == 0)
+		rc = chain_write(r, &m->write, store_of(r->svc, m->write.target), chain, pos,
+		                 m->length, &out);
+	if (rc == 0) {
+		atomic_fetch_add(&r->svc->place->write_ops, 1);
+		atomic_fetch_add(&r->svc->place->write_bytes, m->length);
+	}
+	return reply(r, rc, &out, sizeof(out));
+}
+
 /* The storage messages: the fixed struct each body starts with, whether
  * the body is exactly that (else the handler takes the rest and checks it
  * ends at the body's end), and whether a data section follows. A type not
@@ -468,6 +684,11 @@ static const struct op ops[] = {
 	[KVC_MSG_CHUNK_RESYNC_STATUS] = EXACT(struct kvc_msg_chunk_target, h_resync_status),
 	[KVC_MSG_SPACE] = EMPTY(h_space),
 	[KVC_MSG_SYNC] = EMPTY(h_sync),
+	[KVC_MSG_PLACE_HELLO] = EMPTY(h_place_hello),
+	[KVC_MSG_PLACE_REGISTER] = EXACT(struct kvc_msg_place_register, h_place_register),
+	[KVC_MSG_PLACE_UNREGISTER] = EXACT(struct kvc_msg_place_region, h_place_unregister),
+	[KVC_MSG_PLACE_READ] = VAR(struct kvc_msg_place_read, h_place_read),
+	[KVC_MSG_PLACE_WRITE] = EXACT(struct kvc_msg_place_write, h_place_write),
 };
 
 int kvc_storage_service_handle(void *service, struct kvc_server_conn *conn,

@@ -35,6 +35,7 @@
 #include "core/server.h"
 #include "storage/chunk_store.h"
 #include "storage/inflight.h"
+#include "storage/place.h"
 #include "storage/repair.h"
 #include "storage/resync.h"
 
@@ -55,6 +56,9 @@ struct kvc_storage_service {
 	 * chunk in the in-flight table even at the tail, its reads answer
 	 * -EAGAIN, and range operations are counted. */
 	struct kvc_resync_state resync[KVC_WIRE_MAX_TARGETS];
+	/* Same-host placement's regions (place.h); NULL: not served (the
+	 * PLACE_* messages are -EOPNOTSUPP). */
+	struct kvc_place_table *place;
 };
 
 int kvc_storage_service_handle(void *service, struct kvc_server_conn *conn,

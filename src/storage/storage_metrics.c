@@ -52,6 +52,7 @@ static struct {
 	struct kvc_storage_service *svc;
 	struct target_series targets[KVC_WIRE_MAX_TARGETS];
 	struct kvc_metrics_counter *space_errors;
+	struct kvc_metrics_counter *place[5]; /* reads, read bytes, writes, write bytes, faults */
 	struct kvc_metrics_counter *repairs[3]; /* queued, repaired, failed */
 } metrics;
 
@@ -67,6 +68,14 @@ static void collect_targets(void *arg)
 	kvc_metrics_counter_set(metrics.repairs[0], atomic_load(&svc->repairs.queued));
 	kvc_metrics_counter_set(metrics.repairs[1], atomic_load(&svc->repairs.repaired));
 	kvc_metrics_counter_set(metrics.repairs[2], atomic_load(&svc->repairs.failed));
+	struct kvc_place_table *place = svc->place;
+	if (place) {
+		kvc_metrics_counter_set(metrics.place[0], atomic_load(&place->read_ops));
+		kvc_metrics_counter_set(metrics.place[1], atomic_load(&place->read_bytes));
+		kvc_metrics_counter_set(metrics.place[2], atomic_load(&place->write_ops));
+		kvc_metrics_counter_set(metrics.place[3], atomic_load(&place->write_bytes));
+		kvc_metrics_counter_set(metrics.place[4], atomic_load(&place->faults));
+	}
 	for (uint32_t i = 0; i < svc->target_count; i++) {
 		struct kvc_chunk_space s;
 		struct target_series *t = &metrics.targets[i];
@@ -136,6 +145,21 @@ static int register_targets(struct kvc_metrics *m, struct kvc_storage_service *s
 		m, "kvc_storage_target_space_errors_total",
 		"Scrapes that could not look at a target's space (its gauges kept their values).",
 		NULL, 0);
+	metrics.place[0] = kvc_metrics_counter(
+		m, "kvc_storage_place_reads_total",
+		"PLACE_READ requests served (same-host placement into client memory).", NULL, 0);
+	metrics.place[1] = kvc_metrics_counter(m, "kvc_storage_place_read_bytes_total",
+	                                       "Bytes placed into client memory.", NULL, 0);
+	metrics.place[2] = kvc_metrics_counter(m, "kvc_storage_place_writes_total",
+	                                       "PLACE_WRITE requests applied.", NULL, 0);
+	metrics.place[3] = kvc_metrics_counter(m, "kvc_storage_place_write_bytes_total",
+	                                       "Bytes taken from client memory.", NULL, 0);
+	metrics.place[4] = kvc_metrics_counter(
+		m, "kvc_storage_place_faults_total",
+		"Placed pieces whose client memory was gone (EFAULT for that piece).", NULL, 0);
+	for (int i = 0; i < 5; i++)
+		if (!metrics.place[i])
+			return -ENOMEM;
 	return metrics.space_errors ? kvc_metrics_collector(m, collect_targets, svc) : -ENOMEM;
 }
 

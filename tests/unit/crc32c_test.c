@@ -20,6 +20,35 @@ Test(crc32c, incremental_equals_whole)
 	cr_assert_eq(whole, parts);
 }
 
+/* Bit by bit, the definition. */
+static uint32_t reference(const uint8_t *p, size_t len)
+{
+	uint32_t crc = ~0u;
+	while (len--) {
+		crc ^= *p++;
+		for (int k = 0; k < 8; k++)
+			crc = (crc >> 1) ^ (0x82f63b78u & (0u - (crc & 1u)));
+	}
+	return ~crc;
+}
+
+Test(crc32c, every_length_and_alignment_equals_the_definition)
+{
+	static uint8_t buf[3 * 8192 * 2 + 64];
+	for (size_t i = 0; i < sizeof(buf); i++)
+		buf[i] = (uint8_t)(i * 131 + (i >> 7) * 7 + 3);
+	static const size_t lengths[] = {0, 1, 7, 8, 9, 255, 256, 767, 768, 769, 1000, 4096,
+	                                 16384, 16383, 16385, 24575, 24576, 24577, 3 * 8192 * 2,
+	                                 40000};
+	for (size_t a = 0; a < 9; a++)
+		for (size_t l = 0; l < sizeof(lengths) / sizeof(lengths[0]); l++)
+			cr_assert_eq(kvc_crc32c(0, buf + a, lengths[l]), reference(buf + a, lengths[l]),
+			             "alignment %zu length %zu", a, lengths[l]);
+	/* and continuing a crc */
+	uint32_t part = kvc_crc32c(0, buf, 30000);
+	cr_assert_eq(kvc_crc32c(part, buf + 30000, 10000), reference(buf, 40000));
+}
+
 Test(crc32c, zeros_without_buffer)
 {
 	static char zeros[70000];

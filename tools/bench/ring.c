@@ -12,12 +12,20 @@
  * Then the targets: ring 1 MiB reads at depth >= 32 against the best TCP
  * ceiling, against FUSE O_DIRECT 1 MiB reads, and 4 KiB ring IOPS against
  * FUSE.
+ *
+ * Transports (client/transport.h), in the same run: the page-cache
+ * baseline (threads pread 16 MiB blocks of a warm local file into a large
+ * buffer), ring reads of 1 and 16 MiB at depths 32 and 128 on the mount
+ * (same-host placement where kvc-fuse and the servers share the host),
+ * and, with --tcp-mount (another kvc-fuse of the cluster with `transport
+ * = tcp`), the same reads over TCP; each against the baseline.
  */
 #include "core/ring.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,14 +152,119 @@ static void setup(struct ring_setup *s, const char *path)
 	check(kvc_fd_sync(s->fd), "fsync");
 }
 
+/* The page-cache baseline: `threads` threads pread 16 MiB blocks of a
+ * warm file into their part of one large buffer for `seconds`. GB/s. */
+struct baseline_job {
+	int fd;
+	uint64_t file_size;
+	uint8_t *buf;
+	double until;
+	uint64_t bytes;
+	unsigned seed;
+};
+
+static void *baseline_thread(void *arg)
+{
+	struct baseline_job *j = arg;
+	uint64_t blocks = j->file_size / (16 * MIB);
+	while (bench_now() < j->until) {
+		uint64_t b = rand_r(&j->seed) % blocks;
+		ssize_t n = pread(j->fd, j->buf + (b % 4) * 16 * MIB, 16 * MIB, (off_t)(b * 16 * MIB));
+		if (n <= 0)
+			break;
+		j->bytes += (uint64_t)n;
+	}
+	return NULL;
+}
+
+static double page_cache_baseline(const char *dir, uint64_t file_size, int threads,
+                                  double seconds)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/.kvc-bench-pagecache-%d", dir, (int)getpid());
+	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	uint8_t *block = malloc(16 * MIB);
+	uint8_t *buf = malloc((size_t)threads * 64 * MIB);
+	if (fd < 0 || !block || !buf)
+		bench_die(path);
+	memset(block, 0x5a, 16 * MIB);
+	for (uint64_t at = 0; at < file_size; at += 16 * MIB)
+		if (pwrite(fd, block, 16 * MIB, (off_t)at) != (ssize_t)(16 * MIB))
+			bench_die(path);
+	for (uint64_t at = 0; at < file_size; at += 16 * MIB) /* warm */
+		if (pread(fd, block, 16 * MIB, (off_t)at) != (ssize_t)(16 * MIB))
+			bench_die(path);
+	memset(buf, 0, (size_t)threads * 64 * MIB); /* fault the buffer in */
+	struct baseline_job jobs[64];
+	pthread_t tids[64];
+	double start = bench_now();
+	for (int i = 0; i < threads; i++) {
+		jobs[i] = (struct baseline_job){fd, file_size, buf + (size_t)i * 64 * MIB,
+		                                start + seconds, 0, 7u + (unsigned)i};
+		pthread_create(&tids[i], NULL, baseline_thread, &jobs[i]);
+	}
+	uint64_t bytes = 0;
+	for (int i = 0; i < threads; i++) {
+		pthread_join(tids[i], NULL);
+		bytes += jobs[i].bytes;
+	}
+	double gbps = (double)bytes / (bench_now() - start) / 1e9;
+	close(fd);
+	unlink(path);
+	free(block);
+	free(buf);
+	return gbps;
+}
+
+/* Ring reads of the test file through mount: 1 and 16 MiB at depths 32
+ * and 128, each against the baseline. */
+static void transport_rows(struct bench_table *t, const char *label, const char *mount,
+                           const char *file, uint64_t file_size, double seconds,
+                           double baseline)
+{
+	struct ring_setup s = {.mount = mount, .file_size = file_size};
+	s.fd = open(file, O_RDONLY);
+	if (s.fd < 0)
+		bench_die(file);
+	check(kvc_fd_register(s.fd, 0), "register fd");
+	check(kvc_iov_create(&s.iov, mount, IOV_BYTES, 0, -1, NULL), "iov");
+	check(kvc_ring_create(&s.read_ring, mount, 128, true, 0, 0, 0, -1, 0), "read ring");
+	static const uint64_t sizes[] = {1, 16};
+	static const int depths[] = {32, 128};
+	for (int i = 0; i < 2; i++)
+		for (int d = 0; d < 2; d++) {
+			/* Offsets on multiples of the size (KV pages are aligned):
+			 * ring_stream's next * size % (file_size - size + 1). */
+			s.file_size = file_size + sizes[i] * MIB - 1;
+			fprintf(stderr, "%s ring read %" PRIu64 " MiB depth %d...\n", label, sizes[i],
+			        depths[d]);
+			double g = ring_stream(&s, true, sizes[i] * MIB, depths[d], seconds, false, NULL,
+			                       0, NULL);
+			struct bench_result *r = bench_add(t, "%s ring read %" PRIu64 "M depth %d / page "
+			                                   "cache", label, sizes[i], depths[d]);
+			r->gbps = g;
+			r->ratio = g / baseline;
+		}
+	kvc_ring_destroy(s.read_ring);
+	kvc_iov_destroy(s.iov);
+	kvc_fd_deregister(s.fd);
+	close(s.fd);
+}
+
 static const char usage[] =
 	"usage: kvc-bench ring [--mount DIR] [--file-size BYTES] [--seconds S] [--json FILE]\n"
+	"                      [--tcp-mount DIR] [--local-dir DIR] [--threads N] [--transports-only]\n"
 	"USRBIO rings against FUSE and the raw loopback TCP ceiling: reads and\n"
 	"writes of 1, 4 and 16 MiB at depths 1 to 128, 4 KiB random reads.\n"
 	"  -m, --mount DIR            the kvcfs mount (default /mnt/kvc)\n"
 	"  -f, --file-size BYTES      the test file's size, at least 64M (default 1G)\n"
 	"  -s, --seconds S            how long each point runs (default 1.5)\n"
 	"  -j, --json FILE            write the table as JSON too\n"
+	"  -t, --tcp-mount DIR        another kvc-fuse of the cluster with transport = tcp:\n"
+	"                             its ring reads beside the mount's (placement)\n"
+	"  -l, --local-dir DIR        where the page-cache baseline's file goes (default /var/tmp)\n"
+	"  -n, --threads N            the baseline's threads (default 8)\n"
+	"  -T, --transports-only      only the transports' table (baseline, mount, tcp mount)\n"
 	"  -h, --help                 this text\n";
 
 int bench_ring_main(int argc, char **argv)
@@ -160,9 +273,15 @@ int bench_ring_main(int argc, char **argv)
 	                                        {"file-size", required_argument, 0, 'f'},
 	                                        {"seconds", required_argument, 0, 's'},
 	                                        {"json", required_argument, 0, 'j'},
+	                                        {"tcp-mount", required_argument, 0, 't'},
+	                                        {"local-dir", required_argument, 0, 'l'},
+	                                        {"threads", required_argument, 0, 'n'},
+	                                        {"transports-only", no_argument, 0, 'T'},
 	                                        {0, 0, 0, 0}};
-	static const struct kvc_cli cli = {"kvc-bench ring", usage, "m:f:s:j:", options, 0};
-	const char *json = NULL;
+	static const struct kvc_cli cli = {"kvc-bench ring", usage, "m:f:s:j:t:l:n:T", options, 0};
+	const char *json = NULL, *tcp_mount = NULL, *local_dir = "/var/tmp";
+	int threads = 8;
+	bool transports_only = false;
 	struct ring_setup s = {.mount = "/mnt/kvc", .file_size = 1ull << 30};
 	double seconds = 1.5;
 	int opt;
@@ -172,6 +291,10 @@ int bench_ring_main(int argc, char **argv)
 		case 'f': s.file_size = bench_parse_size(optarg) / (16 * MIB) * (16 * MIB); break;
 		case 's': seconds = atof(optarg); break;
 		case 'j': json = optarg; break;
+		case 't': tcp_mount = optarg; break;
+		case 'l': local_dir = optarg; break;
+		case 'n': threads = atoi(optarg); break;
+		case 'T': transports_only = true; break;
 		}
 	}
 	if (opt != KVC_CLI_END)
@@ -180,12 +303,37 @@ int bench_ring_main(int argc, char **argv)
 		return kvc_cli_fail(&cli, "unexpected argument '%s'", argv[optind]);
 	if (s.file_size < 64 * MIB)
 		return kvc_cli_fail(&cli, "--file-size must be at least 64M");
+	if (threads < 1 || threads > 64)
+		return kvc_cli_fail(&cli, "--threads must be 1..64");
 	char path[4096];
 	snprintf(path, sizeof(path), "%s/.kvc-bench-ring-%d", s.mount, (int)getpid());
 	static struct bench_table t = {.ratio_label = "ratio"};
 	static const uint64_t sizes[] = {1, 4, 16};
 	static const int depths[] = {1, 8, 32, 128};
 
+	if (transports_only) {
+		fprintf(stderr, "writing the %" PRIu64 " MiB test file through rings...\n",
+		        s.file_size / MIB);
+		setup(&s, path);
+		kvc_ring_destroy(s.read_ring);
+		kvc_ring_destroy(s.write_ring);
+		kvc_iov_destroy(s.iov);
+		kvc_fd_deregister(s.fd);
+		close(s.fd);
+		fprintf(stderr, "page-cache baseline...\n");
+		double base = page_cache_baseline(local_dir, s.file_size, threads, seconds);
+		bench_add(&t, "page cache: %d threads pread 16M blocks of a warm file", threads)
+			->gbps = base;
+		transport_rows(&t, "mount", s.mount, path, s.file_size, seconds, base);
+		if (tcp_mount) {
+			char other[4096];
+			snprintf(other, sizeof(other), "%s/%s", tcp_mount, strrchr(path, '/') + 1);
+			transport_rows(&t, "tcp mount", tcp_mount, other, s.file_size, seconds, base);
+		}
+		unlink(path);
+		bench_report(&t, json);
+		return 0;
+	}
 	fprintf(stderr, "TCP ceilings...\n");
 	static const int connections[] = {1, 3, 8};
 	double tcp = 0, tcp_cold = 0;

@@ -1,0 +1,299 @@
+/* place: see place.h. */
+#include "storage/place.h"
+
+#include "core/crc32c.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#define MAX_REGION_SIZE (1ull << 40)
+
+struct kvc_place_region {
+	struct kvc_place_region *next;
+	const void *owner;
+	pid_t pid;
+	uint64_t id;
+	int fd;
+	uint64_t file_offset;
+	uint64_t size;
+	void *map;       /* mmap's address (page-aligned) */
+	size_t map_size;
+	uint8_t *base;   /* the region's first byte in the mapping */
+	int refs;        /* table's lock */
+	bool dropped;    /* table's lock: unmapped by the last put */
+};
+
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The SIGBUS guard: set while this thread copies into client memory.
+ * volatile: the stores around the memcpy must happen where written (a
+ * compiler sees memcpy never reads it and would drop them). */
+static __thread sigjmp_buf *volatile guard;
+
+static void on_sigbus(int sig, siginfo_t *info, void *context)
+{
+	(void)info;
+	(void)context;
+	if (guard)
+		siglongjmp(*guard, 1);
+	/* Not a guarded copy: the default action, as without the handler. */
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+int kvc_place_init(struct kvc_place_table *table)
+{
+	memset(table, 0, sizeof(*table));
+	struct sigaction sa = {.sa_sigaction = on_sigbus, .sa_flags = SA_SIGINFO | SA_NODEFER};
+	sigemptyset(&sa.sa_mask);
+	return sigaction(SIGBUS, &sa, NULL) < 0 ? -errno : 0;
+}
+
+/* Shared memory (tmpfs or hugetlbfs), a regular file of at least need
+ * bytes: never a disk or FUSE file whose pages the server would wait on. */
+static int check_memory(int fd, uint64_t need)
+{
+	struct stat st;
+	struct statfs fs;
+	if (fstat(fd, &st) < 0 || fstatfs(fd, &fs) < 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size < need)
+		return -EINVAL;
+	return fs.f_type == TMPFS_MAGIC || fs.f_type == HUGETLBFS_MAGIC ? 0 : -EINVAL;
+}
+
+static void unmap(struct kvc_place_region *r)
+{
+	munmap(r->map, r->map_size);
+	close(r->fd);
+	free(r);
+}
+
+int kvc_place_register(struct kvc_place_table *table, const void *owner, pid_t pid, int fd,
+                       const struct kvc_msg_place_register *m)
+{
+	struct kvc_place_region *r = NULL;
+	int rc = 0;
+	if (fd < 0 || m->size == 0 || m->size > MAX_REGION_SIZE || m->file_offset > MAX_REGION_SIZE)
+		rc = -EINVAL;
+	if (rc == 0)
+		rc = check_memory(fd, m->file_offset + m->size);
+	if (rc == 0 && !(r = calloc(1, sizeof(*r))))
+		rc = -ENOMEM;
+	if (rc == 0) {
+		uint64_t skew = m->file_offset & 4095u;
+		r->map_size = m->size + skew;
+		r->map = mmap(NULL, r->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+		              (off_t)(m->file_offset - skew));
+		if (r->map == MAP_FAILED)
+			rc = -errno;
+		else
+			r->base = (uint8_t *)r->map + skew;
+	}
+	if (rc == 0) {
+		*r = (struct kvc_place_region){.owner = owner, .pid = pid, .id = m->region, .fd = fd,
+		                               .file_offset = m->file_offset, .size = m->size,
+		                               .map = r->map, .map_size = r->map_size,
+		                               .base = r->base};
+		pthread_mutex_lock(&table_lock);
+		for (struct kvc_place_region *o = table->head; o && rc == 0; o = o->next)
+			if (o->pid == pid && o->id == m->region)
+				rc = -EEXIST;
+		if (rc == 0 && table->count >= KVC_PLACE_MAX_REGIONS)
+			rc = -EMFILE;
+		if (rc == 0) {
+			r->next = table->head;
+			table->head = r;
+			table->count++;
+		}
+		pthread_mutex_unlock(&table_lock);
+		if (rc < 0) {
+			unmap(r); /* closes fd */
+			return rc;
+		}
+		return 0;
+	}
+	if (r && r->map && r->map != MAP_FAILED)
+		munmap(r->map, r->map_size);
+	free(r);
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+/* Take r off the list (lock held); returns it when nobody uses it. */
+static struct kvc_place_region *unlink_region(struct kvc_place_table *table,
+                                              struct kvc_place_region **link)
+{
+	struct kvc_place_region *r = *link;
+	*link = r->next;
+	table->count--;
+	r->dropped = true;
+	return r->refs == 0 ? r : NULL;
+}
+
+int kvc_place_unregister(struct kvc_place_table *table, const void *owner, pid_t pid,
+                         uint64_t id)
+{
+	struct kvc_place_region *gone = NULL;
+	int rc = -ENOENT;
+	pthread_mutex_lock(&table_lock);
+	for (struct kvc_place_region **link = &table->head; *link; link = &(*link)->next) {
+		struct kvc_place_region *r = *link;
+		if (r->owner == owner && r->pid == pid && r->id == id) {
+			gone = unlink_region(table, link);
+			rc = 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&table_lock);
+	if (gone)
+		unmap(gone);
+	return rc;
+}
+
+void kvc_place_drop_owner(struct kvc_place_table *table, const void *owner)
+{
+	struct kvc_place_region *gone = NULL;
+	pthread_mutex_lock(&table_lock);
+	struct kvc_place_region **link = &table->head;
+	while (*link) {
+		if ((*link)->owner != owner) {
+			link = &(*link)->next;
+			continue;
+		}
+		struct kvc_place_region *r = unlink_region(table, link);
+		if (r) {
+			r->next = gone;
+			gone = r;
+		}
+	}
+	pthread_mutex_unlock(&table_lock);
+	while (gone) {
+		struct kvc_place_region *next = gone->next;
+		unmap(gone);
+		gone = next;
+	}
+}
+
+struct kvc_place_region *kvc_place_get(struct kvc_place_table *table, pid_t pid, uint64_t id)
+{
+	struct kvc_place_region *found = NULL;
+	pthread_mutex_lock(&table_lock);
+	for (struct kvc_place_region *r = table->head; r; r = r->next)
+		if (r->pid == pid && r->id == id) {
+			r->refs++;
+			found = r;
+			break;
+		}
+	pthread_mutex_unlock(&table_lock);
+	return found;
+}
+
+void kvc_place_put(struct kvc_place_table *table, struct kvc_place_region *region)
+{
+	(void)table;
+	if (!region)
+		return;
+	pthread_mutex_lock(&table_lock);
+	bool last = --region->refs == 0 && region->dropped;
+	pthread_mutex_unlock(&table_lock);
+	if (last)
+		unmap(region);
+}
+
+uint8_t *kvc_place_at(struct kvc_place_region *region, uint64_t offset)
+{
+	return region->base + offset;
+}
+
+bool kvc_place_fits(const struct kvc_place_region *region, uint64_t offset, uint64_t length)
+{
+	return offset <= region->size && length <= region->size - offset;
+}
+
+/* memcpy under the guard. noinline: the jump buffer's frame must be this
+ * function's, and nothing of the caller's may live in registers across it. */
+__attribute__((noinline)) static int guarded_copy(void *dst, const void *src, size_t length)
+{
+	sigjmp_buf jump;
+	if (sigsetjmp(jump, 1)) {
+		guard = NULL;
+		return -EFAULT;
+	}
+	guard = &jump;
+	__asm__ volatile("" ::: "memory");
+	memcpy(dst, src, length);
+	__asm__ volatile("" ::: "memory");
+	guard = NULL;
+	return 0;
+}
+
+__attribute__((noinline)) static int guarded_crc(const void *p, size_t length, uint32_t *crc)
+{
+	sigjmp_buf jump;
+	if (sigsetjmp(jump, 1)) {
+		guard = NULL;
+		return -EFAULT;
+	}
+	guard = &jump;
+	__asm__ volatile("" ::: "memory");
+	uint32_t c = kvc_crc32c(0, p, length);
+	__asm__ volatile("" ::: "memory");
+	guard = NULL;
+	*crc = c;
+	return 0;
+}
+
+int kvc_place_check_blocks(const uint8_t *p, uint32_t length, uint32_t block,
+                           const uint32_t *crcs)
+{
+	for (uint32_t at = 0; at < length; at += block) {
+		uint32_t n = length - at < block ? length - at : block;
+		uint32_t crc = 0;
+		int rc = guarded_crc(p + at, n, &crc);
+		if (rc < 0)
+			return rc;
+		if (crc != crcs[at / block])
+			return -EIO;
+	}
+	return 0;
+}
+
+int kvc_place_copy_out(struct kvc_place_region *region, uint64_t offset, const void *src,
+                       size_t length)
+{
+	if (!kvc_place_fits(region, offset, length))
+		return -EFAULT;
+	return length ? guarded_copy(region->base + offset, src, length) : 0;
+}
+
+int kvc_place_copy_in(struct kvc_place_region *region, uint64_t offset, void *dst,
+                      size_t length)
+{
+	if (!kvc_place_fits(region, offset, length))
+		return -EFAULT;
+	uint8_t *out = dst;
+	uint64_t at = region->file_offset + offset;
+	while (length > 0) {
+		ssize_t n = pread(region->fd, out, length, (off_t)at);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -EFAULT; /* the memory is shorter than registered now */
+		out += n;
+		at += (uint64_t)n;
+		length -= (size_t)n;
+	}
+	return 0;
+}

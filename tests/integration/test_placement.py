@@ -1,0 +1,371 @@
+"""Same-host placement (src/client/transport.h): ring reads and writes of
+host iovs move between the storage servers and the iov's shared memory
+without crossing a socket. Round trips (random sizes, chunk-crossing,
+holes), a corrupted block, TCP forced by the cluster file, a client that
+shrinks its iov or is killed mid-I/O, a storage server restarted under a
+read load, and the metrics that prove which transport moved the bytes."""
+import errno
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from multiprocessing import shared_memory
+
+import pytest
+
+from conftest import BUILD, CHUNK, ROOT, LIBKVC, drop_second_mount, second_mount, wait_until
+from test_metrics import scrape, value
+
+sys.path.insert(0, str(ROOT / "tools" / "python"))
+os.environ.setdefault("KVC_LIB", str(LIBKVC))
+
+from hf3fs_fuse import io as h3io  # noqa: E402
+import kvcfs  # noqa: E402
+
+
+def placed(cluster):
+    """(requests, bytes) kvc-fuse sent by placement, and PLACE_READs the
+    storage servers served."""
+    f = scrape(cluster.fuse_metrics)
+    served = sum(value(scrape(a), "kvc_storage_place_reads_total")
+                 for a in cluster.storage_metrics)
+    return (value(f, "kvc_fuse_transport_requests_total", transport="place"),
+            value(f, "kvc_fuse_transport_bytes_total", transport="place"), served)
+
+
+def tcp_requests(cluster):
+    return value(scrape(cluster.fuse_metrics), "kvc_fuse_transport_requests_total",
+                 transport="tcp")
+
+
+class Ring:
+    """One shared-memory iov and a read or write ring on a mount."""
+
+    def __init__(self, mount, size, for_read, entries=16):
+        self.shm = shared_memory.SharedMemory(create=True, size=size)
+        self.iov = h3io.make_iovec(self.shm, mount)
+        self.ring = h3io.make_ioring(mount, entries, for_read=for_read, timeout=1)
+        self.for_read = for_read
+
+    def run(self, fd, ios):
+        """ios: (iov offset, length, file offset); returns the results."""
+        for i, (at, length, off) in enumerate(ios):
+            self.ring.prepare(self.iov[at:at + length], self.for_read, fd, off, userdata=i)
+        self.ring.submit()
+        done = self.ring.wait(min_results=len(ios))
+        return [r.result for r in sorted(done, key=lambda r: r.userdata)]
+
+    def close(self):
+        self.ring.close()
+        self.iov.close()
+        self.shm.close()
+        self.shm.unlink()
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split(") ")[1][0] != "Z"
+
+
+def open_registered(path, flags=os.O_RDWR):
+    fd = os.open(path, flags)
+    h3io.register_fd(fd)
+    return fd
+
+
+def close_registered(fd):
+    h3io.deregister_fd(fd)
+    os.close(fd)
+
+
+def test_ring_reads_are_placed_random_sizes_chunk_crossing_and_holes(cluster, workdir):
+    rng = random.Random(13)
+    size = 5 * CHUNK + 12345
+    data = bytearray(rng.randbytes(size))
+    path = workdir / "f"
+    with open(path, "wb") as f:
+        f.write(data)
+        # a hole of two chunks and a bit, then a tail
+        f.seek(size + 2 * CHUNK + 777)
+        f.write(b"tail" * 1000)
+    data += bytes(2 * CHUNK + 777) + b"tail" * 1000
+    before = placed(cluster)
+    r = Ring(cluster.mount, 16 << 20, True)
+    fd = open_registered(path, os.O_RDONLY)
+    try:
+        for _ in range(6):
+            ios, at = [], 0
+            for _ in range(rng.randint(1, 8)):
+                length = rng.choice([1, 4095, 16384, CHUNK, CHUNK + 1, rng.randint(1, 3 * CHUNK)])
+                off = rng.randint(0, len(data) - 1)
+                length = min(length, len(data) - off, (16 << 20) - at)
+                if length <= 0:
+                    break
+                ios.append((at, length, off))
+                at += length
+            assert r.run(fd, ios) == [length for _, length, _ in ios]
+            for at, length, off in ios:
+                assert bytes(r.shm.buf[at:at + length]) == bytes(data[off:off + length])
+    finally:
+        close_registered(fd)
+        r.close()
+    after = placed(cluster)
+    assert after[0] > before[0] and after[1] > before[1] and after[2] > before[2]
+
+
+def test_ring_writes_are_placed_and_read_back(cluster, workdir):
+    rng = random.Random(7)
+    path = workdir / "w"
+    path.write_bytes(b"")
+    w = Ring(cluster.mount, 8 << 20, False)
+    f = scrape(cluster.fuse_metrics)
+    writes_before = sum(value(scrape(a), "kvc_storage_place_writes_total")
+                        for a in cluster.storage_metrics)
+    fd = open_registered(path)
+    expect = bytearray()
+    try:
+        ios, at = [], 0
+        for length in (3 * CHUNK + 5, 17, CHUNK, 40000):
+            w.shm.buf[at:at + length] = rng.randbytes(length)
+            ios.append((at, length, len(expect)))
+            expect += bytes(w.shm.buf[at:at + length])
+            at += length
+        assert w.run(fd, ios) == [length for _, length, _ in ios]
+    finally:
+        close_registered(fd)
+        w.close()
+    assert path.read_bytes() == bytes(expect)
+    writes_after = sum(value(scrape(a), "kvc_storage_place_writes_total")
+                       for a in cluster.storage_metrics)
+    assert writes_after > writes_before
+    assert f is not None
+
+
+def test_a_corrupted_block_is_eio_through_placement(cluster, workdir):
+    path = workdir / "bad"
+    data = os.urandom(2 * CHUNK)  # file-backed chunks
+    with open(path, "wb") as f:
+        f.write(data)
+        os.fsync(f.fileno())
+    inode = int(subprocess.run(["getfattr", "-n", "user.kvc.inode", "--only-values", str(path)],
+                               capture_output=True, text=True, check=True).stdout)
+    name = f"chunks/{inode & 0xff:02x}/{inode:016x}.{0:08x}"
+    chunk = [p for p in cluster.dir.glob(f"s*/t*/{name}")]
+    assert len(chunk) == 1
+    raw = bytearray(chunk[0].read_bytes())
+    raw[1000] ^= 0xFF
+    chunk[0].write_bytes(bytes(raw))
+    r = Ring(cluster.mount, 4 << 20, True)
+    fd = open_registered(path, os.O_RDONLY)
+    try:
+        before = placed(cluster)
+        # the bad block fails its io, read through a bounce buffer (4 KiB
+        # of a block) or straight into the iov (whole blocks); the other
+        # chunk reads fine
+        assert r.run(fd, [(0, 4096, 0), (CHUNK, CHUNK, CHUNK)]) == [-errno.EIO, CHUNK]
+        assert r.run(fd, [(2 * CHUNK, CHUNK, 0)]) == [-errno.EIO]
+        # the bad block as the edge of a placed piece: checked in the server
+        assert r.run(fd, [(2 * CHUNK, 40000, 500)]) == [-errno.EIO]
+        assert r.run(fd, [(2 * CHUNK, 16384, 16384)]) == [16384]
+        assert bytes(r.shm.buf[2 * CHUNK:2 * CHUNK + 16384]) == data[16384:32768]
+        assert bytes(r.shm.buf[CHUNK:2 * CHUNK]) == data[CHUNK:]
+        assert placed(cluster)[2] > before[2]
+    finally:
+        close_registered(fd)
+        r.close()
+
+
+def test_transport_tcp_in_the_cluster_file_forces_tcp(cluster, workdir, local_tmp):
+    conf = local_tmp / "tcp.conf"
+    text = cluster.conf.read_text().replace("[meta]", "transport = tcp\n\n[meta]", 1)
+    # the second kvc-fuse serves no metrics (the first has the address)
+    conf.write_text("\n".join(line for line in text.splitlines()
+                              if not line.startswith(f"metrics = {cluster.fuse_metrics}")))
+    data = os.urandom(3 * CHUNK + 99)
+    (workdir / "t").write_bytes(data)
+    proc, mount = second_mount(cluster, conf)
+    try:
+        before = placed(cluster)[2]
+        r = Ring(mount, 4 << 20, True)
+        fd = open_registered(os.path.join(mount, workdir.name, "t"), os.O_RDONLY)
+        try:
+            assert r.run(fd, [(0, len(data), 0)]) == [len(data)]
+            assert bytes(r.shm.buf[:len(data)]) == data
+        finally:
+            close_registered(fd)
+            r.close()
+        assert placed(cluster)[2] == before  # no server placed anything
+    finally:
+        drop_second_mount(proc, mount)
+
+
+SHRINKER = r"""
+import os, sys, time
+from multiprocessing import shared_memory
+sys.path.insert(0, sys.argv[3])
+from hf3fs_fuse import io as h3io
+mount, path = sys.argv[1], sys.argv[2]
+size = 8 << 20
+shm = shared_memory.SharedMemory(create=True, size=size)
+iov = h3io.make_iovec(shm, mount)
+ring = h3io.make_ioring(mount, 8, for_read=sys.argv[4] == "read", timeout=1)
+fd = os.open(path, os.O_RDWR)
+h3io.register_fd(fd)
+print("ready", flush=True)
+results = []
+for round in range(40):
+    for i in range(8):
+        ring.prepare(iov[i << 20:(i + 1) << 20], sys.argv[4] == "read", fd, i << 20)
+    ring.submit()
+    if round == 3:
+        os.ftruncate(shm._fd, 4096)  # shrink the iov under the I/O
+    results += [r.result for r in ring.wait(min_results=8)]
+print(sorted(set(results)), flush=True)
+shm.unlink()
+"""
+
+
+@pytest.mark.parametrize("op", ["read", "write"])
+def test_a_client_shrinking_its_iov_hurts_only_itself(cluster, workdir, op):
+    path = workdir / "shrink"
+    path.write_bytes(os.urandom(8 * CHUNK))
+    pids = {s: cluster.pid(s) for s in ("s1", "s2", "s3")}
+    out = subprocess.run([sys.executable, "-c", SHRINKER, str(cluster.mount), str(path),
+                          str(ROOT / "tools" / "python"), op],
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "KVC_LIB": str(LIBKVC)})
+    assert out.returncode == 0, out.stderr
+    results = eval(out.stdout.splitlines()[-1])
+    # the servers stayed up
+    assert {s: cluster.pid(s) for s in pids} == pids
+    if -errno.EFAULT not in results:
+        subprocess.run("tail -n 20 %s/logs/*" % cluster.dir, shell=True)
+    assert -errno.EFAULT in results, results  # its own I/O failed, cleanly
+    # and another client's ring works
+    for s in pids:
+        assert subprocess.run(["kill", "-0", str(pids[s])]).returncode == 0
+    r = Ring(cluster.mount, 8 << 20, True)
+    fd = open_registered(path, os.O_RDONLY)
+    try:
+        assert r.run(fd, [(0, 8 * CHUNK, 0)]) == [8 * CHUNK]
+    finally:
+        close_registered(fd)
+        r.close()
+
+
+def test_a_client_killed_mid_read_costs_nothing_else(cluster, workdir):
+    path = workdir / "k"
+    data = os.urandom(8 * CHUNK)
+    path.write_bytes(data)
+    pids = {s: cluster.pid(s) for s in ("s1", "s2", "s3")}
+    loop = SHRINKER.replace("if round == 3:", "if False:").replace("range(40)", "range(100000)")
+    p = subprocess.Popen([sys.executable, "-c", loop, str(cluster.mount), str(path),
+                          str(ROOT / "tools" / "python"), "read"],
+                         stdout=subprocess.PIPE, text=True,
+                         env={**os.environ, "KVC_LIB": str(LIBKVC)})
+    assert p.stdout.readline().strip() == "ready"
+    time.sleep(1.0)  # placed reads in flight
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    assert all(alive(pid) for pid in pids.values())
+    r = Ring(cluster.mount, 8 << 20, True)
+    fd = open_registered(path, os.O_RDONLY)
+    try:
+        before = placed(cluster)[2]
+        assert r.run(fd, [(0, 8 * CHUNK, 0)]) == [8 * CHUNK]
+        assert bytes(r.shm.buf[:8 * CHUNK]) == data
+        assert placed(cluster)[2] > before
+    finally:
+        close_registered(fd)
+        r.close()
+
+
+def test_a_storage_server_restarted_mid_stream(cluster, workdir):
+    path = workdir / "restart"
+    data = os.urandom(6 * CHUNK)
+    path.write_bytes(data)
+    r = Ring(cluster.mount, 8 << 20, True)
+    fd = open_registered(path, os.O_RDONLY)
+    results, stop = [], threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            res = r.run(fd, [(0, 6 * CHUNK, 0)])
+            results.append(res[0])
+            if res[0] == 6 * CHUNK and bytes(r.shm.buf[:6 * CHUNK]) != data:
+                results.append("wrong bytes")
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        time.sleep(0.5)
+        cluster.restart("s2")
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        t.join(timeout=60)
+    assert not t.is_alive()  # no hang
+    assert "wrong bytes" not in results
+    # only clean errors while the server was away (one copy: EIO)
+    assert set(results) <= {6 * CHUNK, -errno.EIO}, set(results)
+    # and placement again once it is back
+    before = placed(cluster)[2]
+    assert wait_until(lambda: r.run(fd, [(0, 6 * CHUNK, 0)]) == [6 * CHUNK], timeout=20)
+    assert bytes(r.shm.buf[:6 * CHUNK]) == data
+    assert wait_until(lambda: (r.run(fd, [(0, 6 * CHUNK, 0)]), placed(cluster)[2] > before)[1],
+                      timeout=10)
+    close_registered(fd)
+    r.close()
+
+
+def test_admin_status_names_the_transport(cluster, local_tmp):
+    import json
+    status = json.loads(cluster.admin("--json", "status").stdout)
+    assert [s["transport"] for s in status["storage"]] == ["place"] * len(cluster.storage_addresses)
+    out = cluster.admin("status")
+    assert out.stderr == ""  # a probe, not a log line
+    assert out.stdout.count("transport from this host: same-host placement") == \
+        len(cluster.storage_addresses), out.stdout
+    conf = local_tmp / "tcp.conf"
+    conf.write_text(cluster.conf.read_text().replace("[meta]", "transport = tcp\n\n[meta]", 1))
+    out = subprocess.run([str(BUILD / "kvc-admin"), "--config", str(conf), "--json",
+                          "status"], capture_output=True, text=True, timeout=60)
+    assert [s["transport"] for s in json.loads(out.stdout)["storage"]] == \
+        ["tcp"] * len(cluster.storage_addresses)
+
+
+def test_ring_keys_of_host_segments_are_placed(cluster, workdir):
+    ring = kvcfs.Ring(str(cluster.mount), 16, for_read=False)
+    iovs = [kvcfs.Iov.create(str(cluster.mount), 8 << 20) for _ in range(2)]
+    keys = kvcfs.KeyDir(workdir)
+    try:
+        data = os.urandom(5 * CHUNK + 4096)  # past the bounce buffer's keys
+        segs = [(iovs[0], 0, 2 * CHUNK), (iovs[1], 16384, len(data) - 2 * CHUNK)]
+        at = 0
+        for iov, off, n in segs:
+            iov.memoryview()[off:off + n] = data[at:at + n]
+            at += n
+        before = placed(cluster)
+        writes = sum(value(scrape(a), "kvc_storage_place_writes_total")
+                     for a in cluster.storage_metrics)
+        assert ring.put_keys(keys, [("k", segs)]).wait() == [len(data)]
+        assert (workdir / "k").read_bytes() == data
+        for iov, off, n in segs:
+            iov.memoryview()[off:off + n] = bytes(n)
+        assert ring.get_keys(keys, [("k", segs)]).wait() == [len(data)]
+        assert b"".join(bytes(iov.memoryview()[off:off + n]) for iov, off, n in segs) == data
+        assert placed(cluster)[2] > before[2]
+        assert sum(value(scrape(a), "kvc_storage_place_writes_total")
+                   for a in cluster.storage_metrics) > writes
+    finally:
+        keys.close()
+        for iov in iovs:
+            iov.close()
+        ring.close()

@@ -1,0 +1,187 @@
+/* Unit tests of same-host placement's server side (src/storage/place.c):
+ * what memory registers, who may name a region, copies into and out of
+ * client memory that shrinks under them (-EFAULT, no signal), crcs
+ * checked in client memory, and chunk reads placed straight into it
+ * (chunk_read.c's `place`). */
+
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "core/crc32c.h"
+#include "storage/chunk_store.h"
+#include "storage/place.h"
+
+#define SIZE (1u << 20)
+
+static struct kvc_place_table table;
+static int owner_a, owner_b; /* their addresses name two connections */
+
+static int memory(size_t size)
+{
+	int fd = memfd_create("place-test", MFD_CLOEXEC);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(ftruncate(fd, (off_t)size), 0);
+	return fd;
+}
+
+static int reg(const void *owner, pid_t pid, int fd, uint64_t id, uint64_t size,
+               uint64_t offset)
+{
+	struct kvc_msg_place_register m = {.region = id, .size = size, .file_offset = offset};
+	return kvc_place_register(&table, owner, pid, fd, &m);
+}
+
+static void setup(void)
+{
+	cr_assert_eq(kvc_place_init(&table), 0);
+}
+
+TestSuite(place, .init = setup);
+
+Test(place, only_enough_shared_memory_registers)
+{
+	cr_assert_eq(reg(&owner_a, 1, open("/proc/self/exe", O_RDONLY), 1, 4096, 0), -EINVAL);
+	cr_assert_eq(reg(&owner_a, 1, memory(4096), 1, 8192, 0), -EINVAL); /* too small */
+	cr_assert_eq(reg(&owner_a, 1, memory(8192), 1, 4096, 8000), -EINVAL);
+	cr_assert_eq(reg(&owner_a, 1, memory(4096), 1, 0, 0), -EINVAL);
+	cr_assert_eq(reg(&owner_a, 1, -1, 1, 4096, 0), -EINVAL);
+	cr_assert_eq(reg(&owner_a, 1, memory(8192), 1, 4096, 4000), 0); /* an unaligned offset */
+	cr_assert_eq(reg(&owner_a, 1, memory(8192), 1, 4096, 0), -EEXIST);
+	cr_assert_eq(reg(&owner_b, 2, memory(8192), 1, 4096, 0), 0); /* another process's id */
+}
+
+Test(place, a_region_is_its_process_and_goes_with_its_connection)
+{
+	cr_assert_eq(reg(&owner_a, 1, memory(SIZE), 7, SIZE, 0), 0);
+	cr_assert_null(kvc_place_get(&table, 2, 7)); /* another process */
+	struct kvc_place_region *r = kvc_place_get(&table, 1, 7);
+	cr_assert_not_null(r);
+	cr_assert_eq(kvc_place_unregister(&table, &owner_b, 1, 7), -ENOENT); /* not its owner */
+	kvc_place_drop_owner(&table, &owner_a);
+	cr_assert_null(kvc_place_get(&table, 1, 7));
+	/* still mapped for the holder until its put */
+	char byte = 1;
+	cr_assert_eq(kvc_place_copy_out(r, 0, &byte, 1), 0);
+	kvc_place_put(&table, r);
+	cr_assert_eq(reg(&owner_a, 1, memory(SIZE), 7, SIZE, 0), 0); /* the id is free again */
+	cr_assert_eq(kvc_place_unregister(&table, &owner_a, 1, 7), 0);
+	cr_assert_eq(kvc_place_unregister(&table, &owner_a, 1, 7), -ENOENT);
+}
+
+Test(place, memory_that_shrinks_is_efault_not_a_signal)
+{
+	int fd = memory(SIZE);
+	int mine = dup(fd);
+	cr_assert_eq(reg(&owner_a, 1, fd, 3, SIZE, 0), 0);
+	struct kvc_place_region *r = kvc_place_get(&table, 1, 3);
+	uint8_t *buf = malloc(SIZE);
+	for (uint32_t i = 0; i < SIZE; i++)
+		buf[i] = (uint8_t)(i * 7);
+	cr_assert_eq(kvc_place_copy_out(r, 0, buf, SIZE), 0);
+	uint8_t *back = malloc(SIZE);
+	cr_assert_eq(kvc_place_copy_in(r, 0, back, SIZE), 0);
+	cr_assert_eq(memcmp(buf, back, SIZE), 0);
+	uint32_t crcs[SIZE / 16384];
+	for (uint32_t b = 0; b < SIZE / 16384; b++)
+		crcs[b] = kvc_crc32c(0, buf + b * 16384, 16384);
+	cr_assert_eq(kvc_place_check_blocks(kvc_place_at(r, 0), SIZE, 16384, crcs), 0);
+	crcs[3] ^= 1;
+	cr_assert_eq(kvc_place_check_blocks(kvc_place_at(r, 0), SIZE, 16384, crcs), -EIO);
+	cr_assert_eq(kvc_place_copy_out(r, SIZE - 10, buf, 11), -EFAULT); /* outside */
+	/* the client shrinks its memory */
+	cr_assert_eq(ftruncate(mine, 4096), 0);
+	cr_assert_eq(kvc_place_copy_out(r, 0, buf, SIZE), -EFAULT);
+	cr_assert_eq(kvc_place_copy_in(r, 0, back, SIZE), -EFAULT);
+	cr_assert_eq(kvc_place_check_blocks(kvc_place_at(r, 0), SIZE, 16384, crcs), -EFAULT);
+	cr_assert_eq(kvc_place_copy_out(r, 0, buf, 4096), 0); /* what is left still works */
+	cr_assert_eq(kvc_place_copy_in(r, 0, back, 4096), 0);
+	kvc_place_put(&table, r);
+	close(mine);
+	free(buf);
+	free(back);
+}
+
+Test(place, chunk_reads_of_whole_blocks_land_in_place)
+{
+	char dir[] = "/tmp/kvc-place-test-XXXXXX";
+	cr_assert_not_null(mkdtemp(dir));
+	struct kvc_chunk_store *store;
+	struct kvc_chunk_ring ring;
+	cr_assert_eq(kvc_chunk_store_open(dir, &store), 0);
+	cr_assert_eq(kvc_chunk_store_set_inline(store, 0), 0);
+	cr_assert_eq(kvc_chunk_ring_init(&ring, 16), 0);
+	uint32_t length = 5 * 16384 + 100; /* the last block is short */
+	uint8_t *data = malloc(length);
+	for (uint32_t i = 0; i < length; i++)
+		data[i] = (uint8_t)(i * 13 + 1);
+	uint64_t version;
+	uint32_t chunk_length;
+	cr_assert_eq(kvc_chunk_store_write(store, 9, 0, SIZE, 0, data, length, &version,
+	                                   &chunk_length), 0);
+	int fd = memory(SIZE);
+	int mine = dup(fd);
+	cr_assert_eq(reg(&owner_a, 1, fd, 1, SIZE, 0), 0);
+	struct kvc_place_region *r = kvc_place_get(&table, 1, 1);
+	struct kvc_chunk_store *stores[3] = {store, store, store};
+	struct kvc_chunk_read reads[3] = {
+		/* the whole chunk and past its end: placed */
+		{.inode = 9, .chunk = 0, .offset = 0, .length = SIZE, .place = kvc_place_at(r, 0)},
+		/* inside a block: through the store's buffer */
+		{.inode = 9, .chunk = 0, .offset = 100, .length = 16384,
+		 .place = kvc_place_at(r, SIZE / 2)},
+		/* from a block to the chunk's end: placed */
+		{.inode = 9, .chunk = 0, .offset = 16384, .length = length - 16384,
+		 .place = kvc_place_at(r, SIZE / 4)}};
+	cr_assert_eq(kvc_chunk_store_read_batch(stores, &ring, reads, 3), 0);
+	cr_assert(reads[0].placed && !reads[1].placed && reads[2].placed);
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(reads[i].status, 0, "%d", i);
+	cr_assert_eq(reads[0].present, length);
+	cr_assert_eq(memcmp(kvc_place_at(r, 0), data, length), 0);
+	cr_assert_eq(kvc_place_check_blocks(reads[0].buffer, reads[0].aligned_length, 16384,
+	                                    reads[0].block_crcs), 0);
+	cr_assert_eq(memcmp(reads[1].data, data + 100, 16384), 0);
+	cr_assert_eq(memcmp(kvc_place_at(r, SIZE / 4), data + 16384, length - 16384), 0);
+	kvc_chunk_store_read_release(reads, 3);
+	/* starting and ending inside blocks: the whole blocks between go in
+	 * place, the edges through `edge` (checked there), copied by us */
+	uint32_t from = 100, span = 3 * 16384;
+	reads[0] = (struct kvc_chunk_read){.inode = 9, .chunk = 0, .offset = from, .length = span,
+	                                   .place = kvc_place_at(r, SIZE / 8)};
+	cr_assert_eq(kvc_chunk_store_read_batch(stores, &ring, reads, 1), 0);
+	cr_assert_eq(reads[0].status, 0);
+	cr_assert(reads[0].placed);
+	cr_assert_eq(reads[0].mid_offset, 16384 - from);
+	cr_assert_eq(reads[0].mid_length, 2 * 16384);
+	cr_assert_eq(reads[0].head_length, 16384);
+	cr_assert_eq(reads[0].tail_copy, from);
+	cr_assert_eq(kvc_place_check_blocks(reads[0].buffer + reads[0].mid_offset,
+	                                    reads[0].mid_length, 16384,
+	                                    reads[0].block_crcs + reads[0].mid_block), 0);
+	cr_assert_eq(kvc_place_copy_out(r, SIZE / 8, reads[0].edge + from, 16384 - from), 0);
+	cr_assert_eq(kvc_place_copy_out(r, SIZE / 8 + reads[0].tail_offset,
+	                                reads[0].edge + reads[0].head_length, reads[0].tail_copy),
+	             0);
+	cr_assert_eq(memcmp(kvc_place_at(r, SIZE / 8), data + from, span), 0);
+	kvc_chunk_store_read_release(reads, 1);
+	/* client memory gone under a placed read: -EFAULT for that piece */
+	cr_assert_eq(ftruncate(mine, 0), 0);
+	reads[0] = (struct kvc_chunk_read){.inode = 9, .chunk = 0, .offset = 0, .length = SIZE,
+	                                   .place = kvc_place_at(r, 0)};
+	cr_assert_eq(kvc_chunk_store_read_batch(stores, &ring, reads, 1), 0);
+	cr_assert_eq(reads[0].status, -EFAULT);
+	kvc_chunk_store_read_release(reads, 1);
+	close(mine);
+	kvc_place_put(&table, r);
+	kvc_chunk_ring_exit(&ring);
+	kvc_chunk_store_close(store);
+	free(data);
+	char cmd[96];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	cr_assert_eq(system(cmd), 0);
+}
