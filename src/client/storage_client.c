@@ -51,21 +51,20 @@ int kvc_storage_client_init(struct kvc_storage_client *client,
 		kvc_storage_client_destroy(client);
 		return rc;
 	}
-	client->server_count = from_file ? config->server_count : 0;
+	uint32_t servers = from_file ? config->server_count : 0;
 	client->target_count = from_file ? config->target_count : 0;
 	for (uint32_t t = 0; t < client->target_count; t++)
 		client->target_server[t] = config->targets[t].server;
-	for (uint32_t i = 0; i < client->server_count; i++) {
+	for (uint32_t i = 0; i < servers; i++) {
 		strcpy(client->server_address[i], config->servers[i].address);
-		client->server_count = i + 1; /* what destroy undoes */
 		rc = kvc_rpc_pool_init(&client->pools[i], config->servers[i].address,
-		                           &config->cred, config->connect_timeout_ms,
-		                           config->io_timeout_ms);
+		                       &config->cred, config->connect_timeout_ms,
+		                       config->io_timeout_ms);
 		if (rc < 0) {
-			client->server_count = i;
 			kvc_storage_client_destroy(client);
 			return rc;
 		}
+		client->server_count = i + 1; /* what destroy undoes */
 	}
 	rc = kvc_transport_place_init(client, config);
 	if (rc < 0)
