@@ -196,6 +196,8 @@ static cudaStream_t stream_of(struct kvc_device_stager *s, int device)
 	return s->streams[device];
 }
 
+#define PLACE_MIN_PIECE (512u << 10)
+
 struct cursor {
 	int io;
 	uint64_t done; /* bytes of ios[io] already staged */
@@ -217,7 +219,10 @@ static void fill(struct kvc_device_stager *s, struct half *h, struct kvc_storage
 		piece->offset += at->done;
 		piece->length = take;
 		piece->buf = h->memory + used;
-		piece->region = s->placed;
+		/* Small pieces (a key's per-layer segments) by TCP: placed one
+		 * by one they ran at a third of TCP's rate on the GPU host
+		 * (2026-11-23, gpu_keys.py 32-segment gets). */
+		piece->region = take >= PLACE_MIN_PIECE ? s->placed : NULL;
 		piece->result = 0;
 		h->origin[h->count] = at->io;
 		h->target[h->count++] = (char *)io->buf + at->done;
