@@ -228,6 +228,11 @@ static int take_table(struct kvc_manager *m)
 		pthread_mutex_unlock(&m->lock);
 		kvc_log_info("leading: routing table version %llu",
 		             (unsigned long long)t->version);
+		/* The cluster's state names kvc-meta too (for operators and
+		 * tools reading etcd); a failed put only costs that. */
+		if (kvc_etcd_put(m->etcd, KVC_MGMT_META_KEY, m->config->meta_address,
+		                 strlen(m->config->meta_address), 0, NULL) < 0)
+			kvc_log_warn("could not store kvc-meta's address in etcd");
 	}
 	kvc_etcd_kvs_free(&kvs);
 	kvc_etcd_kvs_free(&hk);

@@ -57,6 +57,7 @@
 #define KVC_MGMT_ROUTING_KEY "/kvcfs/routing"
 #define KVC_MGMT_DRAINED_KEY "/kvcfs/drained" /* u64: a bit per drained target */
 #define KVC_MGMT_HOME_KEY "/kvcfs/home"       /* the chains' home membership */
+#define KVC_MGMT_META_KEY "/kvcfs/meta"       /* kvc-meta's address (text) */
 
 /* A table in etcd: this head, chain_count kvc_wire_chain, then (magic
  * KVC_MGMT_ROUTING_MAGIC2) server_count kvc_wire_server. A table of the

@@ -12,6 +12,7 @@ import json
 import os
 import random
 import signal
+import subprocess
 import threading
 import time
 
@@ -101,6 +102,11 @@ def test_chains_come_from_the_managers(mcluster):
     assert len(st["chains"]) == SERVERS * TARGETS // REPLICAS
     text = mcluster.admin("status").stdout
     assert "from the managers" in text
+    # The cluster's state in etcd names kvc-meta too.
+    out = subprocess.run(["etcdctl", f"--endpoints={mcluster.etcd}", "get", "/kvcfs/meta",
+                          "--print-value-only"], capture_output=True, text=True, timeout=20,
+                         env={**os.environ, "ETCDCTL_API": "3"})
+    assert out.returncode == 0 and out.stdout.strip() == mcluster.meta_address
 
 
 @pytest.mark.parametrize("how", ["kill", "freeze"])
