@@ -483,7 +483,7 @@ int kvc_config_parse(const char *text, const char *origin,
 	memset(config, 0, sizeof(*config));
 	config->chunk_size = KVC_LAYOUT_DEFAULT_CHUNK;
 	config->stripe = 0; /* 0: all chains, set below */
-	config->replicas = 1;
+	config->replicas = 0; /* not given: set below */
 	config->heartbeat_ms = 500;
 	config->failure_timeout_ms = 3000;
 	config->connect_timeout_ms = 2000;
@@ -540,6 +540,10 @@ int kvc_config_parse(const char *text, const char *origin,
 	}
 	if (rc < 0)
 		return rc;
+	/* A cluster with managers is the multi-host kind: three copies unless
+	 * told; the embedded one (no managers) keeps one. */
+	if (config->replicas == 0)
+		config->replicas = config->manager_count ? 3 : 1;
 	rc = check_whole(&p);
 	if (rc == 0 && config->stripe == 0)
 		config->stripe = config->target_count / config->replicas;

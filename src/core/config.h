@@ -13,8 +13,10 @@
  *   failure_timeout_ms = 3000   # a server silent this long leaves its
  *                               # chains (the manager bumps their versions)
  *   replicas = 1                # targets per chain, on distinct storage
- *                               # servers (core/chains.h; default 1); the
- *                               # target count must be a multiple of it
+ *                               # servers (core/chains.h; default 3 with
+ *                               # [mgmt] sections, a multi-host cluster, 1
+ *                               # without); the target count must be a
+ *                               # multiple of it
  *   min_write_replicas = 2      # a chain with fewer members refuses writes
  *                               # (EROFS) rather than keep one copy
  *                               # (default replicas / 2 + 1; 1 for one)

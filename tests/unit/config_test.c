@@ -159,8 +159,17 @@ Test(config, managers)
 	cr_assert_str_eq(config.etcd, "http://127.0.0.1:2379,http://10.0.0.2:2379");
 	cr_assert_eq(config.heartbeat_ms, 200);
 	cr_assert_eq(config.failure_timeout_ms, 1500);
-	/* defaults: none, 500 ms, 3 s */
+	/* with managers (a multi-host cluster): three copies unless told */
+	cr_assert_eq(config.replicas, 3);
+	cr_assert_eq(config.min_write_replicas, 2);
+	snprintf(text, sizeof(text), "replicas = 1\netcd = http://e:1\n%s[mgmt m1]\naddress = h:3\n",
+	         servers);
+	cr_assert_eq(kvc_config_parse(text, "t", &config, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config.replicas, 1);
+	cr_assert_eq(config.min_write_replicas, 1);
+	/* defaults: none, 500 ms, 3 s, one copy */
 	cr_assert_eq(kvc_config_parse(servers, "t", &config, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config.replicas, 1);
 	cr_assert_eq(config.manager_count, 0);
 	cr_assert_eq(config.heartbeat_ms, 500);
 	cr_assert_eq(config.failure_timeout_ms, 3000);
