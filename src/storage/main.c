@@ -176,6 +176,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvc-storage: cannot set up the chain table: %s\n", strerror(-rc));
 		return 1;
 	}
+	/* With managers the peers start empty: serve once the table is here
+	 * (the leader just answered; requests before it would find no chain). */
+	while (config.manager_count && kvc_storage_client_wait_routing(&peers, 0, 1000) == 0)
+		kvc_log_info("waiting for the managers' routing table");
 	svc.peers = &peers;
 	for (uint32_t i = 0; i < me->target_count; i++) {
 		const char *path = config.targets[me->first_target + i].path;

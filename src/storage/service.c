@@ -119,7 +119,9 @@ static int refuse(struct kvc_server_conn *conn, const struct kvc_wire_header *h,
 
 /* The chain of a request for target at chain_version, or NULL with *rc:
  * -ESTALE when this server's table has another version or target is not a
- * member, -ENXIO for a chain it does not know. A server without peers
+ * member, or names no such chain while it follows the managers (a chain
+ * added since its table: the sender or this server refreshes); -ENXIO
+ * for a chain a static table does not know. A server without peers
  * (single copy, tests) takes chain == target at any version. */
 static const struct kvc_chain *chain_of(const struct kvc_storage_service *svc, uint32_t chain,
                                         uint32_t version, uint32_t target,
@@ -132,7 +134,7 @@ static const struct kvc_chain *chain_of(const struct kvc_storage_service *svc, u
 		return *rc ? NULL : copy;
 	}
 	if (!kvc_storage_client_chain(svc->peers, chain, copy)) {
-		*rc = -ENXIO;
+		*rc = svc->peers->following ? -ESTALE : -ENXIO;
 		return NULL;
 	}
 	*pos = kvc_chains_position(copy, target);
