@@ -1,7 +1,8 @@
 /*
  * bench common: what every kvc-bench benchmark shares: the result table
- * and its JSON, clocks, latency percentiles, and the baseline (the raw
- * loopback TCP ceiling: forked senders writing from memory). Results are
+ * and its JSON, clocks, latency percentiles, and the baselines (the raw
+ * loopback TCP ceiling: forked senders writing from memory; the page-cache
+ * read: threads pread-ing a warm local file). Results are
  * owned by the caller's array.
  */
 #ifndef KVC_BENCH_COMMON_H
@@ -41,6 +42,13 @@ void bench_report(const struct bench_table *t, const char *json_path);
  * (hot), or walking 512 MiB into a 256 MiB receive area (cold: the way
  * page-cache data reaches a large iov). */
 double bench_tcp_ceiling(int connections, double seconds, bool cold);
+
+/* The page-cache baseline: GB/s of `threads` (1..64) threads pread-ing
+ * 16 MiB blocks at random of a warm file of file_size bytes (a multiple
+ * of 16 MiB, written, read once, then removed, in dir) into their own
+ * 64 MiB part of one large buffer, for `seconds`: what a same-host
+ * transport aims at. */
+double bench_page_cache(const char *dir, uint64_t file_size, int threads, double seconds);
 
 /* Sort latencies (microseconds) and fill p50/p99 of r. */
 void bench_percentiles(double *lat, size_t count, struct bench_result *r);

@@ -1,6 +1,8 @@
 /*
  * bench gpu: kvc-bench gpu [--mount DIR] [--pages N] [--page-size BYTES]
  *                          [--depth D] [--repeat R] [--json FILE]
+ *                          [--tcp-mount DIR] [--local-dir DIR] [--threads N]
+ *                          [--seconds S]
  *
  * Loads N pages (default 256 of 8 MiB) of a kvcfs file into GPU memory,
  * by each path, R times (the table shows the median), D reads in flight:
@@ -13,6 +15,16 @@
  * and the machine's pinned host-to-device bandwidth (the same copies from
  * a cudaHostAlloc buffer, no I/O) as the baseline. Every path's result is
  * checked: three pages are copied back and compared with the file.
+ *
+ * Transports (client/transport.h), in the same run: the mount's paths go
+ * by same-host placement where kvc-fuse and the storage servers share the
+ * host; with --tcp-mount (another kvc-fuse of the cluster whose cluster
+ * file says `transport = tcp`), (a) and (b) run on it too, reading the
+ * same file (written once through the mount), as their own rows "... by
+ * TCP". The page-cache baseline (bench_page_cache: threads pread 16 MiB
+ * blocks of a warm local file into a large buffer) is measured once in
+ * the same run; (a) is set against it, against the pinned host-to-device
+ * copy, and against (a) by TCP.
  */
 #include "gpu.h"
 
@@ -34,35 +46,53 @@
 
 /* What the command line asks for. */
 struct gpu_options {
-	const char *mount, *json;
+	const char *mount, *json, *tcp_mount, *local_dir;
 	uint64_t page;
-	int pages, depth, repeat;
+	int pages, depth, repeat, threads;
+	double seconds;
 };
 
 #if defined(KVC_HAVE_CUDA)
 
-enum path { DEVICE_IOV, PINNED_IOV, CONNECTOR, FUSE_READ, HOST_TO_DEVICE, PATHS };
+/* What a path does (its `how`). */
+enum how { DEVICE_IOV, PINNED_IOV, CONNECTOR, FUSE_READ, HOST_TO_DEVICE };
 
-static const char *path_names[PATHS] = {
-	"(a) device iov filled by kvc-fuse",
-	"(b) pinned iov + cudaMemcpyAsync",
-	"(c) connector: iov, memcpy to pinned, copy",
-	"(d) FUSE read() to pinned, copy",
-	"pinned host-to-device copy (baseline)",
+enum path { A, B, C, D, H2D, A_TCP, B_TCP, PATHS };
+
+/* The rows, in the table's order: what each does, and on which mount. */
+static const struct path_info {
+	const char *name;
+	enum how how;
+	bool tcp; /* on the --tcp-mount (skipped without one) */
+} paths[PATHS] = {
+	[A] = {"(a) device iov filled by kvc-fuse", DEVICE_IOV, false},
+	[B] = {"(b) pinned iov + cudaMemcpyAsync", PINNED_IOV, false},
+	[C] = {"(c) connector: iov, memcpy to pinned, copy", CONNECTOR, false},
+	[D] = {"(d) FUSE read() to pinned, copy", FUSE_READ, false},
+	[H2D] = {"pinned host-to-device copy (baseline)", HOST_TO_DEVICE, false},
+	[A_TCP] = {"(a) device iov filled by kvc-fuse, by TCP", DEVICE_IOV, true},
+	[B_TCP] = {"(b) pinned iov + cudaMemcpyAsync, by TCP", PINNED_IOV, true},
 };
 
-struct gpu_bench {
+/* One kvc-fuse's side of the test file: the file opened through it, its
+ * iovs and its read ring. Owned by struct gpu_bench. */
+struct gpu_mount {
 	const char *mount;
 	char path[4096];
 	int fd;
+	struct kvc_iov *device_iov; /* wraps the bench's device memory */
+	struct kvc_iov *window;     /* depth pages of shared memory */
+	struct kvc_ring *ring;
+};
+
+struct gpu_bench {
+	struct gpu_mount main;      /* --mount: placement where it can */
+	struct gpu_mount tcp;       /* --tcp-mount; tcp.mount NULL without */
 	uint64_t page;
 	int pages, depth;
 	const struct kvc_cuda *cuda;
 	uint8_t *device;            /* pages * page of GPU memory */
-	struct kvc_iov *device_iov; /* wraps device */
-	struct kvc_iov *window;     /* depth pages of shared memory */
 	uint8_t *staging;           /* depth pages of pinned memory ((c), (d), baseline) */
-	struct kvc_ring *ring;
 	cudaStream_t stream;
 	cudaEvent_t events[MAX_DEPTH];
 	bool copying[MAX_DEPTH];    /* a copy out of this slot may still run */
@@ -108,21 +138,23 @@ static void to_device(struct gpu_bench *b, int slot, const uint8_t *from, int pa
 	b->copying[slot] = true;
 }
 
-/* A page landed in window slot `slot`: move it on as path p does. */
-static void page_arrived(struct gpu_bench *b, enum path p, int slot, int page)
+/* A page landed in m's window slot `slot`: move it on as `how` does. */
+static void page_arrived(struct gpu_bench *b, struct gpu_mount *m, enum how how, int slot,
+                         int page)
 {
-	uint8_t *from = (uint8_t *)kvc_iov_base(b->window) + (uint64_t)slot * b->page;
-	if (p == DEVICE_IOV)
+	uint8_t *from = (uint8_t *)kvc_iov_base(m->window) + (uint64_t)slot * b->page;
+	if (how == DEVICE_IOV)
 		return; /* already there */
-	if (p == CONNECTOR) {
+	if (how == CONNECTOR) {
 		memcpy(b->staging + (uint64_t)slot * b->page, from, b->page);
 		from = b->staging + (uint64_t)slot * b->page;
 	}
 	to_device(b, slot, from, page);
 }
 
-/* Paths (a), (b), (c): depth ring reads in flight. Returns seconds. */
-static double load_by_ring(struct gpu_bench *b, enum path p)
+/* Paths (a), (b), (c): depth ring reads in flight through m. Returns
+ * seconds. */
+static double load_by_ring(struct gpu_bench *b, struct gpu_mount *m, enum how how)
 {
 	struct kvc_completion done[MAX_DEPTH];
 	bool busy[MAX_DEPTH] = {false};
@@ -135,21 +167,21 @@ static double load_by_ring(struct gpu_bench *b, enum path p)
 				slot++;
 			slot_ready(b, slot);
 			busy[slot] = true;
-			struct kvc_iov *iov = p == DEVICE_IOV ? b->device_iov : b->window;
-			uint8_t *ptr = p == DEVICE_IOV ? b->device + (uint64_t)next * b->page
-			             : (uint8_t *)kvc_iov_base(b->window) + (uint64_t)slot * b->page;
-			check(kvc_ring_prep(b->ring, iov, true, ptr, b->fd, (uint64_t)next * b->page,
+			struct kvc_iov *iov = how == DEVICE_IOV ? m->device_iov : m->window;
+			uint8_t *ptr = how == DEVICE_IOV ? b->device + (uint64_t)next * b->page
+			             : (uint8_t *)kvc_iov_base(m->window) + (uint64_t)slot * b->page;
+			check(kvc_ring_prep(m->ring, iov, true, ptr, m->fd, (uint64_t)next * b->page,
 			                    b->page, (void *)(uintptr_t)(slot | (uint64_t)next << 16)),
 			      "prep");
 		}
-		kvc_ring_submit(b->ring);
-		int got = kvc_ring_wait(b->ring, done, MAX_DEPTH, 1, NULL);
+		kvc_ring_submit(m->ring);
+		int got = kvc_ring_wait(m->ring, done, MAX_DEPTH, 1, NULL);
 		check(got, "wait");
 		for (int i = 0; i < got; i++) {
 			uintptr_t tag = (uintptr_t)done[i].userdata;
 			if (done[i].result != (int64_t)b->page)
 				check(done[i].result < 0 ? (int)done[i].result : -EIO, "ring read");
-			page_arrived(b, p, (int)(tag & 0xffff), (int)(tag >> 16));
+			page_arrived(b, m, how, (int)(tag & 0xffff), (int)(tag >> 16));
 			busy[tag & 0xffff] = false;
 			completed++;
 			inflight--;
@@ -163,9 +195,9 @@ static double load_by_ring(struct gpu_bench *b, enum path p)
 /* Path (d): read() through the mount into two pinned buffers in turn. */
 static double load_by_fuse(struct gpu_bench *b)
 {
-	int fd = open(b->path, O_RDONLY | O_DIRECT);
+	int fd = open(b->main.path, O_RDONLY | O_DIRECT);
 	if (fd < 0)
-		bench_die(b->path);
+		bench_die(b->main.path);
 	double start = bench_now();
 	for (int p = 0; p < b->pages; p++) {
 		int slot = p & 1;
@@ -209,7 +241,7 @@ static void verify(struct gpu_bench *b, enum path p)
 		                              cudaMemcpyDeviceToHost), "cudaMemcpy");
 		if (memcmp(want, got, b->page) != 0) {
 			fprintf(stderr, "kvc-bench gpu: %s: page %d on the GPU differs from the file\n",
-			        path_names[p], pages[i]);
+			        paths[p].name, pages[i]);
 			exit(1);
 		}
 	}
@@ -222,14 +254,15 @@ static void write_file(struct gpu_bench *b)
 {
 	struct kvc_ring *ring;
 	struct kvc_completion done[MAX_DEPTH];
-	check(kvc_ring_create(&ring, b->mount, MAX_DEPTH, false, 0, 0, 0, -1, 0), "write ring");
-	uint8_t *window = kvc_iov_base(b->window);
+	struct gpu_mount *m = &b->main;
+	check(kvc_ring_create(&ring, m->mount, MAX_DEPTH, false, 0, 0, 0, -1, 0), "write ring");
+	uint8_t *window = kvc_iov_base(m->window);
 	for (int first = 0; first < b->pages; first += b->depth) {
 		int n = b->pages - first < b->depth ? b->pages - first : b->depth;
 		for (int i = 0; i < n; i++) {
 			pattern((uint64_t *)(window + (uint64_t)i * b->page), b->page,
 			        (uint64_t)(first + i));
-			check(kvc_ring_prep(ring, b->window, false, window + (uint64_t)i * b->page, b->fd,
+			check(kvc_ring_prep(ring, m->window, false, window + (uint64_t)i * b->page, m->fd,
 			                    (uint64_t)(first + i) * b->page, b->page, NULL), "prep write");
 		}
 		kvc_ring_submit(ring);
@@ -241,25 +274,44 @@ static void write_file(struct gpu_bench *b)
 			got += k;
 		}
 	}
-	check(kvc_fd_sync(b->fd), "fsync");
+	check(kvc_fd_sync(m->fd), "fsync");
 	kvc_ring_destroy(ring);
+}
+
+/* Open the test file through m's kvc-fuse (creating it when `create`),
+ * and make m's read ring, window and device iov (over b->device). */
+static void mount_open(struct gpu_bench *b, struct gpu_mount *m, const char *name, bool create)
+{
+	uint64_t bytes = (uint64_t)b->pages * b->page, window = (uint64_t)b->depth * b->page;
+	snprintf(m->path, sizeof(m->path), "%s/%s", m->mount, name);
+	m->fd = create ? open(m->path, O_RDWR | O_CREAT | O_TRUNC, 0644) : open(m->path, O_RDONLY);
+	if (m->fd < 0)
+		bench_die(m->path);
+	check(kvc_fd_register(m->fd, 0), "register fd");
+	check(kvc_iov_create(&m->window, m->mount, window, 0, -1, NULL), "shared-memory iov");
+	check(kvc_ring_create(&m->ring, m->mount, MAX_DEPTH, true, 0, 0, 0, -1, 0), "read ring");
+	check(kvc_iov_wrap_device(&m->device_iov, b->device, NULL, m->mount, bytes, 0),
+	      "device iov");
+}
+
+static void mount_close(struct gpu_mount *m)
+{
+	kvc_iov_destroy(m->device_iov);
+	kvc_iov_destroy(m->window);
+	kvc_ring_destroy(m->ring);
+	kvc_fd_deregister(m->fd);
+	close(m->fd);
 }
 
 static void setup(struct gpu_bench *b)
 {
 	const struct kvc_cuda *cuda = b->cuda;
 	uint64_t bytes = (uint64_t)b->pages * b->page, window = (uint64_t)b->depth * b->page;
-	snprintf(b->path, sizeof(b->path), "%s/.kvc-bench-gpu-%d", b->mount, (int)getpid());
-	b->fd = open(b->path, O_RDWR | O_CREAT | O_TRUNC, 0644);
-	if (b->fd < 0)
-		bench_die(b->path);
-	check(kvc_fd_register(b->fd, 0), "register fd");
-	check(kvc_iov_create(&b->window, b->mount, window, 0, -1, NULL), "shared-memory iov");
-	check(kvc_ring_create(&b->ring, b->mount, MAX_DEPTH, true, 0, 0, 0, -1, 0), "read ring");
+	char name[64];
+	snprintf(name, sizeof(name), ".kvc-bench-gpu-%d", (int)getpid());
 	cuda_check(b, cuda->set_device(0), "cudaSetDevice");
 	cuda_check(b, cuda->malloc((void **)&b->device, bytes), "cudaMalloc");
-	check(kvc_iov_wrap_device(&b->device_iov, b->device, NULL, b->mount, bytes, 0),
-	      "device iov");
+	mount_open(b, &b->main, name, true);
 	cuda_check(b, cuda->host_alloc((void **)&b->staging, window, cudaHostAllocDefault),
 	           "cudaHostAlloc");
 	memset(b->staging, 0x3c, window);
@@ -269,23 +321,46 @@ static void setup(struct gpu_bench *b)
 	fprintf(stderr, "writing %d pages of %" PRIu64 " MiB through a ring...\n", b->pages,
 	        b->page / MIB);
 	write_file(b);
+	/* The same file, read through the other kvc-fuse. */
+	if (b->tcp.mount)
+		mount_open(b, &b->tcp, name, false);
 }
 
+typedef double (*loader)(struct gpu_bench *b, struct gpu_mount *m, enum how how);
+
+static double load_by_fuse_path(struct gpu_bench *b, struct gpu_mount *m, enum how how)
+{
+	(void)m, (void)how;
+	return load_by_fuse(b);
+}
+
+static double host_to_device_path(struct gpu_bench *b, struct gpu_mount *m, enum how how)
+{
+	(void)m, (void)how;
+	return host_to_device(b);
+}
+
+static const loader loaders[] = {
+	[DEVICE_IOV] = load_by_ring,
+	[PINNED_IOV] = load_by_ring,
+	[CONNECTOR] = load_by_ring,
+	[FUSE_READ] = load_by_fuse_path,
+	[HOST_TO_DEVICE] = host_to_device_path,
+};
+
+/* One run of path p: GB/s, its result checked on the GPU. */
 static double run_path(struct gpu_bench *b, enum path p)
 {
-	double seconds;
+	const struct path_info *info = &paths[p];
+	struct gpu_mount *m = info->tcp ? &b->tcp : &b->main;
 	cuda_check(b, b->cuda->memset(b->device, 0, (uint64_t)b->pages * b->page), "cudaMemset");
 	cuda_check(b, b->cuda->device_synchronize(), "cudaDeviceSynchronize");
-	if (p == PINNED_IOV)
-		check(kvc_iov_pin(b->window), "pin the iov");
-	switch (p) {
-	case FUSE_READ: seconds = load_by_fuse(b); break;
-	case HOST_TO_DEVICE: seconds = host_to_device(b); break;
-	default: seconds = load_by_ring(b, p); break;
-	}
-	if (p == PINNED_IOV)
-		check(kvc_iov_unpin(b->window), "unpin the iov");
-	if (p != HOST_TO_DEVICE)
+	if (info->how == PINNED_IOV)
+		check(kvc_iov_pin(m->window), "pin the iov");
+	double seconds = loaders[info->how](b, m, info->how);
+	if (info->how == PINNED_IOV)
+		check(kvc_iov_unpin(m->window), "unpin the iov");
+	if (info->how != HOST_TO_DEVICE)
 		verify(b, p);
 	return (double)b->pages * (double)b->page / seconds / 1e9;
 }
@@ -296,12 +371,47 @@ static int compare(const void *x, const void *y)
 	return a < c ? -1 : a > c;
 }
 
+/* The page-cache baseline's file: about the test file's size (whole
+ * 16 MiB blocks, at least 256 MiB). */
+static uint64_t page_cache_file_size(const struct gpu_bench *b)
+{
+	uint64_t size = (uint64_t)b->pages * b->page / (16 * MIB) * (16 * MIB);
+	return size < 256 * MIB ? 256 * MIB : size;
+}
+
+/* The table: every path measured, the page-cache baseline, the ratios. */
+static void add_rows(struct bench_table *t, const struct gpu_bench *b, const double *median,
+                     double page_cache, int threads)
+{
+	bool tcp = b->tcp.mount != NULL;
+	for (int p = 0; p < PATHS; p++) {
+		if (paths[p].tcp && !tcp)
+			continue;
+		struct bench_result *row = bench_add(t, "%s", paths[p].name);
+		row->gbps = median[p];
+		row->ratio = median[p] / median[C];
+	}
+	bench_add(t, "page cache: %d threads pread 16M blocks of a warm file", threads)->gbps =
+		page_cache;
+	double best = median[A] > median[B] ? median[A] : median[B];
+	bench_add(t, "TARGET best of (a),(b) / (c) (>=1.3)")->ratio = best / median[C];
+	bench_add(t, "TARGET (a) / pinned host-to-device (>=0.5)")->ratio = median[A] / median[H2D];
+	bench_add(t, "  (b) / pinned host-to-device")->ratio = median[B] / median[H2D];
+	bench_add(t, "  (a) / page cache")->ratio = median[A] / page_cache;
+	if (!tcp)
+		return;
+	bench_add(t, "  (a) by TCP / pinned host-to-device")->ratio = median[A_TCP] / median[H2D];
+	bench_add(t, "  (b) by TCP / pinned host-to-device")->ratio = median[B_TCP] / median[H2D];
+	bench_add(t, "  (a) by TCP / page cache")->ratio = median[A_TCP] / page_cache;
+	bench_add(t, "  (a) placement / TCP")->ratio = median[A] / median[A_TCP];
+	bench_add(t, "  (b) placement / TCP")->ratio = median[B] / median[B_TCP];
+}
+
 static int run(const struct gpu_options *o)
 {
 	static struct gpu_bench b;
-	b = (struct gpu_bench){.mount = o->mount, .page = o->page, .pages = o->pages,
-	                       .depth = o->depth};
-	const char *json = o->json;
+	b = (struct gpu_bench){.main.mount = o->mount, .tcp.mount = o->tcp_mount, .page = o->page,
+	                       .pages = o->pages, .depth = o->depth};
 	int repeat = o->repeat;
 	b.cuda = kvc_cuda_get();
 	if (!b.cuda) {
@@ -310,37 +420,33 @@ static int run(const struct gpu_options *o)
 	}
 	setup(&b);
 	static struct bench_table t = {.ratio_label = "vs (c)"};
-	double runs[PATHS][100], median[PATHS];
+	static double runs[PATHS][100];
+	double median[PATHS] = {0};
+	fprintf(stderr, "page-cache baseline (%d threads, %s)...\n", o->threads, o->local_dir);
+	double page_cache = bench_page_cache(o->local_dir, page_cache_file_size(&b), o->threads,
+	                                     o->seconds);
 	for (int r = 0; r < repeat; r++)
 		for (int p = 0; p < PATHS; p++) {
-			fprintf(stderr, "%s, run %d...\n", path_names[p], r + 1);
+			if (paths[p].tcp && !b.tcp.mount)
+				continue;
+			fprintf(stderr, "%s, run %d...\n", paths[p].name, r + 1);
 			runs[p][r] = run_path(&b, (enum path)p);
 		}
 	for (int p = 0; p < PATHS; p++) {
 		qsort(runs[p], (size_t)repeat, sizeof(double), compare);
 		median[p] = runs[p][repeat / 2];
 	}
-	for (int p = 0; p < PATHS; p++) {
-		struct bench_result *row = bench_add(&t, "%s", path_names[p]);
-		row->gbps = median[p];
-		row->ratio = median[p] / median[CONNECTOR];
-	}
-	double best = median[DEVICE_IOV] > median[PINNED_IOV] ? median[DEVICE_IOV]
-	                                                       : median[PINNED_IOV];
-	bench_add(&t, "TARGET best of (a),(b) / (c) (>=1.3)")->ratio = best / median[CONNECTOR];
-	bench_add(&t, "  (a) / pinned host-to-device")->ratio = median[DEVICE_IOV] /
-	                                                         median[HOST_TO_DEVICE];
-	printf("%d pages of %" PRIu64 " MiB, depth %d, median of %d runs\n", b.pages,
-	       b.page / MIB, b.depth, repeat);
-	kvc_iov_destroy(b.device_iov);
-	kvc_iov_destroy(b.window);
-	kvc_ring_destroy(b.ring);
+	add_rows(&t, &b, median, page_cache, o->threads);
+	printf("%d pages of %" PRIu64 " MiB, depth %d, median of %d runs; mount %s%s%s\n",
+	       b.pages, b.page / MIB, b.depth, repeat, b.main.mount,
+	       b.tcp.mount ? ", by TCP " : "", b.tcp.mount ? b.tcp.mount : "");
+	if (b.tcp.mount)
+		mount_close(&b.tcp);
+	mount_close(&b.main);
+	unlink(b.main.path);
 	b.cuda->free(b.device);
 	b.cuda->free_host(b.staging);
-	kvc_fd_deregister(b.fd);
-	close(b.fd);
-	unlink(b.path);
-	bench_report(&t, json);
+	bench_report(&t, o->json);
 	return 0;
 }
 
@@ -357,16 +463,24 @@ static int run(const struct gpu_options *o)
 
 static const char usage[] =
 	"usage: kvc-bench gpu [--mount DIR] [--pages N] [--page-size BYTES] [--depth D]\n"
-	"                     [--repeat R] [--json FILE]\n"
+	"                     [--repeat R] [--json FILE] [--tcp-mount DIR]\n"
+	"                     [--local-dir DIR] [--threads N] [--seconds S]\n"
 	"KV pages of a kvcfs file into GPU memory by each path (device iov,\n"
 	"pinned iov, today's connectors, FUSE read) against the pinned\n"
-	"host-to-device copy; exits 77 where there is no GPU.\n"
+	"host-to-device copy and a page-cache read baseline measured in the same\n"
+	"run; with --tcp-mount, (a) and (b) by TCP too; exits 77 where there is\n"
+	"no GPU.\n"
 	"  -m, --mount DIR            the kvcfs mount (default /mnt/kvc)\n"
 	"  -n, --pages N              pages, 3..65535 (default 256)\n"
 	"  -p, --page-size BYTES      a multiple of 4 KiB (default 8M)\n"
 	"  -d, --depth D              reads in flight, 2..128 (default 32)\n"
 	"  -r, --repeat R             runs of each path, 1..100; the median counts (default 3)\n"
 	"  -j, --json FILE            write the table as JSON too\n"
+	"  -t, --tcp-mount DIR        another kvc-fuse of the cluster with transport = tcp:\n"
+	"                             (a) and (b) through it too (rows \"... by TCP\")\n"
+	"  -l, --local-dir DIR        where the page-cache baseline's file goes (default /var/tmp)\n"
+	"  -T, --threads N            the baseline's threads, 1..64 (default 8)\n"
+	"  -s, --seconds S            how long the baseline runs, 0.1..600 (default 3)\n"
 	"  -h, --help                 this text\n";
 
 int bench_gpu_main(int argc, char **argv)
@@ -377,10 +491,16 @@ int bench_gpu_main(int argc, char **argv)
 	                                        {"depth", required_argument, 0, 'd'},
 	                                        {"repeat", required_argument, 0, 'r'},
 	                                        {"json", required_argument, 0, 'j'},
+	                                        {"tcp-mount", required_argument, 0, 't'},
+	                                        {"local-dir", required_argument, 0, 'l'},
+	                                        {"threads", required_argument, 0, 'T'},
+	                                        {"seconds", required_argument, 0, 's'},
 	                                        {0, 0, 0, 0}};
-	static const struct kvc_cli cli = {"kvc-bench gpu", usage, "m:n:p:d:r:j:", options, 0};
+	static const struct kvc_cli cli = {"kvc-bench gpu", usage, "m:n:p:d:r:j:t:l:T:s:", options,
+	                                   0};
 	struct gpu_options o = {.mount = "/mnt/kvc", .page = 8 * MIB, .pages = 256, .depth = 32,
-	                        .repeat = 3};
+	                        .repeat = 3, .local_dir = "/var/tmp", .threads = 8,
+	                        .seconds = 3};
 	int opt;
 	while ((opt = kvc_cli_next(&cli, argc, argv)) > 0) {
 		switch (opt) {
@@ -390,6 +510,10 @@ int bench_gpu_main(int argc, char **argv)
 		case 'd': o.depth = atoi(optarg); break;
 		case 'r': o.repeat = atoi(optarg); break;
 		case 'j': o.json = optarg; break;
+		case 't': o.tcp_mount = optarg; break;
+		case 'l': o.local_dir = optarg; break;
+		case 'T': o.threads = atoi(optarg); break;
+		case 's': o.seconds = atof(optarg); break;
 		}
 	}
 	if (opt != KVC_CLI_END)
@@ -400,5 +524,7 @@ int bench_gpu_main(int argc, char **argv)
 	    o.page < 4096 || o.page % 4096 || o.repeat < 1 || o.repeat > 100)
 		return kvc_cli_fail(&cli, "--pages 3..65535, --depth 2..%d, --page-size a multiple "
 		                    "of 4 KiB, --repeat 1..100", MAX_DEPTH);
+	if (o.threads < 1 || o.threads > 64 || !(o.seconds >= 0.1 && o.seconds <= 600))
+		return kvc_cli_fail(&cli, "--threads 1..64, --seconds 0.1..600");
 	return run(&o);
 }

@@ -25,7 +25,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,70 +151,6 @@ static void setup(struct ring_setup *s, const char *path)
 	check(kvc_fd_sync(s->fd), "fsync");
 }
 
-/* The page-cache baseline: `threads` threads pread 16 MiB blocks of a
- * warm file into their part of one large buffer for `seconds`. GB/s. */
-struct baseline_job {
-	int fd;
-	uint64_t file_size;
-	uint8_t *buf;
-	double until;
-	uint64_t bytes;
-	unsigned seed;
-};
-
-static void *baseline_thread(void *arg)
-{
-	struct baseline_job *j = arg;
-	uint64_t blocks = j->file_size / (16 * MIB);
-	while (bench_now() < j->until) {
-		uint64_t b = rand_r(&j->seed) % blocks;
-		ssize_t n = pread(j->fd, j->buf + (b % 4) * 16 * MIB, 16 * MIB, (off_t)(b * 16 * MIB));
-		if (n <= 0)
-			break;
-		j->bytes += (uint64_t)n;
-	}
-	return NULL;
-}
-
-static double page_cache_baseline(const char *dir, uint64_t file_size, int threads,
-                                  double seconds)
-{
-	char path[4096];
-	snprintf(path, sizeof(path), "%s/.kvc-bench-pagecache-%d", dir, (int)getpid());
-	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-	uint8_t *block = malloc(16 * MIB);
-	uint8_t *buf = malloc((size_t)threads * 64 * MIB);
-	if (fd < 0 || !block || !buf)
-		bench_die(path);
-	memset(block, 0x5a, 16 * MIB);
-	for (uint64_t at = 0; at < file_size; at += 16 * MIB)
-		if (pwrite(fd, block, 16 * MIB, (off_t)at) != (ssize_t)(16 * MIB))
-			bench_die(path);
-	for (uint64_t at = 0; at < file_size; at += 16 * MIB) /* warm */
-		if (pread(fd, block, 16 * MIB, (off_t)at) != (ssize_t)(16 * MIB))
-			bench_die(path);
-	memset(buf, 0, (size_t)threads * 64 * MIB); /* fault the buffer in */
-	struct baseline_job jobs[64];
-	pthread_t tids[64];
-	double start = bench_now();
-	for (int i = 0; i < threads; i++) {
-		jobs[i] = (struct baseline_job){fd, file_size, buf + (size_t)i * 64 * MIB,
-		                                start + seconds, 0, 7u + (unsigned)i};
-		pthread_create(&tids[i], NULL, baseline_thread, &jobs[i]);
-	}
-	uint64_t bytes = 0;
-	for (int i = 0; i < threads; i++) {
-		pthread_join(tids[i], NULL);
-		bytes += jobs[i].bytes;
-	}
-	double gbps = (double)bytes / (bench_now() - start) / 1e9;
-	close(fd);
-	unlink(path);
-	free(block);
-	free(buf);
-	return gbps;
-}
-
 /* Ring reads of the test file through mount: 1 and 16 MiB at depths 32
  * and 128, each against the baseline. */
 static void transport_rows(struct bench_table *t, const char *label, const char *mount,
@@ -321,7 +256,7 @@ int bench_ring_main(int argc, char **argv)
 		kvc_fd_deregister(s.fd);
 		close(s.fd);
 		fprintf(stderr, "page-cache baseline...\n");
-		double base = page_cache_baseline(local_dir, s.file_size, threads, seconds);
+		double base = bench_page_cache(local_dir, s.file_size, threads, seconds);
 		bench_add(&t, "page cache: %d threads pread 16M blocks of a warm file", threads)
 			->gbps = base;
 		transport_rows(&t, "mount", s.mount, path, s.file_size, seconds, base);
