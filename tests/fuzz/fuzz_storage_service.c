@@ -5,19 +5,37 @@
  * u16 data_len, body bytes, data bytes). The data section goes through
  * the socket the handler reads it from, as a client's would. Every
  * handler must answer or refuse without crashing, leaking or reading past
- * the body, and leave the socket in frame. */
+ * the body, and leave the socket in frame.
+ * Placement: the socket is a Unix socketpair of this process, so PLACE_*
+ * messages pass the peer check, and region 1 (4 MiB of a memfd) is
+ * registered for this pid on the connection: PLACE_READ / PLACE_WRITE
+ * bodies with arbitrary pieces, offsets and lengths meet a real region
+ * and real chunk stores. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "fuzz_common.h"
+#include "storage/place.h"
 #include "storage/service.h"
 
 static struct kvc_storage_service svc;
 static struct kvc_server_conn conn;
+static struct kvc_place_table places;
 static int peer;
+
+/* Region 1 on this connection (dropped with it: registered again). */
+static void register_region(void)
+{
+	const struct kvc_msg_place_register m = {.region = 1, .size = 4 << 20};
+	int fd = memfd_create("fuzz-region", MFD_CLOEXEC);
+	if (fd < 0 || ftruncate(fd, (off_t)m.size) != 0 ||
+	    kvc_place_register(&places, &conn, getpid(), fd, &m) != 0)
+		abort();
+}
 
 static void setup(void)
 {
@@ -32,10 +50,12 @@ static void setup(void)
 		if (kvc_chunk_store_open(path, &svc.stores[i]) != 0)
 			abort();
 	}
-	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
+	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0 || kvc_place_init(&places) != 0)
 		abort();
+	svc.place = &places;
 	conn.fd = sv[0];
 	peer = sv[1];
+	register_region();
 	if (pthread_create(&t, NULL, fuzz_drain, (void *)(intptr_t)dup(peer)) != 0)
 		abort();
 	pthread_detach(t);
@@ -48,12 +68,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		KVC_MSG_CHUNK_LAST, KVC_MSG_SPACE, KVC_MSG_SYNC, KVC_MSG_CHUNK_PUNCH,
 		KVC_MSG_HELLO, KVC_MSG_LOOKUP, 63, 90, 96, 65535, KVC_MSG_CHUNK_LIST,
 		KVC_MSG_CHUNK_RESYNC, KVC_MSG_CHUNK_RESYNC_STATUS,
-		/* placement: the table's size checks (no regions here: svc.place
-		 * is NULL, so -EOPNOTSUPP after them) */
+		/* placement: region 1 is registered (PLACE_REGISTER itself has
+		 * no fd here: refused) */
 		KVC_MSG_PLACE_HELLO, KVC_MSG_PLACE_REGISTER, KVC_MSG_PLACE_UNREGISTER,
 		KVC_MSG_PLACE_READ, KVC_MSG_PLACE_WRITE};
 	if (!svc.stores[0])
 		setup();
+	/* Each input starts with region 1 there (an earlier one may have
+	 * unregistered it). */
+	kvc_place_unregister(&places, &conn, getpid(), 1);
+	register_region();
 	size_t at = 0;
 	while (at + 6 <= size) {
 		uint16_t pick, len, data_len;
@@ -91,6 +115,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				abort();
 			conn = (struct kvc_server_conn){.fd = sv[0]};
 			peer = sv[1];
+			register_region();
 			if (pthread_create(&t, NULL, fuzz_drain, (void *)(intptr_t)dup(peer)) != 0)
 				abort();
 			pthread_detach(t);
