@@ -4,7 +4,9 @@
 #include <errno.h>
 #include <limits.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 int kvc_fsutil_mkdirs(const char *path, unsigned mode)
 {
@@ -26,4 +28,15 @@ int kvc_fsutil_mkdirs(const char *path, unsigned mode)
 	if (stat(buf, &st) < 0)
 		return -errno;
 	return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}
+
+long kvc_fsutil_read_small(const char *path, void *buf, unsigned long cap)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	ssize_t n = read(fd, buf, cap);
+	long rc = n < 0 ? -errno : (long)n;
+	close(fd);
+	return rc;
 }

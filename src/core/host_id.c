@@ -2,19 +2,15 @@
 #include "core/host_id.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <sodium.h>
-#include <unistd.h>
+
+#include "core/fsutil.h"
 
 /* Append up to 64 bytes of path to state; returns 1 when read. */
 static int add_file(crypto_hash_sha256_state *state, const char *path)
 {
 	char buf[64];
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	ssize_t n = read(fd, buf, sizeof(buf));
-	close(fd);
+	long n = kvc_fsutil_read_small(path, buf, sizeof(buf));
 	if (n <= 0)
 		return 0;
 	crypto_hash_sha256_update(state, (const unsigned char *)buf, (unsigned long long)n);

@@ -108,10 +108,7 @@ static void boot_id(char out[BOOT_ID])
 		strncpy(out, fake, BOOT_ID - 1);
 		return;
 	}
-	int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
-	ssize_t n = fd >= 0 ? read(fd, out, BOOT_ID - 1) : -1;
-	if (fd >= 0)
-		close(fd);
+	long n = kvc_fsutil_read_small("/proc/sys/kernel/random/boot_id", out, BOOT_ID - 1);
 	out[n > 0 ? n : 0] = '\0';
 	char *newline = strchr(out, '\n');
 	if (newline)

@@ -178,8 +178,11 @@ int main(int argc, char **argv)
 	}
 	/* With managers the peers start empty: serve once the table is here
 	 * (the leader just answered; requests before it would find no chain). */
-	while (config.manager_count && kvc_storage_client_wait_routing(&peers, 0, 1000) == 0)
+	if (config.manager_count && kvc_storage_client_wait_routing(&peers, 0, 1000) == 0) {
 		kvc_log_info("waiting for the managers' routing table");
+		while (kvc_storage_client_wait_routing(&peers, 0, 1000) == 0)
+			;
+	}
 	svc.peers = &peers;
 	for (uint32_t i = 0; i < me->target_count; i++) {
 		const char *path = config.targets[me->first_target + i].path;
