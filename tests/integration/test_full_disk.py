@@ -102,8 +102,11 @@ def dd(path, count=None):
 
 
 def space_back(c, baseline):
-    """The collector reclaimed the chunks: almost all of the space is back."""
-    return wait_until(lambda: c.df()[1] >= baseline - 2 * MIB, timeout=60)
+    """The collector reclaimed the chunks: almost all of the space is back and
+    nothing is left to reclaim (a chunk freed later would lift a target out of
+    refusing while the next test fills the volume)."""
+    return wait_until(lambda: c.df()[1] >= baseline - 2 * MIB
+                      and c.status()["meta"]["reclaim_pending"] == 0, timeout=60)
 
 
 def assert_full(c, refused_before=0):
