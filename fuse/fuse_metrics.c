@@ -32,7 +32,7 @@ static struct {
 	struct kvc_metrics_counter *ops[KVC_FUSE_OPS];
 	struct kvc_metrics_histogram *op_seconds[KVC_FUSE_OPS];
 	struct kvc_metrics_counter *bytes[2]; /* [read] */
-	struct kvc_metrics_counter *ring_taken[2], *ring_bytes[2], *ring_completed;
+	struct kvc_metrics_counter *ring_taken[2], *ring_bytes[2], *ring_completed, *ring_overlapped;
 	struct kvc_metrics_gauge *ring_depth, *rings, *usrbio_clients, *events_up;
 	struct kvc_metrics_counter *events;
 	_Atomic(struct kvc_ring_service *) ring_service;
@@ -72,6 +72,12 @@ void kvc_fuse_metrics_ring_completed(uint32_t entries)
 {
 	if (m.registry)
 		kvc_metrics_add(m.ring_completed, entries);
+}
+
+void kvc_fuse_metrics_ring_overlapped(void)
+{
+	if (m.registry)
+		kvc_metrics_add(m.ring_overlapped, 1);
 }
 
 void kvc_fuse_metrics_ring_bytes(bool read, uint64_t bytes)
@@ -118,6 +124,9 @@ static int register_all(struct kvc_metrics *r, struct kvc_fuse *fs)
 	}
 	m.ring_completed = kvc_metrics_counter(r, "kvc_fuse_ring_entries_completed_total",
 	                                       "USRBIO completions posted.", NULL, 0);
+	m.ring_overlapped = kvc_metrics_counter(
+		r, "kvc_fuse_ring_batches_overlapped_total",
+		"USRBIO ring batches that started while another batch of the same ring ran.", NULL, 0);
 	m.ring_depth = kvc_metrics_gauge(r, "kvc_fuse_ring_queue_depth",
 	                                 "Entries submitted to the rings and not yet taken.", NULL, 0);
 	m.rings = kvc_metrics_gauge(r, "kvc_fuse_rings", "USRBIO rings registered.", NULL, 0);
@@ -128,7 +137,7 @@ static int register_all(struct kvc_metrics *r, struct kvc_fuse *fs)
 	                                NULL, 0);
 	m.events = kvc_metrics_counter(r, "kvc_fuse_meta_events_total",
 	                               "Change events received from kvc-meta.", NULL, 0);
-	if (!m.ring_completed || !m.ring_depth || !m.rings || !m.usrbio_clients || !m.events_up ||
+	if (!m.ring_completed || !m.ring_overlapped || !m.ring_depth || !m.rings || !m.usrbio_clients || !m.events_up ||
 	    !m.events)
 		return -ENOMEM;
 	int rc = kvc_storage_client_metrics(&fs->storage, r, "kvc_fuse");

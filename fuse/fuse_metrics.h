@@ -53,6 +53,8 @@ void kvc_fuse_metrics_rings(struct kvc_ring_service *rings);
  * bytes moved by ring entries (read: into the client's memory). */
 void kvc_fuse_metrics_ring_taken(bool read, uint32_t entries);
 void kvc_fuse_metrics_ring_completed(uint32_t entries);
+/* A ring's batch started while another batch of that ring ran. */
+void kvc_fuse_metrics_ring_overlapped(void);
 void kvc_fuse_metrics_ring_bytes(bool read, uint64_t bytes);
 
 #endif
