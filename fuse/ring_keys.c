@@ -448,7 +448,7 @@ void kvc_ring_keys_execute(const struct kvc_ring_keys_batch *b)
 		struct key *k = &s->keys[i];
 		k->result = &b->results[b->index[i]];
 		k->op = e->op;
-		k->slot = (b->head + b->index[i]) & b->mask;
+		k->slot = kvc_ring_cqe_index(&b->sqes[b->index[i]], (b->head + b->index[i]) & b->mask);
 		k->userdata = e->userdata;
 		k->temp_len = 0;
 		k->ios = 0;

@@ -14,7 +14,7 @@
  * process cannot be used by another, and kvc-fuse refuses shared memory
  * owned by another uid.
  *
- * All functions return 0 (or a count / slot) on success and -errno on
+ * All functions return 0 (or a count / index) on success and -errno on
  * failure. Not thread-safe per ring (like 3FS): one thread prepares and
  * submits on a ring at a time; different rings are independent.
  */
@@ -40,7 +40,7 @@ struct kvc_iov;
 struct kvc_ring;
 
 struct kvc_completion {
-	int32_t index;        /* the slot kvc_ring_prep returned */
+	int32_t index;        /* the index kvc_ring_prep returned */
 	int64_t result;       /* bytes transferred, or -errno */
 	const void *userdata; /* as given to kvc_ring_prep */
 };
@@ -102,7 +102,8 @@ int kvc_ring_entries(const struct kvc_ring *ring);
 /* Queue one I/O: `length` bytes at `file_offset` of registered fd into
  * (read) or from (write) iov memory at ptr. Any length the iov holds:
  * kvc-fuse cuts it into chunk pieces and completes the entry once, with
- * the total. Returns the slot index, or
+ * the total. Returns the entry's index (no other outstanding entry has
+ * it; completions come in any order, each with its entry's index), or
  * -EINVAL (direction differs from the ring's, zero length),
  * -EFAULT (ptr..ptr+length outside the iov), -EBADF (fd not registered),
  * -EACCES (fd not open for that direction), -EAGAIN (ring full: wait for
@@ -126,7 +127,7 @@ int kvc_ring_prep(struct kvc_ring *ring, const struct kvc_iov *iov, bool read, v
  *   REMOVE remove it: its size, or -ENOENT.
  *   WAIT   complete with the key's size once it exists (published), or
  *          -ETIMEDOUT after timeout_ms (0: the longest, an hour). It
- *          holds its slot but no kvc-fuse worker; a removed key is waited
+ *          holds its index but no kvc-fuse worker; a removed key is waited
  *          for again.
  *
  * A segment is `length` bytes at `offset` of a registered iov, host or
@@ -138,7 +139,7 @@ int kvc_ring_prep(struct kvc_ring *ring, const struct kvc_iov *iov, bool read, v
  * segments, a bad name or flags), -E2BIG (over KVC_KEY_MAX_SEGS segments),
  * -ENAMETOOLONG, -ENOTDIR (dir_fd no registered directory), -EDQUOT (too
  * many waits parked), -EIO. The entries of one submission run together,
- * in no order among them. kvc_ring_prep_key returns the slot, or -EAGAIN
+ * in no order among them. kvc_ring_prep_key returns the index, or -EAGAIN
  * (ring full), -EBADF (dir_fd not registered), -EINVAL (bad op, or over
  * KVC_KEY_MAX_DESC_SEGS segments, or a name over 256 bytes: they would
  * not fit the descriptor), -EFAULT (an iov of another mount), -ENOMEM. */

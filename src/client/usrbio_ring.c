@@ -34,6 +34,12 @@ struct kvc_ring {
 	bool for_read;
 	uint32_t local_tail;   /* prepared, not yet published */
 	uint32_t outstanding;  /* prepared and not yet reaped */
+	/* Indices of entries (what prep returns, the completion's index, the
+	 * key descriptor's place): unique among outstanding entries, since
+	 * kvc-fuse completes entries in any order. A stack of free ones. */
+	uint32_t *free_index;
+	uint32_t free_count;
+	uint8_t *index_used; /* per index: outstanding */
 	int doorbell;          /* kvc-fuse's, from the registration */
 	uint32_t handle;
 	struct kvc_usrbio_control *control;
@@ -42,8 +48,8 @@ struct kvc_ring {
 	struct kvc_iov *descs;   /* key descriptors: DESC_SLOT bytes per slot */
 };
 
-/* A slot's key descriptor: reused only once its entry completed (kvc-fuse
- * copies it before any later entry of the ring completes). */
+/* An index's key descriptor: reused only once its entry's completion was
+ * reaped (kvc-fuse copies it before that entry completes). */
 #define DESC_SLOT 4096u
 _Static_assert(sizeof(struct kvc_ring_key_desc) +
                KVC_KEY_MAX_DESC_SEGS * sizeof(struct kvc_ring_key_seg) <= DESC_SLOT, "");
@@ -66,6 +72,16 @@ int kvc_ring_create(struct kvc_ring **out, const char *mount, int entries, bool 
 	if (!ring)
 		return -ENOMEM;
 	ring->limit = (uint32_t)entries;
+	ring->free_index = malloc((size_t)entries * sizeof(*ring->free_index));
+	ring->index_used = calloc((size_t)entries, 1);
+	if (!ring->free_index || !ring->index_used) {
+		free(ring->free_index);
+		free(ring->index_used);
+		free(ring);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < ring->limit; i++) /* index 0 is taken first */
+		ring->free_index[ring->free_count++] = ring->limit - 1 - i;
 	ring->entries = round_up_pow2((uint32_t)entries);
 	ring->mask = ring->entries - 1;
 	ring->for_read = for_read;
@@ -131,7 +147,29 @@ void kvc_ring_destroy(struct kvc_ring *ring)
 		close(ring->doorbell);
 	kvc_iov_destroy(ring->descs);
 	free(ring->mount);
+	free(ring->free_index);
+	free(ring->index_used);
 	free(ring);
+}
+
+/* An index for a new entry; -EAGAIN when every one is outstanding. */
+static int take_index(struct kvc_ring *ring)
+{
+	if (ring->outstanding == ring->limit || ring->free_count == 0)
+		return -EAGAIN;
+	uint32_t index = ring->free_index[--ring->free_count];
+	ring->index_used[index] = 1;
+	return (int)index;
+}
+
+/* A reaped completion's index is free again (one kvc-fuse never sent, or
+ * sent twice, is ignored). */
+static void give_index(struct kvc_ring *ring, uint32_t index)
+{
+	if (index < ring->limit && ring->index_used[index]) {
+		ring->index_used[index] = 0;
+		ring->free_index[ring->free_count++] = index;
+	}
 }
 
 int kvc_ring_entries(const struct kvc_ring *ring)
@@ -154,16 +192,17 @@ int kvc_ring_prep(struct kvc_ring *ring, const struct kvc_iov *iov, bool read, v
 		return access;
 	if ((read && access == O_WRONLY) || (!read && access == O_RDONLY))
 		return -EACCES;
-	if (ring->outstanding == ring->limit)
-		return -EAGAIN;
+	int index = take_index(ring);
+	if (index < 0)
+		return index;
 	uint32_t slot = ring->local_tail & ring->mask;
 	kvc_ring_sqes(ring->shared)[slot] = (struct kvc_ring_sqe){
 		.iov_offset = p - base, .file_offset = file_offset, .length = length,
 		.userdata = (uint64_t)(uintptr_t)userdata, .fd = fd, .iov_handle = iov->handle,
-		.op = read ? KVC_RING_READ : KVC_RING_WRITE};
+		.op = read ? KVC_RING_READ : KVC_RING_WRITE, .tag = (uint32_t)index + 1};
 	ring->local_tail++;
 	ring->outstanding++;
-	return (int)slot;
+	return index;
 }
 
 int kvc_ring_prep_key(struct kvc_ring *ring, int op, int dir_fd, const char *name,
@@ -179,7 +218,7 @@ int kvc_ring_prep_key(struct kvc_ring *ring, int op, int dir_fd, const char *nam
 	for (int i = 0; i < nsegs; i++)
 		if (!segs[i].iov || segs[i].iov->control != ring->control)
 			return -EFAULT;
-	if (ring->outstanding == ring->limit)
+	if (ring->outstanding == ring->limit || ring->free_count == 0)
 		return -EAGAIN;
 	if (!ring->descs) { /* the first key entry: the descriptors' iov */
 		int rc = kvc_iov_create(&ring->descs, ring->mount, (size_t)ring->entries * DESC_SLOT,
@@ -191,8 +230,9 @@ int kvc_ring_prep_key(struct kvc_ring *ring, int op, int dir_fd, const char *nam
 			return rc;
 		}
 	}
+	uint32_t index = (uint32_t)take_index(ring); /* there is one: checked above */
 	uint32_t slot = ring->local_tail & ring->mask;
-	char *at = (char *)ring->descs->base + (size_t)slot * DESC_SLOT;
+	char *at = (char *)ring->descs->base + (size_t)index * DESC_SLOT;
 	struct kvc_ring_key_desc d = {.name_len = (uint16_t)len, .nsegs = (uint16_t)nsegs,
 	                              .flags = flags, .timeout_ms = timeout_ms};
 	memcpy(d.name, name, len);
@@ -203,13 +243,13 @@ int kvc_ring_prep_key(struct kvc_ring *ring, int op, int dir_fd, const char *nam
 		                                   .offset = segs[i].offset,
 		                                   .length = segs[i].length};
 	kvc_ring_sqes(ring->shared)[slot] = (struct kvc_ring_sqe){
-		.iov_offset = (size_t)slot * DESC_SLOT,
+		.iov_offset = (size_t)index * DESC_SLOT,
 		.length = sizeof(d) + (size_t)nsegs * sizeof(struct kvc_ring_key_seg),
 		.userdata = (uint64_t)(uintptr_t)userdata, .fd = dir_fd,
-		.iov_handle = ring->descs->handle, .op = (uint32_t)op};
+		.iov_handle = ring->descs->handle, .op = (uint32_t)op, .tag = index + 1};
 	ring->local_tail++;
 	ring->outstanding++;
-	return (int)slot;
+	return (int)index;
 }
 
 int kvc_ring_submit(struct kvc_ring *ring)
@@ -281,6 +321,7 @@ int kvc_ring_wait(struct kvc_ring *ring, struct kvc_completion *out, int max, in
 			                                     .userdata = (const void *)(uintptr_t)c->userdata};
 			head++;
 			ring->outstanding--;
+			give_index(ring, c->index);
 		}
 		/* Release: kvc-fuse may reuse the slots once it sees the head. */
 		atomic_store_explicit(&sh->cq_head, head, memory_order_release);

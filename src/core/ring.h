@@ -112,14 +112,25 @@ struct kvc_ring_sqe {
 	int32_t fd;           /* the client's registered fd number */
 	uint32_t iov_handle;  /* from IOV_REGISTER */
 	uint32_t op;          /* enum kvc_ring_op */
-	uint32_t reserved;
+	/* The entry's index + 1, as the client numbers its outstanding
+	 * entries (unique among them until the completion is reaped); echoed
+	 * as the completion's index. 0: the completion's index is the
+	 * entry's slot (a client that relies on completions in order). */
+	uint32_t tag;
 };
 _Static_assert(sizeof(struct kvc_ring_sqe) == 48, "");
+
+/* The index a completion of entry e, taken from `slot`, carries: opaque
+ * to kvc-fuse, echoed to the client that wrote it. */
+static inline uint32_t kvc_ring_cqe_index(const struct kvc_ring_sqe *e, uint32_t slot)
+{
+	return e->tag ? e->tag - 1 : slot;
+}
 
 struct kvc_ring_cqe {
 	int64_t result;       /* bytes transferred or -errno */
 	uint64_t userdata;
-	uint32_t index;       /* the slot prep returned */
+	uint32_t index;       /* the index prep returned (kvc_ring_cqe_index) */
 	uint32_t reserved;
 };
 _Static_assert(sizeof(struct kvc_ring_cqe) == 24, "");

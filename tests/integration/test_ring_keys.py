@@ -166,6 +166,36 @@ def test_wait_is_released_by_a_put_from_another_process(cluster, ring, workdir):
     keys.close()
 
 
+def test_a_parked_wait_keeps_its_index_while_later_entries_complete(cluster, ring, workdir):
+    """Completions come in any order (a parked wait ends long after later
+    entries; batches of one ring run at once): the index prep gives an
+    entry is never given to another while it is outstanding (3FS's binding
+    finds an entry's buffer by its completion's index), and each
+    completion carries its own entry's index."""
+    keys = kvcfs.KeyDir(workdir)
+    wait_index = ring.prepare_key(kvcfs.KEY_WAIT, keys, "late", timeout_ms=60000,
+                                  userdata="wait")
+    ring.submit()
+    for rnd in range(4):  # 160 entries through a ring of 64, one of them parked
+        given = {}
+        for i in range(40):
+            name = f"none-{rnd}-{i}"
+            given[name] = ring.prepare_key(kvcfs.KEY_EXISTS, keys, name, userdata=name)
+        ring.submit()
+        done = []
+        while len(done) < 40:
+            done += ring.wait(min_results=1, timeout=30)
+        assert sorted(c.userdata for c in done) == sorted(given)
+        for c in done:
+            assert c.index == given[c.userdata] and c.index != wait_index, (c, wait_index)
+            assert c.result == -errno.ENOENT
+    out = put_from_another_process(cluster, workdir, "late", 100)
+    assert out.stdout.strip() == "100", out.stderr
+    (c,) = ring.wait(min_results=1, timeout=30)
+    assert (c.userdata, c.index, c.result) == ("wait", wait_index, 100)
+    keys.close()
+
+
 def test_wait_times_out(ring, workdir):
     keys = kvcfs.KeyDir(workdir)
     assert ring.wait_keys(keys, ["never"], timeout=0.3).wait(timeout=30) == [-errno.ETIMEDOUT]
