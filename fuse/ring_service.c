@@ -10,7 +10,9 @@
  * generation) in the ring table, never a pointer: an event that arrives
  * for a ring removed meanwhile finds another generation and is dropped.
  *
- * Batches of one ring overlap: a worker that took a batch re-arms the
+ * Batches of one ring overlap (layout 2 rings; a layout-1 client, which
+ * indexes completions by slot, gets one batch at a time, in order): a
+ * worker that took a batch re-arms the
  * doorbell before it runs it (while fewer than svc->parallel batches of
  * that ring run), so entries submitted meanwhile go to another worker
  * instead of waiting for the batch to end (a client that keeps its depth
@@ -89,7 +91,8 @@ struct kvc_ring_server_ring {
 	 * one worker at a time. A leaf lock, never held with post_lock. */
 	pthread_mutex_t take_lock;
 	uint32_t reserved; /* completions owed by batches running; take_lock */
-	atomic_int running; /* batches of this ring running */
+	atomic_int running; /* batches of this ring running; raised under take_lock */
+	bool ordered; /* a layout-1 client: one batch at a time, in order */
 	/* Completions are posted by the workers running the ring and by the
 	 * key waits (ring_keys_wait.c): one at a time. A leaf lock. */
 	pthread_mutex_t post_lock;
@@ -168,6 +171,8 @@ static uint32_t batch_size(struct kvc_ring_service *svc, struct kvc_ring_server_
                            uint32_t head)
 {
 	struct kvc_ring_shared *sh = ring->shared;
+	if (atomic_load(&ring->dead))
+		return 0;
 	uint32_t tail = atomic_load_explicit(&sh->sq_tail, memory_order_acquire);
 	uint32_t pending = tail - head;
 	uint32_t cq_used = atomic_load_explicit(&sh->cq_tail, memory_order_relaxed) -
@@ -384,7 +389,11 @@ static uint32_t run_batch(struct kvc_ring_service *svc, struct kvc_ring_server_r
 	}
 	pthread_mutex_lock(&ring->take_lock);
 	uint32_t head = atomic_load_explicit(&sh->sq_head, memory_order_relaxed);
-	uint32_t n = batch_size(svc, ring, head);
+	/* At most `limit` batches of the ring at once: a worker finding them
+	 * all running takes nothing (one of them takes the rest when done). */
+	int limit = ring->ordered || !overlap ? 1 : svc->parallel;
+	int others = atomic_load(&ring->running);
+	uint32_t n = others < limit ? batch_size(svc, ring, head) : 0;
 	/* Copy the entries out first: the client may change the ring at any
 	 * time, so only the copies are checked and used. */
 	uint64_t bytes = 0, cap = ring->io_depth > 0 ? UINT64_MAX : BATCH_BYTES;
@@ -402,6 +411,8 @@ static uint32_t run_batch(struct kvc_ring_service *svc, struct kvc_ring_server_r
 	}
 	atomic_store_explicit(&sh->sq_head, head + n, memory_order_release);
 	ring->reserved += n;
+	if (n > 0)
+		atomic_fetch_add(&ring->running, 1);
 	pthread_mutex_unlock(&ring->take_lock);
 	if (more) { /* wake a worker for the rest (the doorbell is re-armed below) */
 		uint64_t one = 1;
@@ -412,10 +423,9 @@ static uint32_t run_batch(struct kvc_ring_service *svc, struct kvc_ring_server_r
 		return 0;
 	}
 	kvc_fuse_metrics_ring_taken(ring->for_read, n);
-	int others = atomic_fetch_add(&ring->running, 1);
 	if (others > 0)
 		kvc_fuse_metrics_ring_overlapped();
-	if (overlap && others + 1 < svc->parallel && !atomic_load(&ring->dead))
+	if (others + 1 < limit && !atomic_load(&ring->dead))
 		rearm(svc, ring);
 
 	execute(svc, ring, b, head, n);
@@ -610,7 +620,9 @@ static int map_ring(struct kvc_ring_server_ring *ring, int memory_fd)
 		return -errno;
 	}
 	struct kvc_ring_shared *sh = ring->shared;
-	if (sh->magic != KVC_RING_MAGIC || sh->layout != KVC_RING_LAYOUT ||
+	ring->ordered = sh->layout == KVC_RING_LAYOUT_ORDERED;
+	if (sh->magic != KVC_RING_MAGIC ||
+	    (sh->layout != KVC_RING_LAYOUT && sh->layout != KVC_RING_LAYOUT_ORDERED) ||
 	    sh->entries != ring->entries)
 		return -EINVAL;
 	/* A new ring starts empty whatever the client left in it. */

@@ -50,7 +50,12 @@
 #include <stdint.h>
 
 #define KVC_RING_MAGIC 0x5243564bu /* "KVCR" */
-#define KVC_RING_LAYOUT 1
+/* 2: entries carry a tag (the client's index, echoed in the completion)
+ * and complete in any order. kvc-fuse still serves layout 1 (a libkvc
+ * from before: completions are indexed by slot, so its batches run one
+ * at a time and complete in order); a kvc-fuse from before refuses 2. */
+#define KVC_RING_LAYOUT 2
+#define KVC_RING_LAYOUT_ORDERED 1
 #define KVC_RING_MAX_ENTRIES 4096
 #define KVC_RING_HEADER 512u
 
@@ -112,10 +117,10 @@ struct kvc_ring_sqe {
 	int32_t fd;           /* the client's registered fd number */
 	uint32_t iov_handle;  /* from IOV_REGISTER */
 	uint32_t op;          /* enum kvc_ring_op */
-	/* The entry's index + 1, as the client numbers its outstanding
-	 * entries (unique among them until the completion is reaped); echoed
-	 * as the completion's index. 0: the completion's index is the
-	 * entry's slot (a client that relies on completions in order). */
+	/* Layout 2: the entry's index + 1, as the client numbers its
+	 * outstanding entries (unique among them until the completion is
+	 * reaped); echoed as the completion's index. 0 (layout 1): the
+	 * completion's index is the entry's slot. */
 	uint32_t tag;
 };
 _Static_assert(sizeof(struct kvc_ring_sqe) == 48, "");
