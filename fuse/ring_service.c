@@ -64,9 +64,8 @@
 /* A batch takes entries up to this many bytes of reads or writes (at
  * least one entry): what is left goes to the next worker, so a deep queue
  * of large entries runs as several batches at once and the first ones
- * complete without waiting for the last (measured on the GPU host: 1 MiB
- * reads at depth 32 went from 0.46x to 0.99x of the page-cache baseline,
- * docs/benchmarks.md). */
+ * complete without waiting for the last (docs/benchmarks.md "Batches of
+ * one ring at once": 32 MiB batches ran lock-step again). */
 #define BATCH_BYTES (8ull << 20)
 
 struct kvc_ring_server_ring {
