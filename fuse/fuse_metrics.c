@@ -137,8 +137,8 @@ static int register_all(struct kvc_metrics *r, struct kvc_fuse *fs)
 	                                NULL, 0);
 	m.events = kvc_metrics_counter(r, "kvc_fuse_meta_events_total",
 	                               "Change events received from kvc-meta.", NULL, 0);
-	if (!m.ring_completed || !m.ring_overlapped || !m.ring_depth || !m.rings || !m.usrbio_clients || !m.events_up ||
-	    !m.events)
+	if (!m.ring_completed || !m.ring_overlapped || !m.ring_depth || !m.rings ||
+	    !m.usrbio_clients || !m.events_up || !m.events)
 		return -ENOMEM;
 	int rc = kvc_storage_client_metrics(&fs->storage, r, "kvc_fuse");
 	if (rc == 0)

@@ -78,8 +78,10 @@ struct kvc_storage_client {
 	_Atomic uint64_t routing_retries;
 	/* Transports (client/transport.h): same-host placement's state (NULL:
 	 * TCP only), requests and bytes per transport, placed requests that
-	 * fell back to TCP. */
+	 * fell back to TCP; how many bytes one placed read request carries
+	 * (kvc_transport_place_init). */
 	struct kvc_place_client *place;
+	uint32_t place_request_bytes;
 	_Atomic uint64_t transport_ops[KVC_TRANSPORT_KINDS];
 	_Atomic uint64_t transport_bytes[KVC_TRANSPORT_KINDS];
 	_Atomic uint64_t place_fallbacks;

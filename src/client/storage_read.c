@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -16,31 +15,14 @@
 #include "core/clock.h"
 
 /* A read request to one server carries at most this much data (placed:
- * place_request_bytes) and this many pieces; up to READ_WAVE requests
- * (each on its own connection) are in flight at once. */
+ * client->place_request_bytes) and this many pieces; up to READ_WAVE
+ * requests (each on its own connection) are in flight at once. */
 #define REQUEST_BYTES (4u << 20)
 #define MAX_REQUEST_PIECES 256
 #define READ_WAVE 32
 /* Tries of one piece (members, and waits for a write in flight while the
  * tail catches up) before it is -EIO. */
 #define MAX_ATTEMPTS 200
-
-/* A placed request's bytes are moved by one server thread: with more
- * cores, more and smaller requests run at once (16 MiB over the CPUs,
- * between 1 and 4 MiB: 1 MiB on a 16-core host, 4 MiB on 4 cores or
- * fewer, where fewer requests save wake-ups). */
-static uint64_t place_request_bytes(void)
-{
-	static _Atomic uint64_t bytes;
-	uint64_t v = atomic_load_explicit(&bytes, memory_order_relaxed);
-	if (v == 0) {
-		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-		v = cpus > 0 ? (16ull << 20) / (uint64_t)cpus : REQUEST_BYTES;
-		v = v < (1u << 20) ? (1u << 20) : v > REQUEST_BYTES ? REQUEST_BYTES : v;
-		atomic_store_explicit(&bytes, v, memory_order_relaxed);
-	}
-	return v;
-}
 
 struct read_dest {
 	uint8_t *dst;
@@ -416,7 +398,8 @@ static int read_add(struct read_plan *plan, const struct kvc_chain *chain,
 	uint32_t slot = 2 * server + (region != NULL);
 	struct read_request *r = plan->open[slot];
 	if (r && (r->head.count == MAX_REQUEST_PIECES ||
-	          r->bytes + piece.length > (region ? place_request_bytes() : REQUEST_BYTES) ||
+	          r->bytes + piece.length >
+	                  (region ? plan->client->place_request_bytes : REQUEST_BYTES) ||
 	          r->region != region)) {
 		read_close(plan, slot);
 		r = NULL;

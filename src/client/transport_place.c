@@ -19,6 +19,9 @@
 #include "core/log.h"
 #include "core/net.h"
 
+/* A placed read request's bytes, at least and at most. */
+#define PLACE_REQUEST_MIN (1u << 20)
+#define PLACE_REQUEST_MAX (4u << 20)
 /* After a failure, placement to that server pauses this long. */
 #define RETRY_NS (1000ll * 1000 * 1000)
 #define NEVER INT64_MAX
@@ -50,6 +53,15 @@ int kvc_transport_place_init(struct kvc_storage_client *client, const struct kvc
 		return -ENOMEM;
 	p->have_host = kvc_host_id(p->host_id) == 0;
 	client->place = p;
+	/* One server thread moves a placed request's bytes: with more cores,
+	 * more and smaller requests run at once (16 MiB over the CPUs,
+	 * between 1 and 4 MiB: 1 MiB on a 16-core host, 4 MiB on 4 cores or
+	 * fewer, where fewer requests save wake-ups). */
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	uint64_t bytes = cpus > 0 ? (16ull << 20) / (uint64_t)cpus : PLACE_REQUEST_MAX;
+	client->place_request_bytes = bytes < PLACE_REQUEST_MIN   ? PLACE_REQUEST_MIN
+	                            : bytes > PLACE_REQUEST_MAX ? PLACE_REQUEST_MAX
+	                                                        : (uint32_t)bytes;
 	for (uint32_t i = 0; i < client->server_count; i++)
 		kvc_transport_place_add_server(client, i);
 	return 0;

@@ -152,10 +152,16 @@ void kvc_ring_destroy(struct kvc_ring *ring)
 	free(ring);
 }
 
+/* Whether every index is outstanding (prep: -EAGAIN). */
+static bool ring_full(const struct kvc_ring *ring)
+{
+	return ring->outstanding == ring->limit || ring->free_count == 0;
+}
+
 /* An index for a new entry; -EAGAIN when every one is outstanding. */
 static int take_index(struct kvc_ring *ring)
 {
-	if (ring->outstanding == ring->limit || ring->free_count == 0)
+	if (ring_full(ring))
 		return -EAGAIN;
 	uint32_t index = ring->free_index[--ring->free_count];
 	ring->index_used[index] = 1;
@@ -218,7 +224,7 @@ int kvc_ring_prep_key(struct kvc_ring *ring, int op, int dir_fd, const char *nam
 	for (int i = 0; i < nsegs; i++)
 		if (!segs[i].iov || segs[i].iov->control != ring->control)
 			return -EFAULT;
-	if (ring->outstanding == ring->limit || ring->free_count == 0)
+	if (ring_full(ring))
 		return -EAGAIN;
 	if (!ring->descs) { /* the first key entry: the descriptors' iov */
 		int rc = kvc_iov_create(&ring->descs, ring->mount, (size_t)ring->entries * DESC_SLOT,
