@@ -29,15 +29,17 @@ static bool before(const struct kvc_msg_chunk_entry *a, const struct kvc_msg_chu
 	return a->inode < b->inode || (a->inode == b->inode && a->chunk < b->chunk);
 }
 
-int kvc_storage_target_list(struct kvc_storage_client *client, uint32_t target, bool after,
-                            uint64_t inode, uint32_t chunk, struct kvc_msg_chunk_entry *out,
-                            uint32_t max, bool *more)
+int kvc_storage_target_list(struct kvc_storage_client *client, uint32_t target,
+                            uint32_t chain, uint32_t version, bool after, uint64_t inode,
+                            uint32_t chunk, struct kvc_msg_chunk_entry *out, uint32_t max,
+                            bool *more)
 {
 	if (max == 0 || max > KVC_WIRE_MAX_CHUNK_LIST)
 		return -EINVAL;
-	struct kvc_msg_chunk_list m = {.after_inode = inode, .after_chunk = chunk, .target = target,
-	                               .max_entries = max,
-	                               .flags = after ? KVC_CHUNK_LIST_AFTER : 0};
+	struct kvc_msg_chunk_list m = {
+		.after_inode = inode, .after_chunk = chunk, .target = target, .max_entries = max,
+		.flags = KVC_CHUNK_LIST_AT_VERSION | (after ? KVC_CHUNK_LIST_AFTER : 0),
+		.chain = chain, .chain_version = version};
 	struct kvc_msg_chunk_list_reply head;
 	uint32_t cap = (uint32_t)(sizeof(head) + max * sizeof(*out)), len = 0;
 	uint8_t *reply = malloc(cap);

@@ -21,13 +21,16 @@ int kvc_storage_target_call(struct kvc_storage_client *client, uint32_t target, 
                             const void *body, uint32_t body_len, void *reply,
                             uint32_t reply_cap, uint32_t *reply_len);
 
-/* CHUNK_LIST: up to max (<= KVC_WIRE_MAX_CHUNK_LIST) chunks of target
- * after (inode, chunk) (after false: from the first) into out; *more as
- * the reply says. Returns the count, the server's -errno, a transport
- * -errno, or -EBADMSG (a reply that breaks the format or the order). */
-int kvc_storage_target_list(struct kvc_storage_client *client, uint32_t target, bool after,
-                            uint64_t inode, uint32_t chunk, struct kvc_msg_chunk_entry *out,
-                            uint32_t max, bool *more);
+/* CHUNK_LIST: up to max (<= KVC_WIRE_MAX_CHUNK_LIST) chunks of target,
+ * a member of chain at version there (KVC_CHUNK_LIST_AT_VERSION: its
+ * older writes done first, wire.h), after (inode, chunk) (after false:
+ * from the first) into out; *more as the reply says. Returns the count,
+ * the server's -errno (-ESTALE: not at that version), a transport -errno,
+ * or -EBADMSG (a reply that breaks the format or the order). */
+int kvc_storage_target_list(struct kvc_storage_client *client, uint32_t target,
+                            uint32_t chain, uint32_t version, bool after, uint64_t inode,
+                            uint32_t chunk, struct kvc_msg_chunk_entry *out, uint32_t max,
+                            bool *more);
 
 /* Read chunk (inode, chunk) of target, a member of chain at version,
  * whole (at most cap bytes, cap <= KVC_LAYOUT_MAX_CHUNK) into buf:

@@ -102,7 +102,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "kvcfs wire structs are little-endian in memory");
 
 #define KVC_WIRE_MAGIC 0x3143564bu /* "KVC1" */
-#define KVC_WIRE_VERSION 8
+#define KVC_WIRE_VERSION 9
 #define KVC_WIRE_MAX_BODY (1u << 20)
 #define KVC_WIRE_MAX_DATA (64u << 20)
 #define KVC_WIRE_MAX_NAME 255
@@ -673,18 +673,26 @@ struct kvc_msg_chunk_last_reply {
 /* CHUNK_LIST: up to max_entries (1 .. KVC_WIRE_MAX_CHUNK_LIST) chunks of
  * target in (inode, chunk) order, starting after (after_inode,
  * after_chunk) when flags has KVC_CHUNK_LIST_AFTER, else from the first.
+ * With KVC_CHUNK_LIST_AT_VERSION (a resync's source), target must be a
+ * member of chain at chain_version in the server's table (else -ESTALE),
+ * and the page is read only after every write and range operation the
+ * target took under an older table is done (storage/inflight.h: drain);
+ * without it, chain and chain_version must be 0.
  * Reply: kvc_msg_chunk_list_reply then count kvc_msg_chunk_entry; `more`
  * is 1 when chunks remain after the last one (ask again after it). */
 #define KVC_WIRE_MAX_CHUNK_LIST 16384
 #define KVC_CHUNK_LIST_AFTER 1u
+#define KVC_CHUNK_LIST_AT_VERSION 2u
 struct kvc_msg_chunk_list {
 	uint64_t after_inode;
 	uint32_t after_chunk;
 	uint32_t target;
 	uint32_t max_entries;
 	uint32_t flags;
+	uint32_t chain;
+	uint32_t chain_version;
 };
-_Static_assert(sizeof(struct kvc_msg_chunk_list) == 24, "");
+_Static_assert(sizeof(struct kvc_msg_chunk_list) == 32, "");
 struct kvc_msg_chunk_list_reply {
 	uint32_t count;
 	uint32_t more;

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "core/clock.h"
+#include "core/wire.h"
 
 #define BUCKETS 4096
 
@@ -16,10 +17,21 @@ struct entry {
 	uint32_t target, chunk;
 };
 
+/* A target's applies, counted by the parity of the epoch they entered
+ * in: a drain waits for the other parity's count to reach 0 (applies left
+ * by a drain that timed out), moves the epoch on and waits for the old
+ * parity's (drains of one target run one at a time). */
+struct gate {
+	unsigned epoch;
+	uint32_t active[2];
+	bool draining;
+};
+
 struct kvc_inflight {
-	pthread_mutex_t lock; /* leaf: the buckets and every entry */
-	pthread_cond_t freed; /* an entry was released */
+	pthread_mutex_t lock; /* leaf: the buckets, every entry and the gates */
+	pthread_cond_t freed; /* an entry was released, an apply left, a drain ended */
 	struct entry *buckets[BUCKETS];
+	struct gate gates[KVC_WIRE_MAX_TARGETS];
 };
 
 int kvc_inflight_create(struct kvc_inflight **out)
@@ -107,4 +119,55 @@ bool kvc_inflight_busy(struct kvc_inflight *t, uint32_t target, uint64_t inode, 
 	bool busy = *slot(t, target, inode, chunk) != NULL;
 	pthread_mutex_unlock(&t->lock);
 	return busy;
+}
+
+unsigned kvc_inflight_apply_enter(struct kvc_inflight *t, uint32_t target)
+{
+	unsigned ticket = 0;
+	if (target >= KVC_WIRE_MAX_TARGETS)
+		return 0; /* no such target here: nothing will change */
+	pthread_mutex_lock(&t->lock);
+	ticket = t->gates[target].epoch & 1u;
+	t->gates[target].active[ticket]++;
+	pthread_mutex_unlock(&t->lock);
+	return ticket;
+}
+
+void kvc_inflight_apply_leave(struct kvc_inflight *t, uint32_t target, unsigned ticket)
+{
+	if (target >= KVC_WIRE_MAX_TARGETS)
+		return;
+	pthread_mutex_lock(&t->lock);
+	if (--t->gates[target].active[ticket & 1u] == 0)
+		pthread_cond_broadcast(&t->freed);
+	pthread_mutex_unlock(&t->lock);
+}
+
+int kvc_inflight_apply_drain(struct kvc_inflight *t, uint32_t target, int timeout_ms)
+{
+	if (target >= KVC_WIRE_MAX_TARGETS)
+		return 0;
+	struct timespec deadline = kvc_clock_deadline(timeout_ms);
+	struct gate *g = &t->gates[target];
+	int rc = 0;
+	pthread_mutex_lock(&t->lock);
+	while (g->draining && rc == 0)
+		if (pthread_cond_timedwait(&t->freed, &t->lock, &deadline) == ETIMEDOUT)
+			rc = -ETIMEDOUT;
+	if (rc == 0) {
+		g->draining = true;
+		/* The other parity first: applies left over from a drain that
+		 * timed out, older than this one too. Then move the epoch on. */
+		for (int step = 0; step < 2 && rc == 0; step++) {
+			unsigned wait_for = step == 0 ? (g->epoch + 1) & 1u : g->epoch++ & 1u;
+			while (g->active[wait_for] && rc == 0)
+				if (pthread_cond_timedwait(&t->freed, &t->lock, &deadline) == ETIMEDOUT &&
+				    g->active[wait_for])
+					rc = -ETIMEDOUT;
+		}
+		g->draining = false;
+		pthread_cond_broadcast(&t->freed);
+	}
+	pthread_mutex_unlock(&t->lock);
+	return rc;
 }

@@ -14,6 +14,16 @@
  *    read) may have seen bytes the chain has not committed: the reader asks
  *    the tail instead.
  *
+ *
+ * And applies, per target (a third use): a write or range operation checks
+ * its chain version and changes the target's chunks between
+ * kvc_inflight_apply_enter and _leave (never across network I/O), so once
+ * this server follows a new table, kvc_inflight_apply_drain waits out every
+ * change still made under an older version. A resync lists its source only
+ * after such a drain there (resync.h): what the listing shows then holds
+ * every write the source took under a version the syncing target was not
+ * part of.
+ *
  * The table's mutex is a leaf lock, held only for the lookup: nothing
  * waits on the network or a disk with it held (begin sleeps on the
  * condition variable, which releases it). Entries are freed at end.
@@ -39,5 +49,12 @@ void kvc_inflight_end(struct kvc_inflight *table, uint32_t target, uint64_t inod
 /* Whether a write of (target, inode, chunk) is in flight. */
 bool kvc_inflight_busy(struct kvc_inflight *table, uint32_t target, uint64_t inode,
                        uint32_t chunk);
+
+/* An apply of target: a ticket for _leave. Cannot fail. */
+unsigned kvc_inflight_apply_enter(struct kvc_inflight *table, uint32_t target);
+void kvc_inflight_apply_leave(struct kvc_inflight *table, uint32_t target, unsigned ticket);
+/* Wait until every apply of target that entered before this call left,
+ * at most timeout_ms. Returns 0 or -ETIMEDOUT. */
+int kvc_inflight_apply_drain(struct kvc_inflight *table, uint32_t target, int timeout_ms);
 
 #endif

@@ -66,7 +66,8 @@ static int refill(struct run *r, int s)
 		last = r->page[s][r->count[s] - 1];
 	int n;
 	if (s == 0) {
-		n = kvc_storage_target_list(r->svc->peers, r->source, after, last.inode, last.chunk,
+		n = kvc_storage_target_list(r->svc->peers, r->source, r->chain, r->version, after,
+		                            last.inode, last.chunk,
 		                            r->page[0], RESYNC_PAGE, &r->more[0]);
 	} else {
 		n = kvc_chunk_store_list(r->store, after, last.inode, last.chunk, r->local_scratch,

@@ -47,6 +47,20 @@
  * found equal once per pass, so at the end t holds what p holds, but for
  * writes in flight, which land on both.
  *
+ * Writes under an older table. The proof above takes every write that
+ * reaches p to come down the chain through t. A write W the head took
+ * under the table before t joined does not: it goes to p and never to t.
+ * So p's listing (CHUNK_LIST with KVC_CHUNK_LIST_AT_VERSION) is read only
+ * once p follows the resync's table (else -ESTALE: the resync fails and
+ * runs again on a later heartbeat) and after a drain of p's applies
+ * (inflight.h): a write checks its chain version again inside p's apply
+ * gate, so W was either applied at p before the drain returned (the
+ * listing shows it, or a sync copies it) or is refused -ESTALE there and
+ * sent again by its client under the new table, through t. Range
+ * operations take the same gate. (A CI run of the netns tests once lost
+ * an acknowledged rewrite after a chain's tail was killed and brought back
+ * under a rewrite load; this window is the one that explains it.)
+ *
  * A read of p's K may find a write in flight at p (-EAGAIN: p is not the
  * tail): the sync lets K go (a write waiting for K at t must get through,
  * or the chain deadlocks: W holds K at p until t answers) and tries again

@@ -162,8 +162,17 @@ static int chain_write(struct request *r, const struct kvc_msg_chunk_write *m,
 	                  : 0;
 	if (status < 0)
 		return status;
-	status = kvc_chunk_store_write(store, m->inode, m->chunk, m->chunk_size, m->offset,
-	                               r->state->buffer, len, &out->version, &out->length);
+	/* The version once more, now inside the apply gate: a write checked
+	 * before this server followed a newer table lands before a resync's
+	 * drain or not at all (inflight.h). */
+	struct kvc_chain now;
+	int now_pos;
+	unsigned ticket = svc->inflight ? kvc_inflight_apply_enter(svc->inflight, m->target) : 0;
+	if (chain_of(svc, m->chain, m->chain_version, m->target, &now, &now_pos, &status))
+		status = kvc_chunk_store_write(store, m->inode, m->chunk, m->chunk_size, m->offset,
+		                               r->state->buffer, len, &out->version, &out->length);
+	if (svc->inflight)
+		kvc_inflight_apply_leave(svc->inflight, m->target, ticket);
 	if (status == 0 && !tail) {
 		struct kvc_msg_chunk_write next = *m;
 		next.target = chain->targets[pos + 1];
@@ -323,70 +332,104 @@ static void count_range(struct kvc_storage_service *svc, uint32_t target)
 
 /* A range operation's target, checked against its chain and version as
  * a write's is (a request delayed across a membership change must not
- * land after the target caught up): the store, or NULL with *rc. */
+ * land after the target caught up): the store, or NULL with *rc. The
+ * check and the change run inside the target's apply gate (inflight.h):
+ * range_end leaves it. */
 static struct kvc_chunk_store *range_store(struct request *r, uint32_t target, uint32_t chain,
-                                           uint32_t version, int *rc)
+                                           uint32_t version, unsigned *ticket, int *rc)
 {
 	struct kvc_chunk_store *store = store_of(r->svc, target);
 	struct kvc_chain copy;
 	int pos;
 	*rc = store ? 0 : -ENXIO;
+	*ticket = r->svc->inflight ? kvc_inflight_apply_enter(r->svc->inflight, target) : 0;
 	if (store && !chain_of(r->svc, chain, version, target, &copy, &pos, rc))
 		store = NULL;
 	return store;
+}
+
+static int64_t range_end(struct request *r, uint32_t target, unsigned ticket, int64_t result)
+{
+	if (r->svc->inflight)
+		kvc_inflight_apply_leave(r->svc->inflight, target, ticket);
+	return result;
 }
 
 static int h_remove(struct request *r)
 {
 	const struct kvc_msg_chunk_remove *m = r->msg;
 	int rc;
-	struct kvc_chunk_store *store = range_store(r, m->target, m->chain, m->chain_version, &rc);
-	if (!store || m->reserved)
-		return reply_count(r, store ? -EINVAL : rc);
-	count_range(r->svc, m->target);
-	int64_t n = kvc_chunk_store_remove(store, m->inode);
-	count_range(r->svc, m->target);
-	return reply_count(r, n);
+	unsigned ticket;
+	struct kvc_chunk_store *store =
+		range_store(r, m->target, m->chain, m->chain_version, &ticket, &rc);
+	int64_t n = !store ? rc : m->reserved ? -EINVAL : 0;
+	if (n == 0) {
+		count_range(r->svc, m->target);
+		n = kvc_chunk_store_remove(store, m->inode);
+		count_range(r->svc, m->target);
+	}
+	return reply_count(r, range_end(r, m->target, ticket, n));
 }
 
 static int h_truncate(struct request *r)
 {
 	const struct kvc_msg_chunk_truncate *m = r->msg;
 	int rc;
-	struct kvc_chunk_store *store = range_store(r, m->target, m->chain, m->chain_version, &rc);
-	if (!store)
-		return reply_count(r, rc);
-	if (!chunk_size_valid(m->chunk_size) || m->size > KVC_LAYOUT_MAX_FILE_SIZE)
-		return reply_count(r, -EINVAL);
-	count_range(r->svc, m->target);
-	int64_t n = kvc_chunk_store_truncate(store, m->inode, m->size, m->chunk_size);
-	count_range(r->svc, m->target);
-	return reply_count(r, n);
+	unsigned ticket;
+	struct kvc_chunk_store *store =
+		range_store(r, m->target, m->chain, m->chain_version, &ticket, &rc);
+	int64_t n = !store ? rc
+	          : !chunk_size_valid(m->chunk_size) || m->size > KVC_LAYOUT_MAX_FILE_SIZE ? -EINVAL
+	                                                                                 : 0;
+	if (n == 0) {
+		count_range(r->svc, m->target);
+		n = kvc_chunk_store_truncate(store, m->inode, m->size, m->chunk_size);
+		count_range(r->svc, m->target);
+	}
+	return reply_count(r, range_end(r, m->target, ticket, n));
 }
 
 static int h_punch(struct request *r)
 {
 	const struct kvc_msg_chunk_punch *m = r->msg;
 	int rc;
-	struct kvc_chunk_store *store = range_store(r, m->target, m->chain, m->chain_version, &rc);
-	if (!store || m->reserved)
-		return reply_count(r, store ? -EINVAL : rc);
-	count_range(r->svc, m->target);
-	int64_t n = kvc_chunk_store_punch(store, m->inode, m->first_chunk, m->count);
-	count_range(r->svc, m->target);
-	return reply_count(r, n);
+	unsigned ticket;
+	struct kvc_chunk_store *store =
+		range_store(r, m->target, m->chain, m->chain_version, &ticket, &rc);
+	int64_t n = !store ? rc : m->reserved ? -EINVAL : 0;
+	if (n == 0) {
+		count_range(r->svc, m->target);
+		n = kvc_chunk_store_punch(store, m->inode, m->first_chunk, m->count);
+		count_range(r->svc, m->target);
+	}
+	return reply_count(r, range_end(r, m->target, ticket, n));
 }
 
-/* A page of the target's chunks (resync.h compares two of them). */
+/* A page of the target's chunks (resync.h compares two of them). A
+ * resync's source is checked at the resync's chain version and drained of
+ * writes taken under an older one first (wire.h, inflight.h). */
 static int h_list(struct request *r)
 {
 	const struct kvc_msg_chunk_list *m = r->msg;
 	struct kvc_chunk_store *store = store_of(r->svc, m->target);
+	bool at_version = m->flags & KVC_CHUNK_LIST_AT_VERSION;
 	if (!store)
 		return reply(r, -ENXIO, NULL, 0);
 	if (m->max_entries == 0 || m->max_entries > KVC_WIRE_MAX_CHUNK_LIST ||
-	    (m->flags & ~KVC_CHUNK_LIST_AFTER))
+	    (m->flags & ~(KVC_CHUNK_LIST_AFTER | KVC_CHUNK_LIST_AT_VERSION)) ||
+	    (!at_version && (m->chain || m->chain_version)))
 		return reply(r, -EINVAL, NULL, 0);
+	if (at_version) {
+		struct kvc_chain copy;
+		int pos, rc = 0;
+		if (!chain_of(r->svc, m->chain, m->chain_version, m->target, &copy, &pos, &rc))
+			return reply(r, rc, NULL, 0);
+		rc = r->svc->inflight ? kvc_inflight_apply_drain(r->svc->inflight, m->target,
+		                                                 r->svc->io_timeout_ms)
+		                      : 0;
+		if (rc < 0)
+			return reply(r, -EAGAIN, NULL, 0);
+	}
 	struct kvc_chunk_entry *found = malloc(m->max_entries * sizeof(*found));
 	struct kvc_msg_chunk_list_reply head = {0};
 	uint8_t *out = malloc(sizeof(head) + m->max_entries * sizeof(struct kvc_msg_chunk_entry));

@@ -107,7 +107,7 @@ def listing(c, target, page=1000):
     with sock_for(c, target) as sock:
         while True:
             st, reply = call(sock, CHUNK_LIST,
-                             struct.pack("<QIIII", cursor[0], cursor[1], target, page, after))
+                             struct.pack("<QIIIIII", cursor[0], cursor[1], target, page, after, 0, 0))
             assert st == 0, st
             count, more = struct.unpack_from("<II", reply)
             assert len(reply) == 8 + 24 * count

@@ -408,6 +408,7 @@ class Load:
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.acked, self.errors, self.stalls = {}, [], []
+        self.acked_data = {}
         self.stable, self.sizes = stable, sizes
         self.ring_passes = 0
         self.threads = [threading.Thread(target=self.writer, args=(w, paths))
@@ -432,6 +433,7 @@ class Load:
             with self.lock:
                 self.stalls.append(time.monotonic() - start)
                 self.acked[path] = hashlib.sha256(data).hexdigest()
+                self.acked_data[path] = data
 
     def writes(self):
         with self.lock:
@@ -490,7 +492,14 @@ class Load:
     def verify(self):
         _drop_caches()
         for path, digest in self.acked.items():
-            assert hashlib.sha256(read_direct(path)).hexdigest() == digest, path
+            got = read_direct(path)
+            if hashlib.sha256(got).hexdigest() != digest:
+                want = self.acked_data[path]
+                bad = [i for i in range(0, max(len(got), len(want)), 4096)
+                       if got[i:i + 4096] != want[i:i + 4096]]
+                raise AssertionError(f"{path}: {len(got)} bytes read, {len(want)} acknowledged; "
+                                     f"{len(bad)} 4 KiB blocks differ, from offset "
+                                     f"{bad[0] if bad else None}")
         for path, (digest, _) in self.stable.items():
             assert hashlib.sha256(read_direct(path)).hexdigest() == digest, path
 

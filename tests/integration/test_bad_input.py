@@ -226,7 +226,7 @@ STORAGE_BODIES = {
     69: (b"", b""),                                                       # SPACE
     70: (b"", b""),                                                       # SYNC
     71: (struct.pack("<QIIIIII", STRAY, 0, 0, 1, 0, 1, 0), b""),          # CHUNK_PUNCH
-    72: (struct.pack("<QIIII", 0, 0, 0, 10, 0), b""),                     # CHUNK_LIST
+    72: (struct.pack("<QIIIIII", 0, 0, 0, 10, 0, 0, 0), b""),             # CHUNK_LIST
     74: (struct.pack("<II", 0, 0), b""),                                  # RESYNC_STATUS
 }
 

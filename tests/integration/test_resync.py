@@ -216,11 +216,20 @@ def test_bad_requests_and_a_source_that_is_down(rc):
         def resync_frame(target, source, ch, version, flags=0):
             return call(sock, CHUNK_RESYNC,
                         struct.pack("<IIIIII", target, source, ch, version, flags, 0))[0]
-        assert call(sock, CHUNK_LIST, struct.pack("<QIIII", 0, 0, not_here, 10, 0))[0] == ENXIO
-        assert call(sock, CHUNK_LIST, struct.pack("<QIIII", 0, 0, t, 0, 0))[0] == EINVAL
-        assert call(sock, CHUNK_LIST, struct.pack("<QIIII", 0, 0, t, 16385, 0))[0] == EINVAL
-        assert call(sock, CHUNK_LIST, struct.pack("<QIIII", 0, 0, t, 10, 6))[0] == EINVAL
-        assert call(sock, CHUNK_LIST, struct.pack("<QIII", 0, 0, t, 10))[0] == EINVAL  # short
+        def list_frame(target, max_entries=10, flags=0, ch=0, version=0):
+            return call(sock, CHUNK_LIST, struct.pack("<QIIIIII", 0, 0, target, max_entries,
+                                                      flags, ch, version))[0]
+        assert list_frame(not_here) == ENXIO
+        assert list_frame(t, max_entries=0) == EINVAL
+        assert list_frame(t, max_entries=16385) == EINVAL
+        assert list_frame(t, flags=4) == EINVAL
+        assert list_frame(t, ch=chain["id"], version=chain["version"]) == EINVAL  # no flag
+        assert call(sock, CHUNK_LIST, struct.pack("<QIIII", 0, 0, t, 10, 0))[0] == EINVAL  # short
+        # a resync's source listing names the chain at its version (2)
+        assert list_frame(t, flags=2, ch=chain["id"], version=chain["version"]) == 0
+        assert list_frame(t, flags=3, ch=chain["id"], version=chain["version"]) == 0
+        assert list_frame(t, flags=2, ch=chain["id"], version=chain["version"] + 1) == ESTALE
+        assert list_frame(t, flags=2, ch=other["id"], version=other["version"]) == ESTALE
         assert resync_frame(not_here, p, chain["id"], chain["version"]) == ENXIO
         assert resync_frame(t, t, chain["id"], chain["version"]) == EINVAL
         assert resync_frame(t, p, other["id"], other["version"]) == ESTALE
@@ -265,7 +274,7 @@ def test_bad_requests_and_a_source_that_is_down(rc):
         _drop_caches()
         assert path.read_bytes() == b"d" * 100
         with sock_for(rc, t) as sock:  # reads at t are served again
-            assert call(sock, CHUNK_LIST, struct.pack("<QIIII", 0, 0, t, 10, 0))[0] == 0
+            assert call(sock, CHUNK_LIST, struct.pack("<QIIIIII", 0, 0, t, 10, 0, 0, 0))[0] == 0
     finally:
         rc.restart(server_of_target(p))
     for i, address in enumerate(rc.storage_addresses):
