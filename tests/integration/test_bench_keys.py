@@ -23,3 +23,14 @@ def test_bench_keys_measures_both_and_cleans_up(cluster, local_tmp):
     left = [n for d in (cluster.mount, local_tmp) for n in os.listdir(d)
             if n.startswith(".kvc-bench-keys")]
     assert left == []
+
+
+def test_bench_keys_refuses_a_directory_outside_kvcfs(local_tmp):
+    """An empty mount point (kvc-fuse not running) would time the local disk
+    as "kvcfs": refused, for the file and the ring modes."""
+    for extra in ([], ["--ring"]):
+        out = subprocess.run([str(BUILD / "kvc-bench"), "keys", "--mount", str(local_tmp),
+                              "--keys", "8"] + extra, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2, out.stdout + out.stderr
+        assert "not in a kvcfs mount" in out.stderr
+        assert os.listdir(local_tmp) == []

@@ -245,3 +245,41 @@ def test_a_punched_hole_is_read_as_zeros_by_another_client(workdir, other):
     assert wait_until(lambda: opens(there) == data, timeout=5)  # cached there
     subprocess.run(["fallocate", "-p", "-o", "0", "-l", str(1 << 20), str(path)], check=True)
     assert opens(there) == bytes(1 << 20)
+
+
+def meta_requests(cluster, kind):
+    """kvc-meta's count of requests of one message type (its /metrics)."""
+    import re
+    import urllib.request
+    with urllib.request.urlopen(f"{cluster.http}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    m = re.search(r'^kvc_meta_requests_total\{type="%s"\} (\d+)$' % kind, text, re.M)
+    assert m, f"no request count for {kind}"
+    return int(m.group(1))
+
+
+def test_writes_ask_kvc_meta_for_no_security_attributes(cluster, workdir):
+    """The kernel asks for security.capability before every write(2); only
+    user.* attributes are stored, so kvc-fuse answers ENODATA itself: many
+    writes cost kvc-meta no GETXATTR, while user.* attributes still go to
+    kvc-meta and read back."""
+    import errno
+    before = meta_requests(cluster, "getxattr")
+    for i in range(40):
+        fd = os.open(workdir / f"w{i}", os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            for _ in range(3):
+                os.write(fd, b"x" * 4096)
+        finally:
+            os.close(fd)
+    for name in ("security.capability", "security.selinux", "trusted.x", "system.x"):
+        with pytest.raises(OSError) as e:
+            os.getxattr(workdir / "w0", name)
+        assert e.value.errno == errno.ENODATA, name
+    assert meta_requests(cluster, "getxattr") == before
+    os.setxattr(workdir / "w0", "user.k", b"v")
+    assert os.getxattr(workdir / "w0", "user.k") == b"v"
+    with pytest.raises(OSError) as e:
+        os.getxattr(workdir / "w0", "user.missing")
+    assert e.value.errno == errno.ENODATA
+    assert meta_requests(cluster, "getxattr") == before + 2

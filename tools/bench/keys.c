@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "core/cli.h"
+#include "kvc/usrbio.h"
 
 enum phase { CREATE, READ, STAT, UNLINK, PHASES };
 
@@ -203,6 +204,11 @@ int bench_keys_main(int argc, char **argv)
 	             size < (uint64_t)segments))
 		return kvc_cli_fail(&cli, "--batch must be 1 to 4096, --segments 1 to 64 and "
 		                          "at most --size");
+	/* A mount point with nothing mounted would run the "kvcfs" rows on
+	 * the local disk under it. */
+	char point[4096];
+	if (kvc_extract_mount_point(point, sizeof(point), mount) < 0)
+		return kvc_cli_fail(&cli, "%s is not in a kvcfs mount (is kvc-fuse running?)", mount);
 	if (ring)
 		return bench_keys_ring(mount, (uint64_t)keys, (size_t)size, (int)batch,
 		                       (int)segments, json);
