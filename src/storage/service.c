@@ -330,79 +330,69 @@ static void count_range(struct kvc_storage_service *svc, uint32_t target)
 	atomic_fetch_add(&svc->resync[target - svc->first_target].range_ops, 1);
 }
 
-/* A range operation's target, checked against its chain and version as
- * a write's is (a request delayed across a membership change must not
- * land after the target caught up): the store, or NULL with *rc. The
- * check and the change run inside the target's apply gate (inflight.h):
- * range_end leaves it. */
-static struct kvc_chunk_store *range_store(struct request *r, uint32_t target, uint32_t chain,
-                                           uint32_t version, unsigned *ticket, int *rc)
+/* A range operation (remove, truncate, punch) of target: checked against
+ * its chain and version as a write's is (a request delayed across a
+ * membership change must not land after the target caught up), then, if
+ * its body is valid, applied; the check and the change run inside the
+ * target's apply gate (inflight.h). Replies with the count or -errno. */
+static int range_apply(struct request *r, uint32_t target, uint32_t chain, uint32_t version,
+                       bool valid, int64_t (*apply)(struct kvc_chunk_store *store,
+                                                    const void *msg))
 {
-	struct kvc_chunk_store *store = store_of(r->svc, target);
+	struct kvc_storage_service *svc = r->svc;
+	struct kvc_chunk_store *store = store_of(svc, target);
 	struct kvc_chain copy;
-	int pos;
-	*rc = store ? 0 : -ENXIO;
-	*ticket = r->svc->inflight ? kvc_inflight_apply_enter(r->svc->inflight, target) : 0;
-	if (store && !chain_of(r->svc, chain, version, target, &copy, &pos, rc))
-		store = NULL;
-	return store;
+	int pos, rc = store ? 0 : -ENXIO;
+	unsigned ticket = svc->inflight ? kvc_inflight_apply_enter(svc->inflight, target) : 0;
+	bool current = store && chain_of(svc, chain, version, target, &copy, &pos, &rc);
+	int64_t n = !current ? rc : valid ? 0 : -EINVAL;
+	if (n == 0) {
+		count_range(svc, target);
+		n = apply(store, r->msg);
+		count_range(svc, target);
+	}
+	if (svc->inflight)
+		kvc_inflight_apply_leave(svc->inflight, target, ticket);
+	return reply_count(r, n);
 }
 
-static int64_t range_end(struct request *r, uint32_t target, unsigned ticket, int64_t result)
+static int64_t apply_remove(struct kvc_chunk_store *store, const void *msg)
 {
-	if (r->svc->inflight)
-		kvc_inflight_apply_leave(r->svc->inflight, target, ticket);
-	return result;
+	const struct kvc_msg_chunk_remove *m = msg;
+	return kvc_chunk_store_remove(store, m->inode);
+}
+
+static int64_t apply_truncate(struct kvc_chunk_store *store, const void *msg)
+{
+	const struct kvc_msg_chunk_truncate *m = msg;
+	return kvc_chunk_store_truncate(store, m->inode, m->size, m->chunk_size);
+}
+
+static int64_t apply_punch(struct kvc_chunk_store *store, const void *msg)
+{
+	const struct kvc_msg_chunk_punch *m = msg;
+	return kvc_chunk_store_punch(store, m->inode, m->first_chunk, m->count);
 }
 
 static int h_remove(struct request *r)
 {
 	const struct kvc_msg_chunk_remove *m = r->msg;
-	int rc;
-	unsigned ticket;
-	struct kvc_chunk_store *store =
-		range_store(r, m->target, m->chain, m->chain_version, &ticket, &rc);
-	int64_t n = !store ? rc : m->reserved ? -EINVAL : 0;
-	if (n == 0) {
-		count_range(r->svc, m->target);
-		n = kvc_chunk_store_remove(store, m->inode);
-		count_range(r->svc, m->target);
-	}
-	return reply_count(r, range_end(r, m->target, ticket, n));
+	return range_apply(r, m->target, m->chain, m->chain_version, m->reserved == 0,
+	                   apply_remove);
 }
 
 static int h_truncate(struct request *r)
 {
 	const struct kvc_msg_chunk_truncate *m = r->msg;
-	int rc;
-	unsigned ticket;
-	struct kvc_chunk_store *store =
-		range_store(r, m->target, m->chain, m->chain_version, &ticket, &rc);
-	int64_t n = !store ? rc
-	          : !chunk_size_valid(m->chunk_size) || m->size > KVC_LAYOUT_MAX_FILE_SIZE ? -EINVAL
-	                                                                                 : 0;
-	if (n == 0) {
-		count_range(r->svc, m->target);
-		n = kvc_chunk_store_truncate(store, m->inode, m->size, m->chunk_size);
-		count_range(r->svc, m->target);
-	}
-	return reply_count(r, range_end(r, m->target, ticket, n));
+	bool valid = chunk_size_valid(m->chunk_size) && m->size <= KVC_LAYOUT_MAX_FILE_SIZE;
+	return range_apply(r, m->target, m->chain, m->chain_version, valid, apply_truncate);
 }
 
 static int h_punch(struct request *r)
 {
 	const struct kvc_msg_chunk_punch *m = r->msg;
-	int rc;
-	unsigned ticket;
-	struct kvc_chunk_store *store =
-		range_store(r, m->target, m->chain, m->chain_version, &ticket, &rc);
-	int64_t n = !store ? rc : m->reserved ? -EINVAL : 0;
-	if (n == 0) {
-		count_range(r->svc, m->target);
-		n = kvc_chunk_store_punch(store, m->inode, m->first_chunk, m->count);
-		count_range(r->svc, m->target);
-	}
-	return reply_count(r, range_end(r, m->target, ticket, n));
+	return range_apply(r, m->target, m->chain, m->chain_version, m->reserved == 0,
+	                   apply_punch);
 }
 
 /* A page of the target's chunks (resync.h compares two of them). A

@@ -249,13 +249,11 @@ def test_a_punched_hole_is_read_as_zeros_by_another_client(workdir, other):
 
 def meta_requests(cluster, kind):
     """kvc-meta's count of requests of one message type (its /metrics)."""
-    import re
-    import urllib.request
-    with urllib.request.urlopen(f"{cluster.http}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    m = re.search(r'^kvc_meta_requests_total\{type="%s"\} (\d+)$' % kind, text, re.M)
-    assert m, f"no request count for {kind}"
-    return int(m.group(1))
+    from chain_helpers import scrape
+    series = f'kvc_meta_requests_total{{type="{kind}"}}'
+    values = scrape(cluster.http.removeprefix("http://"))
+    assert series in values, f"no request count for {kind}"
+    return int(values[series])
 
 
 def test_writes_ask_kvc_meta_for_no_security_attributes(cluster, workdir):
