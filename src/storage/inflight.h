@@ -14,7 +14,6 @@
  *    read) may have seen bytes the chain has not committed: the reader asks
  *    the tail instead.
  *
- *
  * And applies, per target (a third use): a write or range operation checks
  * its chain version and changes the target's chunks between
  * kvc_inflight_apply_enter and _leave (never across network I/O), so once
