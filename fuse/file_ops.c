@@ -256,6 +256,8 @@ void kvc_fuse_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mod
 	struct kvc_attr attr;
 	struct fuse_entry_param e;
 	bool created = false;
+	/* Before kvc-meta makes it: it may exist from now on (dir_names.h). */
+	kvc_dir_names_add(fs->dir_names, parent, name, strlen(name));
 	/* One round trip: kvc-meta makes the file, decides its group and
 	 * opens it for us; a file that existed is opened as open() does. */
 	int rc = kvc_meta_client_create_open(&fs->meta, parent, name, mode, fuse_req_ctx(req)->uid,

@@ -33,8 +33,8 @@ static struct {
 	struct kvc_metrics_histogram *op_seconds[KVC_FUSE_OPS];
 	struct kvc_metrics_counter *bytes[2]; /* [read] */
 	struct kvc_metrics_counter *ring_taken[2], *ring_bytes[2], *ring_completed, *ring_overlapped;
-	struct kvc_metrics_gauge *ring_depth, *rings, *usrbio_clients, *events_up;
-	struct kvc_metrics_counter *events;
+	struct kvc_metrics_gauge *ring_depth, *rings, *usrbio_clients, *events_up, *names_dirs;
+	struct kvc_metrics_counter *events, *names_answered, *names_fills;
 	_Atomic(struct kvc_ring_service *) ring_service;
 } m;
 
@@ -96,6 +96,11 @@ static void collect(void *arg)
 	kvc_metrics_set(m.usrbio_clients, atomic_load(&fs->usrbio_clients));
 	kvc_metrics_set(m.events_up, kvc_meta_events_up(fs->events));
 	kvc_metrics_counter_set(m.events, kvc_meta_events_received(fs->events));
+	struct kvc_dir_names_stats names;
+	kvc_dir_names_stats(fs->dir_names, &names);
+	kvc_metrics_counter_set(m.names_answered, names.answered);
+	kvc_metrics_counter_set(m.names_fills, names.fills);
+	kvc_metrics_set(m.names_dirs, names.dirs_complete);
 }
 
 static int register_all(struct kvc_metrics *r, struct kvc_fuse *fs)
@@ -137,8 +142,17 @@ static int register_all(struct kvc_metrics *r, struct kvc_fuse *fs)
 	                                NULL, 0);
 	m.events = kvc_metrics_counter(r, "kvc_fuse_meta_events_total",
 	                               "Change events received from kvc-meta.", NULL, 0);
+	m.names_answered = kvc_metrics_counter(
+		r, "kvc_fuse_lookups_answered_here_total",
+		"Lookups of absent names answered from a directory's names (dir_names.h).", NULL, 0);
+	m.names_fills = kvc_metrics_counter(r, "kvc_fuse_dir_names_fills_total",
+	                                    "Directories whose names were listed to be kept.",
+	                                    NULL, 0);
+	m.names_dirs = kvc_metrics_gauge(r, "kvc_fuse_dir_names_directories",
+	                                 "Directories whose names are kept now.", NULL, 0);
 	if (!m.ring_completed || !m.ring_overlapped || !m.ring_depth || !m.rings ||
-	    !m.usrbio_clients || !m.events_up || !m.events)
+	    !m.usrbio_clients || !m.events_up || !m.events || !m.names_answered ||
+	    !m.names_fills || !m.names_dirs)
 		return -ENOMEM;
 	int rc = kvc_storage_client_metrics(&fs->storage, r, "kvc_fuse");
 	if (rc == 0)

@@ -155,6 +155,9 @@ static int mount_and_serve(struct kvc_fuse *fs, const char *mountpoint, bool deb
 	if (events_rc < 0)
 		kvc_log_warn("no change events from kvc-meta (%s): names and attributes are cached "
 		             "for 1 s", strerror(-events_rc));
+	int names_rc = kvc_dir_names_start(fs, &fs->dir_names);
+	if (names_rc < 0)
+		kvc_log_warn("every lookup asks kvc-meta: %s", strerror(-names_rc));
 	int closes_rc = kvc_close_queue_start(fs, &fs->closes);
 	if (closes_rc < 0)
 		kvc_log_warn("closes are sent one by one: %s", strerror(-closes_rc));
@@ -168,6 +171,8 @@ static int mount_and_serve(struct kvc_fuse *fs, const char *mountpoint, bool deb
 	kvc_close_queue_stop(fs->closes); /* later closes are sent at once */
 	kvc_metrics_http_stop(metrics); /* no scrape reads the events after this */
 	metrics = NULL;
+	kvc_dir_names_stop(fs->dir_names);
+	fs->dir_names = NULL;
 	kvc_meta_events_stop(fs->events);
 	fs->events = NULL;
 unmount:

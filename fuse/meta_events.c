@@ -69,9 +69,13 @@ static void apply(struct kvc_meta_events *ev, const struct kvc_msg_watch_event *
 	uint64_t seq = atomic_fetch_add(&ev->seq, 1) + 1;
 	atomic_store(&ev->recent[slot_of(e->kind, e->id, name, len)], seq);
 	if (e->kind == KVC_WATCH_NAME) {
+		/* Known to the directory's names before the kernel looks again. */
+		kvc_dir_names_add(ev->fs->dir_names, e->id, name, len);
 		if (se)
 			fuse_lowlevel_notify_inval_entry(se, e->id, name, len);
 		kvc_ring_keys_notify(ev->fs, e->id, name, len);
+	} else if (e->kind == KVC_WATCH_DIR) {
+		kvc_dir_names_forget(ev->fs->dir_names, e->id);
 	} else if (se) {
 		fuse_lowlevel_notify_inval_inode(se, e->id, 0, 0);
 	}
@@ -94,7 +98,9 @@ static int apply_frame(struct kvc_meta_events *ev, const uint8_t *body, uint32_t
 	}
 	for (uint32_t i = 0; i < head->count; i++) {
 		const struct kvc_msg_watch_event *e = kvc_wire_body_take(body, len, &off, sizeof(*e));
-		if (!e || (e->kind != KVC_WATCH_NAME && e->kind != KVC_WATCH_INODE))
+		if (!e || (e->kind != KVC_WATCH_NAME && e->kind != KVC_WATCH_INODE &&
+		           e->kind != KVC_WATCH_DIR) ||
+		    (e->kind != KVC_WATCH_NAME && e->name_len != 0))
 			return -EBADMSG;
 		uint32_t name_len = e->kind == KVC_WATCH_NAME ? e->name_len : 0;
 		const char *name = kvc_wire_body_take(body, len, &off, (name_len + 7) & ~7u);

@@ -92,10 +92,15 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct kvc_fuse *fs = kvc_fuse_of(req);
 	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
 	struct kvc_attr attr;
-	int rc = kvc_meta_client_lookup(&fs->meta, parent, name, &attr);
+	/* A name known absent from a directory whose names are kept here. */
+	double absent = kvc_dir_names_absent(fs->dir_names, parent, name);
+	int rc = absent > 0 ? -ENOENT : kvc_meta_client_lookup(&fs->meta, parent, name, &attr);
 	if (rc == -ENOENT) {
 		struct fuse_entry_param e = {
-			.ino = 0, .entry_timeout = kvc_meta_events_ttl(fs->events, mark, parent, name, 0)};
+			.ino = 0, .entry_timeout = absent > 0 ? absent
+			          : kvc_meta_events_ttl(fs->events, mark, parent, name, 0)};
+		if (absent == 0)
+			kvc_dir_names_missed(fs->dir_names, parent);
 		fuse_reply_entry(req, &e);
 		return;
 	}
@@ -187,6 +192,7 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	struct kvc_fuse *fs = kvc_fuse_of(req);
 	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
 	struct kvc_attr attr;
+	kvc_dir_names_add(fs->dir_names, parent, name, strlen(name)); /* dir_names.h */
 	/* kvc-meta hands a setgid parent's group and bit down. */
 	int rc = kvc_meta_client_mkdir(&fs->meta, parent, name, mode, fuse_req_ctx(req)->uid,
 	                               fuse_req_ctx(req)->gid, &attr);
@@ -199,6 +205,7 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	struct kvc_fuse *fs = kvc_fuse_of(req);
 	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
 	struct kvc_attr attr;
+	kvc_dir_names_add(fs->dir_names, parent, name, strlen(name));
 	int rc = kvc_meta_client_mknod(&fs->meta, parent, name, mode, (uint64_t)rdev,
 	                               fuse_req_ctx(req)->uid, fuse_req_ctx(req)->gid, &attr);
 	kvc_fuse_reply_entry(req, mark, parent, name, rc, &attr);
@@ -210,6 +217,7 @@ static void op_symlink(fuse_req_t req, const char *target, fuse_ino_t parent,
 	struct kvc_fuse *fs = kvc_fuse_of(req);
 	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
 	struct kvc_attr attr, dir;
+	kvc_dir_names_add(fs->dir_names, parent, name, strlen(name));
 	int rc = kvc_meta_client_getattr(&fs->meta, parent, &dir);
 	if (rc == 0)
 		rc = kvc_meta_client_symlink(&fs->meta, parent, name, target,
@@ -234,6 +242,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t new_parent,
 	struct kvc_attr attr;
 	struct kvc_meta_events_mark mark = kvc_fuse_mark(kvc_fuse_of(req));
 	kvc_attr_cache_forget(kvc_fuse_of(req)->attrs); /* nlink */
+	kvc_dir_names_add(kvc_fuse_of(req)->dir_names, new_parent, new_name, strlen(new_name));
 	kvc_fuse_reply_entry(req, mark, new_parent, new_name,
 	                     kvc_meta_client_link(&kvc_fuse_of(req)->meta, ino, new_parent,
 	                                               new_name, &attr), &attr);
@@ -302,6 +311,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	}
 	if (flags & RENAME_NOREPLACE)
 		kvc_flags |= KVC_RENAME_NOREPLACE;
+	kvc_dir_names_add(kvc_fuse_of(req)->dir_names, new_parent, new_name, strlen(new_name));
 	int rc = kvc_meta_client_rename(&kvc_fuse_of(req)->meta, parent, name, new_parent, new_name,
 	                                kvc_flags);
 	kvc_attr_cache_forget(kvc_fuse_of(req)->attrs); /* ctime, a replaced file's nlink */

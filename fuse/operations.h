@@ -18,6 +18,7 @@
 #include "core/config.h"
 #include "fuse/attr_cache.h"
 #include "fuse/close_queue.h"
+#include "fuse/dir_names.h"
 #include "fuse/inode_table.h"
 #include "fuse/meta_events.h"
 #include "client/meta_client.h"
@@ -54,6 +55,7 @@ struct kvc_fuse {
 	struct kvc_close_queue *closes; /* CLOSEs off the release path */
 	/* What kvc-meta last said of our open files (attr_cache.h). */
 	struct kvc_attr_cache *attrs;
+	struct kvc_dir_names *dir_names; /* names of busy directories (dir_names.h) */
 	uint64_t pending_closes[256];
 	int pending_close_count;
 };

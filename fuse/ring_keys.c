@@ -200,6 +200,9 @@ static int meta_call(struct kvc_fuse *fs, struct kvc_ring_keys_scratch *s, uint1
 		                                 .size = k->total};
 		if (type == KVC_MSG_KEYS_CREATE) /* the temp is what is made */
 			s->mk[i].name = k->temp, s->mk[i].name_len = k->temp_len;
+		/* What is made or published may exist from now on (dir_names.h). */
+		if (type == KVC_MSG_KEYS_CREATE || type == KVC_MSG_KEYS_PUBLISH)
+			kvc_dir_names_add(fs->dir_names, d->ino, s->mk[i].name, s->mk[i].name_len);
 	}
 	uint32_t mode = n ? s->group[0]->d.mode : 0;
 	struct kvc_msg_keys m = {.parent = d->ino, .count = (uint32_t)n, .flags = flags,

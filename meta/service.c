@@ -588,6 +588,22 @@ static int h_watch(struct request *r)
 	return rc < 0 ? rc : -ECONNRESET; /* the stream is over: close it */
 }
 
+/* WATCH_DIR: the client keeps the names of a directory (wire.h). */
+static int h_watch_dir(struct request *r)
+{
+	const struct kvc_msg_ino *m = r->msg;
+	struct kvc_attr attr;
+	int rc = !r->svc->watches ? -EOPNOTSUPP : !watcher(r) ? -EINVAL : 0;
+	if (rc == 0)
+		rc = kvc_meta_store_getattr(r->svc->store, m->ino, &attr);
+	if (rc == 0 && !S_ISDIR(attr.mode))
+		rc = -ENOTDIR;
+	if (rc == 0)
+		kvc_meta_watches_note_since(r->svc->watches, watcher(r), r->since, KVC_WATCH_DIR,
+		                            m->ino, NULL, 0);
+	return reply(r, rc, NULL, 0);
+}
+
 void kvc_meta_service_conn_cleanup(void *service, struct kvc_server_conn *conn)
 {
 	struct kvc_meta_service *svc = service;
@@ -632,6 +648,7 @@ static const struct op ops[] = {
 	[KVC_MSG_CLIENT_HELLO] = EXACT(struct kvc_msg_client_hello, h_client_hello),
 	[KVC_MSG_WATCH] = EXACT(struct kvc_msg_client_hello, h_watch),
 	[KVC_MSG_CLOSE_MANY] = VAR(struct kvc_msg_close_many, h_close_many),
+	[KVC_MSG_WATCH_DIR] = EXACT(struct kvc_msg_ino, h_watch_dir),
 	[KVC_MSG_KEYS_LOOKUP] = VAR(struct kvc_msg_keys, h_keys),
 	[KVC_MSG_KEYS_CREATE] = VAR(struct kvc_msg_keys, h_keys),
 	[KVC_MSG_KEYS_PUBLISH] = VAR(struct kvc_msg_keys, h_keys),

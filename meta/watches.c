@@ -315,38 +315,61 @@ static void enqueue(struct kvc_meta_watches *w, struct kvc_meta_watcher *c, uint
 	pthread_cond_signal(&c->wake);
 }
 
-void kvc_meta_watches_changed(struct kvc_meta_watches *w, const struct kvc_meta_watcher *origin,
-                              uint32_t kind, uint64_t id, const char *name, uint32_t name_len)
+/* Record a change of the object hashed h by origin in the recent table
+ * (lock held): what notes since an earlier count have missed. */
+static void recent_mark(struct kvc_meta_watches *w, uint64_t h, uint32_t origin_serial)
 {
-	int64_t now = kvc_clock_monotonic_ns();
-	uint64_t h = kvc_wire_watch_hash(kind, id, name, name_len);
-	uint32_t origin_serial = origin ? origin->serial : 0;
-	pthread_mutex_lock(&w->lock);
 	struct recent *rs = &w->recent[h & (RECENT_SLOTS - 1)];
 	if (rs->origin != origin_serial)
 		rs->seq_other = rs->seq;
 	rs->seq = atomic_fetch_add(&w->changes, 1) + 1;
 	rs->origin = origin_serial;
+}
+
+/* Tell the watchers of object (kind, id) hashed h, but origin, of the
+ * event (ev_kind, id, name) (lock held). A NAME or INODE watch ends with
+ * the event it causes; a DIR watch lives until it expires. */
+static void tell_watchers(struct kvc_meta_watches *w, uint64_t h, uint32_t kind, uint64_t id,
+                          uint32_t origin_serial, int64_t now, uint32_t ev_kind,
+                          const char *name, uint32_t name_len)
+{
+	uint32_t *link = &w->buckets[(uint32_t)h & w->bucket_mask];
+	while (*link != NO_ENTRY) {
+		struct entry *e = &w->entries[*link];
+		bool match = e->hash == h && e->id == id && e->kind == kind &&
+		             e->serial != origin_serial;
+		if (match && e->expiry_ns > now) {
+			struct kvc_meta_watcher *c = by_serial(w, e->serial);
+			if (c)
+				enqueue(w, c, ev_kind, id, name, name_len);
+		}
+		if ((match && kind != KVC_WATCH_DIR) || e->expiry_ns <= now)
+			entry_remove(w, link);
+		else
+			link = &e->next;
+	}
+}
+
+void kvc_meta_watches_changed(struct kvc_meta_watches *w, const struct kvc_meta_watcher *origin,
+                              uint32_t kind, uint64_t id, const char *name, uint32_t name_len)
+{
+	int64_t now = kvc_clock_monotonic_ns();
+	uint64_t h = kvc_wire_watch_hash(kind, id, name, name_len);
+	uint64_t h_dir = kvc_wire_watch_hash(KVC_WATCH_DIR, id, NULL, 0);
+	uint32_t origin_serial = origin ? origin->serial : 0;
+	pthread_mutex_lock(&w->lock);
+	recent_mark(w, h, origin_serial);
+	if (kind == KVC_WATCH_NAME)
+		recent_mark(w, h_dir, origin_serial); /* a name of directory id */
 	if (w->flood_until_ns > now) {
 		for (int i = 0; i < w->watcher_count; i++)
 			if (w->watchers[i]->serial != origin_serial)
 				enqueue(w, w->watchers[i], kind, id, name, name_len);
 	} else {
-		uint32_t *link = &w->buckets[(uint32_t)h & w->bucket_mask];
-		while (*link != NO_ENTRY) {
-			struct entry *e = &w->entries[*link];
-			bool match = e->hash == h && e->id == id && e->kind == kind &&
-			             e->serial != origin_serial;
-			if (match && e->expiry_ns > now) {
-				struct kvc_meta_watcher *c = by_serial(w, e->serial);
-				if (c)
-					enqueue(w, c, kind, id, name, name_len);
-			}
-			if (match || e->expiry_ns <= now)
-				entry_remove(w, link);
-			else
-				link = &e->next;
-		}
+		tell_watchers(w, h, kind, id, origin_serial, now, kind, name, name_len);
+		if (kind == KVC_WATCH_NAME)
+			tell_watchers(w, h_dir, KVC_WATCH_DIR, id, origin_serial, now, KVC_WATCH_NAME,
+			              name, name_len);
 	}
 	pthread_mutex_unlock(&w->lock);
 }

@@ -15,8 +15,13 @@
  * watched object sends one event to every other watcher with a live watch
  * on it and ends those watches (the client looks again, and so watches
  * again). Objects: NAME (parent directory, name), hashed with the name
- * (a collision only sends a needless event), and INODE (an inode's
- * attributes or data changed).
+ * (a collision only sends a needless event), INODE (an inode's
+ * attributes or data changed), and DIR (every name of a directory: the
+ * client keeps the set of its names, fuse/dir_names.h). A DIR watch is
+ * not ended by a change: each change of a name in the directory sends a
+ * NAME event to its DIR watchers for as long as the watch lives (the
+ * client renews it before its ttl runs out); a note that may have missed
+ * a change (note_since) sends a DIR event instead: forget the names.
  *
  * Events queue per watcher (bounded: past KVC_META_WATCH_QUEUE bytes they
  * are dropped and the next frame says so) and go out on the watcher's

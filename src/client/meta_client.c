@@ -154,6 +154,12 @@ int kvc_meta_client_getattr(struct kvc_meta_client *client, uint64_t ino,
 	return call_attr(client, KVC_MSG_GETATTR, &m, sizeof(m), attr);
 }
 
+int kvc_meta_client_watch_dir(struct kvc_meta_client *client, uint64_t ino)
+{
+	struct kvc_msg_ino m = {ino};
+	return call_attr(client, KVC_MSG_WATCH_DIR, &m, sizeof(m), NULL);
+}
+
 static int call_create(struct kvc_meta_client *client, uint16_t type, uint64_t parent,
                        const char *name, uint32_t mode, uint32_t uid, uint32_t gid,
                        uint32_t flags, uint64_t rdev, struct kvc_attr *attr)

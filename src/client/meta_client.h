@@ -110,6 +110,10 @@ int kvc_meta_client_dirent_next(struct kvc_meta_dirents *page, const char **name
                                 uint32_t *name_len, struct kvc_attr *attr);
 int kvc_meta_client_setattr(struct kvc_meta_client *client,
                             const struct kvc_msg_setattr *request, struct kvc_attr *attr);
+/* WATCH_DIR: be told of every change of a name in directory ino for the
+ * client's ttl (its connections said CLIENT_HELLO). 0, -ENOTDIR, -ENOENT,
+ * -EOPNOTSUPP (a kvc-meta without watches), -EIO. */
+int kvc_meta_client_watch_dir(struct kvc_meta_client *client, uint64_t ino);
 int kvc_meta_client_extend(struct kvc_meta_client *client, uint64_t ino, uint64_t size,
                            struct kvc_attr *attr);
 int kvc_meta_client_statfs(struct kvc_meta_client *client,

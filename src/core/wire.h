@@ -102,7 +102,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "kvcfs wire structs are little-endian in memory");
 
 #define KVC_WIRE_MAGIC 0x3143564bu /* "KVC1" */
-#define KVC_WIRE_VERSION 9
+#define KVC_WIRE_VERSION 10
 #define KVC_WIRE_MAX_BODY (1u << 20)
 #define KVC_WIRE_MAX_DATA (64u << 20)
 #define KVC_WIRE_MAX_NAME 255
@@ -165,6 +165,7 @@ enum kvc_wire_type {
 	KVC_MSG_WATCH = 56,
 	KVC_MSG_WATCH_EVENTS = 57,
 	KVC_MSG_CLOSE_MANY = 58,
+	KVC_MSG_WATCH_DIR = 59,
 	/* Ring keys (80..87): fuse/ring_keys.c's batched namespace work. */
 	KVC_MSG_KEYS_LOOKUP = 80,
 	KVC_MSG_KEYS_CREATE = 81,
@@ -362,6 +363,13 @@ struct kvc_msg_watch_event {
 _Static_assert(sizeof(struct kvc_msg_watch_event) == 16, "");
 #define KVC_WATCH_NAME 1u
 #define KVC_WATCH_INODE 2u
+/* An event of kind DIR (id: the directory, no name): a change of some name
+ * in it may have been missed; forget what is known of its names. */
+#define KVC_WATCH_DIR 3u
+/* WATCH_DIR: kvc_msg_ino (a directory), on a connection that sent
+ * CLIENT_HELLO. The client is told of every change of every name in it
+ * (a NAME event each) for its ttl, however many: it keeps the set of the
+ * directory's names itself (fuse/dir_names.h). Reply: empty. */
 
 /* SYMLINK: followed by the name, then target_len bytes of target (1 ..
  * KVC_WIRE_MAX_SYMLINK, no NUL). Reply: kvc_attr. READLINK: kvc_msg_ino;

@@ -94,6 +94,31 @@ def test_bad_requests_get_clear_errors(cluster):
     meta.close()
 
 
+def test_watch_dir_checks_its_directory_and_its_client(cluster, workdir):
+    """WATCH_DIR (59): only for a connection acting for a client
+    (CLIENT_HELLO), on a directory that exists, with an exact body."""
+    WATCH_DIR, CLIENT_HELLO = 59, 55
+    (workdir / "plain").write_bytes(b"x")
+    dir_ino = os.stat(workdir).st_ino
+    file_ino = os.stat(workdir / "plain").st_ino
+    meta, status = kvcwire.connect(cluster.meta_address)
+    assert status == 0
+
+    def ask(body):
+        meta.sendall(kvcwire.frame(WATCH_DIR, body))
+        return kvcwire.recv_frame(meta)[1]
+    assert ask(struct.pack("<Q", dir_ino)) == -22  # acts for no client yet
+    meta.sendall(kvcwire.frame(CLIENT_HELLO, os.urandom(16) + struct.pack("<II", 10000, 0)))
+    assert kvcwire.recv_frame(meta)[1] == 0
+    assert ask(struct.pack("<Q", dir_ino)) == 0
+    assert ask(struct.pack("<Q", file_ino)) == -20  # ENOTDIR
+    assert ask(struct.pack("<Q", 1 << 60)) == -2   # ENOENT
+    assert ask(struct.pack("<I", 1)) == -22        # short body
+    assert ask(struct.pack("<QQ", dir_ino, 0)) == -22  # long body
+    assert ask(struct.pack("<Q", dir_ino)) == 0    # still serving
+    meta.close()
+
+
 def test_version_mismatch_is_refused(cluster):
     host, port = cluster.meta_address.rsplit(":", 1)
     sock = socket.create_connection((host, int(port)), timeout=5)

@@ -281,3 +281,111 @@ def test_writes_ask_kvc_meta_for_no_security_attributes(cluster, workdir):
         os.getxattr(workdir / "w0", "user.missing")
     assert e.value.errno == errno.ENODATA
     assert meta_requests(cluster, "getxattr") == before + 2
+
+
+def fuse_metric(cluster, name):
+    """A counter or gauge of the first kvc-fuse (its /metrics)."""
+    import re
+    import urllib.request
+    with urllib.request.urlopen(f"http://{cluster.fuse_metrics}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    m = re.search(r"^%s (\S+)$" % name, text, re.M)
+    assert m, f"no metric {name}"
+    return float(m.group(1))
+
+
+def keep_names_of(cluster, directory):
+    """Look up absent names in directory until kvc-fuse keeps its names
+    (fuse/dir_names.h: after a few misses)."""
+    before = fuse_metric(cluster, "kvc_fuse_dir_names_fills_total")
+    for i in range(8):
+        assert not os.path.exists(os.path.join(directory, f".miss-{i}-{time.monotonic_ns()}"))
+    assert wait_until(lambda: fuse_metric(cluster, "kvc_fuse_dir_names_fills_total") > before
+                      and fuse_metric(cluster, "kvc_fuse_dir_names_directories") >= 1,
+                      timeout=10)
+    time.sleep(0.2)  # the listing of a small directory is done by now
+
+
+def test_lookups_of_new_keys_are_answered_by_the_client(cluster, workdir):
+    """After a few lookups of absent names, kvc-fuse keeps the directory's
+    names: the LOOKUP before each O_CREAT costs kvc-meta nothing, and the
+    files are all there, byte for byte."""
+    (workdir / "old").write_bytes(b"old")
+    keep_names_of(cluster, workdir)
+    lookups = meta_requests(cluster, "lookup")
+    answered = fuse_metric(cluster, "kvc_fuse_lookups_answered_here_total")
+    blobs = {f"key-{i}": os.urandom(1000 + i) for i in range(100)}
+    for name, data in blobs.items():
+        fd = os.open(workdir / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(fd, data)
+        os.close(fd)
+    assert meta_requests(cluster, "lookup") - lookups < 10
+    assert fuse_metric(cluster, "kvc_fuse_lookups_answered_here_total") - answered >= 90
+    # an existing name is still found, a created one is not created twice
+    assert (workdir / "old").read_bytes() == b"old"
+    with pytest.raises(FileExistsError):
+        os.open(workdir / "key-7", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    for name, data in blobs.items():
+        assert (workdir / name).read_bytes() == data
+
+
+def drop_kernel_names():
+    """Make the kernel forget its cached entries (a LOOKUP each again)."""
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("2\n")
+
+
+def test_names_made_by_this_client_in_a_kept_directory_are_found(cluster, workdir):
+    """Every way this client makes a name (create, mkdir, mknod, symlink,
+    link, rename) adds it to the directory's names before kvc-meta makes
+    it: looked up again after the kernel forgot it, each is found."""
+    (workdir / "src").write_bytes(b"s")
+    (workdir / "mv").write_bytes(b"m")
+    keep_names_of(cluster, workdir)
+    (workdir / "created").write_bytes(b"c")
+    os.mkdir(workdir / "made-dir")
+    os.mkfifo(workdir / "made-fifo")
+    os.symlink("src", workdir / "made-link")
+    os.link(workdir / "src", workdir / "hard")
+    os.rename(workdir / "mv", workdir / "renamed")
+    assert fuse_metric(cluster, "kvc_fuse_dir_names_directories") >= 1
+    drop_kernel_names()
+    for name in ("created", "made-dir", "made-fifo", "made-link", "hard", "renamed"):
+        assert os.path.lexists(workdir / name), name
+    assert not os.path.exists(workdir / "mv")
+    assert (workdir / "hard").read_bytes() == b"s"
+    assert (workdir / "made-link").read_bytes() == b"s"
+
+
+def test_a_kept_directory_hears_of_names_another_client_makes(cluster, workdir, other):
+    """The client that keeps a directory's names answers absent names
+    itself; names another client creates, replaces, links or removes and
+    recreates there are told to it by kvc-meta and open within the event's
+    trip, as for any cached name."""
+    keep_names_of(cluster, workdir)
+    times = []
+    for i in range(10):
+        name = f"pushed-{i}"
+        assert not os.path.exists(workdir / name)  # answered by the keeping client
+        data = os.urandom(4096)
+        with open(os.path.join(other, name), "wb") as f:
+            f.write(data)
+        took = seen_within(lambda: opens(workdir / name) == data)
+        assert took is not None, f"{name} never appeared on the keeping client"
+        times.append(took)
+    print(f"new key in a kept directory: median {statistics.median(times) * 1000:.2f} ms")
+    assert statistics.median(times) < EVENT_BOUND
+    with open(os.path.join(other, "tmp"), "wb") as f:
+        f.write(b"renamed in")
+    assert not os.path.exists(workdir / "landed")
+    os.rename(os.path.join(other, "tmp"), os.path.join(other, "landed"))
+    assert seen_within(lambda: opens(workdir / "landed") == b"renamed in") is not None
+    assert not os.path.exists(workdir / "linked")
+    os.link(os.path.join(other, "landed"), os.path.join(other, "linked"))
+    assert seen_within(lambda: opens(workdir / "linked") == b"renamed in") is not None
+    os.unlink(os.path.join(other, "pushed-0"))
+    assert seen_within(lambda: not os.path.exists(workdir / "pushed-0")) is not None
+    with open(os.path.join(other, "pushed-0"), "wb") as f:
+        f.write(b"again")
+    assert seen_within(lambda: opens(workdir / "pushed-0") == b"again") is not None
+    assert fuse_metric(cluster, "kvc_fuse_lookups_answered_here_total") > 0

@@ -229,3 +229,50 @@ Test(meta_watches, a_client_back_within_its_ttl_gets_what_changed_meanwhile)
 	kvc_meta_watches_unbind(w, b);
 	kvc_meta_watches_destroy(w);
 }
+
+Test(meta_watches, a_directory_watch_hears_every_name_and_lives_on)
+{
+	struct kvc_meta_watches *w;
+	struct kvc_meta_watcher *a, *b;
+	struct streamer s;
+	struct kvc_meta_watch_stats st;
+	int peer;
+	cr_assert_eq(kvc_meta_watches_create(1024, &w), 0);
+	cr_assert_eq(kvc_meta_watches_bind(w, id_a, 10000, &a), 0);
+	cr_assert_eq(kvc_meta_watches_bind(w, id_b, 10000, &b), 0);
+	start_stream(&s, w, a, &peer);
+	kvc_meta_watches_note(w, a, KVC_WATCH_DIR, 7, NULL, 0);      /* a keeps dir 7's names */
+	kvc_meta_watches_changed(w, b, KVC_WATCH_NAME, 7, "k1", 2);  /* each one is told */
+	kvc_meta_watches_changed(w, b, KVC_WATCH_NAME, 7, "k2", 2);  /* the watch lives on */
+	kvc_meta_watches_changed(w, b, KVC_WATCH_NAME, 8, "k3", 2);  /* another directory */
+	kvc_meta_watches_changed(w, a, KVC_WATCH_NAME, 7, "k4", 2);  /* a's own */
+	kvc_meta_watches_changed(w, b, KVC_WATCH_INODE, 7, NULL, 0); /* not a name */
+	uint32_t flags, kinds[8];
+	uint64_t ids[8];
+	char names[256];
+	int n = 0;
+	while (n < 2) {
+		int got = next_events(peer, &flags, kinds + n, ids + n, names + 3 * n);
+		cr_assert_gt(got, 0);
+		n += got;
+	}
+	cr_assert_eq(n, 2);
+	cr_assert(kinds[0] == KVC_WATCH_NAME && ids[0] == 7 && strcmp(names, "k1") == 0);
+	cr_assert(kinds[1] == KVC_WATCH_NAME && ids[1] == 7 && strcmp(names + 3, "k2") == 0);
+	kvc_meta_watches_stats(w, &st);
+	cr_assert_eq(st.events, 2);
+	/* A note that may have missed a change tells a to forget the names. */
+	uint64_t since = kvc_meta_watches_begin(w);
+	kvc_meta_watches_changed(w, b, KVC_WATCH_NAME, 9, "k5", 2);
+	kvc_meta_watches_note_since(w, a, since, KVC_WATCH_DIR, 9, NULL, 0);
+	n = next_events(peer, &flags, kinds, ids, names);
+	cr_assert_eq(n, 1);
+	cr_assert(kinds[0] == KVC_WATCH_DIR && ids[0] == 9);
+	kvc_meta_watches_stop(w);
+	pthread_join(s.thread, NULL);
+	close(peer);
+	close(s.fd);
+	kvc_meta_watches_unbind(w, a);
+	kvc_meta_watches_unbind(w, b);
+	kvc_meta_watches_destroy(w);
+}
