@@ -49,6 +49,11 @@ struct kvc_dir_names {
 	bool stopping;
 	pthread_t thread;
 	int64_t ttl_ns;
+	/* Name-making requests in flight, by the parity of the epoch they
+	 * began in; a listing moves the epoch and waits for the other. */
+	uint64_t op_epoch;
+	uint32_t ops[2];
+	pthread_cond_t ops_done;
 	struct dir dirs[DIRS];
 	struct kvc_dir_names_stats stats;
 };
@@ -203,15 +208,44 @@ void kvc_dir_names_missed(struct kvc_dir_names *d, uint64_t parent)
 	pthread_mutex_unlock(&d->lock);
 }
 
-void kvc_dir_names_add(struct kvc_dir_names *d, uint64_t parent, const char *name, size_t len)
+/* Add (parent, name) where it is being listed or complete (lock held). */
+static void heard(struct kvc_dir_names *d, uint64_t parent, const char *name, size_t len)
+{
+	struct dir *dir = find(d, parent);
+	if (dir && (dir->state == FILLING || dir->state == COMPLETE))
+		set_add(dir, name_hash(parent, name, len));
+}
+
+void kvc_dir_names_heard(struct kvc_dir_names *d, uint64_t parent, const char *name,
+                         size_t len)
 {
 	if (!d)
 		return;
-	uint64_t h = name_hash(parent, name, len);
 	pthread_mutex_lock(&d->lock);
-	struct dir *dir = find(d, parent);
-	if (dir && (dir->state == FILLING || dir->state == COMPLETE))
-		set_add(dir, h);
+	heard(d, parent, name, len);
+	pthread_mutex_unlock(&d->lock);
+}
+
+uint32_t kvc_dir_names_begin(struct kvc_dir_names *d, uint64_t parent, const char *name,
+                             size_t len)
+{
+	if (!d)
+		return 0;
+	pthread_mutex_lock(&d->lock);
+	uint32_t ticket = (uint32_t)(d->op_epoch & 1);
+	d->ops[ticket]++;
+	heard(d, parent, name, len);
+	pthread_mutex_unlock(&d->lock);
+	return ticket;
+}
+
+void kvc_dir_names_end(struct kvc_dir_names *d, uint32_t ticket)
+{
+	if (!d)
+		return;
+	pthread_mutex_lock(&d->lock);
+	if (--d->ops[ticket & 1] == 0)
+		pthread_cond_broadcast(&d->ops_done);
 	pthread_mutex_unlock(&d->lock);
 }
 
@@ -256,6 +290,15 @@ static void fill(struct kvc_dir_names *d, struct dir *dir, struct kvc_meta_diren
 	uint64_t epoch = dir->epoch;
 	dir->state = FILLING;
 	d->stats.fills++;
+	/* Requests of this client that began before now may have gone
+	 * unheard: list only once they are answered (later ones are heard:
+	 * the directory is FILLING). One fill at a time, so the other
+	 * parity has drained before the epoch moves to it. */
+	uint32_t older = (uint32_t)(d->op_epoch++ & 1);
+	while (d->ops[older] > 0 && !d->stopping)
+		pthread_cond_wait(&d->ops_done, &d->lock);
+	if (!same(dir, ino, epoch) || dir->state != FILLING || d->stopping)
+		return; /* dropped meanwhile */
 	pthread_mutex_unlock(&d->lock);
 	int64_t watched = kvc_clock_monotonic_ns();
 	/* No stream, no events: nothing could be kept up to date. */
@@ -354,6 +397,7 @@ int kvc_dir_names_start(struct kvc_fuse *fs, struct kvc_dir_names **out)
 	d->ttl_ns = (int64_t)fs->config.cache_ttl_ms * 1000000;
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_cond_init(&d->work, NULL);
+	pthread_cond_init(&d->ops_done, NULL);
 	int rc = -pthread_create(&d->thread, NULL, fill_main, d);
 	if (rc < 0) {
 		pthread_cond_destroy(&d->work);
@@ -372,6 +416,7 @@ void kvc_dir_names_stop(struct kvc_dir_names *d)
 	pthread_mutex_lock(&d->lock);
 	d->stopping = true;
 	pthread_cond_signal(&d->work);
+	pthread_cond_broadcast(&d->ops_done);
 	pthread_mutex_unlock(&d->lock);
 	pthread_join(d->thread, NULL);
 	pthread_mutex_lock(&d->lock);

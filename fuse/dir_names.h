@@ -55,8 +55,19 @@ void kvc_dir_names_stop(struct kvc_dir_names *d);
 double kvc_dir_names_absent(struct kvc_dir_names *d, uint64_t parent, const char *name);
 /* kvc-meta answered ENOENT for a name of parent. */
 void kvc_dir_names_missed(struct kvc_dir_names *d, uint64_t parent);
-/* (parent, name) may exist from now on. */
-void kvc_dir_names_add(struct kvc_dir_names *d, uint64_t parent, const char *name, size_t len);
+/* This client is about to ask kvc-meta to make (parent, name): it may
+ * exist from now on. Returns a ticket for end, called once kvc-meta
+ * answered: a listing waits for the requests that began before it (their
+ * names went nowhere while the directory was not being listed, and a
+ * listing that read past a name before its request committed would miss
+ * it, with no event: kvc-meta tells no client of its own changes). */
+uint32_t kvc_dir_names_begin(struct kvc_dir_names *d, uint64_t parent, const char *name,
+                             size_t len);
+void kvc_dir_names_end(struct kvc_dir_names *d, uint32_t ticket);
+/* (parent, name) may exist from now on: an event, or a name of a request
+ * begun with another name's ticket. */
+void kvc_dir_names_heard(struct kvc_dir_names *d, uint64_t parent, const char *name,
+                         size_t len);
 /* Forget what is known of parent's names. */
 void kvc_dir_names_forget(struct kvc_dir_names *d, uint64_t parent);
 

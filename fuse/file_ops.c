@@ -257,12 +257,13 @@ void kvc_fuse_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mod
 	struct fuse_entry_param e;
 	bool created = false;
 	/* Before kvc-meta makes it: it may exist from now on (dir_names.h). */
-	kvc_dir_names_add(fs->dir_names, parent, name, strlen(name));
+	uint32_t names = kvc_dir_names_begin(fs->dir_names, parent, name, strlen(name));
 	/* One round trip: kvc-meta makes the file, decides its group and
 	 * opens it for us; a file that existed is opened as open() does. */
 	int rc = kvc_meta_client_create_open(&fs->meta, parent, name, mode, fuse_req_ctx(req)->uid,
 	                                     fuse_req_ctx(req)->gid, (fi->flags & O_EXCL) != 0,
 	                                     fs->client_id, &attr, &created);
+	kvc_dir_names_end(fs->dir_names, names);
 	if (rc == 0)
 		rc = created ? adopt_inode(fs, &attr) : open_inode(fs, attr.ino, &attr);
 	/* An existing file (created meanwhile by another client) is opened. */

@@ -70,7 +70,7 @@ static void apply(struct kvc_meta_events *ev, const struct kvc_msg_watch_event *
 	atomic_store(&ev->recent[slot_of(e->kind, e->id, name, len)], seq);
 	if (e->kind == KVC_WATCH_NAME) {
 		/* Known to the directory's names before the kernel looks again. */
-		kvc_dir_names_add(ev->fs->dir_names, e->id, name, len);
+		kvc_dir_names_heard(ev->fs->dir_names, e->id, name, len);
 		if (se)
 			fuse_lowlevel_notify_inval_entry(se, e->id, name, len);
 		kvc_ring_keys_notify(ev->fs, e->id, name, len);

@@ -192,10 +192,11 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	struct kvc_fuse *fs = kvc_fuse_of(req);
 	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
 	struct kvc_attr attr;
-	kvc_dir_names_add(fs->dir_names, parent, name, strlen(name)); /* dir_names.h */
+	uint32_t names = kvc_dir_names_begin(fs->dir_names, parent, name, strlen(name));
 	/* kvc-meta hands a setgid parent's group and bit down. */
 	int rc = kvc_meta_client_mkdir(&fs->meta, parent, name, mode, fuse_req_ctx(req)->uid,
 	                               fuse_req_ctx(req)->gid, &attr);
+	kvc_dir_names_end(fs->dir_names, names);
 	kvc_fuse_reply_entry(req, mark, parent, name, rc, &attr);
 }
 
@@ -205,9 +206,10 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	struct kvc_fuse *fs = kvc_fuse_of(req);
 	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
 	struct kvc_attr attr;
-	kvc_dir_names_add(fs->dir_names, parent, name, strlen(name));
+	uint32_t names = kvc_dir_names_begin(fs->dir_names, parent, name, strlen(name));
 	int rc = kvc_meta_client_mknod(&fs->meta, parent, name, mode, (uint64_t)rdev,
 	                               fuse_req_ctx(req)->uid, fuse_req_ctx(req)->gid, &attr);
+	kvc_dir_names_end(fs->dir_names, names);
 	kvc_fuse_reply_entry(req, mark, parent, name, rc, &attr);
 }
 
@@ -217,12 +219,13 @@ static void op_symlink(fuse_req_t req, const char *target, fuse_ino_t parent,
 	struct kvc_fuse *fs = kvc_fuse_of(req);
 	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
 	struct kvc_attr attr, dir;
-	kvc_dir_names_add(fs->dir_names, parent, name, strlen(name));
+	uint32_t names = kvc_dir_names_begin(fs->dir_names, parent, name, strlen(name));
 	int rc = kvc_meta_client_getattr(&fs->meta, parent, &dir);
 	if (rc == 0)
 		rc = kvc_meta_client_symlink(&fs->meta, parent, name, target,
 		                             fuse_req_ctx(req)->uid, kvc_fuse_caller_gid(req, &dir),
 		                             &attr);
+	kvc_dir_names_end(fs->dir_names, names);
 	kvc_fuse_reply_entry(req, mark, parent, name, rc, &attr);
 }
 
@@ -239,13 +242,14 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t new_parent,
                     const char *new_name)
 {
+	struct kvc_fuse *fs = kvc_fuse_of(req);
 	struct kvc_attr attr;
-	struct kvc_meta_events_mark mark = kvc_fuse_mark(kvc_fuse_of(req));
-	kvc_attr_cache_forget(kvc_fuse_of(req)->attrs); /* nlink */
-	kvc_dir_names_add(kvc_fuse_of(req)->dir_names, new_parent, new_name, strlen(new_name));
-	kvc_fuse_reply_entry(req, mark, new_parent, new_name,
-	                     kvc_meta_client_link(&kvc_fuse_of(req)->meta, ino, new_parent,
-	                                               new_name, &attr), &attr);
+	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
+	kvc_attr_cache_forget(fs->attrs); /* nlink */
+	uint32_t names = kvc_dir_names_begin(fs->dir_names, new_parent, new_name, strlen(new_name));
+	int rc = kvc_meta_client_link(&fs->meta, ino, new_parent, new_name, &attr);
+	kvc_dir_names_end(fs->dir_names, names);
+	kvc_fuse_reply_entry(req, mark, new_parent, new_name, rc, &attr);
 }
 
 /* kvc-meta keeps a file removed while open anywhere (its open sessions):
@@ -311,9 +315,11 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	}
 	if (flags & RENAME_NOREPLACE)
 		kvc_flags |= KVC_RENAME_NOREPLACE;
-	kvc_dir_names_add(kvc_fuse_of(req)->dir_names, new_parent, new_name, strlen(new_name));
+	struct kvc_dir_names *d = kvc_fuse_of(req)->dir_names;
+	uint32_t names = kvc_dir_names_begin(d, new_parent, new_name, strlen(new_name));
 	int rc = kvc_meta_client_rename(&kvc_fuse_of(req)->meta, parent, name, new_parent, new_name,
 	                                kvc_flags);
+	kvc_dir_names_end(d, names);
 	kvc_attr_cache_forget(kvc_fuse_of(req)->attrs); /* ctime, a replaced file's nlink */
 	kvc_fuse_reply_error(req, rc);
 }

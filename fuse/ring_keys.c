@@ -200,15 +200,22 @@ static int meta_call(struct kvc_fuse *fs, struct kvc_ring_keys_scratch *s, uint1
 		                                 .size = k->total};
 		if (type == KVC_MSG_KEYS_CREATE) /* the temp is what is made */
 			s->mk[i].name = k->temp, s->mk[i].name_len = k->temp_len;
-		/* What is made or published may exist from now on (dir_names.h). */
-		if (type == KVC_MSG_KEYS_CREATE || type == KVC_MSG_KEYS_PUBLISH)
-			kvc_dir_names_add(fs->dir_names, d->ino, s->mk[i].name, s->mk[i].name_len);
 	}
+	/* What is made or published may exist from now on (dir_names.h):
+	 * one ticket covers the message. */
+	bool makes = n > 0 && (type == KVC_MSG_KEYS_CREATE || type == KVC_MSG_KEYS_PUBLISH);
+	uint32_t names = makes ? kvc_dir_names_begin(fs->dir_names, d->ino, s->mk[0].name,
+	                                             s->mk[0].name_len) : 0;
+	for (int i = 1; makes && i < n; i++)
+		kvc_dir_names_heard(fs->dir_names, d->ino, s->mk[i].name, s->mk[i].name_len);
 	uint32_t mode = n ? s->group[0]->d.mode : 0;
 	struct kvc_msg_keys m = {.parent = d->ino, .count = (uint32_t)n, .flags = flags,
 	                         .mode = mode ? mode : 0644, .uid = c->uid,
 	                         .gid = d->attr.mode & S_ISGID ? d->attr.gid : c->gid};
-	return n ? kvc_meta_client_keys(&fs->meta, type, &m, s->mk, s->res) : 0;
+	int rc = n ? kvc_meta_client_keys(&fs->meta, type, &m, s->mk, s->res) : 0;
+	if (makes)
+		kvc_dir_names_end(fs->dir_names, names);
+	return rc;
 }
 
 /* Gather the keys of dir `di` that pass `want` into group. */
