@@ -50,7 +50,13 @@ void kvc_attr_cache_put(struct kvc_attr_cache *cache, const struct kvc_attr *att
 {
 	int64_t now = kvc_clock_monotonic_ns();
 	pthread_mutex_lock(&cache->lock);
-	*slot_of(cache, attr->ino) = (struct slot){*attr, mark, now, cache->forgets};
+	struct slot *s = slot_of(cache, attr->ino);
+	/* An answer older than the one held (a request that passed a change
+	 * of ours, whose answer came first) is not kept, nor the one held. */
+	if (s->attr.ino == attr->ino && attr->ctime_ns < s->attr.ctime_ns)
+		s->attr.ino = 0;
+	else
+		*s = (struct slot){*attr, mark, now, cache->forgets};
 	pthread_mutex_unlock(&cache->lock);
 }
 

@@ -1,8 +1,9 @@
 /*
  * attr_cache: what kvc-meta last told this client about its regular files
- * (the answers to OPEN, CREATE, EXTEND_SIZE and SETATTR), in a direct-
- * mapped table by inode (a slot taken by another inode only costs a round
- * trip). Two uses:
+ * and directories (the answers to OPEN, CREATE, EXTEND_SIZE, SETATTR and
+ * GETATTR, and a directory's attributes after a CREATE, UNLINK or RMDIR
+ * in it), in a direct-mapped table by inode (a slot taken by another inode
+ * only costs a round trip). Two uses:
  *
  * - The page cache is kept across opens of a file whose (mtime, size) at
  *   open is the one remembered (kvc_attr_cache_same): nothing changed it
@@ -11,9 +12,15 @@
  *   inode did not change since the answer (meta_events.h), for at most the
  *   events' ttl. The kernel asks after every write of ours (it drops its
  *   own attributes then), so a stat after a close costs no round trip.
+ *   A directory's, so that the kernel's permission check after each
+ *   create or unlink in it (it drops the directory's attributes then)
+ *   costs no round trip either.
  *   Any namespace change made through this client (unlink, rename, link,
  *   xattrs: nlink and ctime change, and kvc-meta does not echo a client's
- *   own changes) forgets every answer held for GETATTR.
+ *   own changes) forgets every answer held for GETATTR; a change of ours
+ *   to a directory marks it changed in the events' table
+ *   (kvc_meta_events_changed_here), so no answer asked for before serves,
+ *   and an answer older (ctime) than the one held drops both.
  *
  * Thread-safe: one mutex, held for a slot copy only.
  */

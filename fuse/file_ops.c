@@ -252,8 +252,10 @@ void kvc_fuse_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mod
                       struct fuse_file_info *fi)
 {
 	struct kvc_fuse *fs = kvc_fuse_of(req);
+	/* The parent changes: no answer asked for before holds (attr_cache.h). */
+	kvc_meta_events_changed_here(fs->events, parent);
 	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
-	struct kvc_attr attr;
+	struct kvc_attr attr, dir;
 	struct fuse_entry_param e;
 	bool created = false;
 	/* Before kvc-meta makes it: it may exist from now on (dir_names.h). */
@@ -262,8 +264,10 @@ void kvc_fuse_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mod
 	 * opens it for us; a file that existed is opened as open() does. */
 	int rc = kvc_meta_client_create_open(&fs->meta, parent, name, mode, fuse_req_ctx(req)->uid,
 	                                     fuse_req_ctx(req)->gid, (fi->flags & O_EXCL) != 0,
-	                                     fs->client_id, &attr, &created);
+	                                     fs->client_id, &attr, &created, &dir);
 	kvc_dir_names_end(fs->dir_names, names);
+	if (rc == 0) /* for the kernel's permission check before the next create */
+		kvc_attr_cache_put(fs->attrs, &dir, mark);
 	if (rc == 0)
 		rc = created ? adopt_inode(fs, &attr) : open_inode(fs, attr.ino, &attr);
 	/* An existing file (created meanwhile by another client) is opened. */

@@ -50,14 +50,26 @@ struct kvc_meta_events_mark kvc_meta_events_mark(struct kvc_meta_events *ev)
 double kvc_meta_events_ttl(struct kvc_meta_events *ev, struct kvc_meta_events_mark mark,
                            uint64_t parent, const char *name, uint64_t ino)
 {
-	if (!ev || !(mark.gen & 1) || atomic_load(&ev->gen) != mark.gen)
+	if (!ev)
 		return SHORT_TTL;
+	/* A change since the mark (told, or made here) whether or not the
+	 * stream is up now. */
 	if (name && atomic_load(&ev->recent[slot_of(KVC_WATCH_NAME, parent, name,
 	                                              (uint32_t)strlen(name))]) > mark.seq)
 		return 0;
 	if (ino && atomic_load(&ev->recent[slot_of(KVC_WATCH_INODE, ino, NULL, 0)]) > mark.seq)
 		return 0;
+	if (!(mark.gen & 1) || atomic_load(&ev->gen) != mark.gen)
+		return SHORT_TTL;
 	return ev->fs->config.cache_ttl_ms / 1000.0;
+}
+
+void kvc_meta_events_changed_here(struct kvc_meta_events *ev, uint64_t ino)
+{
+	if (!ev)
+		return;
+	uint64_t seq = atomic_fetch_add(&ev->seq, 1) + 1;
+	atomic_store(&ev->recent[slot_of(KVC_WATCH_INODE, ino, NULL, 0)], seq);
 }
 
 /* One event: remember it, then drop what the kernel caches of it. */

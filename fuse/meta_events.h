@@ -46,6 +46,10 @@ struct kvc_meta_events_mark kvc_meta_events_mark(struct kvc_meta_events *ev);
 double kvc_meta_events_ttl(struct kvc_meta_events *ev, struct kvc_meta_events_mark mark,
                            uint64_t parent, const char *name, uint64_t ino);
 
+/* This client changed inode ino (kvc-meta tells no client of its own
+ * changes): answers about it asked for before now are not cached. */
+void kvc_meta_events_changed_here(struct kvc_meta_events *ev, uint64_t ino);
+
 /* Whether the stream is up (changes reach us as events). */
 bool kvc_meta_events_up(struct kvc_meta_events *ev);
 

@@ -130,7 +130,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	}
 	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
 	int rc = kvc_meta_client_getattr(&fs->meta, ino, &attr);
-	if (rc == 0 && S_ISREG(attr.mode))
+	if (rc == 0 && (S_ISREG(attr.mode) || S_ISDIR(attr.mode)))
 		kvc_attr_cache_put(fs->attrs, &attr, mark);
 	reply_attr(req, mark, rc, &attr);
 }
@@ -174,7 +174,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *st, int to_s
 		rc = kvc_meta_client_setattr(&fs->meta, &m, &attr);
 	if (rc == 0 && (m.mask & KVC_SETATTR_SIZE))
 		kvc_inode_table_set_size(fs->inodes, ino, attr.size);
-	if (rc == 0 && S_ISREG(attr.mode))
+	if (rc == 0 && (S_ISREG(attr.mode) || S_ISDIR(attr.mode)))
 		kvc_attr_cache_put(fs->attrs, &attr, mark);
 	reply_attr(req, mark, rc, &attr);
 }
@@ -197,6 +197,7 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	int rc = kvc_meta_client_mkdir(&fs->meta, parent, name, mode, fuse_req_ctx(req)->uid,
 	                               fuse_req_ctx(req)->gid, &attr);
 	kvc_dir_names_end(fs->dir_names, names);
+	kvc_meta_events_changed_here(fs->events, parent); /* attr_cache.h */
 	kvc_fuse_reply_entry(req, mark, parent, name, rc, &attr);
 }
 
@@ -210,6 +211,7 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	int rc = kvc_meta_client_mknod(&fs->meta, parent, name, mode, (uint64_t)rdev,
 	                               fuse_req_ctx(req)->uid, fuse_req_ctx(req)->gid, &attr);
 	kvc_dir_names_end(fs->dir_names, names);
+	kvc_meta_events_changed_here(fs->events, parent);
 	kvc_fuse_reply_entry(req, mark, parent, name, rc, &attr);
 }
 
@@ -226,6 +228,7 @@ static void op_symlink(fuse_req_t req, const char *target, fuse_ino_t parent,
 		                             fuse_req_ctx(req)->uid, kvc_fuse_caller_gid(req, &dir),
 		                             &attr);
 	kvc_dir_names_end(fs->dir_names, names);
+	kvc_meta_events_changed_here(fs->events, parent);
 	kvc_fuse_reply_entry(req, mark, parent, name, rc, &attr);
 }
 
@@ -249,16 +252,33 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t new_parent,
 	uint32_t names = kvc_dir_names_begin(fs->dir_names, new_parent, new_name, strlen(new_name));
 	int rc = kvc_meta_client_link(&fs->meta, ino, new_parent, new_name, &attr);
 	kvc_dir_names_end(fs->dir_names, names);
+	kvc_meta_events_changed_here(fs->events, new_parent);
+	kvc_meta_events_changed_here(fs->events, ino);
 	kvc_fuse_reply_entry(req, mark, new_parent, new_name, rc, &attr);
 }
 
-/* kvc-meta keeps a file removed while open anywhere (its open sessions):
- * unlink is just unlink, and the data stays until the last close. */
+/* unlink, rmdir. kvc-meta keeps a file removed while open anywhere (its
+ * open sessions): unlink is just unlink, and the data stays until the last
+ * close. The parent's attributes after it are kept, so the kernel's
+ * permission check before the next removal in it (it drops the
+ * directory's attributes now) costs no round trip (attr_cache.h). */
+static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name, bool dir)
+{
+	struct kvc_fuse *fs = kvc_fuse_of(req);
+	struct kvc_attr after;
+	kvc_meta_events_changed_here(fs->events, parent);
+	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
+	int rc = dir ? kvc_meta_client_rmdir(&fs->meta, parent, name, &after)
+	             : kvc_meta_client_unlink(&fs->meta, parent, name, &after);
+	kvc_attr_cache_forget(fs->attrs); /* an nlink changed */
+	if (rc == 0)
+		kvc_attr_cache_put(fs->attrs, &after, mark);
+	kvc_fuse_reply_error(req, rc);
+}
+
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	int rc = kvc_meta_client_unlink(&kvc_fuse_of(req)->meta, parent, name);
-	kvc_attr_cache_forget(kvc_fuse_of(req)->attrs); /* an nlink changed */
-	kvc_fuse_reply_error(req, rc);
+	remove_name(req, parent, name, false);
 }
 
 /* Earlier versions renamed files removed while open into this directory;
@@ -291,18 +311,16 @@ void kvc_fuse_clean_orphans(struct kvc_fuse *fs)
 		}
 	} while (rc == 0 && page.more && count < 4096);
 	for (int i = 0; i < count; i++)
-		kvc_meta_client_unlink(&fs->meta, orphans, names[i]);
+		kvc_meta_client_unlink(&fs->meta, orphans, names[i], NULL);
 	if (count)
 		kvc_log_info("removed %d file(s) a previous run left unlinked but open", count);
-	kvc_meta_client_rmdir(&fs->meta, FUSE_ROOT_ID, KVC_FUSE_ORPHANS); /* fails while not empty */
+	kvc_meta_client_rmdir(&fs->meta, FUSE_ROOT_ID, KVC_FUSE_ORPHANS, NULL); /* if empty */
 	free(names);
 }
 
 static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	int rc = kvc_meta_client_rmdir(&kvc_fuse_of(req)->meta, parent, name);
-	kvc_attr_cache_forget(kvc_fuse_of(req)->attrs);
-	kvc_fuse_reply_error(req, rc);
+	remove_name(req, parent, name, true);
 }
 
 static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -321,6 +339,8 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	                                kvc_flags);
 	kvc_dir_names_end(d, names);
 	kvc_attr_cache_forget(kvc_fuse_of(req)->attrs); /* ctime, a replaced file's nlink */
+	kvc_meta_events_changed_here(kvc_fuse_of(req)->events, parent);
+	kvc_meta_events_changed_here(kvc_fuse_of(req)->events, new_parent);
 	kvc_fuse_reply_error(req, rc);
 }
 

@@ -215,6 +215,8 @@ static int meta_call(struct kvc_fuse *fs, struct kvc_ring_keys_scratch *s, uint1
 	int rc = n ? kvc_meta_client_keys(&fs->meta, type, &m, s->mk, s->res) : 0;
 	if (makes)
 		kvc_dir_names_end(fs->dir_names, names);
+	if (n && type != KVC_MSG_KEYS_LOOKUP) /* the directory changed (attr_cache.h) */
+		kvc_meta_events_changed_here(fs->events, d->ino);
 	return rc;
 }
 

@@ -122,7 +122,7 @@ void kvc_fuse_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, cons
 	       : size > KVC_WIRE_MAX_XATTR_VALUE ? -E2BIG
 	       : kvc_meta_client_setxattr(&kvc_fuse_of(req)->meta, ino, name, value,
 	                                  (uint32_t)size, kvc_flags);
-	kvc_attr_cache_forget(kvc_fuse_of(req)->attrs); /* ctime */
+	kvc_meta_events_changed_here(kvc_fuse_of(req)->events, ino); /* ctime */
 	kvc_fuse_reply_error(req, rc);
 }
 
@@ -130,6 +130,6 @@ void kvc_fuse_op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
 	int rc = is_ours(name) ? -EPERM
 	       : kvc_meta_client_removexattr(&kvc_fuse_of(req)->meta, ino, name);
-	kvc_attr_cache_forget(kvc_fuse_of(req)->attrs); /* ctime */
+	kvc_meta_events_changed_here(kvc_fuse_of(req)->events, ino); /* ctime */
 	kvc_fuse_reply_error(req, rc);
 }

@@ -1,10 +1,10 @@
 /*
- * meta_group: group commit of the meta store's hot writes (creates and
- * size commits). Calls that arrive while a write transaction of the group
- * runs wait, and the next leader runs all of them in one transaction: one
- * commit (one pwrite of each page they share, a directory's leaf page
- * for many creates in it) instead of one each. With nothing else waiting a
- * call runs alone, as before.
+ * meta_group: group commit of the meta store's hot writes (creates,
+ * size commits, opens, closes and removals). Calls that arrive while a
+ * write transaction of the group runs wait, and the next leader runs all
+ * of them in one transaction: one commit (one pwrite of each page they
+ * share, a directory's leaf page for many creates in it) instead of one
+ * each. With nothing else waiting a call runs alone, as before.
  *
  * Each call's work (fn) runs inside the shared transaction and has no
  * effect outside it but its out-parameters, so it can run again: when any

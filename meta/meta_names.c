@@ -151,6 +151,7 @@ struct new_entry {
 	bool exclusive; /* a regular file's create: false opens an existing one */
 	const uint8_t *open_client; /* create: open a file it makes for this client */
 	bool *created;              /* create: whether it made the file */
+	struct kvc_attr *parent_attr; /* create: the parent's attributes after it */
 	const char *target;
 	uint32_t target_len;
 };
@@ -179,6 +180,8 @@ static int make_entry_in(struct kvc_meta_store *s, MDB_txn *txn, void *arg)
 	int rc = kvc_meta_parent_get(s, txn, parent, &dir);
 	if (rc < 0)
 		return rc;
+	if (e->parent_attr)
+		*e->parent_attr = dir.attr;
 	rc = kvc_meta_dirent_get(s, txn, parent, name, name_len, &d);
 	if (rc == 0) {
 		/* Existing entry: open semantics for a plain create only. */
@@ -211,6 +214,8 @@ static int make_entry_in(struct kvc_meta_store *s, MDB_txn *txn, void *arg)
 			dir.attr.nlink++;
 		rc = kvc_meta_inode_put(s, txn, &dir);
 	}
+	if (rc == 0 && e->parent_attr)
+		*e->parent_attr = dir.attr;
 	if (rc == 0 && e->open_client)
 		rc = kvc_meta_session_put(s, txn, rec.attr.ino, e->open_client);
 	if (rc == 0) {
@@ -236,16 +241,17 @@ int kvc_meta_store_create(struct kvc_meta_store *s, uint64_t parent, const char 
                           bool exclusive, struct kvc_attr *attr)
 {
 	return kvc_meta_store_create_open(s, parent, name, name_len, mode, uid, gid, exclusive,
-	                                  NULL, attr, NULL);
+	                                  NULL, attr, NULL, NULL);
 }
 
 int kvc_meta_store_create_open(struct kvc_meta_store *s, uint64_t parent, const char *name,
                                uint32_t name_len, uint32_t mode, uint32_t uid, uint32_t gid,
                                bool exclusive, const uint8_t *client, struct kvc_attr *attr,
-                               bool *created)
+                               bool *created, struct kvc_attr *parent_attr)
 {
 	struct new_entry e = {.mode = S_IFREG | (mode & 07777), .uid = uid, .gid = gid,
-	                      .exclusive = exclusive, .open_client = client, .created = created};
+	                      .exclusive = exclusive, .open_client = client, .created = created,
+	                      .parent_attr = parent_attr};
 	if (created)
 		*created = false;
 	return make_entry(s, parent, name, name_len, &e, attr);
@@ -336,55 +342,67 @@ int kvc_meta_store_link(struct kvc_meta_store *s, uint64_t ino, uint64_t new_par
 	return kvc_lmdb_finish(txn, rc);
 }
 
-static int remove_entry(struct kvc_meta_store *s, uint64_t parent, const char *name,
-                        uint32_t name_len, bool want_dir)
+struct remove_call {
+	uint64_t parent;
+	const char *name;
+	uint32_t name_len;
+	bool want_dir;
+	struct kvc_attr *parent_attr;
+};
+
+static int remove_entry_in(struct kvc_meta_store *s, MDB_txn *txn, void *arg)
 {
-	MDB_txn *txn;
+	const struct remove_call *call = arg;
 	struct kvc_inode_record dir, rec;
 	struct kvc_meta_dirent d;
-	int rc = kvc_wire_name_check(name, name_len);
-	if (rc < 0)
-		return rc;
-	rc = kvc_meta_begin(s, true, &txn);
-	if (rc < 0)
-		return rc;
-	rc = kvc_meta_parent_get(s, txn, parent, &dir);
+	int rc = kvc_meta_parent_get(s, txn, call->parent, &dir);
 	if (rc == 0)
-		rc = kvc_meta_dirent_get(s, txn, parent, name, name_len, &d);
+		rc = kvc_meta_dirent_get(s, txn, call->parent, call->name, call->name_len, &d);
 	if (rc == 0)
 		rc = kvc_meta_inode_get(s, txn, d.ino, &rec);
 	if (rc < 0)
-		goto out;
-	if (want_dir && !S_ISDIR(rec.attr.mode))
+		return rc;
+	if (call->want_dir && !S_ISDIR(rec.attr.mode))
 		rc = -ENOTDIR;
-	else if (!want_dir && S_ISDIR(rec.attr.mode))
+	else if (!call->want_dir && S_ISDIR(rec.attr.mode))
 		rc = -EISDIR;
-	else if (want_dir)
+	else if (call->want_dir)
 		rc = dir_empty(s, txn, rec.attr.ino) == 1 ? 0 : -ENOTEMPTY;
 	if (rc == 0)
-		rc = kvc_meta_dirent_del(s, txn, parent, name, name_len);
+		rc = kvc_meta_dirent_del(s, txn, call->parent, call->name, call->name_len);
 	if (rc == 0)
 		rc = kvc_meta_inode_unlinked(s, txn, &rec);
 	if (rc == 0) {
 		touch(&dir, kvc_meta_now_ns());
-		if (want_dir)
+		if (call->want_dir)
 			dir.attr.nlink--;
 		rc = kvc_meta_inode_put(s, txn, &dir);
 	}
-out:
-	return kvc_lmdb_finish(txn, rc);
+	if (rc == 0 && call->parent_attr)
+		*call->parent_attr = dir.attr;
+	return rc;
+}
+
+/* With the group commit, as creates: the removals of many keys at once
+ * share transactions. */
+int kvc_meta_store_remove_name(struct kvc_meta_store *s, uint64_t parent, const char *name,
+                               uint32_t name_len, bool want_dir, struct kvc_attr *parent_attr)
+{
+	struct remove_call call = {parent, name, name_len, want_dir, parent_attr};
+	int rc = kvc_wire_name_check(name, name_len);
+	return rc < 0 ? rc : kvc_meta_group_run(s, remove_entry_in, &call);
 }
 
 int kvc_meta_store_unlink(struct kvc_meta_store *s, uint64_t parent, const char *name,
                           uint32_t name_len)
 {
-	return remove_entry(s, parent, name, name_len, false);
+	return kvc_meta_store_remove_name(s, parent, name, name_len, false, NULL);
 }
 
 int kvc_meta_store_rmdir(struct kvc_meta_store *s, uint64_t parent, const char *name,
                          uint32_t name_len)
 {
-	return remove_entry(s, parent, name, name_len, true);
+	return kvc_meta_store_remove_name(s, parent, name, name_len, true, NULL);
 }
 
 /* -EINVAL when dir `ino` is `ancestor` or lies under it. */

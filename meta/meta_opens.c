@@ -96,48 +96,62 @@ static int settle_orphan(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino)
 	return rc == 0 ? kvc_meta_inode_unlinked(s, txn, &rec) : (rc == -ENOENT ? 0 : rc);
 }
 
+struct open_call {
+	uint64_t ino;
+	const uint8_t *client;
+	struct kvc_attr *attr;
+};
+
+static int open_in(struct kvc_meta_store *s, MDB_txn *txn, void *arg)
+{
+	struct open_call *call = arg;
+	struct kvc_inode_record rec;
+	int rc = kvc_meta_inode_get(s, txn, call->ino, &rec);
+	if (rc == 0 && S_ISREG(rec.attr.mode))
+		rc = kvc_meta_session_put(s, txn, call->ino, call->client);
+	if (rc == 0)
+		*call->attr = rec.attr;
+	return rc;
+}
+
+/* Opens and closes run with the group commit (meta_group.c): a reader's
+ * keys opened together share one transaction. */
 int kvc_meta_store_open_session(struct kvc_meta_store *s, uint64_t ino,
                                 const uint8_t client[KVC_META_CLIENT_ID], struct kvc_attr *attr)
 {
-	MDB_txn *txn;
-	struct kvc_inode_record rec;
-	int rc = kvc_meta_begin(s, true, &txn);
-	if (rc < 0)
-		return rc;
-	rc = kvc_meta_inode_get(s, txn, ino, &rec);
-	if (rc == 0 && S_ISREG(rec.attr.mode))
-		rc = kvc_meta_session_put(s, txn, ino, client);
-	if (rc == 0)
-		*attr = rec.attr;
-	return kvc_lmdb_finish(txn, rc);
+	struct open_call call = {ino, client, attr};
+	return kvc_meta_group_run(s, open_in, &call);
+}
+
+struct close_call {
+	const uint64_t *inos;
+	uint32_t count;
+	const uint8_t *client;
+};
+
+static int close_in(struct kvc_meta_store *s, MDB_txn *txn, void *arg)
+{
+	struct close_call *call = arg;
+	int rc = 0;
+	for (uint32_t i = 0; i < call->count && rc == 0; i++) {
+		rc = session_del(s, txn, call->inos[i], call->client);
+		if (rc == 0)
+			rc = settle_orphan(s, txn, call->inos[i]);
+	}
+	return rc;
 }
 
 int kvc_meta_store_close_session(struct kvc_meta_store *s, uint64_t ino,
                                  const uint8_t client[KVC_META_CLIENT_ID])
 {
-	MDB_txn *txn;
-	int rc = kvc_meta_begin(s, true, &txn);
-	if (rc < 0)
-		return rc;
-	rc = session_del(s, txn, ino, client);
-	if (rc == 0)
-		rc = settle_orphan(s, txn, ino);
-	return kvc_lmdb_finish(txn, rc);
+	return kvc_meta_store_close_sessions(s, &ino, 1, client);
 }
 
 int kvc_meta_store_close_sessions(struct kvc_meta_store *s, const uint64_t *inos,
                                   uint32_t count, const uint8_t client[KVC_META_CLIENT_ID])
 {
-	MDB_txn *txn;
-	int rc = kvc_meta_begin(s, true, &txn);
-	if (rc < 0)
-		return rc;
-	for (uint32_t i = 0; i < count && rc == 0; i++) {
-		rc = session_del(s, txn, inos[i], client);
-		if (rc == 0)
-			rc = settle_orphan(s, txn, inos[i]);
-	}
-	return kvc_lmdb_finish(txn, rc);
+	struct close_call call = {inos, count, client};
+	return kvc_meta_group_run(s, close_in, &call);
 }
 
 /* The client's record in `dropped`: 0, -ENOENT, -EIO. */

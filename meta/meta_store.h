@@ -125,11 +125,13 @@ int kvc_meta_store_create(struct kvc_meta_store *store, uint64_t parent,
                           struct kvc_attr *attr);
 /* create, and when it makes the file and client is not NULL, the open
  * session (client, ino) in the same transaction; *created (may be NULL)
- * says whether it made the file (an existing one is returned unopened). */
+ * says whether it made the file (an existing one is returned unopened);
+ * *parent_attr (may be NULL) gets the parent's attributes after it. */
 int kvc_meta_store_create_open(struct kvc_meta_store *store, uint64_t parent,
                                const char *name, uint32_t name_len, uint32_t mode,
                                uint32_t uid, uint32_t gid, bool exclusive,
-                               const uint8_t *client, struct kvc_attr *attr, bool *created);
+                               const uint8_t *client, struct kvc_attr *attr, bool *created,
+                               struct kvc_attr *parent_attr);
 int kvc_meta_store_mkdir(struct kvc_meta_store *store, uint64_t parent,
                          const char *name, uint32_t name_len, uint32_t mode,
                          uint32_t uid, uint32_t gid, struct kvc_attr *attr);
@@ -151,7 +153,12 @@ int kvc_meta_store_readlink(struct kvc_meta_store *store, uint64_t ino, char *ou
  * names), -EEXIST, -ENOENT (ino has no name left). */
 int kvc_meta_store_link(struct kvc_meta_store *store, uint64_t ino, uint64_t new_parent,
                         const char *name, uint32_t name_len, struct kvc_attr *attr);
-/* Remove one name; the inode goes with its last (see meta_names.c). */
+/* Remove one name; the inode goes with its last (see meta_names.c).
+ * remove_name: a directory's (rmdir) or another's (unlink), with
+ * *parent_attr (may be NULL) set to the parent's attributes after it. */
+int kvc_meta_store_remove_name(struct kvc_meta_store *store, uint64_t parent,
+                               const char *name, uint32_t name_len, bool dir,
+                               struct kvc_attr *parent_attr);
 int kvc_meta_store_unlink(struct kvc_meta_store *store, uint64_t parent,
                           const char *name, uint32_t name_len);
 int kvc_meta_store_rmdir(struct kvc_meta_store *store, uint64_t parent,

@@ -136,32 +136,22 @@ static int h_lookup(struct request *r)
 	return reply_attr(r, rc, &attr);
 }
 
-static int h_unlink(struct request *r)
+/* UNLINK, RMDIR: the reply is the parent's attributes after it. */
+static int h_remove(struct request *r)
 {
 	const struct kvc_msg_name *m = r->msg;
 	const char *name = name_of(r);
+	struct kvc_attr dir;
 	if (!name)
 		return bad(r);
 	uint64_t ino = ino_of(r, m->parent, name, m->name_len);
-	int rc = kvc_meta_store_unlink(r->svc->store, m->parent, name, m->name_len);
+	int rc = kvc_meta_store_remove_name(r->svc->store, m->parent, name, m->name_len,
+	                                    r->h->type == KVC_MSG_RMDIR, &dir);
 	if (rc == 0)
 		removed(r, m->parent, name, m->name_len, ino);
-	if (rc == 0 && r->svc->collector)
+	if (rc == 0 && r->h->type == KVC_MSG_UNLINK && r->svc->collector)
 		kvc_meta_collector_wake(r->svc->collector);
-	return reply_attr(r, rc, NULL);
-}
-
-static int h_rmdir(struct request *r)
-{
-	const struct kvc_msg_name *m = r->msg;
-	const char *name = name_of(r);
-	if (!name)
-		return bad(r);
-	uint64_t ino = ino_of(r, m->parent, name, m->name_len);
-	int rc = kvc_meta_store_rmdir(r->svc->store, m->parent, name, m->name_len);
-	if (rc == 0)
-		removed(r, m->parent, name, m->name_len, ino);
-	return reply_attr(r, rc, NULL);
+	return reply_attr(r, rc, &dir);
 }
 
 /* CREATE, MKDIR, MKNOD. KVC_CREATE_PARENT_GID: a setgid parent hands
@@ -176,7 +166,7 @@ static int h_create(struct request *r)
 	const char *name = take(r, m->name_len);
 	const uint8_t *client = name && (m->flags & KVC_CREATE_OPEN)
 	                      ? take(r, KVC_WIRE_CLIENT_ID) : NULL;
-	struct kvc_attr attr, dir;
+	struct kvc_attr attr, dir, after = {0};
 	struct kvc_meta_store *store = r->svc->store;
 	uint32_t flags = KVC_CREATE_PARENT_GID |
 	                 (r->h->type == KVC_MSG_CREATE ? KVC_CREATE_EXCL | KVC_CREATE_OPEN : 0);
@@ -201,7 +191,8 @@ static int h_create(struct request *r)
 		                          m->uid, gid, &attr);
 	else if (rc == 0)
 		rc = kvc_meta_store_create_open(store, m->parent, name, m->name_len, mode, m->uid, gid,
-		                                m->flags & KVC_CREATE_EXCL, client, &attr, &created);
+		                                m->flags & KVC_CREATE_EXCL, client, &attr, &created,
+		                                &after);
 	if (rc == 0 && created)
 		made(r, m->parent, name, m->name_len, attr.ino);
 	else if (rc == 0)
@@ -211,7 +202,8 @@ static int h_create(struct request *r)
 	struct {
 		struct kvc_attr attr;
 		struct kvc_msg_create_reply out;
-	} body = {attr, {.flags = created ? KVC_CREATED : 0}};
+		struct kvc_attr parent;
+	} body = {attr, {.flags = created ? KVC_CREATED : 0}, after};
 	return reply(r, 0, &body, sizeof(body));
 }
 
@@ -623,8 +615,8 @@ struct op {
 
 static const struct op ops[] = {
 	[KVC_MSG_LOOKUP] = VAR(struct kvc_msg_name, h_lookup),
-	[KVC_MSG_UNLINK] = VAR(struct kvc_msg_name, h_unlink),
-	[KVC_MSG_RMDIR] = VAR(struct kvc_msg_name, h_rmdir),
+	[KVC_MSG_UNLINK] = VAR(struct kvc_msg_name, h_remove),
+	[KVC_MSG_RMDIR] = VAR(struct kvc_msg_name, h_remove),
 	[KVC_MSG_CREATE] = VAR(struct kvc_msg_create, h_create),
 	[KVC_MSG_MKDIR] = VAR(struct kvc_msg_create, h_create),
 	[KVC_MSG_MKNOD] = VAR(struct kvc_msg_create, h_create),

@@ -202,7 +202,7 @@ int kvc_meta_client_mknod(struct kvc_meta_client *client, uint64_t parent,
 int kvc_meta_client_create_open(struct kvc_meta_client *client, uint64_t parent,
                                 const char *name, uint32_t mode, uint32_t uid, uint32_t gid,
                                 bool exclusive, const uint8_t id[KVC_WIRE_CLIENT_ID],
-                                struct kvc_attr *attr, bool *created)
+                                struct kvc_attr *attr, bool *created, struct kvc_attr *parent_attr)
 {
 	struct named_body b = {.len = 0};
 	struct kvc_msg_create m = {.parent = parent, .mode = mode, .uid = uid, .gid = gid,
@@ -211,6 +211,7 @@ int kvc_meta_client_create_open(struct kvc_meta_client *client, uint64_t parent,
 	struct {
 		struct kvc_attr attr;
 		struct kvc_msg_create_reply out;
+		struct kvc_attr parent;
 	} reply;
 	uint32_t got = 0;
 	int rc = name_len(name, &m.name_len);
@@ -230,6 +231,8 @@ int kvc_meta_client_create_open(struct kvc_meta_client *client, uint64_t parent,
 		return -EIO;
 	*attr = reply.attr;
 	*created = (reply.out.flags & KVC_CREATED) != 0;
+	if (parent_attr)
+		*parent_attr = reply.parent;
 	return 0;
 }
 
@@ -359,15 +362,15 @@ int kvc_meta_client_removexattr(struct kvc_meta_client *client, uint64_t ino,
 }
 
 int kvc_meta_client_unlink(struct kvc_meta_client *client, uint64_t parent,
-                           const char *name)
+                           const char *name, struct kvc_attr *parent_attr)
 {
-	return call_name(client, KVC_MSG_UNLINK, parent, name, NULL);
+	return call_name(client, KVC_MSG_UNLINK, parent, name, parent_attr);
 }
 
 int kvc_meta_client_rmdir(struct kvc_meta_client *client, uint64_t parent,
-                          const char *name)
+                          const char *name, struct kvc_attr *parent_attr)
 {
-	return call_name(client, KVC_MSG_RMDIR, parent, name, NULL);
+	return call_name(client, KVC_MSG_RMDIR, parent, name, parent_attr);
 }
 
 int kvc_meta_client_rename(struct kvc_meta_client *client, uint64_t parent,

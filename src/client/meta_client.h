@@ -62,11 +62,13 @@ int kvc_meta_client_create(struct kvc_meta_client *client, uint64_t parent,
  * (the session of client `id`, as kvc_meta_client_open); *created says
  * whether it did; an existing file (exclusive false) comes back unopened.
  * The group is gid unless the parent is setgid (then the parent's), here
- * and in mkdir (which also hands the setgid bit down) and mknod. */
+ * and in mkdir (which also hands the setgid bit down) and mknod.
+ * *parent_attr (may be NULL) gets the parent's attributes after it. */
 int kvc_meta_client_create_open(struct kvc_meta_client *client, uint64_t parent,
                                 const char *name, uint32_t mode, uint32_t uid, uint32_t gid,
                                 bool exclusive, const uint8_t id[KVC_WIRE_CLIENT_ID],
-                                struct kvc_attr *attr, bool *created);
+                                struct kvc_attr *attr, bool *created,
+                                struct kvc_attr *parent_attr);
 int kvc_meta_client_mkdir(struct kvc_meta_client *client, uint64_t parent,
                           const char *name, uint32_t mode, uint32_t uid, uint32_t gid,
                           struct kvc_attr *attr);
@@ -94,10 +96,12 @@ int kvc_meta_client_listxattr(struct kvc_meta_client *client, uint64_t ino, char
                               uint32_t cap);
 int kvc_meta_client_removexattr(struct kvc_meta_client *client, uint64_t ino,
                                 const char *name);
+/* unlink, rmdir: *parent_attr (may be NULL) gets the parent's attributes
+ * after the removal. */
 int kvc_meta_client_unlink(struct kvc_meta_client *client, uint64_t parent,
-                           const char *name);
+                           const char *name, struct kvc_attr *parent_attr);
 int kvc_meta_client_rmdir(struct kvc_meta_client *client, uint64_t parent,
-                          const char *name);
+                          const char *name, struct kvc_attr *parent_attr);
 int kvc_meta_client_rename(struct kvc_meta_client *client, uint64_t parent,
                            const char *name, uint64_t new_parent, const char *new_name,
                            uint32_t flags);

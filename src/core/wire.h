@@ -102,7 +102,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "kvcfs wire structs are little-endian in memory");
 
 #define KVC_WIRE_MAGIC 0x3143564bu /* "KVC1" */
-#define KVC_WIRE_VERSION 10
+#define KVC_WIRE_VERSION 11
 #define KVC_WIRE_MAX_BODY (1u << 20)
 #define KVC_WIRE_MAX_DATA (64u << 20)
 #define KVC_WIRE_MAX_NAME 255
@@ -264,7 +264,8 @@ struct kvc_attr {
 };
 _Static_assert(sizeof(struct kvc_attr) == 80, "");
 
-/* LOOKUP, UNLINK, RMDIR: (parent, name). Reply to LOOKUP: kvc_attr. */
+/* LOOKUP, UNLINK, RMDIR: (parent, name). Reply to LOOKUP: kvc_attr; to
+ * UNLINK and RMDIR: the parent's kvc_attr after the removal. */
 struct kvc_msg_name {
 	uint64_t parent;
 	uint32_t name_len;
@@ -309,7 +310,8 @@ _Static_assert(sizeof(struct kvc_msg_create) == 40, "");
  * the file in the same transaction (an open session, as OPEN), but only a
  * file this CREATE made; the reply is kvc_attr then kvc_msg_create_reply,
  * whose flags say whether it did (KVC_CREATED: then the session is open;
- * otherwise the file existed and the client opens it with OPEN). */
+ * otherwise the file existed and the client opens it with OPEN), then the
+ * parent's kvc_attr after the create. */
 #define KVC_CREATE_OPEN 2u
 /* CREATE, MKDIR, MKNOD: gid is the caller's; kvc-meta puts the parent's
  * group instead when the parent is setgid (and, for MKDIR, the setgid

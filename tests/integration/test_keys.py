@@ -10,6 +10,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import stat
 import statistics
 import subprocess
 import time
@@ -281,6 +282,65 @@ def test_writes_ask_kvc_meta_for_no_security_attributes(cluster, workdir):
         os.getxattr(workdir / "w0", "user.missing")
     assert e.value.errno == errno.ENODATA
     assert meta_requests(cluster, "getxattr") == before + 2
+
+
+def test_a_directory_s_attributes_after_creates_and_removals_cost_no_round_trip(cluster,
+                                                                                workdir):
+    """The kernel drops a directory's attributes after each create or
+    unlink in it, and checks permissions on it (a GETATTR) before the next
+    one: kvc-fuse keeps the attributes kvc-meta answers with the create or
+    unlink, so many of them cost no GETATTR, and the directory's times and
+    link count stay right through every kind of change of ours."""
+    d = workdir / "attrs"
+    d.mkdir()
+    time.sleep(0.01)
+    before = meta_requests(cluster, "getattr")
+    for i in range(100):
+        (d / f"k{i}").write_bytes(b"v")
+    for i in range(100):
+        os.unlink(d / f"k{i}")
+    assert meta_requests(cluster, "getattr") - before < 10
+    # Each change of ours moves the directory's times (and nlink for
+    # subdirectories), seen by the next stat here.
+    changes = [lambda: (d / "f").write_bytes(b"x"),
+               lambda: os.mkdir(d / "sub"),
+               lambda: os.symlink("f", d / "ln"),
+               lambda: os.link(d / "f", d / "hard"),
+               lambda: os.rename(d / "hard", d / "hard2"),
+               lambda: os.mknod(d / "fifo", 0o600 | stat.S_IFIFO),
+               lambda: os.unlink(d / "hard2"),
+               lambda: os.rmdir(d / "sub"),
+               lambda: os.setxattr(d, "user.k", b"v"),
+               lambda: os.chmod(d, 0o700)]
+    for change in changes:
+        st = os.stat(d)
+        time.sleep(0.002)
+        change()
+        after = os.stat(d)
+        assert after.st_ctime_ns > st.st_ctime_ns, change
+    assert os.stat(d).st_nlink == 2
+    os.mkdir(d / "sub")
+    assert os.stat(d).st_nlink == 3
+    assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
+
+
+def test_a_directory_changed_by_another_client_is_seen_here(cluster, workdir, other):
+    """Attributes kept for a directory are dropped when another client
+    changes it: its mode (the kernel's permission checks use it) and its
+    times after a create there."""
+    d = workdir / "shared-attrs"
+    d.mkdir()
+    there = os.path.join(other, "shared-attrs")
+    assert seen_within(lambda: os.path.isdir(there))
+    for i in range(5):
+        (d / f"k{i}").write_bytes(b"v")  # kept here after each create
+    mtime = os.stat(d).st_mtime_ns
+    time.sleep(0.002)
+    with open(os.path.join(there, "theirs"), "wb") as f:
+        f.write(b"t")
+    assert seen_within(lambda: os.stat(d).st_mtime_ns > mtime)
+    os.chmod(there, 0o711)
+    assert seen_within(lambda: stat.S_IMODE(os.stat(d).st_mode) == 0o711)
 
 
 def fuse_metric(cluster, name):
