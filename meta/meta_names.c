@@ -348,6 +348,7 @@ struct remove_call {
 	uint32_t name_len;
 	bool want_dir;
 	struct kvc_attr *parent_attr;
+	uint64_t *removed;
 };
 
 static int remove_entry_in(struct kvc_meta_store *s, MDB_txn *txn, void *arg)
@@ -380,15 +381,18 @@ static int remove_entry_in(struct kvc_meta_store *s, MDB_txn *txn, void *arg)
 	}
 	if (rc == 0 && call->parent_attr)
 		*call->parent_attr = dir.attr;
+	if (rc == 0 && call->removed)
+		*call->removed = rec.attr.ino;
 	return rc;
 }
 
 /* With the group commit, as creates: the removals of many keys at once
  * share transactions. */
 int kvc_meta_store_remove_name(struct kvc_meta_store *s, uint64_t parent, const char *name,
-                               uint32_t name_len, bool want_dir, struct kvc_attr *parent_attr)
+                               uint32_t name_len, bool want_dir, struct kvc_attr *parent_attr,
+                               uint64_t *removed)
 {
-	struct remove_call call = {parent, name, name_len, want_dir, parent_attr};
+	struct remove_call call = {parent, name, name_len, want_dir, parent_attr, removed};
 	int rc = kvc_wire_name_check(name, name_len);
 	return rc < 0 ? rc : kvc_meta_group_run(s, remove_entry_in, &call);
 }
@@ -396,13 +400,13 @@ int kvc_meta_store_remove_name(struct kvc_meta_store *s, uint64_t parent, const 
 int kvc_meta_store_unlink(struct kvc_meta_store *s, uint64_t parent, const char *name,
                           uint32_t name_len)
 {
-	return kvc_meta_store_remove_name(s, parent, name, name_len, false, NULL);
+	return kvc_meta_store_remove_name(s, parent, name, name_len, false, NULL, NULL);
 }
 
 int kvc_meta_store_rmdir(struct kvc_meta_store *s, uint64_t parent, const char *name,
                          uint32_t name_len)
 {
-	return kvc_meta_store_remove_name(s, parent, name, name_len, true, NULL);
+	return kvc_meta_store_remove_name(s, parent, name, name_len, true, NULL, NULL);
 }
 
 /* -EINVAL when dir `ino` is `ancestor` or lies under it. */

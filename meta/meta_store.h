@@ -155,10 +155,11 @@ int kvc_meta_store_link(struct kvc_meta_store *store, uint64_t ino, uint64_t new
                         const char *name, uint32_t name_len, struct kvc_attr *attr);
 /* Remove one name; the inode goes with its last (see meta_names.c).
  * remove_name: a directory's (rmdir) or another's (unlink), with
- * *parent_attr (may be NULL) set to the parent's attributes after it. */
+ * *parent_attr set to the parent's attributes after it and *removed to
+ * the inode the name had (either may be NULL). */
 int kvc_meta_store_remove_name(struct kvc_meta_store *store, uint64_t parent,
                                const char *name, uint32_t name_len, bool dir,
-                               struct kvc_attr *parent_attr);
+                               struct kvc_attr *parent_attr, uint64_t *removed);
 int kvc_meta_store_unlink(struct kvc_meta_store *store, uint64_t parent,
                           const char *name, uint32_t name_len);
 int kvc_meta_store_rmdir(struct kvc_meta_store *store, uint64_t parent,

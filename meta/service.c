@@ -142,11 +142,11 @@ static int h_remove(struct request *r)
 	const struct kvc_msg_name *m = r->msg;
 	const char *name = name_of(r);
 	struct kvc_attr dir;
+	uint64_t ino = 0;
 	if (!name)
 		return bad(r);
-	uint64_t ino = ino_of(r, m->parent, name, m->name_len);
 	int rc = kvc_meta_store_remove_name(r->svc->store, m->parent, name, m->name_len,
-	                                    r->h->type == KVC_MSG_RMDIR, &dir);
+	                                    r->h->type == KVC_MSG_RMDIR, &dir, &ino);
 	if (rc == 0)
 		removed(r, m->parent, name, m->name_len, ino);
 	if (rc == 0 && r->h->type == KVC_MSG_UNLINK && r->svc->collector)
