@@ -187,13 +187,36 @@ void kvc_meta_store_set_chain_count(struct kvc_meta_store *s, uint32_t count)
 		__atomic_store_n(&s->default_layout.chain_count, count, __ATOMIC_RELAXED);
 }
 
+static int group_begin(void *owner, MDB_txn **txn)
+{
+	return kvc_meta_begin(owner, true, txn);
+}
+
+/* A call of the group commit: the store's typed fn and its arg. */
+struct group_call {
+	kvc_meta_group_fn fn;
+	void *arg;
+};
+
+static int group_call_run(void *owner, MDB_txn *txn, void *arg)
+{
+	const struct group_call *c = arg;
+	return c->fn(owner, txn, c->arg);
+}
+
+int kvc_meta_group_run(struct kvc_meta_store *s, kvc_meta_group_fn fn, void *arg)
+{
+	struct group_call c = {fn, arg};
+	return kvc_lmdb_group_run(&s->group, group_call_run, &c);
+}
+
 int kvc_meta_store_open(const char *dir, const struct kvc_layout *default_layout,
                         struct kvc_meta_store **out)
 {
 	struct kvc_meta_store *s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
-	if (kvc_meta_group_init(&s->group) < 0) {
+	if (kvc_lmdb_group_init(&s->group, group_begin, s) < 0) {
 		free(s);
 		return -ENOMEM;
 	}
@@ -217,7 +240,7 @@ void kvc_meta_store_close(struct kvc_meta_store *s)
 		return;
 	kvc_lmdb_checkpoint_close(s->checkpoint);
 	kvc_lmdb_close(s->env);
-	kvc_meta_group_destroy(&s->group);
+	kvc_lmdb_group_destroy(&s->group);
 	free(s);
 }
 

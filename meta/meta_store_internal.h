@@ -1,7 +1,8 @@
 /*
  * meta_store_internal: what the parts of the meta store share, private to
- * them (meta_store.c: the environment, the records and the read paths;
- * meta_names.c: names and links; meta_opens.c: open sessions;
+ * them (meta_store.c: the environment, the records, the read paths and
+ * the group commit; meta_names.c: names and links; meta_opens.c: open
+ * sessions;
  * meta_sizes.c: setattr, extend and pending truncations; meta_xattrs.c:
  * an inode's extra records, symlink targets and xattrs).
  * The tables and their formats are in meta_store.h.
@@ -19,22 +20,14 @@
 #include <stdint.h>
 
 #include "core/lmdb_checkpoint.h"
+#include "core/lmdb_group.h"
 #include "meta/meta_store.h"
 
-/* meta_group.c: group commit of the hot writes (see there). fn runs
- * inside a write transaction shared with the calls waiting at the same
- * time; it must have no effect outside it but its arg's outputs (it may
- * run twice). kvc_meta_group_run returns its answer or the commit's. */
+/* The group commit of the hot writes (core/lmdb_group.h). fn runs inside
+ * a write transaction shared with the calls waiting at the same time; it
+ * must have no effect outside it but its arg's outputs (it may run twice).
+ * kvc_meta_group_run returns its answer or the commit's. */
 typedef int (*kvc_meta_group_fn)(struct kvc_meta_store *s, MDB_txn *txn, void *arg);
-struct kvc_meta_group_call;
-struct kvc_meta_group {
-	pthread_mutex_t lock; /* the queue and running; never held in a txn */
-	pthread_cond_t done;  /* a batch finished */
-	bool running;         /* a leader runs a batch */
-	struct kvc_meta_group_call *head, **tail;
-};
-int kvc_meta_group_init(struct kvc_meta_group *g);
-void kvc_meta_group_destroy(struct kvc_meta_group *g);
 int kvc_meta_group_run(struct kvc_meta_store *s, kvc_meta_group_fn fn, void *arg);
 
 struct kvc_meta_store {
@@ -43,7 +36,7 @@ struct kvc_meta_store {
 	MDB_dbi inodes, dirents, gc, state, opens, orphans, clients, symlinks, xattrs, dropped,
 	        truncates;
 	struct kvc_layout default_layout;
-	struct kvc_meta_group group;
+	struct kvc_lmdb_group group;
 };
 
 /* A directory entry's value: the child and its type. */

@@ -88,50 +88,65 @@ static int merge(struct record *rec, const uint8_t *old, uint32_t offset, const 
 	return 0;
 }
 
+/* One inline write, as a call of the index's group commit (lmdb_group.h):
+ * everything happens in txn, and its outputs are set afresh each run. */
+struct write_call {
+	uint64_t inode;
+	uint32_t chunk, offset, length;
+	const uint8_t *data;
+	bool zeros;
+	struct record *rec;
+	bool done; /* put inline; false: the chunk is a file's */
+};
+
+static int write_in(void *owner, MDB_txn *txn, void *arg)
+{
+	struct kvc_chunk_store *store = owner;
+	struct write_call *call = arg;
+	struct record *rec = call->rec;
+	uint8_t key[12];
+	uint8_t *value = NULL;
+	const uint8_t *old = NULL;
+	call->done = false;
+	kvc_chunk_key(key, call->inode, call->chunk);
+	MDB_val k = {sizeof(key), key}, v;
+	int found = mdb_get(txn, store->dbi, &k, &v);
+	int rc = 0;
+	if (found == MDB_NOTFOUND) { /* a new chunk: empty and inline */
+		*rec = (struct record){.magic = KVC_CHUNK_RECORD_INLINE_MAGIC};
+		old = (const uint8_t *)"";
+	} else {
+		rc = found ? kvc_lmdb_errno(found) : kvc_chunk_record_parse(&v, rec, &old);
+	}
+	/* A file-backed record (old NULL), zeros into a missing chunk, or a
+	 * chunk that outgrows the limit: a file's (nothing done here). */
+	uint32_t end = call->offset + call->length > rec->length ? call->offset + call->length
+	                                                          : rec->length;
+	if (rc < 0 || !old || (call->zeros && found == MDB_NOTFOUND) || end > store->inline_max)
+		return rc;
+	rc = merge(rec, old, call->offset, call->data, call->length, &value);
+	if (rc == 0) {
+		v = (MDB_val){value_size(rec), value};
+		rc = kvc_lmdb_errno(mdb_put(txn, store->dbi, &k, &v, 0));
+	}
+	free(value);
+	call->done = rc == 0;
+	return rc;
+}
+
 int kvc_chunk_inline_write(struct kvc_chunk_store *store, uint64_t inode, uint32_t chunk,
                            uint32_t offset, const uint8_t *data, uint32_t length, bool zeros,
                            struct record *rec)
 {
-	uint8_t key[12];
-	uint8_t *value = NULL;
-	const uint8_t *old = NULL;
-	MDB_txn *txn;
-	int result = 0;
-	kvc_chunk_key(key, inode, chunk);
-	MDB_val k = {sizeof(key), key}, v;
-	int rc = mdb_txn_begin(store->env, NULL, 0, &txn);
-	if (rc)
-		return kvc_lmdb_errno(rc);
-	rc = mdb_get(txn, store->dbi, &k, &v);
-	if (rc == MDB_NOTFOUND) { /* a new chunk: empty and inline */
-		*rec = (struct record){.magic = KVC_CHUNK_RECORD_INLINE_MAGIC};
-		old = (const uint8_t *)"";
-	} else {
-		result = rc ? kvc_lmdb_errno(rc) : kvc_chunk_record_parse(&v, rec, &old);
-	}
-	/* A file-backed record (old NULL), zeros into a missing chunk, or a
-	 * chunk that outgrows the limit: a file's (result 0). */
-	uint32_t end = offset + length > rec->length ? offset + length : rec->length;
-	if (result < 0 || !old || (zeros && rc == MDB_NOTFOUND) || end > store->inline_max)
-		goto out;
-	result = merge(rec, old, offset, data, length, &value);
-	if (result < 0)
-		goto out;
-	v = (MDB_val){value_size(rec), value};
-	rc = mdb_put(txn, store->dbi, &k, &v, 0);
-	if (rc == 0) {
-		rc = mdb_txn_commit(txn);
-		txn = NULL;
-	}
-	if (rc == MDB_MAP_FULL && !atomic_flag_test_and_set(&map_full_logged))
+	struct write_call call = {.inode = inode, .chunk = chunk, .offset = offset,
+	                          .length = length, .data = data, .zeros = zeros, .rec = rec};
+	int rc = kvc_lmdb_group_run(&store->group, write_in, &call);
+	/* The index at its map size (the put's or the commit's): nothing was
+	 * put, and the chunk goes to a file. */
+	if (rc == -ENOSPC && !atomic_flag_test_and_set(&map_full_logged))
 		kvc_log_warn("index of %s at its map size: small chunks go to files (chunk %u of "
 		             "inode %" PRIu64 " first; logged once)", store->path, chunk, inode);
-	result = rc == MDB_MAP_FULL ? 0 : rc ? kvc_lmdb_errno(rc) : 1;
-out:
-	if (txn)
-		mdb_txn_abort(txn);
-	free(value);
-	return result;
+	return rc == -ENOSPC ? 0 : rc < 0 ? rc : call.done;
 }
 
 int kvc_chunk_inline_to_file(struct kvc_chunk_store *store, uint64_t inode, uint32_t chunk,

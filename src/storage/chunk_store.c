@@ -208,6 +208,12 @@ static int open_index(struct kvc_chunk_store *store)
 	return rc ? kvc_lmdb_errno(rc) : 0;
 }
 
+static int group_begin(void *owner, MDB_txn **txn)
+{
+	struct kvc_chunk_store *store = owner;
+	return kvc_lmdb_errno(mdb_txn_begin(store->env, NULL, 0, txn));
+}
+
 int kvc_chunk_store_open(const char *path, struct kvc_chunk_store **out)
 {
 	struct kvc_chunk_store *store = calloc(1, sizeof(*store));
@@ -218,6 +224,13 @@ int kvc_chunk_store_open(const char *path, struct kvc_chunk_store **out)
 	store->inline_max = KVC_CHUNK_INLINE_DEFAULT;
 	for (int i = 0; i < LOCK_SLOTS; i++)
 		pthread_rwlock_init(&store->locks[i], NULL);
+	rc = kvc_lmdb_group_init(&store->group, group_begin, store);
+	if (rc < 0) {
+		for (int i = 0; i < LOCK_SLOTS; i++)
+			pthread_rwlock_destroy(&store->locks[i]);
+		free(store);
+		return rc;
+	}
 	if (strlen(path) >= sizeof(store->path)) {
 		rc = -ENAMETOOLONG;
 		goto fail;
@@ -257,6 +270,7 @@ void kvc_chunk_store_close(struct kvc_chunk_store *store)
 		close(store->dir_fd);
 	for (int i = 0; i < LOCK_SLOTS; i++)
 		pthread_rwlock_destroy(&store->locks[i]);
+	kvc_lmdb_group_destroy(&store->group);
 	free(store);
 }
 

@@ -89,14 +89,18 @@
  *      until its bytes are in its buffer, and never while the caller sends
  *      them. A reader may hold several at once (one per piece); a writer
  *      waits for at most one at a time.
- *   2. LMDB's write transaction (LMDB's own writer mutex), innermost: a
+ *   2. the inline writes' group commit (core/lmdb_group.h): a write waits
+ *      there with its chunk lock held, and the leader runs the waiting
+ *      writes in its transaction (they take no lock there).
+ *   3. LMDB's write transaction (LMDB's own writer mutex), innermost: a
  *      thread in a write transaction never waits for a chunk lock. The
  *      range operations (punch, truncate, remove) therefore only try the
  *      chunk locks inside their transaction; a chunk whose lock is busy is
  *      done afterwards on its own, its lock taken first.
  *
- * An inline write reads and puts its record inside one write transaction,
- * its chunk lock taken before; range operations shorten or drop inline
+ * An inline write reads and puts its record inside one write transaction
+ * (shared with the inline writes waiting at the same time), its chunk
+ * lock taken before; range operations shorten or drop inline
  * records inside theirs, under the chunk locks they hold.
  *
  * Read transactions take neither. Each server thread passes its own ring.

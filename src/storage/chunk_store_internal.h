@@ -15,6 +15,7 @@
 #include <stddef.h>
 
 #include "core/layout.h"
+#include "core/lmdb_group.h"
 #include "core/reserve.h"
 #include "storage/chunk_store.h"
 
@@ -27,6 +28,7 @@ struct kvc_chunk_store {
 	MDB_env *env;
 	MDB_dbi dbi;
 	pthread_rwlock_t locks[LOCK_SLOTS]; /* the chunk locks (chunk_store.h) */
+	struct kvc_lmdb_group group;        /* inline writes' group commit (below the chunk locks) */
 	struct kvc_reserve reserve;         /* of the target's filesystem (its own lock) */
 	uint32_t inline_max; /* chunks ending at or below it stay inline (set before serving) */
 };
@@ -108,7 +110,8 @@ void kvc_chunk_unlink(struct kvc_chunk_store *store, uint64_t inode, uint32_t ch
  * exclusively (the read one: shared), as chunk_store.h's lock order says. */
 
 /* Write [offset, offset + length) of a chunk in its inline record: read,
- * change and put the record in one write transaction. Returns 1 when
+ * change and put the record in one write transaction (shared with the
+ * inline writes that wait at the same time: core/lmdb_group.h). Returns 1 when
  * done (rec describes the chunk after), 0 when the chunk is not for an
  * inline record (a file-backed record, a result past inline_max, zeros
  * into a missing chunk, or an index at its map size): the caller writes

@@ -4,12 +4,16 @@
  * past the limit, punch / truncate / remove, crc checks of the record's
  * bytes (corrupted through LMDB directly), reopening, batches mixing
  * inline, file-backed and missing chunks, the limit at 0, the cluster
- * file's storage_inline_kb, and the reserve of a full volume. */
+ * file's storage_inline_kb, the reserve of a full volume, and threads
+ * writing at once (the group commit). */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <lmdb.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -499,4 +503,57 @@ Test(chunk_inline, the_reserve_refuses_inline_data_and_never_frees)
 	cr_assert_eq(kvc_chunk_store_space(store, &space), 0);
 	cr_assert_eq(space.chunks, 0);
 	cr_assert_eq(space.refused_writes, 2);
+}
+
+/* Threads writing at once share the index's transactions (the group
+ * commit): each gets its own answer (length, a version that grows per
+ * chunk), some chunks grow past the limit into files meanwhile, and every
+ * chunk reads back as its thread's model. */
+#define WRITERS 8
+#define WRITER_CHUNKS 4
+static uint8_t writer_model[WRITERS][WRITER_CHUNKS][2 * IMAX];
+static uint32_t writer_length[WRITERS][WRITER_CHUNKS];
+static atomic_int writer_failures;
+
+static void *writer(void *arg)
+{
+	int id = (int)(intptr_t)arg;
+	uint32_t seed = 777u + (uint32_t)id;
+	uint64_t last_version[WRITER_CHUNKS] = {0};
+	static _Thread_local uint8_t data[2 * IMAX];
+	for (int op = 0; op < 300; op++) {
+		uint32_t c = next_random(&seed) % WRITER_CHUNKS;
+		/* chunk 3 of every inode may pass the limit; the others not */
+		uint32_t span = c == 3 ? 2 * IMAX : IMAX;
+		uint32_t off = next_random(&seed) % span;
+		uint32_t len = 1 + next_random(&seed) % (span - off);
+		fill(data, len, (unsigned)(op * WRITERS + id));
+		memcpy(writer_model[id][c] + off, data, len);
+		if (off + len > writer_length[id][c])
+			writer_length[id][c] = off + len;
+		uint64_t version;
+		uint32_t length;
+		int rc = kvc_chunk_store_write(store, 100 + (uint64_t)id, c, CS, off, data, len,
+		                               &version, &length);
+		if (rc != 0 || length != writer_length[id][c] || version <= last_version[c])
+			atomic_fetch_add(&writer_failures, 1);
+		last_version[c] = version;
+	}
+	return NULL;
+}
+
+Test(chunk_inline, concurrent_writes_share_transactions_and_get_their_own_answers)
+{
+	pthread_t threads[WRITERS];
+	for (int t = 0; t < WRITERS; t++)
+		cr_assert_eq(pthread_create(&threads[t], NULL, writer, (void *)(intptr_t)t), 0);
+	for (int t = 0; t < WRITERS; t++)
+		pthread_join(threads[t], NULL);
+	cr_assert_eq(atomic_load(&writer_failures), 0);
+	for (int t = 0; t < WRITERS; t++)
+		for (uint32_t c = 0; c < WRITER_CHUNKS; c++) {
+			expect_chunk(100 + (uint64_t)t, c, writer_model[t][c], writer_length[t][c]);
+			cr_assert_eq(chunk_file_exists(100 + (uint64_t)t, c),
+			             writer_length[t][c] > IMAX, "thread %d chunk %u", t, c);
+		}
 }
