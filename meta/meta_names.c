@@ -156,7 +156,7 @@ struct new_entry {
 	uint32_t target_len;
 };
 
-/* One make_entry, as a call of the store's group commit (meta_group.c):
+/* One make_entry, as a call of the store's group commit (core/lmdb_group.h):
  * everything happens in txn and its outputs are set afresh each run. */
 struct entry_call {
 	uint64_t parent;

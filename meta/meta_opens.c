@@ -114,7 +114,7 @@ static int open_in(struct kvc_meta_store *s, MDB_txn *txn, void *arg)
 	return rc;
 }
 
-/* Opens and closes run with the group commit (meta_group.c): a reader's
+/* Opens and closes run with the group commit (core/lmdb_group.h): a reader's
  * keys opened together share one transaction. */
 int kvc_meta_store_open_session(struct kvc_meta_store *s, uint64_t ino,
                                 const uint8_t client[KVC_META_CLIENT_ID], struct kvc_attr *attr)

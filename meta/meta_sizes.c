@@ -157,7 +157,7 @@ static int extend_in(struct kvc_meta_store *s, MDB_txn *txn, void *arg)
 	return rc;
 }
 
-/* With the group commit (meta_group.c): the size commits of files closed
+/* With the group commit (core/lmdb_group.h): the size commits of files closed
  * together share one transaction. */
 int kvc_meta_store_extend(struct kvc_meta_store *s, uint64_t ino, uint64_t size,
                           struct kvc_attr *attr)
