@@ -13,7 +13,7 @@
 #include "core/clock.h"
 
 /* Pieces written in parallel in one wave, each on its own connection. */
-#define WRITE_WAVE 32
+#define WRITE_WAVE 64
 
 int kvc_storage_client_init(struct kvc_storage_client *client,
                             const struct kvc_config *config)
