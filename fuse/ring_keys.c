@@ -7,11 +7,14 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <pthread.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "client/transport.h"
 #include "core/layout.h"
 #include "fuse/ring_service.h"
 
@@ -20,8 +23,9 @@
 #define TEMP_MAX 48
 /* A key of several host segments up to BOUNCE_KEY bytes moves as one
  * storage io through the worker's bounce buffer (the kernel gathers and
- * scatters it: process_vm_readv/writev): one chunk piece instead of one
- * per segment. Larger keys, and device segments, go segment by segment. */
+ * scatters it: process_vm_readv/writev; a same-host server places into it
+ * and takes from it, as from an iov): one chunk piece instead of one per
+ * segment. Larger keys, and device segments, go segment by segment. */
 #define BOUNCE_KEY (1u << 20)
 #define BOUNCE_BYTES (32u << 20)
 _Static_assert(MAX_KEYS <= KVC_WIRE_MAX_KEYS, "one message per kind and directory");
@@ -65,14 +69,85 @@ struct kvc_ring_keys_scratch {
 	struct kvc_msg_key_result res[MAX_KEYS];
 	struct key *group[MAX_KEYS];
 	char *bounce; /* BOUNCE_BYTES, made on first use */
+	/* The bounce buffer as shared memory (client/transport.h): same-host
+	 * servers place into it and take from it. base NULL: plain memory. */
+	struct kvc_storage_region bounce_region;
+	struct kvc_fuse *fs;
+	struct kvc_ring_keys_scratch *next_kept;
 	struct iovec local[KVC_RING_KEY_MAX_SEGS], remote[KVC_RING_KEY_MAX_SEGS];
 };
 
+/* Scratches kept between a ring's runs (a run takes one on its first key
+ * batch and gives it back at its end), so the bounce buffer's pages and
+ * its registrations with the servers outlive a run: at most SCRATCH_KEEP,
+ * each up to BOUNCE_BYTES of memory touched. */
+#define SCRATCH_KEEP 4
+static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct kvc_ring_keys_scratch *kept;
+static int kept_count;
+
+static void scratch_destroy(struct kvc_ring_keys_scratch *s)
+{
+	if (s->bounce_region.base) {
+		kvc_transport_forget_region(&s->fs->storage, &s->bounce_region);
+		munmap(s->bounce, BOUNCE_BYTES);
+		close(s->bounce_region.fd);
+	} else {
+		free(s->bounce);
+	}
+	free(s);
+}
+
+static struct kvc_ring_keys_scratch *scratch_take(struct kvc_fuse *fs)
+{
+	pthread_mutex_lock(&kept_lock);
+	struct kvc_ring_keys_scratch *s = kept && kept->fs == fs ? kept : NULL;
+	if (s) {
+		kept = s->next_kept;
+		kept_count--;
+	}
+	pthread_mutex_unlock(&kept_lock);
+	if (!s && (s = malloc(sizeof(*s)))) {
+		s->bounce = NULL;
+		s->bounce_region = (struct kvc_storage_region){.fd = -1};
+		s->fs = fs;
+	}
+	return s;
+}
+
 void kvc_ring_keys_scratch_free(struct kvc_ring_keys_scratch *scratch)
 {
-	if (scratch)
-		free(scratch->bounce);
-	free(scratch);
+	if (!scratch)
+		return;
+	pthread_mutex_lock(&kept_lock);
+	bool keep = kept_count < SCRATCH_KEEP;
+	if (keep) {
+		scratch->next_kept = kept;
+		kept = scratch;
+		kept_count++;
+	}
+	pthread_mutex_unlock(&kept_lock);
+	if (!keep)
+		scratch_destroy(scratch);
+}
+
+/* The bounce buffer: shared memory where it can be (a region), else
+ * plain memory. NULL when out of memory. */
+static char *bounce_make(struct kvc_ring_keys_scratch *s)
+{
+	int fd = memfd_create("kvc-bounce", MFD_CLOEXEC);
+	void *shared = MAP_FAILED;
+	if (fd >= 0 && ftruncate(fd, BOUNCE_BYTES) == 0)
+		shared = mmap(NULL, BOUNCE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (shared != MAP_FAILED) {
+		s->bounce_region = (struct kvc_storage_region){.id = kvc_transport_region_id(),
+		                                               .fd = fd, .size = BOUNCE_BYTES,
+		                                               .base = shared};
+		return s->bounce = shared;
+	}
+	if (fd >= 0)
+		close(fd);
+	return s->bounce = malloc(BOUNCE_BYTES);
 }
 
 int kvc_ring_keys_decode(const void *raw, size_t len, uint32_t op,
@@ -282,7 +357,7 @@ static bool bounce(struct kvc_ring_keys_scratch *s, struct key *k, size_t *used)
 	for (int i = 0; i < k->d.nsegs; i++)
 		if (k->dev[i] >= 0)
 			return false;
-	if (!s->bounce && !(s->bounce = malloc(BOUNCE_BYTES)))
+	if (!s->bounce && !bounce_make(s))
 		return false;
 	k->bounce = s->bounce + *used;
 	*used += k->total;
@@ -298,8 +373,9 @@ static int add_ios(struct kvc_ring_keys_scratch *s, int count, struct key *k, si
 	k->first_io = count;
 	if (bounce(s, k, used)) {
 		k->rc = read ? 0 : bounce_copy(s, k, true);
-		s->io[count] = (struct kvc_storage_io){.inode = k->attr.ino, .layout = k->attr.layout,
-		                                       .length = k->total, .buf = k->bounce};
+		s->io[count] = (struct kvc_storage_io){
+			.inode = k->attr.ino, .layout = k->attr.layout, .length = k->total,
+			.buf = k->bounce, .region = s->bounce_region.base ? &s->bounce_region : NULL};
 		s->dev[count++] = -1;
 		k->ios = k->rc ? 0 : 1;
 		return k->rc ? count - 1 : count;
@@ -447,7 +523,7 @@ void kvc_ring_keys_execute(const struct kvc_ring_keys_batch *b)
 {
 	struct kvc_ring_keys_scratch *s = *b->scratch;
 	if (!s)
-		s = *b->scratch = malloc(sizeof(*s));
+		s = *b->scratch = scratch_take(b->fs);
 	if (!s) {
 		for (int i = 0; i < b->count; i++)
 			b->results[b->index[i]] = -ENOMEM;
