@@ -174,19 +174,39 @@ static int clock_save(struct kvc_pool_store *s)
 	return kvc_lmdb_finish(txn, kvc_lmdb_errno(mdb_put(txn, s->worlds, &k, &v, 0)));
 }
 
-int kvc_pool_batch_begin(struct kvc_pool_store *s, const char *ns, uint32_t rank,
-                         MDB_txn **txn, struct pool_world *w)
+struct batch_call {
+	const char *ns;
+	uint32_t rank;
+	kvc_pool_batch_fn fn;
+	void *arg;
+};
+
+static int batch_in(void *owner, MDB_txn *txn, void *arg)
 {
+	struct kvc_pool_store *s = owner;
+	const struct batch_call *b = arg;
 	struct pool_info p;
-	int rc = kvc_pool_txn_begin(s, true, txn);
-	if (rc < 0)
-		return rc;
-	rc = kvc_pool_info_get(s, *txn, ns, rank, &p);
+	struct pool_world w;
+	int rc = kvc_pool_info_get(s, txn, b->ns, b->rank, &p);
 	if (rc == 0)
-		rc = kvc_pool_world_get(s, *txn, ns, w);
-	if (rc < 0)
-		mdb_txn_abort(*txn);
+		rc = kvc_pool_world_get(s, txn, b->ns, &w);
+	if (rc == 0)
+		rc = b->fn(s, txn, &w, b->arg);
+	if (rc == 0)
+		rc = kvc_pool_world_put(s, txn, b->ns, &w);
 	return rc;
+}
+
+int kvc_pool_batch_run(struct kvc_pool_store *s, const char *ns, uint32_t rank,
+                       kvc_pool_batch_fn fn, void *arg)
+{
+	struct batch_call b = {ns, rank, fn, arg};
+	return kvc_lmdb_group_run(&s->group, batch_in, &b);
+}
+
+static int group_begin(void *owner, MDB_txn **txn)
+{
+	return kvc_pool_txn_begin(owner, true, txn);
 }
 
 /* ---- the environment ---- */
@@ -197,7 +217,12 @@ int kvc_pool_store_open(const char *dir, struct kvc_pool_store **out)
 	MDB_txn *txn;
 	if (!s)
 		return -ENOMEM;
-	int rc = kvc_pool_waits_open(s);
+	int rc = kvc_lmdb_group_init(&s->group, group_begin, s);
+	if (rc < 0) {
+		free(s);
+		return rc;
+	}
+	rc = kvc_pool_waits_open(s);
 	if (rc == 0)
 		rc = kvc_lmdb_checkpoint_env_open(dir, MAP_SIZE, 12, &s->env, &s->checkpoint);
 	if (rc == 0)
@@ -238,6 +263,7 @@ void kvc_pool_store_close(struct kvc_pool_store *s)
 		clock_save(s);
 	kvc_lmdb_checkpoint_close(s->checkpoint);
 	kvc_lmdb_close(s->env);
+	kvc_lmdb_group_destroy(&s->group);
 	free(s);
 }
 

@@ -38,6 +38,7 @@
 #include <string.h>
 
 #include "core/lmdb_checkpoint.h"
+#include "core/lmdb_group.h"
 #include "core/lmdb_txn.h"
 #include "meta/pool_store.h"
 
@@ -59,6 +60,7 @@ struct kvc_pool_store {
 	 * instant clock_start_ms. */
 	uint64_t clock_base_ms, clock_start_ms;
 	struct pool_waits *waits; /* pool_store_wait.c */
+	struct kvc_lmdb_group group; /* the batches' group commit */
 };
 
 /* worlds: ns -> a namespace's world and counters. */
@@ -206,11 +208,16 @@ static inline int del_if_present(MDB_txn *txn, MDB_dbi db, MDB_val *k)
 /* ---- pool_store.c: transactions, names, worlds and pools ---- */
 
 int kvc_pool_txn_begin(struct kvc_pool_store *s, bool write, MDB_txn **txn);
-/* Begin a write batch on the pool (ns, rank): the transaction and the
- * namespace's world. Returns 0, or -ENOENT (no such pool) or -errno with
- * nothing left open. */
-int kvc_pool_batch_begin(struct kvc_pool_store *s, const char *ns, uint32_t rank,
-                         MDB_txn **txn, struct pool_world *w);
+/* A write batch on the pool (ns, rank): fn runs in a write transaction
+ * with the namespace's world loaded, and the world is stored after it
+ * succeeds. Batches of several clients that arrive together share one
+ * transaction (core/lmdb_group.h), so fn has no effect outside txn but
+ * its arg's outputs (it may run twice). Returns fn's answer, -ENOENT (no
+ * such pool) or the commit's error. */
+typedef int (*kvc_pool_batch_fn)(struct kvc_pool_store *s, MDB_txn *txn, struct pool_world *w,
+                                 void *arg);
+int kvc_pool_batch_run(struct kvc_pool_store *s, const char *ns, uint32_t rank,
+                       kvc_pool_batch_fn fn, void *arg);
 /* -EINVAL for a namespace that is empty or too long. */
 int kvc_pool_check_ns(const char *ns);
 /* -EINVAL for a key that is empty, too long or starts with byte 1. */

@@ -170,15 +170,45 @@ static int release_one(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, u
 	return rc;
 }
 
+struct confirm_call {
+	const char *ns;
+	uint32_t rank, count, release_count;
+	const struct kvc_pool_key *keys;
+	const int64_t *pages, *release;
+	int *statuses;
+	uint32_t completed; /* out: keys this batch made complete */
+};
+
+static int confirm_in(struct kvc_pool_store *s, MDB_txn *txn, struct pool_world *w, void *arg)
+{
+	struct confirm_call *cc = arg;
+	struct record_at at = {.cursor = NULL};
+	cc->completed = 0;
+	int rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->keys, &at.cursor));
+	for (uint32_t i = 0; i < cc->count && rc == 0; i++) {
+		int one = confirm_one(s, txn, &at, cc->ns, cc->rank, &cc->keys[i], cc->pages[i], w,
+		                      &cc->completed);
+		if (cc->statuses)
+			cc->statuses[i] = one == -ESTALE ? -ESTALE : 0;
+		rc = one == -ESTALE ? 0 : one;
+	}
+	mdb_cursor_close(at.cursor); /* closing NULL is a no-op */
+	struct counts *c = cc->release_count ? calloc(1, sizeof(*c)) : NULL;
+	if (cc->release_count && !c && rc == 0)
+		rc = -ENOMEM;
+	for (uint32_t i = 0; i < cc->release_count && rc == 0; i++)
+		rc = release_one(s, txn, cc->ns, cc->rank, cc->release[i], c);
+	if (rc == 0 && c)
+		rc = kvc_pool_counts_flush(s, txn, cc->ns, c);
+	free(c);
+	return rc;
+}
+
 int kvc_pool_confirm(struct kvc_pool_store *s, const char *ns, uint32_t rank,
                      const struct kvc_pool_key *keys, const int64_t *pages, uint32_t count,
                      const int64_t *release, uint32_t release_count, uint64_t now_ms,
                      int *statuses)
 {
-	MDB_txn *txn;
-	struct pool_world w;
-	struct record_at at = {.cursor = NULL};
-	uint32_t completed = 0;
 	(void)now_ms;
 	if (kvc_pool_check_ns(ns) < 0 || count > KVC_POOL_MAX_BATCH ||
 	    release_count > KVC_POOL_MAX_BATCH)
@@ -186,29 +216,11 @@ int kvc_pool_confirm(struct kvc_pool_store *s, const char *ns, uint32_t rank,
 	for (uint32_t i = 0; i < count; i++)
 		if (kvc_pool_check_key(&keys[i]) < 0)
 			return -EINVAL;
-	int rc = kvc_pool_batch_begin(s, ns, rank, &txn, &w);
-	if (rc < 0)
-		return rc;
-	rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->keys, &at.cursor));
-	for (uint32_t i = 0; i < count && rc == 0; i++) {
-		int one = confirm_one(s, txn, &at, ns, rank, &keys[i], pages[i], &w, &completed);
-		if (statuses)
-			statuses[i] = one == -ESTALE ? -ESTALE : 0;
-		rc = one == -ESTALE ? 0 : one;
-	}
-	mdb_cursor_close(at.cursor); /* closing NULL is a no-op */
-	struct counts *c = release_count ? calloc(1, sizeof(*c)) : NULL;
-	if (release_count && !c && rc == 0)
-		rc = -ENOMEM;
-	for (uint32_t i = 0; i < release_count && rc == 0; i++)
-		rc = release_one(s, txn, ns, rank, release[i], c);
-	if (rc == 0 && c)
-		rc = kvc_pool_counts_flush(s, txn, ns, c);
-	free(c);
-	if (rc == 0)
-		rc = kvc_pool_world_put(s, txn, ns, &w);
-	rc = kvc_lmdb_finish(txn, rc);
-	if (rc == 0 && completed) /* committed: the waiters see it */
+	struct confirm_call cc = {.ns = ns, .rank = rank, .count = count,
+	                          .release_count = release_count, .keys = keys, .pages = pages,
+	                          .release = release, .statuses = statuses};
+	int rc = kvc_pool_batch_run(s, ns, rank, confirm_in, &cc);
+	if (rc == 0 && cc.completed) /* committed: the waiters see it */
 		kvc_pool_waits_notify(s, ns, false);
 	return rc;
 }
@@ -236,53 +248,62 @@ int kvc_pool_exists(struct kvc_pool_store *s, const char *ns, const struct kvc_p
 	return rc;
 }
 
-int kvc_pool_locations(struct kvc_pool_store *s, const char *ns, uint32_t rank,
-                       const struct kvc_pool_key *keys, uint32_t count, uint64_t now_ms,
-                       uint32_t lease_ms, int64_t *pages)
+struct locations_call {
+	const char *ns;
+	uint32_t rank, count, lease_ms;
+	const struct kvc_pool_key *keys;
+	uint64_t now_ms;
+	int64_t *pages;
+};
+
+static int locations_in(struct kvc_pool_store *s, MDB_txn *txn, struct pool_world *w,
+                        void *arg)
 {
-	MDB_txn *txn;
-	struct pool_world w;
+	const struct locations_call *l = arg;
 	struct key_record r;
-	if (kvc_pool_check_ns(ns) < 0 || count > KVC_POOL_MAX_BATCH)
-		return -EINVAL;
 	struct record_at at = {.cursor = NULL};
-	int rc = kvc_pool_batch_begin(s, ns, rank, &txn, &w);
-	if (rc < 0)
-		return rc;
-	rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->keys, &at.cursor));
-	for (uint32_t i = 0; i < count && rc == 0; i++) {
-		pages[i] = -1;
-		int got = kvc_pool_check_key(&keys[i]) == 0 ? record_seek(&at, ns, &keys[i], &r)
-		                                            : -ENOENT;
-		if (got == -ENOENT || (got == 0 && (!complete(&r.head) || rank >= r.head.world))) {
-			w.misses++;
+	int rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->keys, &at.cursor));
+	for (uint32_t i = 0; i < l->count && rc == 0; i++) {
+		const struct kvc_pool_key *key = &l->keys[i];
+		l->pages[i] = -1;
+		int got = kvc_pool_check_key(key) == 0 ? record_seek(&at, l->ns, key, &r) : -ENOENT;
+		if (got == -ENOENT || (got == 0 && (!complete(&r.head) || l->rank >= r.head.world))) {
+			w->misses++;
 			continue;
 		}
 		if (got < 0) {
 			rc = got;
 			break;
 		}
-		w.hits++;
-		pages[i] = r.slots[rank].page;
+		w->hits++;
+		l->pages[i] = r.slots[l->rank].page;
 		/* Touch: move to the young end of the LRU (unless it is there
 		 * already); lease it. */
-		bool touch = r.head.lru_seq + 1 != w.next_lru;
-		bool lease = lease_ms && now_ms + lease_ms > r.head.lease_until;
+		bool touch = r.head.lru_seq + 1 != w->next_lru;
+		bool lease = l->lease_ms && l->now_ms + l->lease_ms > r.head.lease_until;
 		if (touch) {
-			rc = kvc_pool_lru_del(s, txn, ns, r.head.lru_seq);
-			r.head.lru_seq = w.next_lru++;
+			rc = kvc_pool_lru_del(s, txn, l->ns, r.head.lru_seq);
+			r.head.lru_seq = w->next_lru++;
 			if (rc == 0)
-				rc = kvc_pool_lru_put(s, txn, ns, r.head.lru_seq, &keys[i]);
+				rc = kvc_pool_lru_put(s, txn, l->ns, r.head.lru_seq, key);
 		}
 		if (lease)
-			r.head.lease_until = now_ms + lease_ms;
+			r.head.lease_until = l->now_ms + l->lease_ms;
 		if (rc == 0 && (touch || lease))
 			rc = record_rewrite(&at, &r);
 	}
 	mdb_cursor_close(at.cursor);
-	if (rc == 0)
-		rc = kvc_pool_world_put(s, txn, ns, &w);
-	return kvc_lmdb_finish(txn, rc);
+	return rc;
+}
+
+int kvc_pool_locations(struct kvc_pool_store *s, const char *ns, uint32_t rank,
+                       const struct kvc_pool_key *keys, uint32_t count, uint64_t now_ms,
+                       uint32_t lease_ms, int64_t *pages)
+{
+	if (kvc_pool_check_ns(ns) < 0 || count > KVC_POOL_MAX_BATCH)
+		return -EINVAL;
+	struct locations_call l = {ns, rank, count, lease_ms, keys, now_ms, pages};
+	return kvc_pool_batch_run(s, ns, rank, locations_in, &l);
 }
 
 /* ---- administration: listing and counting ---- */

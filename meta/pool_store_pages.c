@@ -177,30 +177,38 @@ static int allocate_one(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, 
 	return kvc_pool_record_put(s, txn, ns, key, &r);
 }
 
+struct allocate_call {
+	const char *ns;
+	uint32_t rank, count;
+	const struct kvc_pool_key *keys;
+	uint64_t now_ms;
+	struct kvc_pool_allocation *out;
+};
+
+static int allocate_in(struct kvc_pool_store *s, MDB_txn *txn, struct pool_world *w, void *arg)
+{
+	const struct allocate_call *a = arg;
+	struct counts *c = calloc(1, sizeof(*c));
+	int rc = c ? 0 : -ENOMEM;
+	for (uint32_t i = 0; i < a->count && rc == 0; i++)
+		rc = allocate_one(s, txn, a->ns, a->rank, &a->keys[i], a->now_ms, w, c, &a->out[i]);
+	if (c)
+		mdb_cursor_close(c->free_cursor); /* NULL when nothing was taken */
+	if (rc == 0)
+		rc = kvc_pool_counts_flush(s, txn, a->ns, c);
+	free(c);
+	return rc;
+}
+
 int kvc_pool_allocate(struct kvc_pool_store *s, const char *ns, uint32_t rank,
                       const struct kvc_pool_key *keys, uint32_t count, uint64_t now_ms,
                       struct kvc_pool_allocation *out)
 {
-	MDB_txn *txn;
-	struct pool_world w;
 	if (kvc_pool_check_ns(ns) < 0 || count > KVC_POOL_MAX_BATCH)
 		return -EINVAL;
 	for (uint32_t i = 0; i < count; i++)
 		if (kvc_pool_check_key(&keys[i]) < 0)
 			return -EINVAL;
-	struct counts *c = calloc(1, sizeof(*c));
-	int rc = c ? kvc_pool_batch_begin(s, ns, rank, &txn, &w) : -ENOMEM;
-	if (rc < 0) {
-		free(c);
-		return rc;
-	}
-	for (uint32_t i = 0; i < count && rc == 0; i++)
-		rc = allocate_one(s, txn, ns, rank, &keys[i], now_ms, &w, c, &out[i]);
-	mdb_cursor_close(c->free_cursor); /* NULL when nothing was taken */
-	if (rc == 0)
-		rc = kvc_pool_counts_flush(s, txn, ns, c);
-	if (rc == 0)
-		rc = kvc_pool_world_put(s, txn, ns, &w);
-	free(c);
-	return kvc_lmdb_finish(txn, rc);
+	struct allocate_call a = {ns, rank, count, keys, now_ms, out};
+	return kvc_pool_batch_run(s, ns, rank, allocate_in, &a);
 }
