@@ -10,7 +10,8 @@
 #define SLOTS 16384 /* power of two */
 
 struct slot {
-	struct kvc_attr attr;
+	struct kvc_attr attr; /* the newest answer seen for attr.ino */
+	bool valid;           /* false: a later answer was older (not served) */
 	struct kvc_meta_events_mark mark;
 	int64_t at_ns;
 	uint64_t forgets; /* the table's count when put */
@@ -51,12 +52,14 @@ void kvc_attr_cache_put(struct kvc_attr_cache *cache, const struct kvc_attr *att
 	int64_t now = kvc_clock_monotonic_ns();
 	pthread_mutex_lock(&cache->lock);
 	struct slot *s = slot_of(cache, attr->ino);
-	/* An answer older than the one held (a request that passed a change
-	 * of ours, whose answer came first) is not kept, nor the one held. */
+	/* An answer older than the newest seen (a request that passed a
+	 * change of ours, whose answer came first) is not kept, nor is the
+	 * one held served any more; the newest ctime stays to judge later
+	 * answers by. */
 	if (s->attr.ino == attr->ino && attr->ctime_ns < s->attr.ctime_ns)
-		s->attr.ino = 0;
+		s->valid = false;
 	else
-		*s = (struct slot){*attr, mark, now, cache->forgets};
+		*s = (struct slot){*attr, true, mark, now, cache->forgets};
 	pthread_mutex_unlock(&cache->lock);
 }
 
@@ -75,7 +78,7 @@ double kvc_attr_cache_get(struct kvc_attr_cache *cache, struct kvc_meta_events *
 {
 	pthread_mutex_lock(&cache->lock);
 	struct slot s = *slot_of(cache, ino);
-	bool held = s.attr.ino == ino && ino != 0 && s.forgets == cache->forgets;
+	bool held = s.attr.ino == ino && ino != 0 && s.valid && s.forgets == cache->forgets;
 	pthread_mutex_unlock(&cache->lock);
 	if (!held)
 		return 0;

@@ -47,6 +47,15 @@ struct kvc_meta_events_mark kvc_meta_events_mark(struct kvc_meta_events *ev)
 	return m;
 }
 
+/* A slot of the recent table only ever rises: two changes hashed to one
+ * slot may store out of order. */
+static void recent_raise(_Atomic uint64_t *slot, uint64_t seq)
+{
+	uint64_t held = atomic_load(slot);
+	while (held < seq && !atomic_compare_exchange_weak(slot, &held, seq))
+		;
+}
+
 double kvc_meta_events_ttl(struct kvc_meta_events *ev, struct kvc_meta_events_mark mark,
                            uint64_t parent, const char *name, uint64_t ino)
 {
@@ -69,7 +78,7 @@ void kvc_meta_events_changed_here(struct kvc_meta_events *ev, uint64_t ino)
 	if (!ev)
 		return;
 	uint64_t seq = atomic_fetch_add(&ev->seq, 1) + 1;
-	atomic_store(&ev->recent[slot_of(KVC_WATCH_INODE, ino, NULL, 0)], seq);
+	recent_raise(&ev->recent[slot_of(KVC_WATCH_INODE, ino, NULL, 0)], seq);
 }
 
 /* One event: remember it, then drop what the kernel caches of it. */
@@ -79,7 +88,7 @@ static void apply(struct kvc_meta_events *ev, const struct kvc_msg_watch_event *
 	struct fuse_session *se = ev->fs->session;
 	uint32_t len = e->kind == KVC_WATCH_NAME ? e->name_len : 0;
 	uint64_t seq = atomic_fetch_add(&ev->seq, 1) + 1;
-	atomic_store(&ev->recent[slot_of(e->kind, e->id, name, len)], seq);
+	recent_raise(&ev->recent[slot_of(e->kind, e->id, name, len)], seq);
 	if (e->kind == KVC_WATCH_NAME) {
 		/* Known to the directory's names before the kernel looks again. */
 		kvc_dir_names_heard(ev->fs->dir_names, e->id, name, len);

@@ -176,6 +176,8 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *st, int to_s
 		kvc_inode_table_set_size(fs->inodes, ino, attr.size);
 	if (rc == 0 && (S_ISREG(attr.mode) || S_ISDIR(attr.mode)))
 		kvc_attr_cache_put(fs->attrs, &attr, mark);
+	else
+		kvc_meta_events_changed_here(fs->events, ino); /* attr_cache.h */
 	reply_attr(req, mark, rc, &attr);
 }
 

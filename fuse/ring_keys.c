@@ -86,15 +86,27 @@ static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct kvc_ring_keys_scratch *kept;
 static int kept_count;
 
+/* A placement that failed may still land late (a server that stalled
+ * past the timeout): the bounce buffer, shared by every client's keys,
+ * is given up then and the next batch makes a fresh one, so no late
+ * write reaches another key's bytes. */
+static void bounce_drop(struct kvc_ring_keys_scratch *s)
+{
+	if (!s->bounce_region.base)
+		return;
+	kvc_transport_forget_region(&s->fs->storage, &s->bounce_region);
+	munmap(s->bounce, BOUNCE_BYTES);
+	close(s->bounce_region.fd);
+	s->bounce = NULL;
+	s->bounce_region = (struct kvc_storage_region){.fd = -1};
+}
+
 static void scratch_destroy(struct kvc_ring_keys_scratch *s)
 {
-	if (s->bounce_region.base) {
-		kvc_transport_forget_region(&s->fs->storage, &s->bounce_region);
-		munmap(s->bounce, BOUNCE_BYTES);
-		close(s->bounce_region.fd);
-	} else {
+	if (s->bounce_region.base)
+		bounce_drop(s);
+	else
 		free(s->bounce);
-	}
 	free(s);
 }
 
@@ -397,6 +409,7 @@ static void run_storage(const struct kvc_ring_keys_batch *b, struct kvc_ring_key
                         int count, bool read)
 {
 	struct kvc_fuse *fs = b->fs;
+	uint64_t fallbacks = atomic_load(&fs->storage.place_fallbacks);
 	int host = 0;
 	for (int i = 0; i < count; i++)
 		if (s->dev[i] < 0) {
@@ -409,6 +422,8 @@ static void run_storage(const struct kvc_ring_keys_batch *b, struct kvc_ring_key
 		kvc_storage_client_write_batch(&fs->storage, s->split, host);
 	for (int j = 0; j < host; j++)
 		s->io[s->from[j]].result = s->split[j].result;
+	if (atomic_load(&fs->storage.place_fallbacks) != fallbacks)
+		bounce_drop(s);
 	for (int i = 0; i < count;) {
 		int n = 0;
 		for (; i < count && n < KVC_DEVICE_MAX_IOS; i++)

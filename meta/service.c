@@ -93,6 +93,7 @@ static void made(struct request *r, uint64_t parent, const char *name, uint32_t 
 	changed_inode(r, parent);
 	note_name(r, parent, name, len);
 	note_inode(r, ino);
+	note_inode(r, parent); /* CREATE answers its attributes after */
 }
 
 /* The inode a name has now, 0 when none (for the events of a removal). */
@@ -147,8 +148,10 @@ static int h_remove(struct request *r)
 		return bad(r);
 	int rc = kvc_meta_store_remove_name(r->svc->store, m->parent, name, m->name_len,
 	                                    r->h->type == KVC_MSG_RMDIR, &dir, &ino);
-	if (rc == 0)
+	if (rc == 0) {
 		removed(r, m->parent, name, m->name_len, ino);
+		note_inode(r, m->parent); /* the answer: its attributes after */
+	}
 	if (rc == 0 && r->h->type == KVC_MSG_UNLINK && r->svc->collector)
 		kvc_meta_collector_wake(r->svc->collector);
 	return reply_attr(r, rc, &dir);

@@ -1,0 +1,48 @@
+/* Unit tests of kvc-fuse's attr_cache (fuse/attr_cache.c): an answer is
+ * served while fresh; an answer older (ctime) than the newest one seen for
+ * its inode is never kept, and the one held stops being served until a
+ * newer answer comes (a GETATTR that passed a change of ours, answered
+ * after it, and a third one older still); a forget drops every answer.
+ * The events' ttl (fuse/meta_events.c) is stubbed: ten seconds. */
+#include <criterion/criterion.h>
+
+#include "fuse/attr_cache.h"
+
+double kvc_meta_events_ttl(struct kvc_meta_events *ev, struct kvc_meta_events_mark mark,
+                           uint64_t parent, const char *name, uint64_t ino)
+{
+	(void)ev, (void)mark, (void)parent, (void)name, (void)ino;
+	return 10.0;
+}
+
+static struct kvc_attr at(uint64_t ino, int64_t ctime_ns, uint32_t mode)
+{
+	return (struct kvc_attr){.ino = ino, .ctime_ns = ctime_ns, .mode = mode};
+}
+
+Test(attr_cache, an_older_answer_is_never_served_after_a_newer_one)
+{
+	struct kvc_attr_cache *c;
+	struct kvc_attr out;
+	const struct kvc_meta_events_mark mark = {0, 0};
+	cr_assert_eq(kvc_attr_cache_create(&c), 0);
+	cr_assert_eq(kvc_attr_cache_get(c, NULL, 7, &out), 0, "nothing held");
+	struct kvc_attr after = at(7, 200, 040700);
+	kvc_attr_cache_put(c, &after, mark);
+	cr_assert_gt(kvc_attr_cache_get(c, NULL, 7, &out), 0);
+	cr_assert_eq(out.mode, 040700);
+	/* Two answers from before the change arrive late. */
+	struct kvc_attr before = at(7, 100, 040755), earlier = at(7, 50, 040777);
+	kvc_attr_cache_put(c, &before, mark);
+	cr_assert_eq(kvc_attr_cache_get(c, NULL, 7, &out), 0, "an older answer came: ask");
+	kvc_attr_cache_put(c, &earlier, mark);
+	cr_assert_eq(kvc_attr_cache_get(c, NULL, 7, &out), 0, "an older one still: ask");
+	/* The next answer from kvc-meta is as new as the newest: served. */
+	struct kvc_attr again = at(7, 200, 040700);
+	kvc_attr_cache_put(c, &again, mark);
+	cr_assert_gt(kvc_attr_cache_get(c, NULL, 7, &out), 0);
+	cr_assert_eq(out.mode, 040700);
+	kvc_attr_cache_forget(c);
+	cr_assert_eq(kvc_attr_cache_get(c, NULL, 7, &out), 0, "forgotten");
+	kvc_attr_cache_destroy(c);
+}
