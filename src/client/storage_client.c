@@ -368,18 +368,21 @@ int kvc_storage_client_forward(struct kvc_storage_client *client,
 	return w.rc < 0 ? kvc_storage_client_error(w.rc) : 0;
 }
 
-/* Send one small request to the server of every target of every chain in
- * the layout (each target once). A target that fails for what a new
- * routing table may cure is asked again once the table changed, if it is
- * still a member then (a member taken out catches up when it returns). */
+/* Send one small request for every chain of the layout: to its head
+ * alone (heads: a range operation, which comes down the chain, wire.h) or
+ * to every member (each target once: SYNC). A request that fails for what
+ * a new routing table may cure (a member down or stopped, a table older
+ * or newer than the server's) is sent again once the table changed, to
+ * the new head, or to a target still a member then (a member taken out
+ * catches up when it returns). */
 static int each_target(struct kvc_storage_client *client, const struct kvc_layout *layout,
-                       uint16_t type,
+                       uint16_t type, bool heads,
                        void (*fill)(void *body, uint32_t target, uint32_t chain,
                                     uint32_t version, void *arg),
                        uint32_t body_len, void *arg)
 {
 	uint32_t chains[KVC_WIRE_MAX_TARGETS];
-	uint64_t done = 0; /* targets answered, a bit each */
+	uint64_t done = 0; /* targets answered, or chains (heads), a bit each */
 	_Static_assert(KVC_WIRE_MAX_TARGETS <= 64, "one bit per target");
 	struct kvc_chain c, *chain = &c;
 	if (kvc_layout_check(layout) < 0 ||
@@ -397,9 +400,14 @@ static int each_target(struct kvc_storage_client *client, const struct kvc_layou
 		for (int i = 0; i < count; i++) {
 			if (!kvc_storage_client_chain(client, chains[i], &c))
 				continue;
-			for (uint32_t m = 0; m < chain->count; m++) {
+			if (heads && chain->count == 0 && result == 0) {
+				result = -EIO; /* no member serving: a new table may bring one */
+				curable = true;
+			}
+			for (uint32_t m = 0; m < (heads ? (chain->count ? 1u : 0u) : chain->count); m++) {
 				uint32_t target = chain->targets[m];
-				if (done & (1ull << target))
+				uint64_t bit = 1ull << (heads ? (uint32_t)i : target);
+				if (done & bit)
 					continue;
 				uint8_t body[64], reply[64];
 				fill(body, target, chains[i], chain->version, arg);
@@ -416,10 +424,12 @@ static int each_target(struct kvc_storage_client *client, const struct kvc_layou
 					                  &reply_len);
 				}
 				if (rc == 0) {
-					done |= 1ull << target;
+					done |= bit;
 				} else if (result == 0) {
 					result = kvc_storage_client_error(rc);
-					curable = kvc_rpc_is_transport_error(rc) || rc == -ESTALE;
+					/* A head answers the rest of its chain's failures. */
+					curable = kvc_rpc_is_transport_error(rc) || rc == -ESTALE ||
+					          (heads && routing_may_cure(rc));
 					stale |= rc == -ESTALE;
 				}
 			}
@@ -475,7 +485,7 @@ int kvc_storage_client_remove(struct kvc_storage_client *client, uint64_t inode,
                               const struct kvc_layout *layout)
 {
 	struct inode_size a = {.inode = inode};
-	return each_target(client, layout, KVC_MSG_CHUNK_REMOVE, fill_remove,
+	return each_target(client, layout, KVC_MSG_CHUNK_REMOVE, true, fill_remove,
 	                   sizeof(struct kvc_msg_chunk_remove), &a);
 }
 
@@ -483,7 +493,7 @@ int kvc_storage_client_truncate(struct kvc_storage_client *client, uint64_t inod
                                 const struct kvc_layout *layout, uint64_t size)
 {
 	struct inode_size a = {.inode = inode, .size = size, .chunk_size = layout->chunk_size};
-	return each_target(client, layout, KVC_MSG_CHUNK_TRUNCATE, fill_truncate,
+	return each_target(client, layout, KVC_MSG_CHUNK_TRUNCATE, true, fill_truncate,
 	                   sizeof(struct kvc_msg_chunk_truncate), &a);
 }
 
@@ -559,7 +569,7 @@ int kvc_storage_client_punch(struct kvc_storage_client *client, uint64_t inode,
 		rc = write_zeros(client, inode, layout, plan.zero_from[i], plan.zero_to[i]);
 	for (int i = 0; i < plan.ranges && rc == 0; i++) {
 		struct chunk_range a = {inode, plan.first[i], plan.count[i]};
-		rc = each_target(client, layout, KVC_MSG_CHUNK_PUNCH, fill_punch,
+		rc = each_target(client, layout, KVC_MSG_CHUNK_PUNCH, true, fill_punch,
 		                 sizeof(struct kvc_msg_chunk_punch), &a);
 	}
 	return rc;
@@ -568,7 +578,7 @@ int kvc_storage_client_punch(struct kvc_storage_client *client, uint64_t inode,
 int kvc_storage_client_sync(struct kvc_storage_client *client,
                             const struct kvc_layout *layout)
 {
-	return each_target(client, layout, KVC_MSG_SYNC, fill_nothing, 0, NULL);
+	return each_target(client, layout, KVC_MSG_SYNC, false, fill_nothing, 0, NULL);
 }
 
 int kvc_storage_client_server_space(struct kvc_storage_client *client, uint32_t server,

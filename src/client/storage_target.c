@@ -24,6 +24,21 @@ int kvc_storage_target_call(struct kvc_storage_client *client, uint32_t target, 
 	return kvc_rpc_call(pool, type, body, body_len, reply, reply_cap, reply_len);
 }
 
+int kvc_storage_target_call_idempotent(struct kvc_storage_client *client, uint32_t target,
+                                       uint16_t type, const void *body, uint32_t body_len,
+                                       void *reply, uint32_t reply_cap, uint32_t *reply_len)
+{
+	struct kvc_rpc_pool *pool = pool_of(client, target);
+	if (!pool)
+		return -EINVAL;
+	int rc = kvc_rpc_call(pool, type, body, body_len, reply, reply_cap, reply_len);
+	if (rc == -ECONNRESET || rc == -EPIPE) {
+		kvc_rpc_pool_drain(pool);
+		rc = kvc_rpc_call(pool, type, body, body_len, reply, reply_cap, reply_len);
+	}
+	return rc;
+}
+
 static bool before(const struct kvc_msg_chunk_entry *a, const struct kvc_msg_chunk_entry *b)
 {
 	return a->inode < b->inode || (a->inode == b->inode && a->chunk < b->chunk);

@@ -21,6 +21,14 @@ int kvc_storage_target_call(struct kvc_storage_client *client, uint32_t target, 
                             const void *body, uint32_t body_len, void *reply,
                             uint32_t reply_cap, uint32_t *reply_len);
 
+/* The same for a request that may be applied twice (a range operation):
+ * when the connection reset under it (its server restarted unseen, the
+ * request perhaps delivered), the server's pooled connections are dropped
+ * and it is sent once more on a fresh one. */
+int kvc_storage_target_call_idempotent(struct kvc_storage_client *client, uint32_t target,
+                                       uint16_t type, const void *body, uint32_t body_len,
+                                       void *reply, uint32_t reply_cap, uint32_t *reply_len);
+
 /* CHUNK_LIST: up to max (<= KVC_WIRE_MAX_CHUNK_LIST) chunks of target,
  * a member of chain at version there (KVC_CHUNK_LIST_AT_VERSION: its
  * older writes done first, wire.h), after (inode, chunk) (after false:

@@ -102,7 +102,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "kvcfs wire structs are little-endian in memory");
 
 #define KVC_WIRE_MAGIC 0x3143564bu /* "KVC1" */
-#define KVC_WIRE_VERSION 11
+#define KVC_WIRE_VERSION 12
 #define KVC_WIRE_MAX_BODY (1u << 20)
 #define KVC_WIRE_MAX_DATA (64u << 20)
 #define KVC_WIRE_MAX_NAME 255
@@ -630,13 +630,16 @@ _Static_assert(sizeof(struct kvc_msg_place_write) == 64, "");
 /* CHUNK_REMOVE: all chunks of inode on target, a member of chain at
  * chain_version (range operations carry them as writes do: a request
  * delayed across a membership change is -ESTALE, never applied late).
+ * Range operations come down the chain as writes do (wire version 12): a
+ * client sends them to the head, each member applies and passes them on
+ * with KVC_CHUNK_FORWARDED in flags, the answer is the tail's.
  * Reply: removed count. */
 struct kvc_msg_chunk_remove {
 	uint64_t inode;
 	uint32_t target;
 	uint32_t chain;
 	uint32_t chain_version;
-	uint32_t reserved;
+	uint32_t flags; /* KVC_CHUNK_FORWARDED or 0 */
 };
 _Static_assert(sizeof(struct kvc_msg_chunk_remove) == 24, "");
 struct kvc_msg_count_reply {
@@ -651,8 +654,10 @@ struct kvc_msg_chunk_truncate {
 	uint32_t chunk_size;
 	uint32_t chain;
 	uint32_t chain_version;
+	uint32_t flags; /* KVC_CHUNK_FORWARDED or 0 */
+	uint32_t reserved;
 };
-_Static_assert(sizeof(struct kvc_msg_chunk_truncate) == 32, "");
+_Static_assert(sizeof(struct kvc_msg_chunk_truncate) == 40, "");
 
 /* CHUNK_PUNCH: drop chunks first_chunk .. first_chunk + count - 1 of
  * inode on target (they read as holes). Reply: kvc_msg_count_reply. */
@@ -663,7 +668,7 @@ struct kvc_msg_chunk_punch {
 	uint32_t count;
 	uint32_t chain;
 	uint32_t chain_version;
-	uint32_t reserved;
+	uint32_t flags; /* KVC_CHUNK_FORWARDED or 0 */
 };
 _Static_assert(sizeof(struct kvc_msg_chunk_punch) == 32, "");
 

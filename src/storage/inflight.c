@@ -15,6 +15,7 @@ struct entry {
 	struct entry *next;
 	uint64_t inode;
 	uint32_t target, chunk;
+	bool whole; /* every chunk of the inode (chunk unused) */
 };
 
 /* A target's applies, counted by the parity of the epoch they entered
@@ -64,38 +65,84 @@ void kvc_inflight_destroy(struct kvc_inflight *t)
 	free(t);
 }
 
-static struct entry **slot(struct kvc_inflight *t, uint32_t target, uint64_t inode,
-                           uint32_t chunk)
+/* The bucket of (target, inode): every entry of an inode on a target is
+ * in one list, so a whole-inode hold sees its chunks' entries. */
+static struct entry **bucket(struct kvc_inflight *t, uint32_t target, uint64_t inode)
 {
-	uint64_t h = (inode * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)chunk << 20) ^ target;
-	struct entry **p = &t->buckets[(h ^ (h >> 29)) % BUCKETS];
-	while (*p && !((*p)->inode == inode && (*p)->target == target && (*p)->chunk == chunk))
+	uint64_t h = (inode * 0x9e3779b97f4a7c15ull) ^ target;
+	return &t->buckets[(h ^ (h >> 29)) % BUCKETS];
+}
+
+/* The entry that stands in the way of holding (target, inode, chunk),
+ * or of the whole inode (whole; mine is the caller's own entry, skipped),
+ * or NULL. A chunk meets its own entry and the inode's whole entry; a
+ * whole hold meets every entry of the inode. */
+static struct entry *conflict(struct kvc_inflight *t, uint32_t target, uint64_t inode,
+                              uint32_t chunk, bool whole, const struct entry *mine)
+{
+	struct entry *e = *bucket(t, target, inode);
+	while (e && !(e != mine && e->inode == inode && e->target == target &&
+	              (whole || e->whole || e->chunk == chunk)))
+		e = e->next;
+	return e;
+}
+
+/* Wait, at most until deadline, while conflict() finds an entry. */
+static int wait_clear(struct kvc_inflight *t, const struct timespec *deadline, uint32_t target,
+                      uint64_t inode, uint32_t chunk, bool whole, const struct entry *mine)
+{
+	while (conflict(t, target, inode, chunk, whole, mine))
+		if (pthread_cond_timedwait(&t->freed, &t->lock, deadline) == ETIMEDOUT &&
+		    conflict(t, target, inode, chunk, whole, mine))
+			return -ETIMEDOUT;
+	return 0;
+}
+
+static struct entry *add(struct kvc_inflight *t, uint32_t target, uint64_t inode,
+                         uint32_t chunk, bool whole)
+{
+	struct entry *e = malloc(sizeof(*e));
+	if (e) {
+		struct entry **head = bucket(t, target, inode);
+		*e = (struct entry){.next = *head, .inode = inode, .target = target,
+		                    .chunk = whole ? 0 : chunk, .whole = whole};
+		*head = e;
+	}
+	return e;
+}
+
+/* Unlink and free the entry e (in its bucket), waking the waiters. */
+static void drop(struct kvc_inflight *t, struct entry *e)
+{
+	struct entry **p = bucket(t, e->target, e->inode);
+	while (*p && *p != e)
 		p = &(*p)->next;
-	return p;
+	if (*p) {
+		*p = e->next;
+		free(e);
+		pthread_cond_broadcast(&t->freed);
+	}
+}
+
+/* The entry held for (target, inode, chunk) or the inode's whole entry. */
+static struct entry *held(struct kvc_inflight *t, uint32_t target, uint64_t inode,
+                          uint32_t chunk, bool whole)
+{
+	struct entry *e = *bucket(t, target, inode);
+	while (e && !(e->inode == inode && e->target == target && e->whole == whole &&
+	              (whole || e->chunk == chunk)))
+		e = e->next;
+	return e;
 }
 
 int kvc_inflight_begin(struct kvc_inflight *t, uint32_t target, uint64_t inode,
                        uint32_t chunk, int timeout_ms)
 {
 	struct timespec deadline = kvc_clock_deadline(timeout_ms);
-	int rc = 0;
 	pthread_mutex_lock(&t->lock);
-	struct entry **p = slot(t, target, inode, chunk);
-	while (*p && rc == 0) {
-		int w = pthread_cond_timedwait(&t->freed, &t->lock, &deadline);
-		p = slot(t, target, inode, chunk); /* the entry may be gone */
-		if (w == ETIMEDOUT && *p)
-			rc = -ETIMEDOUT;
-	}
-	if (rc == 0) {
-		struct entry *e = malloc(sizeof(*e));
-		if (e) {
-			*e = (struct entry){.inode = inode, .target = target, .chunk = chunk};
-			*p = e;
-		} else {
-			rc = -ENOMEM;
-		}
-	}
+	int rc = wait_clear(t, &deadline, target, inode, chunk, false, NULL);
+	if (rc == 0 && !add(t, target, inode, chunk, false))
+		rc = -ENOMEM;
 	pthread_mutex_unlock(&t->lock);
 	return rc;
 }
@@ -103,20 +150,49 @@ int kvc_inflight_begin(struct kvc_inflight *t, uint32_t target, uint64_t inode,
 void kvc_inflight_end(struct kvc_inflight *t, uint32_t target, uint64_t inode, uint32_t chunk)
 {
 	pthread_mutex_lock(&t->lock);
-	struct entry **p = slot(t, target, inode, chunk);
-	struct entry *e = *p;
-	if (e) {
-		*p = e->next;
-		pthread_cond_broadcast(&t->freed);
-		free(e);
-	}
+	struct entry *e = held(t, target, inode, chunk, false);
+	if (e)
+		drop(t, e);
+	pthread_mutex_unlock(&t->lock);
+}
+
+/* Another whole hold first (range operations of an inode one at a time),
+ * then the entry goes in at once, so no chunk of the inode is taken
+ * meanwhile, and the chunks held before drain out. */
+int kvc_inflight_begin_inode(struct kvc_inflight *t, uint32_t target, uint64_t inode,
+                             int timeout_ms)
+{
+	struct timespec deadline = kvc_clock_deadline(timeout_ms);
+	pthread_mutex_lock(&t->lock);
+	struct entry *mine = NULL;
+	int rc = 0;
+	while (rc == 0 && held(t, target, inode, 0, true))
+		if (pthread_cond_timedwait(&t->freed, &t->lock, &deadline) == ETIMEDOUT &&
+		    held(t, target, inode, 0, true))
+			rc = -ETIMEDOUT;
+	if (rc == 0 && !(mine = add(t, target, inode, 0, true)))
+		rc = -ENOMEM;
+	if (rc == 0)
+		rc = wait_clear(t, &deadline, target, inode, 0, true, mine);
+	if (rc < 0 && mine)
+		drop(t, mine);
+	pthread_mutex_unlock(&t->lock);
+	return rc;
+}
+
+void kvc_inflight_end_inode(struct kvc_inflight *t, uint32_t target, uint64_t inode)
+{
+	pthread_mutex_lock(&t->lock);
+	struct entry *e = held(t, target, inode, 0, true);
+	if (e)
+		drop(t, e);
 	pthread_mutex_unlock(&t->lock);
 }
 
 bool kvc_inflight_busy(struct kvc_inflight *t, uint32_t target, uint64_t inode, uint32_t chunk)
 {
 	pthread_mutex_lock(&t->lock);
-	bool busy = *slot(t, target, inode, chunk) != NULL;
+	bool busy = conflict(t, target, inode, chunk, false, NULL) != NULL;
 	pthread_mutex_unlock(&t->lock);
 	return busy;
 }

@@ -3,11 +3,15 @@
  * not yet seen acknowledged by the chain's tail (chain replication,
  * docs/architecture.md "Chains").
  *
- * Two uses, one table keyed by (target, inode, chunk):
- *  - Order. A chain's head lets one write per chunk into the chain at a
- *    time (kvc_inflight_begin waits, bounded, for the one before), so every
- *    member applies the writes of a chunk in the same order: the next one
- *    enters only after the tail acknowledged the last.
+ * Two uses, one table keyed by (target, inode, chunk), where a range
+ * operation (remove, truncate, punch) holds the whole inode:
+ *  - Order. A chain's head lets one write per chunk, or one range
+ *    operation per inode, into the chain at a time (kvc_inflight_begin and
+ *    _begin_inode wait, bounded, for what holds it before), so every
+ *    member applies the changes of a chunk in the same order: the next one
+ *    enters only after the tail acknowledged the last. A whole-inode hold
+ *    goes in before it waits for the inode's chunks to drain, so a stream
+ *    of writes to other chunks cannot starve it.
  *  - Clean reads (CRAQ). A member other than the tail holds a chunk in the
  *    table from applying a write until the write is acknowledged, so a
  *    read that finds the chunk here (kvc_inflight_busy, asked after the
@@ -45,7 +49,14 @@ int kvc_inflight_begin(struct kvc_inflight *table, uint32_t target, uint64_t ino
 /* Release what begin held. */
 void kvc_inflight_end(struct kvc_inflight *table, uint32_t target, uint64_t inode,
                       uint32_t chunk);
-/* Whether a write of (target, inode, chunk) is in flight. */
+/* Hold every chunk of (target, inode): wait for another whole hold, then
+ * for every chunk held, at most timeout_ms in all; no chunk of the inode
+ * can be taken meanwhile. Returns 0, -ETIMEDOUT or -ENOMEM. */
+int kvc_inflight_begin_inode(struct kvc_inflight *table, uint32_t target, uint64_t inode,
+                             int timeout_ms);
+void kvc_inflight_end_inode(struct kvc_inflight *table, uint32_t target, uint64_t inode);
+/* Whether a write of (target, inode, chunk), or a range operation of the
+ * inode, is in flight. */
 bool kvc_inflight_busy(struct kvc_inflight *table, uint32_t target, uint64_t inode,
                        uint32_t chunk);
 

@@ -171,21 +171,6 @@ static int pass(struct run *r)
 	return rc;
 }
 
-static int run_passes(struct run *r)
-{
-	int rc = 0;
-	for (uint32_t n = 0; n < RESYNC_MAX_PASSES; n++) {
-		uint64_t seen = atomic_load(&r->st->range_ops);
-		rc = pass(r);
-		atomic_fetch_add(&r->st->passes, 1);
-		if (rc < 0 || atomic_load(&r->st->range_ops) == seen)
-			return rc;
-		kvc_log_info("resync of target %u: range operations arrived during pass %u: "
-		             "comparing again", r->target, n + 1);
-	}
-	return -EAGAIN;
-}
-
 /* The resync, with the target's syncing flag held; the flag is let go
  * before the final state is published, so whoever sees DONE or FAILED may
  * start the next one at once. */
@@ -216,7 +201,9 @@ static int run_held(struct kvc_storage_service *svc, uint32_t target, uint32_t s
 	r.local_scratch = malloc(RESYNC_PAGE * sizeof(*r.local_scratch));
 	r.page[0] = malloc(RESYNC_PAGE * sizeof(*r.page[0]));
 	r.page[1] = malloc(RESYNC_PAGE * sizeof(*r.page[1]));
-	int rc = r.buf && r.local_scratch && r.page[0] && r.page[1] ? run_passes(&r) : -ENOMEM;
+	int rc = r.buf && r.local_scratch && r.page[0] && r.page[1] ? pass(&r) : -ENOMEM;
+	if (rc != -ENOMEM)
+		atomic_fetch_add(&st->passes, 1);
 	/* What was copied must survive a crash before the target serves. */
 	if (rc == 0)
 		rc = kvc_chunk_store_sync(r.store);

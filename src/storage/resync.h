@@ -13,7 +13,8 @@
  * with equal (length, chunk_crc) is left alone; any other (missing at t,
  * different, or only at t) is "synced": t's copy is set to what p holds
  * now, read whole from p (CHUNK_READ; absent at p: dropped at t).
- * Counters (compared, copied, dropped, bytes, retries, passes) are in the
+ * Counters (compared, copied, dropped, bytes, retries, passes: 1 once the
+ * comparison ran) are in the
  * target's kvc_resync_state, read by CHUNK_RESYNC_STATUS and the metrics.
  *
  * Ordering against chain writes. Writes come down the chain head -> ...
@@ -66,17 +67,16 @@
  * or the chain deadlocks: W holds K at p until t answers) and tries again
  * shortly, up to RESYNC_RETRY_MS in all.
  *
- * Range operations (CHUNK_REMOVE, TRUNCATE, PUNCH) do not come down the
- * chain: a client sends them to every member itself, one after another.
- * A copy read at p before p's remove and set at t after t's remove would
- * bring K back at t. The resync counts the range operations t received
- * while syncing (state->range_ops, counted before and after each) and
- * makes another whole pass when any arrived during a pass, up to
- * RESYNC_MAX_PASSES; when they keep arriving it fails with -EAGAIN (run it
- * again). A range operation whose member calls straddle a whole pass (a
- * client stalled between its call to t and its call to p for a pass's
- * duration) can still leave such a chunk: the cluster manager closes this
- * by sending range operations down the chain like writes.
+ * Range operations (CHUNK_REMOVE, TRUNCATE, PUNCH) come down the chain
+ * as writes do (wire version 12) and hold their whole inode in the
+ * in-flight table where writes hold their chunk (every member of a chain
+ * of several, the tail while syncing), so the argument above holds for
+ * them with "the inode" for "K": a sync of a chunk of the inode waits for
+ * a range operation held at t, and one waits for the sync. (Before,
+ * clients sent them to every member one after another, and a copy read at
+ * p before p's remove could be set at t after t's: each resync compared
+ * again while they came, and a client stalled between its calls could
+ * still bring a removed chunk back.)
  *
  * Reads: while syncing, t answers reads of its chunks with -EAGAIN (the
  * reader asks another member): t serves reads again only once caught up.
@@ -102,14 +102,12 @@
 
 struct kvc_storage_service;
 
-#define RESYNC_MAX_PASSES 4
 #define RESYNC_RETRY_MS 30000
 #define RESYNC_PAGE 4096 /* listing entries per page */
 
 /* One target's resync state; lives in the service (all zero: never ran). */
 struct kvc_resync_state {
 	atomic_bool syncing;        /* a resync runs: writes hold their chunk, reads -EAGAIN */
-	_Atomic uint64_t range_ops; /* range operations seen while syncing (x2) */
 	/* The last (or running) resync, as CHUNK_RESYNC_STATUS tells it. */
 	_Atomic uint32_t state;     /* KVC_RESYNC_* */
 	_Atomic int32_t result;

@@ -11,6 +11,7 @@
 #include "core/host_id.h"
 #include "core/layout.h"
 #include "core/log.h"
+#include "client/storage_target.h"
 
 #define RING_ENTRIES 256
 
@@ -322,37 +323,70 @@ static int reply_count(struct request *r, int64_t rc)
 	return reply(r, rc < 0 ? (int)rc : 0, &out, sizeof(out));
 }
 
-/* Range operations do not come down the chain: a resync of their target
- * counts them, before and after, and compares again when one came during
- * a pass (resync.h). */
-static void count_range(struct kvc_storage_service *svc, uint32_t target)
-{
-	atomic_fetch_add(&svc->resync[target - svc->first_target].range_ops, 1);
-}
-
-/* A range operation (remove, truncate, punch) of target: checked against
- * its chain and version as a write's is (a request delayed across a
- * membership change must not land after the target caught up), then, if
- * its body is valid, applied; the check and the change run inside the
- * target's apply gate (inflight.h). Replies with the count or -errno. */
-static int range_apply(struct request *r, uint32_t target, uint32_t chain, uint32_t version,
-                       bool valid, int64_t (*apply)(struct kvc_chunk_store *store,
-                                                    const void *msg))
+/* A range operation (remove, truncate, punch) of one inode on target,
+ * chained as a write is (wire.h): checked against its chain and version
+ * (a request delayed across a membership change must not land after the
+ * target caught up) and against its place in the chain (a client sends it
+ * to the head, only a member passes it on); applied here inside the
+ * target's apply gate (inflight.h), then passed to the next member; the
+ * answer is the tail's. Like chain_write, every member of a chain of
+ * several (and a syncing tail) holds the whole inode in the in-flight
+ * table until the rest of the chain answered, so the chain applies an
+ * inode's writes and range operations in one order, and a resync or a
+ * repair here copies a chunk before or after it, never across it
+ * (resync.h). Fewer members than min_write_replicas do not refuse it:
+ * dropping bytes never keeps fewer copies than promised. A server without
+ * peers just applies it. Replies with the count or -errno. */
+static int range_apply(struct request *r, uint32_t target, uint32_t chain_id, uint32_t version,
+                       uint32_t flags, bool valid,
+                       int64_t (*apply)(struct kvc_chunk_store *store, const void *msg),
+                       void (*pass_on)(void *body, const void *msg, uint32_t next),
+                       uint32_t body_len, uint64_t inode)
 {
 	struct kvc_storage_service *svc = r->svc;
 	struct kvc_chunk_store *store = store_of(svc, target);
 	struct kvc_chain copy;
-	int pos, rc = store ? 0 : -ENXIO;
-	unsigned ticket = svc->inflight ? kvc_inflight_apply_enter(svc->inflight, target) : 0;
-	bool current = store && chain_of(svc, chain, version, target, &copy, &pos, &rc);
-	int64_t n = !current ? rc : valid ? 0 : -EINVAL;
-	if (n == 0) {
-		count_range(svc, target);
-		n = apply(store, r->msg);
-		count_range(svc, target);
+	const struct kvc_chain *chain = NULL;
+	int pos = 0, rc = store ? 0 : -ENXIO;
+	if (rc == 0 && (!valid || (flags & ~KVC_CHUNK_FORWARDED)))
+		rc = -EINVAL;
+	if (rc == 0)
+		chain = chain_of(svc, chain_id, version, target, &copy, &pos, &rc);
+	if (rc == 0 && (pos == 0) == ((flags & KVC_CHUNK_FORWARDED) != 0))
+		rc = pos == 0 ? -EINVAL : -ESTALE;
+	bool hold = rc == 0 && svc->inflight &&
+	            (chain->count > 1 ||
+	             atomic_load(&svc->resync[target - svc->first_target].syncing));
+	if (hold)
+		rc = kvc_inflight_begin_inode(svc->inflight, target, inode, svc->io_timeout_ms);
+	int64_t n = rc;
+	if (rc == 0) {
+		unsigned ticket = svc->inflight ? kvc_inflight_apply_enter(svc->inflight, target) : 0;
+		struct kvc_chain now;
+		int now_pos;
+		if (chain_of(svc, chain_id, version, target, &now, &now_pos, &rc))
+			n = apply(store, r->msg);
+		else
+			n = rc;
+		if (svc->inflight)
+			kvc_inflight_apply_leave(svc->inflight, target, ticket);
 	}
-	if (svc->inflight)
-		kvc_inflight_apply_leave(svc->inflight, target, ticket);
+	if (n >= 0 && chain && (uint32_t)pos + 1 < chain->count) {
+		uint8_t body[64], reply[64];
+		uint32_t next = chain->targets[pos + 1], reply_len = 0;
+		pass_on(body, r->msg, next);
+		int status = kvc_storage_target_call_idempotent(svc->peers, next, r->h->type, body,
+		                                                body_len, reply, sizeof(reply),
+		                                                &reply_len);
+		if (status < 0) {
+			kvc_log_warn("chain %u: target %u could not pass a %s of inode %llu on to "
+			             "target %u: %s", chain_id, target, kvc_wire_type_name(r->h->type),
+			             (unsigned long long)inode, next, strerror(-status));
+			n = kvc_rpc_is_transport_error(status) ? -EIO : status;
+		}
+	}
+	if (hold)
+		kvc_inflight_end_inode(svc->inflight, target, inode);
 	return reply_count(r, n);
 }
 
@@ -374,25 +408,51 @@ static int64_t apply_punch(struct kvc_chunk_store *store, const void *msg)
 	return kvc_chunk_store_punch(store, m->inode, m->first_chunk, m->count);
 }
 
+static void pass_remove(void *body, const void *msg, uint32_t next)
+{
+	struct kvc_msg_chunk_remove m = *(const struct kvc_msg_chunk_remove *)msg;
+	m.target = next;
+	m.flags = KVC_CHUNK_FORWARDED;
+	memcpy(body, &m, sizeof(m));
+}
+
+static void pass_truncate(void *body, const void *msg, uint32_t next)
+{
+	struct kvc_msg_chunk_truncate m = *(const struct kvc_msg_chunk_truncate *)msg;
+	m.target = next;
+	m.flags = KVC_CHUNK_FORWARDED;
+	memcpy(body, &m, sizeof(m));
+}
+
+static void pass_punch(void *body, const void *msg, uint32_t next)
+{
+	struct kvc_msg_chunk_punch m = *(const struct kvc_msg_chunk_punch *)msg;
+	m.target = next;
+	m.flags = KVC_CHUNK_FORWARDED;
+	memcpy(body, &m, sizeof(m));
+}
+
 static int h_remove(struct request *r)
 {
 	const struct kvc_msg_chunk_remove *m = r->msg;
-	return range_apply(r, m->target, m->chain, m->chain_version, m->reserved == 0,
-	                   apply_remove);
+	return range_apply(r, m->target, m->chain, m->chain_version, m->flags, true, apply_remove,
+	                   pass_remove, sizeof(*m), m->inode);
 }
 
 static int h_truncate(struct request *r)
 {
 	const struct kvc_msg_chunk_truncate *m = r->msg;
-	bool valid = chunk_size_valid(m->chunk_size) && m->size <= KVC_LAYOUT_MAX_FILE_SIZE;
-	return range_apply(r, m->target, m->chain, m->chain_version, valid, apply_truncate);
+	bool valid = chunk_size_valid(m->chunk_size) && m->size <= KVC_LAYOUT_MAX_FILE_SIZE &&
+	             m->reserved == 0;
+	return range_apply(r, m->target, m->chain, m->chain_version, m->flags, valid,
+	                   apply_truncate, pass_truncate, sizeof(*m), m->inode);
 }
 
 static int h_punch(struct request *r)
 {
 	const struct kvc_msg_chunk_punch *m = r->msg;
-	return range_apply(r, m->target, m->chain, m->chain_version, m->reserved == 0,
-	                   apply_punch);
+	return range_apply(r, m->target, m->chain, m->chain_version, m->flags, true, apply_punch,
+	                   pass_punch, sizeof(*m), m->inode);
 }
 
 /* A page of the target's chunks (resync.h compares two of them). A

@@ -11,12 +11,14 @@ import socket
 import struct
 
 MAGIC = 0x3143564B
-VERSION = 11
+VERSION = 12
 HEADER = struct.Struct("<IHHQiIQ")  # magic version type id status body_len data_len
 
 HELLO, AUTH, LOOKUP, GETATTR, CREATE, SETATTR, STATFS = 1, 2, 16, 17, 18, 24, 26
 POOL_INIT, POOL_STATS, POOL_BIND = 32, 41, 45
 CHUNK_WRITE, CHUNK_READ, SPACE = 64, 65, 69
+CHUNK_REMOVE, CHUNK_TRUNCATE, CHUNK_PUNCH = 66, 67, 71
+FORWARDED = 1
 FD_REGISTER = 98
 ROLE_NONE, ROLE_CLUSTER, ROLE_POOL = 0, 1, 2
 EACCES, EPROTO = 13, 71
@@ -29,6 +31,21 @@ def chunk_write(inode, target, chunk, chunk_size, offset, chain=None, version=1,
     """A CHUNK_WRITE body (40 bytes): with one replica, chain i is target i."""
     return struct.pack("<QIIIIIIII", inode, target, chunk, chunk_size, offset,
                        target if chain is None else chain, version, flags, 0)
+
+
+def chunk_remove(inode, target, chain, version, flags=0):
+    """A CHUNK_REMOVE body (24 bytes)."""
+    return struct.pack("<QIIII", inode, target, chain, version, flags)
+
+
+def chunk_truncate(inode, size, target, chunk_size, chain, version, flags=0):
+    """A CHUNK_TRUNCATE body (40 bytes)."""
+    return struct.pack("<QQIIIIII", inode, size, target, chunk_size, chain, version, flags, 0)
+
+
+def chunk_punch(inode, target, first, count, chain, version, flags=0):
+    """A CHUNK_PUNCH body (32 bytes)."""
+    return struct.pack("<QIIIIII", inode, target, first, count, chain, version, flags)
 
 
 def piece(inode, target, chunk, offset, length, chain=None, version=1):

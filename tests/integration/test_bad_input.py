@@ -246,7 +246,7 @@ STORAGE_BODIES = {
     64: (kvcwire.chunk_write(STRAY, 0, 0, 1 << 20, 0), b"x"),             # CHUNK_WRITE
     65: (struct.pack("<II", 1, 0) + kvcwire.piece(STRAY, 0, 0, 0, 10), b""),  # READ
     66: (struct.pack("<QIIII", STRAY, 0, 0, 1, 0), b""),                  # CHUNK_REMOVE
-    67: (struct.pack("<QQIIII", STRAY, 0, 0, 1 << 20, 0, 1), b""),        # CHUNK_TRUNCATE
+    67: (struct.pack("<QQIIIIII", STRAY, 0, 0, 1 << 20, 0, 1, 0, 0), b""),  # CHUNK_TRUNCATE
     68: (struct.pack("<QII", STRAY, 0, 0), b""),                          # CHUNK_LAST
     69: (b"", b""),                                                       # SPACE
     70: (b"", b""),                                                       # SYNC

@@ -140,7 +140,7 @@ def test_stale_extra_and_missing_chunks_are_repaired(rc):
                                          chain["version"], FORWARDED), b"x" * 70000)
         assert st == 0
         st, _ = call(sock, CHUNK_PUNCH, struct.pack("<QIIIIII", inode_b, tail, chunk_b, 1,
-                                                    chain["id"], chain["version"], 0))
+                                                    chain["id"], chain["version"], FORWARDED))
         assert st == 0
     stale = listing(rc, tail)
     assert stale != want

@@ -1,7 +1,8 @@
 /* Unit tests of kvc-storage's in-flight chain writes (storage/inflight.h):
  * one holder per chunk, others wait for it (bounded), busy while held,
- * distinct chunks and targets independent; a drain of applies waits for
- * the older ones only. */
+ * distinct chunks and targets independent; a whole-inode hold (a range
+ * operation) excludes its inode's chunks both ways and is not starved by
+ * them; a drain of applies waits for the older ones only. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <pthread.h>
@@ -130,4 +131,82 @@ Test(inflight, a_drain_times_out_and_the_next_one_still_waits_for_what_it_left)
 	kvc_inflight_apply_leave(table, 1, later);
 	pthread_join(thread, NULL);
 	cr_assert_eq(atomic_load(&a.rc), 0);
+}
+
+/* A whole-inode hold, as a range operation takes it. */
+struct inode_arg {
+	uint32_t target;
+	uint64_t inode;
+	uint32_t chunk;
+	bool whole;
+	int timeout_ms;
+	atomic_int rc;
+	atomic_bool returned;
+};
+
+static void *holder(void *p)
+{
+	struct inode_arg *a = p;
+	int rc = a->whole ? kvc_inflight_begin_inode(table, a->target, a->inode, a->timeout_ms)
+	                  : kvc_inflight_begin(table, a->target, a->inode, a->chunk, a->timeout_ms);
+	atomic_store(&a->rc, rc);
+	atomic_store(&a->returned, true);
+	return NULL;
+}
+
+Test(inflight, a_whole_inode_hold_excludes_its_chunks_both_ways)
+{
+	cr_assert_eq(kvc_inflight_begin_inode(table, 1, 7, 1000), 0);
+	cr_assert(kvc_inflight_busy(table, 1, 7, 0), "reads of every chunk ask the tail");
+	cr_assert(kvc_inflight_busy(table, 1, 7, 12345));
+	cr_assert_not(kvc_inflight_busy(table, 1, 8, 0), "another inode");
+	cr_assert_not(kvc_inflight_busy(table, 2, 7, 0), "another target");
+	cr_assert_eq(kvc_inflight_begin(table, 1, 7, 3, 50), -ETIMEDOUT, "a chunk waits for it");
+	cr_assert_eq(kvc_inflight_begin_inode(table, 1, 7, 50), -ETIMEDOUT, "so does another");
+	cr_assert_eq(kvc_inflight_begin(table, 1, 8, 3, 50), 0, "another inode does not");
+	kvc_inflight_end(table, 1, 8, 3);
+	kvc_inflight_end(table, 1, 7, 3); /* a chunk not held: the whole hold stays */
+	cr_assert(kvc_inflight_busy(table, 1, 7, 3));
+	/* a chunk waiting for it goes on once it ends */
+	struct inode_arg a = {.target = 1, .inode = 7, .chunk = 3, .timeout_ms = 60000};
+	pthread_t thread;
+	pthread_create(&thread, NULL, holder, &a);
+	usleep(100 * 1000);
+	cr_assert_not(atomic_load(&a.returned));
+	kvc_inflight_end_inode(table, 1, 7);
+	pthread_join(thread, NULL);
+	cr_assert_eq(atomic_load(&a.rc), 0);
+	/* and the other way: a whole hold waits for a chunk held before it */
+	struct inode_arg w = {.target = 1, .inode = 7, .whole = true, .timeout_ms = 60000};
+	pthread_create(&thread, NULL, holder, &w);
+	usleep(100 * 1000);
+	cr_assert_not(atomic_load(&w.returned), "a whole hold did not wait for a chunk");
+	kvc_inflight_end(table, 1, 7, 3);
+	pthread_join(thread, NULL);
+	cr_assert_eq(atomic_load(&w.rc), 0);
+	kvc_inflight_end_inode(table, 1, 7);
+	cr_assert_not(kvc_inflight_busy(table, 1, 7, 3));
+}
+
+Test(inflight, a_waiting_whole_hold_keeps_new_chunks_out_and_gives_up_cleanly)
+{
+	cr_assert_eq(kvc_inflight_begin(table, 4, 9, 0, 1000), 0);
+	struct inode_arg w = {.target = 4, .inode = 9, .whole = true, .timeout_ms = 60000};
+	pthread_t thread;
+	pthread_create(&thread, NULL, holder, &w);
+	usleep(100 * 1000);
+	/* while it waits for chunk 0, chunk 1 is not handed out: a stream of
+	 * writes cannot starve a range operation */
+	cr_assert_eq(kvc_inflight_begin(table, 4, 9, 1, 50), -ETIMEDOUT);
+	kvc_inflight_end(table, 4, 9, 0);
+	pthread_join(thread, NULL);
+	cr_assert_eq(atomic_load(&w.rc), 0);
+	kvc_inflight_end_inode(table, 4, 9);
+	/* one that times out takes its entry back */
+	cr_assert_eq(kvc_inflight_begin(table, 4, 9, 0, 1000), 0);
+	cr_assert_eq(kvc_inflight_begin_inode(table, 4, 9, 50), -ETIMEDOUT);
+	cr_assert_eq(kvc_inflight_begin(table, 4, 9, 1, 50), 0, "a timed-out whole hold stayed");
+	kvc_inflight_end(table, 4, 9, 0);
+	kvc_inflight_end(table, 4, 9, 1);
+	cr_assert_not(kvc_inflight_busy(table, 4, 9, 0));
 }
