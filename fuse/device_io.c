@@ -145,15 +145,9 @@ static int stager_create(size_t bytes, struct kvc_device_stager **out)
 	/* Shared memory pinned for the GPU's copies, so a storage server on
 	 * this host can place reads straight into it: one placement plus one
 	 * host-to-device copy per piece. */
-	int fd = memfd_create("kvc-staging", MFD_CLOEXEC);
-	void *shared = MAP_FAILED;
-	if (fd >= 0 && ftruncate(fd, (off_t)bytes) == 0)
-		shared = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-	if (shared != MAP_FAILED &&
-	    cuda->host_register(shared, bytes, cudaHostRegisterPortable) == cudaSuccess) {
-		s->staging = shared;
-		s->region = (struct kvc_storage_region){.id = kvc_transport_region_id(), .fd = fd,
-		                                        .size = bytes, .base = shared};
+	if (kvc_transport_region_create(bytes, "kvc-staging", true, &s->region) == 0 &&
+	    cuda->host_register(s->region.base, bytes, cudaHostRegisterPortable) == cudaSuccess) {
+		s->staging = s->region.base;
 		s->placed = &s->region;
 		s->halves[0].memory = s->staging;
 		s->halves[1].memory = s->staging + s->half_bytes;
@@ -161,10 +155,7 @@ static int stager_create(size_t bytes, struct kvc_device_stager **out)
 		return 0;
 	}
 	cuda->get_last_error();
-	if (shared != MAP_FAILED)
-		munmap(shared, bytes);
-	if (fd >= 0)
-		close(fd);
+	kvc_transport_region_destroy(NULL, &s->region); /* never registered with a server */
 	cudaError_t err = cuda->host_alloc((void **)&s->staging, bytes, cudaHostAllocPortable);
 	if (err != cudaSuccess) {
 		kvc_log_error("usrbio: pinned staging of %zu bytes: %s", bytes,

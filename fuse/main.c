@@ -21,6 +21,7 @@
 #include "fuse/usrbio_service.h"
 #include "fuse/fuse_metrics.h"
 #include "fuse/op_metrics.h"
+#include "core/mem_guard.h"
 #include "core/metrics_http.h"
 #include "core/cli.h"
 #include "core/log.h"
@@ -240,6 +241,8 @@ int main(int argc, char **argv)
 		rc = kvc_inode_table_create(&fs.inodes);
 	if (rc == 0)
 		rc = kvc_attr_cache_create(&fs.attrs);
+	if (rc == 0) /* ring keys copy client memory under it (ring_keys.h) */
+		rc = kvc_mem_guard_init();
 	if (rc == 0)
 		rc = kvc_storage_client_start_receivers(&fs.storage,
 		                                        receive_threads(fs.config.receive_threads));

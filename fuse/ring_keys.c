@@ -16,14 +16,15 @@
 
 #include "client/transport.h"
 #include "core/layout.h"
+#include "core/mem_guard.h"
 #include "fuse/ring_service.h"
 
 #define MAX_KEYS 256 /* a ring batch's entries at most */
 #define MAX_DIRS 8   /* distinct key directories per batch we group by */
 #define TEMP_MAX 48
 /* A key of several host segments up to BOUNCE_KEY bytes moves as one
- * storage io through the worker's bounce buffer (the kernel gathers and
- * scatters it: process_vm_readv/writev; a same-host server places into it
+ * storage io through the worker's bounce buffer (gathered and scattered by
+ * guarded copies, bounce_copy; a same-host server places into it
  * and takes from it, as from an iov): one chunk piece instead of one per
  * segment. Larger keys, and device segments, go segment by segment. */
 #define BOUNCE_KEY (1u << 20)
@@ -74,7 +75,6 @@ struct kvc_ring_keys_scratch {
 	struct kvc_storage_region bounce_region;
 	struct kvc_fuse *fs;
 	struct kvc_ring_keys_scratch *next_kept;
-	struct iovec local[KVC_RING_KEY_MAX_SEGS], remote[KVC_RING_KEY_MAX_SEGS];
 };
 
 /* Scratches kept between a ring's runs (a run takes one on its first key
@@ -94,19 +94,14 @@ static void bounce_drop(struct kvc_ring_keys_scratch *s)
 {
 	if (!s->bounce_region.base)
 		return;
-	kvc_transport_forget_region(&s->fs->storage, &s->bounce_region);
-	munmap(s->bounce, BOUNCE_BYTES);
-	close(s->bounce_region.fd);
+	kvc_transport_region_destroy(&s->fs->storage, &s->bounce_region);
 	s->bounce = NULL;
-	s->bounce_region = (struct kvc_storage_region){.fd = -1};
 }
 
 static void scratch_destroy(struct kvc_ring_keys_scratch *s)
 {
-	if (s->bounce_region.base)
-		bounce_drop(s);
-	else
-		free(s->bounce);
+	bounce_drop(s);
+	free(s->bounce); /* plain memory, or NULL */
 	free(s);
 }
 
@@ -147,18 +142,8 @@ void kvc_ring_keys_scratch_free(struct kvc_ring_keys_scratch *scratch)
  * plain memory. NULL when out of memory. */
 static char *bounce_make(struct kvc_ring_keys_scratch *s)
 {
-	int fd = memfd_create("kvc-bounce", MFD_CLOEXEC);
-	void *shared = MAP_FAILED;
-	if (fd >= 0 && ftruncate(fd, BOUNCE_BYTES) == 0)
-		shared = mmap(NULL, BOUNCE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (shared != MAP_FAILED) {
-		s->bounce_region = (struct kvc_storage_region){.id = kvc_transport_region_id(),
-		                                               .fd = fd, .size = BOUNCE_BYTES,
-		                                               .base = shared};
-		return s->bounce = shared;
-	}
-	if (fd >= 0)
-		close(fd);
+	if (kvc_transport_region_create(BOUNCE_BYTES, "kvc-bounce", false, &s->bounce_region) == 0)
+		return s->bounce = (char *)s->bounce_region.base;
 	return s->bounce = malloc(BOUNCE_BYTES);
 }
 
@@ -190,14 +175,6 @@ int kvc_ring_keys_decode(const void *raw, size_t len, uint32_t op,
 	return 0;
 }
 
-/* Copy len bytes of client memory at src: the kernel copies, so memory
- * the client shrank is -EFAULT here, never a SIGBUS. */
-static int copy_in(void *dst, const void *src, size_t len)
-{
-	struct iovec local = {dst, len}, remote = {(void *)src, len};
-	ssize_t n = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
-	return n == (ssize_t)len ? 0 : -EFAULT;
-}
 
 /* Segments: inside their iovs, not overlapping each other, sizes summed. */
 static int resolve_segs(struct kvc_usrbio_client *c, struct key *k)
@@ -255,7 +232,7 @@ static void prepare(const struct kvc_ring_keys_batch *b, struct kvc_ring_keys_sc
 	if (rc == 0 && dev >= 0)
 		rc = -EINVAL; /* a descriptor lives in host memory */
 	if (rc == 0)
-		rc = copy_in(copy, raw, take);
+		rc = kvc_mem_guard_copy(copy, raw, take); /* memory the client shrank: -EFAULT */
 	if (rc == 0)
 		rc = kvc_ring_keys_decode(copy, e->length, e->op, &k->d, k->segs);
 	if (rc == 0)
@@ -347,16 +324,20 @@ static void take_results(struct kvc_ring_keys_scratch *s, int n, int rc)
 	}
 }
 
-/* Move a bounced key between the bounce buffer and its segments (the
- * kernel copies: memory the client shrank is -EFAULT, never a SIGBUS). */
-static int bounce_copy(struct kvc_ring_keys_scratch *s, const struct key *k, bool in)
+/* Move a bounced key between the bounce buffer and its segments, under
+ * the memory guard: memory the client shrank is -EFAULT, never a SIGBUS
+ * (core/mem_guard.h; a guarded memcpy costs a sixth of the kernel's
+ * process_vm_readv/writev, which pin every page). */
+static int bounce_copy(const struct key *k, bool in)
 {
-	for (int i = 0; i < k->d.nsegs; i++)
-		s->remote[i] = (struct iovec){k->mem[i], k->segs[i].length};
-	s->local[0] = (struct iovec){k->bounce, k->total};
-	ssize_t n = in ? process_vm_readv(getpid(), s->local, 1, s->remote, k->d.nsegs, 0)
-	               : process_vm_writev(getpid(), s->local, 1, s->remote, k->d.nsegs, 0);
-	return n == (ssize_t)k->total ? 0 : -EFAULT;
+	char *at = k->bounce;
+	int rc = 0;
+	for (int i = 0; i < k->d.nsegs && rc == 0; i++) {
+		size_t n = k->segs[i].length;
+		rc = in ? kvc_mem_guard_copy(at, k->mem[i], n) : kvc_mem_guard_copy(k->mem[i], at, n);
+		at += n;
+	}
+	return rc;
 }
 
 /* Whether key k (several host segments, small) goes through the bounce
@@ -384,7 +365,7 @@ static int add_ios(struct kvc_ring_keys_scratch *s, int count, struct key *k, si
 	uint64_t offset = 0;
 	k->first_io = count;
 	if (bounce(s, k, used)) {
-		k->rc = read ? 0 : bounce_copy(s, k, true);
+		k->rc = read ? 0 : bounce_copy(k, true);
 		s->io[count] = (struct kvc_storage_io){
 			.inode = k->attr.ino, .layout = k->attr.layout, .length = k->total,
 			.buf = k->bounce, .region = s->bounce_region.base ? &s->bounce_region : NULL};
@@ -584,7 +565,7 @@ void kvc_ring_keys_execute(const struct kvc_ring_keys_batch *b)
 			if (k->rc == 0 && k->ios)
 				k->rc = io_result(s, k);
 			if (k->rc == 0 && k->ios && read && k->bounce)
-				k->rc = bounce_copy(s, k, false); /* scatter what was read */
+				k->rc = bounce_copy(k, false); /* scatter what was read */
 		}
 	}
 	for (int di = 0; di < dirs; di++)

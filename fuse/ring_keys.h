@@ -6,8 +6,9 @@
  * creates, sizes and publishes it itself.
  *
  * A batch's key entries run together: each entry's descriptor is copied
- * out of the client's iov by the kernel (process_vm_readv: a client that
- * shrinks its memory gets -EFAULT, kvc-fuse no SIGBUS) and checked
+ * out of the client's iov under the memory guard (core/mem_guard.h: a
+ * client that shrinks its memory gets -EFAULT, kvc-fuse no SIGBUS) and
+ * checked
  * (name, segment count and ranges, no overlap, sizes); permissions are
  * checked as the kernel would for the client's uid and groups
  * (kvc_usrbio_client_may: x on the key directory for every op, w+x for

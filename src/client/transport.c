@@ -6,6 +6,8 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "client/storage_client.h"
 #include "core/metrics.h"
@@ -19,6 +21,35 @@ uint64_t kvc_transport_region_id(void)
 {
 	static atomic_uint_fast64_t next = 1;
 	return atomic_fetch_add(&next, 1);
+}
+
+int kvc_transport_region_create(size_t bytes, const char *name, bool populate,
+                                struct kvc_storage_region *out)
+{
+	int fd = memfd_create(name, MFD_CLOEXEC);
+	void *shared = MAP_FAILED;
+	if (fd >= 0 && ftruncate(fd, (off_t)bytes) == 0)
+		shared = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+		              MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
+	int rc = shared == MAP_FAILED ? -errno : 0;
+	if (rc == 0)
+		*out = (struct kvc_storage_region){.id = kvc_transport_region_id(), .fd = fd,
+		                                   .size = bytes, .base = shared};
+	else if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+void kvc_transport_region_destroy(struct kvc_storage_client *client,
+                                  struct kvc_storage_region *region)
+{
+	if (!region->base)
+		return;
+	if (client)
+		kvc_transport_forget_region(client, region);
+	munmap(region->base, region->size);
+	close(region->fd);
+	*region = (struct kvc_storage_region){.fd = -1};
 }
 
 static struct kvc_rpc_pool *tcp_pool(struct kvc_storage_client *client, uint32_t server)

@@ -71,6 +71,17 @@ struct kvc_storage_region {
 /* A new region id. */
 uint64_t kvc_transport_region_id(void);
 
+/* Shared memory of bytes this process owns, for placement: a memfd
+ * (named name) mapped here (populate: prefaulted) as *out. Returns 0 or
+ * -errno (nothing made). */
+int kvc_transport_region_create(size_t bytes, const char *name, bool populate,
+                                struct kvc_storage_region *out);
+/* Give back what kvc_transport_region_create made: unregistered from
+ * client's servers (client NULL: it was never used), unmapped, closed;
+ * *region is left empty (base NULL, fd -1). A no-op on an empty one. */
+void kvc_transport_region_destroy(struct kvc_storage_client *client,
+                                  struct kvc_storage_region *region);
+
 /* Set up placement for client (off with config->transport_tcp_only).
  * Returns 0 or -ENOMEM. */
 int kvc_transport_place_init(struct kvc_storage_client *client, const struct kvc_config *config);

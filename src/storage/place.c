@@ -1,14 +1,12 @@
 /* place: see place.h. */
 #include "storage/place.h"
 
-#include "core/crc32c.h"
+#include "core/mem_guard.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <pthread.h>
-#include <setjmp.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -35,28 +33,10 @@ struct kvc_place_region {
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* The SIGBUS guard: set while this thread copies into client memory.
- * volatile: the stores around the memcpy must happen where written (a
- * compiler sees memcpy never reads it and would drop them). */
-static __thread sigjmp_buf *volatile guard;
-
-static void on_sigbus(int sig, siginfo_t *info, void *context)
-{
-	(void)info;
-	(void)context;
-	if (guard)
-		siglongjmp(*guard, 1);
-	/* Not a guarded copy: the default action, as without the handler. */
-	signal(sig, SIG_DFL);
-	raise(sig);
-}
-
 int kvc_place_init(struct kvc_place_table *table)
 {
 	memset(table, 0, sizeof(*table));
-	struct sigaction sa = {.sa_sigaction = on_sigbus, .sa_flags = SA_SIGINFO | SA_NODEFER};
-	sigemptyset(&sa.sa_mask);
-	return sigaction(SIGBUS, &sa, NULL) < 0 ? -errno : 0;
+	return kvc_mem_guard_init();
 }
 
 /* Shared memory (tmpfs or hugetlbfs), a regular file of at least need
@@ -222,46 +202,13 @@ bool kvc_place_fits(const struct kvc_place_region *region, uint64_t offset, uint
 	return offset <= region->size && length <= region->size - offset;
 }
 
-/* memcpy under the guard. noinline: the jump buffer's frame must be this
- * function's, and nothing of the caller's may live in registers across it. */
-__attribute__((noinline)) static int guarded_copy(void *dst, const void *src, size_t length)
-{
-	sigjmp_buf jump;
-	if (sigsetjmp(jump, 1)) {
-		guard = NULL;
-		return -EFAULT;
-	}
-	guard = &jump;
-	__asm__ volatile("" ::: "memory");
-	memcpy(dst, src, length);
-	__asm__ volatile("" ::: "memory");
-	guard = NULL;
-	return 0;
-}
-
-__attribute__((noinline)) static int guarded_crc(const void *p, size_t length, uint32_t *crc)
-{
-	sigjmp_buf jump;
-	if (sigsetjmp(jump, 1)) {
-		guard = NULL;
-		return -EFAULT;
-	}
-	guard = &jump;
-	__asm__ volatile("" ::: "memory");
-	uint32_t c = kvc_crc32c(0, p, length);
-	__asm__ volatile("" ::: "memory");
-	guard = NULL;
-	*crc = c;
-	return 0;
-}
-
 int kvc_place_check_blocks(const uint8_t *p, uint32_t length, uint32_t block,
                            const uint32_t *crcs)
 {
 	for (uint32_t at = 0; at < length; at += block) {
 		uint32_t n = length - at < block ? length - at : block;
 		uint32_t crc = 0;
-		int rc = guarded_crc(p + at, n, &crc);
+		int rc = kvc_mem_guard_crc32c(p + at, n, &crc);
 		if (rc < 0)
 			return rc;
 		if (crc != crcs[at / block])
@@ -275,7 +222,7 @@ int kvc_place_copy_out(struct kvc_place_region *region, uint64_t offset, const v
 {
 	if (!kvc_place_fits(region, offset, length))
 		return -EFAULT;
-	return length ? guarded_copy(region->base + offset, src, length) : 0;
+	return length ? kvc_mem_guard_copy(region->base + offset, src, length) : 0;
 }
 
 int kvc_place_copy_in(struct kvc_place_region *region, uint64_t offset, void *dst,

@@ -74,6 +74,22 @@ static int64_t ring_one(struct kvc_ring *ring, struct kvc_iov *iov, bool read, v
 	return rc == 1 ? done.result : rc < 0 ? rc : -ETIMEDOUT;
 }
 
+/* One key entry of two 32 KiB segments of iov at base, waited for. */
+static int64_t key_one(struct kvc_ring *ring, struct kvc_iov *iov, int op, int dir_fd,
+                       const char *name, size_t base)
+{
+	struct kvc_key_seg segs[2] = {{iov, base, 32 << 10}, {iov, base + (64 << 10), 32 << 10}};
+	struct kvc_completion done;
+	struct timespec deadline;
+	int rc = kvc_ring_prep_key(ring, op, dir_fd, name, segs, 2, 0, 0, NULL);
+	if (rc < 0)
+		return rc;
+	clock_gettime(CLOCK_REALTIME, &deadline);
+	deadline.tv_sec += 30;
+	rc = kvc_ring_wait(ring, &done, 1, 1, &deadline);
+	return rc == 1 ? done.result : rc < 0 ? rc : -ETIMEDOUT;
+}
+
 static void shrink(const char *mount, const char *dir)
 {
 	struct raw r;
@@ -129,6 +145,13 @@ static void shrink(const char *mount, const char *dir)
 	if (rc < 0)
 		return;
 	uint8_t *base = kvc_iov_base(iov);
+	int key_dir = open(dir, O_PATH | O_DIRECTORY);
+	rc = key_dir >= 0 ? kvc_fd_register(key_dir, 0) : -errno;
+	check(rc == 0, "a key directory", rc);
+	memset(base, 'a', 32 << 10);
+	memset(base + (64 << 10), 'b', 32 << 10);
+	rc = key_one(wring, iov, KVC_KEY_PUT, key_dir, "k", 0);
+	check(rc == 64 << 10, "a key of two segments put before it shrinks", rc);
 	rc = ring_one(rring, iov, true, base, fd, 0, MIB);
 	check(rc == MIB, "a read into the iov before it shrinks", rc);
 	rc = shm >= 0 && ftruncate(shm, 0) == 0 ? 0 : -errno;
@@ -139,15 +162,27 @@ static void shrink(const char *mount, const char *dir)
 	check(rc < 0 && rc != -ETIMEDOUT && rc != -ECONNRESET, "reading a hole into it fails", rc);
 	rc = ring_one(wring, iov, false, base, fd, 0, 64 << 10);
 	check(rc < 0 && rc != -ETIMEDOUT && rc != -ECONNRESET, "writing from it fails", rc);
+	/* Keys of several segments, gathered and scattered by kvc-fuse's
+	 * guarded copies: -EFAULT, and kvc-fuse stays up. */
+	rc = key_one(wring, iov, KVC_KEY_GET, key_dir, "k", 0);
+	check(rc == -EFAULT, "a key got into shrunk memory: EFAULT", rc);
+	rc = key_one(wring, iov, KVC_KEY_PUT, key_dir, "k2", 0);
+	check(rc == -EFAULT, "a key put from shrunk memory: EFAULT", rc);
 	/* The memory grows back: the same iov works again. */
 	rc = ftruncate(shm, 4 * MIB) == 0 ? 0 : -errno;
 	if (rc == 0)
 		rc = ring_one(rring, iov, true, base + MIB, fd, 2 * MIB, MIB);
 	check(rc == MIB, "after growing back, the iov serves again", rc);
+	memset(base, 0, 128 << 10);
+	rc = key_one(wring, iov, KVC_KEY_GET, key_dir, "k", 0);
+	check(rc == 64 << 10 && base[0] == 'a' && base[(64 << 10) + 100] == 'b',
+	      "after growing back, a key scatters into it again", rc);
 	kvc_ring_destroy(rring);
 	kvc_ring_destroy(wring);
 	kvc_iov_destroy(iov);
 	kvc_fd_deregister(fd);
+	kvc_fd_deregister(key_dir);
+	close(key_dir);
 	close(shm);
 	close(fd);
 }

@@ -1,0 +1,38 @@
+/*
+ * mem_guard: copies from and into memory a client owns and may shrink
+ * under us (a USRBIO iov's shared memory, mapped by this process), without
+ * a fault: a shared mapping past the end of its shrunk file raises SIGBUS
+ * on access, and a copy under the guard answers -EFAULT instead.
+ *
+ * How: a process-wide SIGBUS handler (kvc_mem_guard_init, once) and a
+ * thread-local jump buffer set only for the length of one guarded copy;
+ * a SIGBUS outside a guarded copy gets the default action, as without the
+ * handler. A guarded copy is a plain memcpy otherwise: several times
+ * cheaper than the kernel's process_vm_readv/writev, which pin every page
+ * (about 12 us against 2 us for 64 KiB on the development machine).
+ *
+ * Rules: the copy takes no lock and calls nothing that could (a jump out
+ * of it leaves nothing half-held); the memory must be a mapping of the
+ * process that stays mapped (only its file may shrink): a munmap under
+ * the copy is SIGSEGV, which is not guarded.
+ */
+#ifndef KVC_CORE_MEM_GUARD_H
+#define KVC_CORE_MEM_GUARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Install the SIGBUS handler (idempotent, thread-safe). Returns 0 or
+ * -errno. */
+int kvc_mem_guard_init(void);
+
+/* memcpy(dst, src, length), either side client memory. Returns 0, or
+ * -EFAULT when the memory was gone (the bytes copied so far are
+ * undefined). kvc_mem_guard_init must have succeeded. */
+int kvc_mem_guard_copy(void *dst, const void *src, size_t length);
+
+/* *crc = kvc_crc32c(0, p, length) of client memory. Returns 0 or
+ * -EFAULT. */
+int kvc_mem_guard_crc32c(const void *p, size_t length, uint32_t *crc);
+
+#endif
