@@ -14,8 +14,8 @@
  * flight at that replica (-EAGAIN) from the tail, so a read fails only
  * when no replica could serve it. Writes go to the head of the chain,
  * which passes them down the chain (src/storage/service.h); the answer
- * is the tail's. Removes, truncates, punches and syncs go to every
- * member.
+ * is the tail's. Removes, truncates and punches go to each chain's head
+ * and come down the chain the same way; syncs go to every member.
  *
  * Failures are bounded by the cluster's timeouts. A connection that breaks
  * because its server restarted is retried once on a fresh one (chunk reads

@@ -89,6 +89,10 @@
  *      (75, host identity), PLACE_REGISTER (76, memory passed as an fd),
  *      PLACE_UNREGISTER (77), PLACE_READ (78) and PLACE_WRITE (79) on
  *      kvc-storage's abstract Unix socket "kvc-place:<address>".
+ *   9..11: docs/protocol.md's changelog.
+ *   12 range operations come down the chain: CHUNK_REMOVE/PUNCH's last
+ *      word and CHUNK_TRUNCATE's new one (40 bytes, was 32) are flags
+ *      (KVC_CHUNK_FORWARDED); clients send them to each chain's head.
  */
 #ifndef KVC_WIRE_H
 #define KVC_WIRE_H

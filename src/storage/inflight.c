@@ -10,12 +10,16 @@
 #include "core/wire.h"
 
 #define BUCKETS 4096
+#define RANGE_BUCKETS 256
+#define PROBE_MAX 1024 /* a range up to this many chunks probes each one's slot */
 
+/* A chunk hold (first == last) in the chunk buckets, keyed by (target,
+ * inode, chunk); a range hold in the range buckets, keyed by (target,
+ * inode). */
 struct entry {
 	struct entry *next;
 	uint64_t inode;
-	uint32_t target, chunk;
-	bool whole; /* every chunk of the inode (chunk unused) */
+	uint32_t target, first, last; /* chunks first..last, inclusive */
 };
 
 /* A target's applies, counted by the parity of the epoch they entered
@@ -31,7 +35,8 @@ struct gate {
 struct kvc_inflight {
 	pthread_mutex_t lock; /* leaf: the buckets, every entry and the gates */
 	pthread_cond_t freed; /* an entry was released, an apply left, a drain ended */
-	struct entry *buckets[BUCKETS];
+	struct entry *buckets[BUCKETS];      /* chunk holds */
+	struct entry *ranges[RANGE_BUCKETS]; /* range holds */
 	struct gate gates[KVC_WIRE_MAX_TARGETS];
 };
 
@@ -54,94 +59,122 @@ void kvc_inflight_destroy(struct kvc_inflight *t)
 {
 	if (!t)
 		return;
-	for (int b = 0; b < BUCKETS; b++)
-		while (t->buckets[b]) {
-			struct entry *e = t->buckets[b];
-			t->buckets[b] = e->next;
+	for (int b = 0; b < BUCKETS + RANGE_BUCKETS; b++) {
+		struct entry **head = b < BUCKETS ? &t->buckets[b] : &t->ranges[b - BUCKETS];
+		while (*head) {
+			struct entry *e = *head;
+			*head = e->next;
 			free(e);
 		}
+	}
 	pthread_mutex_destroy(&t->lock);
 	pthread_cond_destroy(&t->freed);
 	free(t);
 }
 
-/* The bucket of (target, inode): every entry of an inode on a target is
- * in one list, so a whole-inode hold sees its chunks' entries. */
-static struct entry **bucket(struct kvc_inflight *t, uint32_t target, uint64_t inode)
+static uint64_t mix(uint64_t h)
 {
-	uint64_t h = (inode * 0x9e3779b97f4a7c15ull) ^ target;
-	return &t->buckets[(h ^ (h >> 29)) % BUCKETS];
+	return h ^ (h >> 29);
 }
 
-/* The entry that stands in the way of holding (target, inode, chunk),
- * or of the whole inode (whole; mine is the caller's own entry, skipped),
- * or NULL. A chunk meets its own entry and the inode's whole entry; a
- * whole hold meets every entry of the inode. */
-static struct entry *conflict(struct kvc_inflight *t, uint32_t target, uint64_t inode,
-                              uint32_t chunk, bool whole, const struct entry *mine)
+static struct entry **chunk_bucket(struct kvc_inflight *t, uint32_t target, uint64_t inode,
+                                   uint32_t chunk)
 {
-	struct entry *e = *bucket(t, target, inode);
-	while (e && !(e != mine && e->inode == inode && e->target == target &&
-	              (whole || e->whole || e->chunk == chunk)))
+	uint64_t h = (inode * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)chunk << 20) ^ target;
+	return &t->buckets[mix(h) % BUCKETS];
+}
+
+static struct entry **range_bucket(struct kvc_inflight *t, uint32_t target, uint64_t inode)
+{
+	return &t->ranges[mix((inode * 0x9e3779b97f4a7c15ull) ^ target) % RANGE_BUCKETS];
+}
+
+static bool overlaps(const struct entry *e, uint32_t target, uint64_t inode, uint32_t first,
+                     uint32_t last)
+{
+	return e->inode == inode && e->target == target && e->first <= last && first <= e->last;
+}
+
+/* A range hold over any of first..last, or NULL. */
+static struct entry *range_in_way(struct kvc_inflight *t, uint32_t target, uint64_t inode,
+                                  uint32_t first, uint32_t last)
+{
+	struct entry *e = *range_bucket(t, target, inode);
+	while (e && !overlaps(e, target, inode, first, last))
 		e = e->next;
 	return e;
 }
 
-/* Wait, at most until deadline, while conflict() finds an entry. */
-static int wait_clear(struct kvc_inflight *t, const struct timespec *deadline, uint32_t target,
-                      uint64_t inode, uint32_t chunk, bool whole, const struct entry *mine)
+static struct entry *chunk_held(struct kvc_inflight *t, uint32_t target, uint64_t inode,
+                                uint32_t chunk)
 {
-	while (conflict(t, target, inode, chunk, whole, mine))
-		if (pthread_cond_timedwait(&t->freed, &t->lock, deadline) == ETIMEDOUT &&
-		    conflict(t, target, inode, chunk, whole, mine))
-			return -ETIMEDOUT;
-	return 0;
-}
-
-static struct entry *add(struct kvc_inflight *t, uint32_t target, uint64_t inode,
-                         uint32_t chunk, bool whole)
-{
-	struct entry *e = malloc(sizeof(*e));
-	if (e) {
-		struct entry **head = bucket(t, target, inode);
-		*e = (struct entry){.next = *head, .inode = inode, .target = target,
-		                    .chunk = whole ? 0 : chunk, .whole = whole};
-		*head = e;
-	}
+	struct entry *e = *chunk_bucket(t, target, inode, chunk);
+	while (e && !(e->inode == inode && e->target == target && e->first == chunk))
+		e = e->next;
 	return e;
 }
 
-/* Unlink and free the entry e (in its bucket), waking the waiters. */
-static void drop(struct kvc_inflight *t, struct entry *e)
+/* Whether a chunk hold of the inode lies in first..last: each chunk's
+ * slot for a short range, every bucket for a long one (truncates and
+ * removes, rare). */
+static bool chunk_in_range(struct kvc_inflight *t, uint32_t target, uint64_t inode,
+                           uint32_t first, uint32_t last)
 {
-	struct entry **p = bucket(t, e->target, e->inode);
-	while (*p && *p != e)
-		p = &(*p)->next;
-	if (*p) {
-		*p = e->next;
+	if (last - first < PROBE_MAX) {
+		for (uint64_t c = first; c <= last; c++)
+			if (chunk_held(t, target, inode, (uint32_t)c))
+				return true;
+		return false;
+	}
+	for (int b = 0; b < BUCKETS; b++)
+		for (const struct entry *e = t->buckets[b]; e; e = e->next)
+			if (overlaps(e, target, inode, first, last))
+				return true;
+	return false;
+}
+
+/* Unlink e from the list at head and free it, waking the waiters. */
+static void drop(struct kvc_inflight *t, struct entry **head, struct entry *e)
+{
+	while (*head && *head != e)
+		head = &(*head)->next;
+	if (*head) {
+		*head = e->next;
 		free(e);
 		pthread_cond_broadcast(&t->freed);
 	}
 }
 
-/* The entry held for (target, inode, chunk) or the inode's whole entry. */
-static struct entry *held(struct kvc_inflight *t, uint32_t target, uint64_t inode,
-                          uint32_t chunk, bool whole)
+static struct entry *push(struct entry **head, uint32_t target, uint64_t inode, uint32_t first,
+                          uint32_t last)
 {
-	struct entry *e = *bucket(t, target, inode);
-	while (e && !(e->inode == inode && e->target == target && e->whole == whole &&
-	              (whole || e->chunk == chunk)))
-		e = e->next;
+	struct entry *e = malloc(sizeof(*e));
+	if (e) {
+		*e = (struct entry){.next = *head, .inode = inode, .target = target, .first = first,
+		                    .last = last};
+		*head = e;
+	}
 	return e;
+}
+
+/* Sleep until woken or deadline: false once the deadline passed. */
+static bool wait_some(struct kvc_inflight *t, const struct timespec *deadline)
+{
+	return pthread_cond_timedwait(&t->freed, &t->lock, deadline) != ETIMEDOUT;
 }
 
 int kvc_inflight_begin(struct kvc_inflight *t, uint32_t target, uint64_t inode,
                        uint32_t chunk, int timeout_ms)
 {
 	struct timespec deadline = kvc_clock_deadline(timeout_ms);
+	int rc = 0;
 	pthread_mutex_lock(&t->lock);
-	int rc = wait_clear(t, &deadline, target, inode, chunk, false, NULL);
-	if (rc == 0 && !add(t, target, inode, chunk, false))
+	while (rc == 0 && (chunk_held(t, target, inode, chunk) ||
+	                   range_in_way(t, target, inode, chunk, chunk)))
+		if (!wait_some(t, &deadline) && (chunk_held(t, target, inode, chunk) ||
+		                                 range_in_way(t, target, inode, chunk, chunk)))
+			rc = -ETIMEDOUT;
+	if (rc == 0 && !push(chunk_bucket(t, target, inode, chunk), target, inode, chunk, chunk))
 		rc = -ENOMEM;
 	pthread_mutex_unlock(&t->lock);
 	return rc;
@@ -150,49 +183,55 @@ int kvc_inflight_begin(struct kvc_inflight *t, uint32_t target, uint64_t inode,
 void kvc_inflight_end(struct kvc_inflight *t, uint32_t target, uint64_t inode, uint32_t chunk)
 {
 	pthread_mutex_lock(&t->lock);
-	struct entry *e = held(t, target, inode, chunk, false);
+	struct entry *e = chunk_held(t, target, inode, chunk);
 	if (e)
-		drop(t, e);
+		drop(t, chunk_bucket(t, target, inode, chunk), e);
 	pthread_mutex_unlock(&t->lock);
 }
 
-/* Another whole hold first (range operations of an inode one at a time),
- * then the entry goes in at once, so no chunk of the inode is taken
- * meanwhile, and the chunks held before drain out. */
-int kvc_inflight_begin_inode(struct kvc_inflight *t, uint32_t target, uint64_t inode,
-                             int timeout_ms)
+/* Another range hold over the range first (range operations of an inode's
+ * chunks one at a time), then the entry goes in at once, so no chunk of
+ * the range is taken meanwhile, and the chunks held before drain out. */
+int kvc_inflight_begin_range(struct kvc_inflight *t, uint32_t target, uint64_t inode,
+                             uint32_t first, uint32_t last, int timeout_ms,
+                             struct kvc_inflight_hold **out)
 {
 	struct timespec deadline = kvc_clock_deadline(timeout_ms);
-	pthread_mutex_lock(&t->lock);
 	struct entry *mine = NULL;
-	int rc = 0;
-	while (rc == 0 && held(t, target, inode, 0, true))
-		if (pthread_cond_timedwait(&t->freed, &t->lock, &deadline) == ETIMEDOUT &&
-		    held(t, target, inode, 0, true))
+	int rc = first > last ? -EINVAL : 0;
+	*out = NULL;
+	pthread_mutex_lock(&t->lock);
+	while (rc == 0 && range_in_way(t, target, inode, first, last))
+		if (!wait_some(t, &deadline) && range_in_way(t, target, inode, first, last))
 			rc = -ETIMEDOUT;
-	if (rc == 0 && !(mine = add(t, target, inode, 0, true)))
+	if (rc == 0 && !(mine = push(range_bucket(t, target, inode), target, inode, first, last)))
 		rc = -ENOMEM;
-	if (rc == 0)
-		rc = wait_clear(t, &deadline, target, inode, 0, true, mine);
+	while (rc == 0 && chunk_in_range(t, target, inode, first, last))
+		if (!wait_some(t, &deadline) && chunk_in_range(t, target, inode, first, last))
+			rc = -ETIMEDOUT;
 	if (rc < 0 && mine)
-		drop(t, mine);
+		drop(t, range_bucket(t, target, inode), mine);
+	else if (rc == 0)
+		*out = (struct kvc_inflight_hold *)mine;
 	pthread_mutex_unlock(&t->lock);
 	return rc;
 }
 
-void kvc_inflight_end_inode(struct kvc_inflight *t, uint32_t target, uint64_t inode)
+void kvc_inflight_end_range(struct kvc_inflight *t, struct kvc_inflight_hold *hold)
 {
+	struct entry *e = (struct entry *)hold;
+	if (!e)
+		return;
 	pthread_mutex_lock(&t->lock);
-	struct entry *e = held(t, target, inode, 0, true);
-	if (e)
-		drop(t, e);
+	drop(t, range_bucket(t, e->target, e->inode), e);
 	pthread_mutex_unlock(&t->lock);
 }
 
 bool kvc_inflight_busy(struct kvc_inflight *t, uint32_t target, uint64_t inode, uint32_t chunk)
 {
 	pthread_mutex_lock(&t->lock);
-	bool busy = conflict(t, target, inode, chunk, false, NULL) != NULL;
+	bool busy = chunk_held(t, target, inode, chunk) ||
+	            range_in_way(t, target, inode, chunk, chunk);
 	pthread_mutex_unlock(&t->lock);
 	return busy;
 }

@@ -4,14 +4,16 @@
  * docs/architecture.md "Chains").
  *
  * Two uses, one table keyed by (target, inode, chunk), where a range
- * operation (remove, truncate, punch) holds the whole inode:
+ * operation (remove, truncate, punch) holds the chunks it changes (a
+ * punch its chunks, a truncate every chunk from the one its size falls
+ * in, a remove all):
  *  - Order. A chain's head lets one write per chunk, or one range
- *    operation per inode, into the chain at a time (kvc_inflight_begin and
- *    _begin_inode wait, bounded, for what holds it before), so every
+ *    operation over it, into the chain at a time (kvc_inflight_begin and
+ *    _begin_range wait, bounded, for what holds it before), so every
  *    member applies the changes of a chunk in the same order: the next one
- *    enters only after the tail acknowledged the last. A whole-inode hold
- *    goes in before it waits for the inode's chunks to drain, so a stream
- *    of writes to other chunks cannot starve it.
+ *    enters only after the tail acknowledged the last. A range hold goes
+ *    in before it waits for the range's chunks to drain, so a stream of
+ *    writes cannot starve it; writes to chunks outside it go on.
  *  - Clean reads (CRAQ). A member other than the tail holds a chunk in the
  *    table from applying a write until the write is acknowledged, so a
  *    read that finds the chunk here (kvc_inflight_busy, asked after the
@@ -49,14 +51,20 @@ int kvc_inflight_begin(struct kvc_inflight *table, uint32_t target, uint64_t ino
 /* Release what begin held. */
 void kvc_inflight_end(struct kvc_inflight *table, uint32_t target, uint64_t inode,
                       uint32_t chunk);
-/* Hold every chunk of (target, inode): wait for another whole hold, then
- * for every chunk held, at most timeout_ms in all; no chunk of the inode
- * can be taken meanwhile. Returns 0, -ETIMEDOUT or -ENOMEM. */
-int kvc_inflight_begin_inode(struct kvc_inflight *table, uint32_t target, uint64_t inode,
-                             int timeout_ms);
-void kvc_inflight_end_inode(struct kvc_inflight *table, uint32_t target, uint64_t inode);
-/* Whether a write of (target, inode, chunk), or a range operation of the
- * inode, is in flight. */
+/* A range operation's hold of chunks first..last (inclusive) of
+ * (target, inode): wait for another range hold over any of them, then for
+ * every chunk of the range held, at most timeout_ms in all; no chunk of
+ * the range can be taken meanwhile. Returns 0 with *hold (given to
+ * _end_range, which releases exactly it), or -ETIMEDOUT, -ENOMEM, -EINVAL
+ * (first > last) with *hold NULL. */
+struct kvc_inflight_hold;
+int kvc_inflight_begin_range(struct kvc_inflight *table, uint32_t target, uint64_t inode,
+                             uint32_t first, uint32_t last, int timeout_ms,
+                             struct kvc_inflight_hold **hold);
+/* Release a hold (NULL: nothing). */
+void kvc_inflight_end_range(struct kvc_inflight *table, struct kvc_inflight_hold *hold);
+/* Whether a write of (target, inode, chunk), or a range operation over
+ * it, is in flight. */
 bool kvc_inflight_busy(struct kvc_inflight *table, uint32_t target, uint64_t inode,
                        uint32_t chunk);
 

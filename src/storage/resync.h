@@ -68,11 +68,12 @@
  * shortly, up to RESYNC_RETRY_MS in all.
  *
  * Range operations (CHUNK_REMOVE, TRUNCATE, PUNCH) come down the chain
- * as writes do (wire version 12) and hold their whole inode in the
+ * as writes do (wire version 12) and hold the chunks they change in the
  * in-flight table where writes hold their chunk (every member of a chain
  * of several, the tail while syncing), so the argument above holds for
- * them with "the inode" for "K": a sync of a chunk of the inode waits for
- * a range operation held at t, and one waits for the sync. (Before,
+ * them with "a range operation over K" for "a write of K": a sync of K
+ * waits for a range operation over K held at t, and one waits for the
+ * sync. (Before,
  * clients sent them to every member one after another, and a copy read at
  * p before p's remove could be set at t after t's: each resync compared
  * again while they came, and a client stalled between its calls could

@@ -330,19 +330,26 @@ static int reply_count(struct request *r, int64_t rc)
  * to the head, only a member passes it on); applied here inside the
  * target's apply gate (inflight.h), then passed to the next member; the
  * answer is the tail's. Like chain_write, every member of a chain of
- * several (and a syncing tail) holds the whole inode in the in-flight
- * table until the rest of the chain answered, so the chain applies an
- * inode's writes and range operations in one order, and a resync or a
- * repair here copies a chunk before or after it, never across it
- * (resync.h). Fewer members than min_write_replicas do not refuse it:
+ * several (and a syncing tail) holds the chunks it changes (span) in the
+ * in-flight table until the rest of the chain answered, so the chain
+ * applies a chunk's writes and range operations in one order, and a
+ * resync or a repair here copies a chunk before or after it, never across
+ * it (resync.h). Fewer members than min_write_replicas do not refuse it:
  * dropping bytes never keeps fewer copies than promised. A server without
  * peers just applies it. Replies with the count or -errno. */
+/* What a range operation changes: inode's chunks first..last. */
+struct chunk_span {
+	uint64_t inode;
+	uint32_t first, last;
+};
+
 static int range_apply(struct request *r, uint32_t target, uint32_t chain_id, uint32_t version,
                        uint32_t flags, bool valid,
                        int64_t (*apply)(struct kvc_chunk_store *store, const void *msg),
                        void (*pass_on)(void *body, const void *msg, uint32_t next),
-                       uint32_t body_len, uint64_t inode)
+                       uint32_t body_len, struct chunk_span span)
 {
+	uint64_t inode = span.inode;
 	struct kvc_storage_service *svc = r->svc;
 	struct kvc_chunk_store *store = store_of(svc, target);
 	struct kvc_chain copy;
@@ -354,11 +361,11 @@ static int range_apply(struct request *r, uint32_t target, uint32_t chain_id, ui
 		chain = chain_of(svc, chain_id, version, target, &copy, &pos, &rc);
 	if (rc == 0 && (pos == 0) == ((flags & KVC_CHUNK_FORWARDED) != 0))
 		rc = pos == 0 ? -EINVAL : -ESTALE;
-	bool hold = rc == 0 && svc->inflight &&
-	            (chain->count > 1 ||
-	             atomic_load(&svc->resync[target - svc->first_target].syncing));
-	if (hold)
-		rc = kvc_inflight_begin_inode(svc->inflight, target, inode, svc->io_timeout_ms);
+	struct kvc_inflight_hold *hold = NULL;
+	if (rc == 0 && svc->inflight &&
+	    (chain->count > 1 || atomic_load(&svc->resync[target - svc->first_target].syncing)))
+		rc = kvc_inflight_begin_range(svc->inflight, target, inode, span.first, span.last,
+		                              svc->io_timeout_ms, &hold);
 	int64_t n = rc;
 	if (rc == 0) {
 		unsigned ticket = svc->inflight ? kvc_inflight_apply_enter(svc->inflight, target) : 0;
@@ -386,7 +393,7 @@ static int range_apply(struct request *r, uint32_t target, uint32_t chain_id, ui
 		}
 	}
 	if (hold)
-		kvc_inflight_end_inode(svc->inflight, target, inode);
+		kvc_inflight_end_range(svc->inflight, hold);
 	return reply_count(r, n);
 }
 
@@ -435,8 +442,9 @@ static void pass_punch(void *body, const void *msg, uint32_t next)
 static int h_remove(struct request *r)
 {
 	const struct kvc_msg_chunk_remove *m = r->msg;
+	struct chunk_span all = {m->inode, 0, UINT32_MAX};
 	return range_apply(r, m->target, m->chain, m->chain_version, m->flags, true, apply_remove,
-	                   pass_remove, sizeof(*m), m->inode);
+	                   pass_remove, sizeof(*m), all);
 }
 
 static int h_truncate(struct request *r)
@@ -444,15 +452,22 @@ static int h_truncate(struct request *r)
 	const struct kvc_msg_chunk_truncate *m = r->msg;
 	bool valid = chunk_size_valid(m->chunk_size) && m->size <= KVC_LAYOUT_MAX_FILE_SIZE &&
 	             m->reserved == 0;
+	/* the chunk the size falls in (cut) and every one after (dropped) */
+	uint64_t from = valid ? m->size / m->chunk_size : 0;
+	struct chunk_span tail = {m->inode, from > UINT32_MAX ? UINT32_MAX : (uint32_t)from,
+	                          UINT32_MAX};
 	return range_apply(r, m->target, m->chain, m->chain_version, m->flags, valid,
-	                   apply_truncate, pass_truncate, sizeof(*m), m->inode);
+	                   apply_truncate, pass_truncate, sizeof(*m), tail);
 }
 
 static int h_punch(struct request *r)
 {
 	const struct kvc_msg_chunk_punch *m = r->msg;
-	return range_apply(r, m->target, m->chain, m->chain_version, m->flags, true, apply_punch,
-	                   pass_punch, sizeof(*m), m->inode);
+	bool valid = m->count > 0 && m->count - 1 <= UINT32_MAX - m->first_chunk;
+	struct chunk_span span = {m->inode, m->first_chunk,
+	                          valid ? m->first_chunk + (m->count - 1) : m->first_chunk};
+	return range_apply(r, m->target, m->chain, m->chain_version, m->flags, valid, apply_punch,
+	                   pass_punch, sizeof(*m), span);
 }
 
 /* A page of the target's chunks (resync.h compares two of them). A

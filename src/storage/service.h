@@ -54,7 +54,7 @@ struct kvc_storage_service {
 	/* Per local target (index target - first_target): its resync
 	 * (storage/resync.h). While `syncing`, a write it applies holds its
 	 * chunk in the in-flight table even at the tail, its reads answer
-	 * -EAGAIN, and range operations are counted. */
+	 * -EAGAIN, and so does a range operation (its chunks). */
 	struct kvc_resync_state resync[KVC_WIRE_MAX_TARGETS];
 	/* Same-host placement's regions (place.h); NULL: not served (the
 	 * PLACE_* messages are -EOPNOTSUPP). */

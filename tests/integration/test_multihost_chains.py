@@ -169,19 +169,21 @@ def test_a_lost_storage_host_leaves_its_chains_and_returns(mh, workdir, how, vic
 
 
 def test_a_range_operation_delayed_by_a_partition_lands_after_resync(mh, workdir):
-    """The cut case's rare failure, made likely: kvc-meta's connection to
-    the host is warm, a truncate to 0 is sent while the host is cut off
-    (kvc-meta times out, the manager takes the host out, the truncate is
-    done on the other members), the file is written again, and the link
-    comes back about when the truncate's next TCP retransmission is due
-    after resync is over. The host's target must keep the new chunk."""
+    """The cut case's rare failure, made likely: the connection to the
+    host is warm (kvc-meta's when the host's target is its chain's head,
+    the member before it's otherwise: range operations come down the
+    chain), a truncate to 0 is sent while the host is cut off (the sender
+    times out, the manager takes the host out, the truncate is done on
+    the other members), the file is written again, and the link comes
+    back about when the truncate's next TCP retransmission is due after
+    resync is over. The host's target must keep the new chunk."""
     victim = "s5"
     target = min(targets_of(victim))
     chain = next(ch for ch in mh.chains() if target in ch["targets"])
     path = files_on_chain(workdir, chain["id"], 1, "late")[0]
     data = os.urandom(100000)
     write_file(path, data)
-    os.truncate(path, 50000)  # kvc-meta connects to every member
+    os.truncate(path, 50000)  # warms the connections down the chain
     write_file(path, data)
     mh.net.cut(victim, False)
     cut = time.monotonic()

@@ -1,8 +1,9 @@
 /* Unit tests of kvc-storage's in-flight chain writes (storage/inflight.h):
  * one holder per chunk, others wait for it (bounded), busy while held,
- * distinct chunks and targets independent; a whole-inode hold (a range
- * operation) excludes its inode's chunks both ways and is not starved by
- * them; a drain of applies waits for the older ones only. */
+ * distinct chunks and targets independent; a range hold (a range
+ * operation) excludes the chunks of its range both ways, not others, is
+ * not starved by them, and ends exactly itself; a drain of applies waits
+ * for the older ones only. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <pthread.h>
@@ -133,65 +134,80 @@ Test(inflight, a_drain_times_out_and_the_next_one_still_waits_for_what_it_left)
 	cr_assert_eq(atomic_load(&a.rc), 0);
 }
 
-/* A whole-inode hold, as a range operation takes it. */
-struct inode_arg {
+/* A range hold, as a range operation takes it. */
+struct range_arg {
 	uint32_t target;
 	uint64_t inode;
-	uint32_t chunk;
-	bool whole;
+	uint32_t first, last; /* a chunk hold when range is false: first */
+	bool range;
 	int timeout_ms;
+	struct kvc_inflight_hold *hold;
 	atomic_int rc;
 	atomic_bool returned;
 };
 
 static void *holder(void *p)
 {
-	struct inode_arg *a = p;
-	int rc = a->whole ? kvc_inflight_begin_inode(table, a->target, a->inode, a->timeout_ms)
-	                  : kvc_inflight_begin(table, a->target, a->inode, a->chunk, a->timeout_ms);
+	struct range_arg *a = p;
+	int rc = a->range ? kvc_inflight_begin_range(table, a->target, a->inode, a->first, a->last,
+	                                             a->timeout_ms, &a->hold)
+	                  : kvc_inflight_begin(table, a->target, a->inode, a->first, a->timeout_ms);
 	atomic_store(&a->rc, rc);
 	atomic_store(&a->returned, true);
 	return NULL;
 }
 
-Test(inflight, a_whole_inode_hold_excludes_its_chunks_both_ways)
+Test(inflight, a_range_hold_excludes_its_chunks_both_ways_and_no_others)
 {
-	cr_assert_eq(kvc_inflight_begin_inode(table, 1, 7, 1000), 0);
-	cr_assert(kvc_inflight_busy(table, 1, 7, 0), "reads of every chunk ask the tail");
-	cr_assert(kvc_inflight_busy(table, 1, 7, 12345));
-	cr_assert_not(kvc_inflight_busy(table, 1, 8, 0), "another inode");
-	cr_assert_not(kvc_inflight_busy(table, 2, 7, 0), "another target");
-	cr_assert_eq(kvc_inflight_begin(table, 1, 7, 3, 50), -ETIMEDOUT, "a chunk waits for it");
-	cr_assert_eq(kvc_inflight_begin_inode(table, 1, 7, 50), -ETIMEDOUT, "so does another");
-	cr_assert_eq(kvc_inflight_begin(table, 1, 8, 3, 50), 0, "another inode does not");
-	kvc_inflight_end(table, 1, 8, 3);
-	kvc_inflight_end(table, 1, 7, 3); /* a chunk not held: the whole hold stays */
+	struct kvc_inflight_hold *h = NULL, *other = NULL;
+	cr_assert_eq(kvc_inflight_begin_range(table, 1, 7, 2, 5, 1000, &h), 0);
+	cr_assert_not_null(h);
+	for (uint32_t c = 2; c <= 5; c++)
+		cr_assert(kvc_inflight_busy(table, 1, 7, c), "reads of chunk %u ask the tail", c);
+	cr_assert_not(kvc_inflight_busy(table, 1, 7, 1), "a chunk before the range");
+	cr_assert_not(kvc_inflight_busy(table, 1, 7, 6), "a chunk after it");
+	cr_assert_not(kvc_inflight_busy(table, 1, 8, 3), "another inode");
+	cr_assert_not(kvc_inflight_busy(table, 2, 7, 3), "another target");
+	cr_assert_eq(kvc_inflight_begin(table, 1, 7, 3, 50), -ETIMEDOUT, "a chunk in it waits");
+	cr_assert_eq(kvc_inflight_begin(table, 1, 7, 6, 50), 0, "a chunk outside it does not");
+	kvc_inflight_end(table, 1, 7, 6);
+	cr_assert_eq(kvc_inflight_begin_range(table, 1, 7, 5, 9, 50, &other), -ETIMEDOUT,
+	             "an overlapping range waits");
+	cr_assert_null(other);
+	cr_assert_eq(kvc_inflight_begin_range(table, 1, 7, 6, 9, 50, &other), 0,
+	             "a range beside it does not");
+	kvc_inflight_end_range(table, other);
+	kvc_inflight_end(table, 1, 7, 3); /* a chunk not held: the range hold stays */
 	cr_assert(kvc_inflight_busy(table, 1, 7, 3));
 	/* a chunk waiting for it goes on once it ends */
-	struct inode_arg a = {.target = 1, .inode = 7, .chunk = 3, .timeout_ms = 60000};
+	struct range_arg a = {.target = 1, .inode = 7, .first = 3, .timeout_ms = 60000};
 	pthread_t thread;
 	pthread_create(&thread, NULL, holder, &a);
 	usleep(100 * 1000);
 	cr_assert_not(atomic_load(&a.returned));
-	kvc_inflight_end_inode(table, 1, 7);
+	kvc_inflight_end_range(table, h);
 	pthread_join(thread, NULL);
 	cr_assert_eq(atomic_load(&a.rc), 0);
-	/* and the other way: a whole hold waits for a chunk held before it */
-	struct inode_arg w = {.target = 1, .inode = 7, .whole = true, .timeout_ms = 60000};
+	/* and the other way: a range hold waits for a chunk held before it */
+	struct range_arg w = {.target = 1, .inode = 7, .first = 0, .last = UINT32_MAX,
+	                      .range = true, .timeout_ms = 60000};
 	pthread_create(&thread, NULL, holder, &w);
 	usleep(100 * 1000);
-	cr_assert_not(atomic_load(&w.returned), "a whole hold did not wait for a chunk");
+	cr_assert_not(atomic_load(&w.returned), "a range hold did not wait for a chunk");
 	kvc_inflight_end(table, 1, 7, 3);
 	pthread_join(thread, NULL);
 	cr_assert_eq(atomic_load(&w.rc), 0);
-	kvc_inflight_end_inode(table, 1, 7);
+	kvc_inflight_end_range(table, w.hold);
 	cr_assert_not(kvc_inflight_busy(table, 1, 7, 3));
+	kvc_inflight_end_range(table, NULL); /* nothing */
+	cr_assert_eq(kvc_inflight_begin_range(table, 1, 7, 5, 4, 50, &other), -EINVAL);
 }
 
-Test(inflight, a_waiting_whole_hold_keeps_new_chunks_out_and_gives_up_cleanly)
+Test(inflight, a_waiting_range_hold_keeps_new_chunks_out_and_gives_up_cleanly)
 {
 	cr_assert_eq(kvc_inflight_begin(table, 4, 9, 0, 1000), 0);
-	struct inode_arg w = {.target = 4, .inode = 9, .whole = true, .timeout_ms = 60000};
+	struct range_arg w = {.target = 4, .inode = 9, .first = 0, .last = 10, .range = true,
+	                      .timeout_ms = 60000};
 	pthread_t thread;
 	pthread_create(&thread, NULL, holder, &w);
 	usleep(100 * 1000);
@@ -201,12 +217,30 @@ Test(inflight, a_waiting_whole_hold_keeps_new_chunks_out_and_gives_up_cleanly)
 	kvc_inflight_end(table, 4, 9, 0);
 	pthread_join(thread, NULL);
 	cr_assert_eq(atomic_load(&w.rc), 0);
-	kvc_inflight_end_inode(table, 4, 9);
-	/* one that times out takes its entry back */
-	cr_assert_eq(kvc_inflight_begin(table, 4, 9, 0, 1000), 0);
-	cr_assert_eq(kvc_inflight_begin_inode(table, 4, 9, 50), -ETIMEDOUT);
-	cr_assert_eq(kvc_inflight_begin(table, 4, 9, 1, 50), 0, "a timed-out whole hold stayed");
-	kvc_inflight_end(table, 4, 9, 0);
-	kvc_inflight_end(table, 4, 9, 1);
+	kvc_inflight_end_range(table, w.hold);
+	/* one that times out takes its entry back, and only its own */
+	struct kvc_inflight_hold *first = NULL, *late = NULL;
+	cr_assert_eq(kvc_inflight_begin(table, 4, 9, 20, 1000), 0);
+	cr_assert_eq(kvc_inflight_begin_range(table, 4, 9, 0, 5, 1000, &first), 0);
+	/* beside the first, so it goes in, then times out on chunk 20 */
+	cr_assert_eq(kvc_inflight_begin_range(table, 4, 9, 10, UINT32_MAX, 50, &late), -ETIMEDOUT);
+	cr_assert_null(late);
+	cr_assert(kvc_inflight_busy(table, 4, 9, 3), "the first hold is still there");
+	cr_assert_not(kvc_inflight_busy(table, 4, 9, 30), "the timed-out one is gone");
+	kvc_inflight_end_range(table, first);
+	kvc_inflight_end(table, 4, 9, 20);
 	cr_assert_not(kvc_inflight_busy(table, 4, 9, 0));
+}
+
+Test(inflight, a_long_range_finds_chunks_held_far_apart)
+{
+	/* past the probing limit the range looks through every bucket */
+	cr_assert_eq(kvc_inflight_begin(table, 2, 5, 4000000, 1000), 0);
+	struct kvc_inflight_hold *h = NULL;
+	cr_assert_eq(kvc_inflight_begin_range(table, 2, 5, 10, UINT32_MAX, 50, &h), -ETIMEDOUT);
+	cr_assert_eq(kvc_inflight_begin_range(table, 2, 5, 10, 3999999, 50, &h), 0);
+	kvc_inflight_end_range(table, h);
+	kvc_inflight_end(table, 2, 5, 4000000);
+	cr_assert_eq(kvc_inflight_begin_range(table, 2, 5, 10, UINT32_MAX, 50, &h), 0);
+	kvc_inflight_end_range(table, h);
 }
