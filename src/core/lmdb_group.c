@@ -43,7 +43,29 @@ static int run_alone(struct kvc_lmdb_group *g, struct kvc_lmdb_group_call *c)
 	return kvc_lmdb_finish(txn, c->fn(g->owner, txn, c->arg));
 }
 
-/* Run a batch (a list of calls): together, or each alone after a failure. */
+/* The batch again, after a call of it failed, in one transaction: each
+ * call in a nested transaction of its own, kept when it succeeds and
+ * dropped when it fails, so a failing call (which any client can send)
+ * costs the batch one rerun, not a transaction per call. */
+static void run_nested(struct kvc_lmdb_group *g, struct kvc_lmdb_group_call *batch)
+{
+	MDB_txn *txn;
+	int rc = g->begin(g->owner, &txn);
+	for (struct kvc_lmdb_group_call *c = batch; c; c = c->next) {
+		MDB_txn *child = NULL;
+		c->rc = rc < 0 ? rc : kvc_lmdb_errno(mdb_txn_begin(mdb_txn_env(txn), txn, 0, &child));
+		if (c->rc == 0)
+			c->rc = kvc_lmdb_finish(child, c->fn(g->owner, child, c->arg));
+	}
+	if (rc < 0)
+		return;
+	rc = kvc_lmdb_finish(txn, 0);
+	for (struct kvc_lmdb_group_call *c = batch; c; c = c->next)
+		if (c->rc >= 0 && rc < 0)
+			c->rc = rc;
+}
+
+/* Run a batch (a list of calls): together, or nested after a failure. */
 static void run_batch(struct kvc_lmdb_group *g, struct kvc_lmdb_group_call *batch)
 {
 	MDB_txn *txn;
@@ -56,11 +78,10 @@ static void run_batch(struct kvc_lmdb_group *g, struct kvc_lmdb_group_call *batc
 	for (struct kvc_lmdb_group_call *c = batch; c && rc == 0; c = c->next)
 		rc = c->fn(g->owner, txn, c->arg);
 	if (rc < 0) {
-		/* A call failed: nothing of the batch commits; each runs alone. */
+		/* A call failed: nothing of this run commits; run it nested. */
 		if (began)
 			mdb_txn_abort(txn);
-		for (struct kvc_lmdb_group_call *c = batch; c; c = c->next)
-			c->rc = run_alone(g, c);
+		run_nested(g, batch);
 		return;
 	}
 	rc = kvc_lmdb_finish(txn, 0);

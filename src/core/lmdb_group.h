@@ -10,9 +10,15 @@
  * Each call's work (fn) runs inside the shared transaction and has no
  * effect outside it but its out-parameters, so it can run again: when any
  * call of a batch fails, the batch's transaction is aborted (no partial
- * change is ever committed) and every call of it runs again alone, in a
- * transaction of its own, and gets its own answer. A failed commit is the
- * answer of every call of the batch.
+ * change is ever committed) and the batch runs once more in one
+ * transaction, each call in a nested transaction of its own (LMDB's child
+ * transactions): a call that fails again leaves nothing, the others are
+ * kept, and each gets its own answer. So a failing call, which any client
+ * can send at will (an -EEXIST create), costs its batch one rerun, not a
+ * transaction per call. A failed commit is the answer of every call of
+ * the batch that had succeeded. fn must not open databases (LMDB refuses
+ * that in a child transaction) and the environment must not use
+ * MDB_WRITEMAP (no child transactions there).
  *
  * Lock order: the group's mutex is never held while a transaction runs
  * (the leader takes the batch, unlocks, then begins); LMDB's writer lock
