@@ -213,6 +213,12 @@ static int group_begin(void *owner, MDB_txn **txn)
 
 int kvc_pool_store_open(const char *dir, struct kvc_pool_store **out)
 {
+	return kvc_pool_store_open_sized(dir, MAP_SIZE, out);
+}
+
+int kvc_pool_store_open_sized(const char *dir, uint64_t map_bytes,
+                              struct kvc_pool_store **out)
+{
 	struct kvc_pool_store *s = calloc(1, sizeof(*s));
 	MDB_txn *txn;
 	if (!s)
@@ -224,7 +230,7 @@ int kvc_pool_store_open(const char *dir, struct kvc_pool_store **out)
 	}
 	rc = kvc_pool_waits_open(s);
 	if (rc == 0)
-		rc = kvc_lmdb_checkpoint_env_open(dir, MAP_SIZE, 12, &s->env, &s->checkpoint);
+		rc = kvc_lmdb_checkpoint_env_open(dir, map_bytes, 12, &s->env, &s->checkpoint);
 	if (rc == 0)
 		rc = kvc_pool_txn_begin(s, true, &txn);
 	if (rc < 0)

@@ -114,6 +114,10 @@ struct kvc_pool_stats {
 /* Open (creating) the store in dir. Returns 0, -EINVAL (another format),
  * -errno. */
 int kvc_pool_store_open(const char *dir, struct kvc_pool_store **out);
+/* The same with a map of map_bytes (the store's size limit; open uses 32
+ * GiB): calls that would grow it past that answer -ENOSPC. */
+int kvc_pool_store_open_sized(const char *dir, uint64_t map_bytes,
+                              struct kvc_pool_store **out);
 void kvc_pool_store_close(struct kvc_pool_store *store);
 /* Save the pool clock, then take a checkpoint: every transaction
  * committed before the call is durable when it returns 0. */

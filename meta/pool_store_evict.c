@@ -80,7 +80,7 @@ int kvc_pool_evict_for(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, u
 	MDB_val k = {prefix, buf}, v;
 	uint64_t earliest_lease = UINT64_MAX;
 	if (now_ms < w->no_eviction_before_ms)
-		return -ENOSPC;
+		return KVC_POOL_NONE;
 	for (int scanned = 0; scanned < EVICT_SCAN; scanned++) {
 		MDB_cursor *cur;
 		int rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->lru, &cur));
@@ -113,7 +113,7 @@ int kvc_pool_evict_for(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, u
 			 * short while, when the scan budget ran out first). */
 			w->no_eviction_before_ms = earliest_lease != UINT64_MAX ? earliest_lease
 			                                                        : now_ms + 10;
-			return -ENOSPC;
+			return KVC_POOL_NONE;
 		}
 		bool frees_ours = rank < r.head.world && r.slots[rank].state != SLOT_NONE;
 		rc = record_drop(s, txn, ns, &key, &r, c);
@@ -123,7 +123,7 @@ int kvc_pool_evict_for(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, u
 		if (frees_ours)
 			return 0;
 	}
-	return -ENOSPC;
+	return KVC_POOL_NONE;
 }
 
 int kvc_pool_release_leases(struct kvc_pool_store *s, const char *ns,

@@ -263,8 +263,14 @@ int kvc_pool_lru_del(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uin
 
 /* ---- pool_store_evict.c: eviction ---- */
 
+/* What allocation's helpers answer when a rank has no free page, or
+ * nothing can be evicted: not an error (the key gets page -1), and apart
+ * from -ENOSPC, which is LMDB's map or transaction being full. */
+#define KVC_POOL_NONE 1
+
 /* Evict LRU keys (retired first) not under lease until `rank` has a free
- * page. Returns 0 when one was freed, -ENOSPC when nothing can go. */
+ * page. Returns 0 when one was freed, KVC_POOL_NONE when nothing can go,
+ * or -errno (the transaction failed: -ENOSPC when LMDB is full). */
 int kvc_pool_evict_for(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint32_t rank,
                        uint64_t now_ms, struct pool_world *w, struct counts *c);
 

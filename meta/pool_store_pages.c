@@ -91,7 +91,8 @@ int kvc_pool_page_free(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, u
 	return rc;
 }
 
-/* Take the lowest free page of a rank for key. -ENOSPC when none. */
+/* Take the lowest free page of a rank for key: 0, KVC_POOL_NONE when the
+ * rank has none, or -errno (-ENOSPC: LMDB is full, not the rank). */
 static int page_take(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uint32_t rank,
                      const struct kvc_pool_key *key, uint32_t *page, struct counts *c)
 {
@@ -120,7 +121,7 @@ static int page_take(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, uin
 		c->free_positioned = rc == 0;
 	}
 	if (rc == MDB_NOTFOUND)
-		return -ENOSPC;
+		return KVC_POOL_NONE;
 	rc = kvc_lmdb_errno(rc);
 	MDB_val pk = page_key(buf, ns, rank, *page), kv = {key->length, (void *)key->bytes};
 	if (rc == 0)
@@ -166,12 +167,15 @@ static int allocate_one(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, 
 		return 0;
 	}
 	rc = page_take(s, txn, ns, rank, key, &page, c);
-	if (rc == -ENOSPC && kvc_pool_evict_for(s, txn, ns, rank, now_ms, w, c) == 0)
-		rc = page_take(s, txn, ns, rank, key, &page, c);
-	if (rc == -ENOSPC)
+	if (rc == KVC_POOL_NONE) {
+		rc = kvc_pool_evict_for(s, txn, ns, rank, now_ms, w, c);
+		if (rc == 0)
+			rc = page_take(s, txn, ns, rank, key, &page, c);
+	}
+	if (rc == KVC_POOL_NONE)
 		return 0; /* full: page -1 */
 	if (rc < 0)
-		return rc;
+		return rc; /* LMDB full (-ENOSPC) or failed: the call's answer */
 	*slot = (struct slot){(int32_t)page, SLOT_ALLOCATED};
 	out->page = page;
 	return kvc_pool_record_put(s, txn, ns, key, &r);

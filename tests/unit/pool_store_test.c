@@ -562,3 +562,39 @@ Test(pool_store, pool_clock_goes_on_across_restarts)
 	cr_assert_geq(kvc_pool_now_ms(store), from, "saved at sync and close");
 	cr_assert_lt(kvc_pool_now_ms(store), 5000 + 600000);
 }
+
+/* A store at its size limit is not a full pool: allocations that cannot
+ * be written answer -ENOSPC (nothing is evicted for them, no page -1
+ * while the rank has free pages), and the store goes on serving. */
+Test(pool_store, a_store_at_its_size_limit_answers_enospc_not_a_full_pool)
+{
+	kvc_pool_store_close(store);
+	store = NULL;
+	kvc_test_dir_remove(dir);
+	kvc_test_dir_make(dir, "pool");
+	cr_assert_eq(kvc_pool_store_open_sized(dir, 1 << 20, &store), 0);
+	cr_assert_eq(kvc_pool_init(store, "kv", 0, 4096, 1), 0);
+	struct kvc_pool_key keys[64];
+	struct kvc_pool_allocation out[64];
+	static char names[64][KVC_POOL_MAX_KEY];
+	int rc = 0, batches = 0;
+	uint64_t taken = 0;
+	for (; batches < 1000 && rc == 0; batches++) {
+		for (int i = 0; i < 64; i++) {
+			memset(names[i], 'a' + i % 26, KVC_POOL_MAX_KEY);
+			snprintf(names[i], 16, "b%d-%d", batches, i);
+			names[i][strlen(names[i])] = 'x';
+			keys[i] = (struct kvc_pool_key){names[i], KVC_POOL_MAX_KEY};
+		}
+		rc = kvc_pool_allocate(store, "kv", 0, keys, 64, 0, out);
+		for (int i = 0; i < 64 && rc == 0; i++) {
+			cr_assert_geq(out[i].page, 0, "a page -1 while %llu of 4096 were taken",
+			              (unsigned long long)taken);
+			taken++;
+		}
+	}
+	cr_assert_eq(rc, -ENOSPC, "at the size limit: %d after %d batches", rc, batches);
+	cr_assert_lt(taken, 4096, "the limit came before the pool was full");
+	cr_assert_eq(free_pages("kv", 0), 4096 - taken, "the failed batch took nothing");
+	cr_assert(exists1("kv", "nothing") == false, "and the store still answers");
+}
