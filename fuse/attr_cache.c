@@ -20,6 +20,7 @@ struct slot {
 struct kvc_attr_cache {
 	pthread_mutex_t lock;
 	uint64_t forgets;
+	uint64_t forgot_seq; /* the events' seq at the last forget */
 	struct slot slots[SLOTS];
 };
 
@@ -78,7 +79,10 @@ double kvc_attr_cache_get(struct kvc_attr_cache *cache, struct kvc_meta_events *
 {
 	pthread_mutex_lock(&cache->lock);
 	struct slot s = *slot_of(cache, ino);
-	bool held = s.attr.ino == ino && ino != 0 && s.valid && s.forgets == cache->forgets;
+	/* Put after the last forget, and asked for after it too (an answer
+	 * in flight across a change of ours may tell the old nlink). */
+	bool held = s.attr.ino == ino && ino != 0 && s.valid && s.forgets == cache->forgets &&
+	            s.mark.seq >= cache->forgot_seq;
 	pthread_mutex_unlock(&cache->lock);
 	if (!held)
 		return 0;
@@ -92,9 +96,12 @@ double kvc_attr_cache_get(struct kvc_attr_cache *cache, struct kvc_meta_events *
 	return left;
 }
 
-void kvc_attr_cache_forget(struct kvc_attr_cache *cache)
+void kvc_attr_cache_forget(struct kvc_attr_cache *cache, struct kvc_meta_events *events)
 {
+	uint64_t seq = kvc_meta_events_tick(events);
 	pthread_mutex_lock(&cache->lock);
 	cache->forgets++;
+	if (seq > cache->forgot_seq)
+		cache->forgot_seq = seq;
 	pthread_mutex_unlock(&cache->lock);
 }

@@ -17,7 +17,8 @@
  *   costs no round trip either.
  *   Any namespace change made through this client (unlink, rename, link,
  *   xattrs: nlink and ctime change, and kvc-meta does not echo a client's
- *   own changes) forgets every answer held for GETATTR; a change of ours
+ *   own changes) forgets every answer held for GETATTR, and every answer
+ *   to a request made before it that comes back later; a change of ours
  *   to a directory marks it changed in the events' table
  *   (kvc_meta_events_changed_here), so no answer asked for before serves,
  *   and an answer older (ctime) than the one held drops both.
@@ -46,7 +47,8 @@ bool kvc_attr_cache_same(struct kvc_attr_cache *cache, const struct kvc_attr *at
  * cached (> 0) with *out set, or 0. */
 double kvc_attr_cache_get(struct kvc_attr_cache *cache, struct kvc_meta_events *events,
                           uint64_t ino, struct kvc_attr *out);
-/* A namespace change of ours: no held answer serves GETATTR any more. */
-void kvc_attr_cache_forget(struct kvc_attr_cache *cache);
+/* A namespace change of ours: no held answer serves GETATTR any more, nor
+ * any answer to a request made before this call (put later). */
+void kvc_attr_cache_forget(struct kvc_attr_cache *cache, struct kvc_meta_events *events);
 
 #endif

@@ -86,7 +86,7 @@ void kvc_fuse_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offse
 		   ? extend_to(fs, ino, (uint64_t)offset + (uint64_t)length) : 0;
 	else if (rc == 0 && mode != FALLOC_FL_KEEP_SIZE)
 		rc = -EOPNOTSUPP;
-	kvc_attr_cache_forget(fs->attrs); /* the size or the times changed */
+	kvc_attr_cache_forget(fs->attrs, fs->events); /* the size or the times changed */
 	kvc_fuse_reply_error(req, rc);
 }
 

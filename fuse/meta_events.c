@@ -73,6 +73,11 @@ double kvc_meta_events_ttl(struct kvc_meta_events *ev, struct kvc_meta_events_ma
 	return ev->fs->config.cache_ttl_ms / 1000.0;
 }
 
+uint64_t kvc_meta_events_tick(struct kvc_meta_events *ev)
+{
+	return ev ? atomic_fetch_add(&ev->seq, 1) + 1 : 0;
+}
+
 void kvc_meta_events_changed_here(struct kvc_meta_events *ev, uint64_t ino)
 {
 	if (!ev)

@@ -46,6 +46,11 @@ struct kvc_meta_events_mark kvc_meta_events_mark(struct kvc_meta_events *ev);
 double kvc_meta_events_ttl(struct kvc_meta_events *ev, struct kvc_meta_events_mark mark,
                            uint64_t parent, const char *name, uint64_t ino);
 
+/* Move the events' sequence on and return it: a mark taken before this
+ * call has a lower seq than the result, one taken after has at least it
+ * (attr_cache's forgets). 0 without events. */
+uint64_t kvc_meta_events_tick(struct kvc_meta_events *ev);
+
 /* This client changed inode ino (kvc-meta tells no client of its own
  * changes): answers about it asked for before now are not cached. */
 void kvc_meta_events_changed_here(struct kvc_meta_events *ev, uint64_t ino);

@@ -250,7 +250,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t new_parent,
 	struct kvc_fuse *fs = kvc_fuse_of(req);
 	struct kvc_attr attr;
 	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
-	kvc_attr_cache_forget(fs->attrs); /* nlink */
+	kvc_attr_cache_forget(fs->attrs, fs->events); /* nlink */
 	uint32_t names = kvc_dir_names_begin(fs->dir_names, new_parent, new_name, strlen(new_name));
 	int rc = kvc_meta_client_link(&fs->meta, ino, new_parent, new_name, &attr);
 	kvc_dir_names_end(fs->dir_names, names);
@@ -272,7 +272,7 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name, boo
 	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
 	int rc = dir ? kvc_meta_client_rmdir(&fs->meta, parent, name, &after)
 	             : kvc_meta_client_unlink(&fs->meta, parent, name, &after);
-	kvc_attr_cache_forget(fs->attrs); /* an nlink changed */
+	kvc_attr_cache_forget(fs->attrs, fs->events); /* an nlink changed */
 	if (rc == 0)
 		kvc_attr_cache_put(fs->attrs, &after, mark);
 	kvc_fuse_reply_error(req, rc);
@@ -340,7 +340,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	int rc = kvc_meta_client_rename(&kvc_fuse_of(req)->meta, parent, name, new_parent, new_name,
 	                                kvc_flags);
 	kvc_dir_names_end(d, names);
-	kvc_attr_cache_forget(kvc_fuse_of(req)->attrs); /* ctime, a replaced file's nlink */
+	kvc_attr_cache_forget(kvc_fuse_of(req)->attrs, kvc_fuse_of(req)->events); /* ctime, a replaced file's nlink */
 	kvc_meta_events_changed_here(kvc_fuse_of(req)->events, parent);
 	kvc_meta_events_changed_here(kvc_fuse_of(req)->events, new_parent);
 	kvc_fuse_reply_error(req, rc);

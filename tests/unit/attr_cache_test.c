@@ -2,11 +2,20 @@
  * served while fresh; an answer older (ctime) than the newest one seen for
  * its inode is never kept, and the one held stops being served until a
  * newer answer comes (a GETATTR that passed a change of ours, answered
- * after it, and a third one older still); a forget drops every answer.
+ * after it, and a third one older still); a forget drops every answer,
+ * and answers to requests made before it that arrive after it.
  * The events' ttl (fuse/meta_events.c) is stubbed: ten seconds. */
 #include <criterion/criterion.h>
 
 #include "fuse/attr_cache.h"
+
+static uint64_t ticks;
+
+uint64_t kvc_meta_events_tick(struct kvc_meta_events *ev)
+{
+	(void)ev;
+	return ++ticks;
+}
 
 double kvc_meta_events_ttl(struct kvc_meta_events *ev, struct kvc_meta_events_mark mark,
                            uint64_t parent, const char *name, uint64_t ino)
@@ -42,7 +51,31 @@ Test(attr_cache, an_older_answer_is_never_served_after_a_newer_one)
 	kvc_attr_cache_put(c, &again, mark);
 	cr_assert_gt(kvc_attr_cache_get(c, NULL, 7, &out), 0);
 	cr_assert_eq(out.mode, 040700);
-	kvc_attr_cache_forget(c);
+	kvc_attr_cache_forget(c, NULL);
 	cr_assert_eq(kvc_attr_cache_get(c, NULL, 7, &out), 0, "forgotten");
+	kvc_attr_cache_destroy(c);
+}
+
+Test(attr_cache, an_answer_asked_for_before_a_forget_is_not_served)
+{
+	struct kvc_attr_cache *c;
+	struct kvc_attr out;
+	cr_assert_eq(kvc_attr_cache_create(&c), 0);
+	/* A GETATTR is asked (mark), then this client unlinks another hard
+	 * link of the file (forget: nlink changed), then the old answer
+	 * arrives: it tells the old nlink, and is not served. */
+	const struct kvc_meta_events_mark asked = {ticks, 0};
+	kvc_attr_cache_forget(c, NULL);
+	struct kvc_attr old = at(9, 100, 0100644);
+	old.nlink = 2;
+	kvc_attr_cache_put(c, &old, asked);
+	cr_assert_eq(kvc_attr_cache_get(c, NULL, 9, &out), 0, "an answer from before the change");
+	/* asked for after the change: served */
+	const struct kvc_meta_events_mark after = {ticks, 0};
+	struct kvc_attr now = at(9, 150, 0100644);
+	now.nlink = 1;
+	kvc_attr_cache_put(c, &now, after);
+	cr_assert_gt(kvc_attr_cache_get(c, NULL, 9, &out), 0);
+	cr_assert_eq(out.nlink, 1);
 	kvc_attr_cache_destroy(c);
 }
