@@ -11,24 +11,9 @@
 #include "core/host_id.h"
 #include "core/layout.h"
 #include "core/log.h"
-#include "client/storage_target.h"
+#include "storage/service_internal.h"
 
 #define RING_ENTRIES 256
-
-struct conn_state {
-	struct kvc_chunk_ring ring;
-	uint8_t *buffer; /* write data */
-	size_t buffer_size;
-	struct kvc_chunk_read reads[KVC_WIRE_MAX_PIECES];
-	struct kvc_chunk_store *read_stores[KVC_WIRE_MAX_PIECES];
-	int read_status[KVC_WIRE_MAX_PIECES]; /* a piece's chain check */
-	bool tails[KVC_WIRE_MAX_PIECES];      /* the piece's target is its chain's tail */
-	struct kvc_msg_piece_result results[KVC_WIRE_MAX_PIECES];
-	struct iovec data[KVC_WIRE_MAX_PIECES];
-	/* Placement (Unix socket only): the peer process, once checked. */
-	int peer; /* 0: not checked yet; 1: a local daemon; -errno: refused */
-	pid_t peer_pid;
-};
 
 static struct conn_state *state_of(struct kvc_server_conn *conn)
 {
@@ -59,7 +44,7 @@ void kvc_storage_service_cleanup(void *service, struct kvc_server_conn *conn)
 	conn->service_state = NULL;
 }
 
-static int ensure_buffer(struct conn_state *state, size_t need)
+int kvc_service_ensure_buffer(struct conn_state *state, size_t need)
 {
 	if (need <= state->buffer_size)
 		return 0;
@@ -71,48 +56,36 @@ static int ensure_buffer(struct conn_state *state, size_t need)
 	return 0;
 }
 
-static struct kvc_chunk_store *store_of(struct kvc_storage_service *svc, uint32_t target)
+struct kvc_chunk_store *kvc_service_store(struct kvc_storage_service *svc, uint32_t target)
 {
 	if (target < svc->first_target || target - svc->first_target >= svc->target_count)
 		return NULL;
 	return svc->stores[target - svc->first_target];
 }
 
-static bool chunk_size_valid(uint32_t cs)
+bool kvc_service_chunk_size_valid(uint32_t cs)
 {
 	return cs >= KVC_LAYOUT_MIN_CHUNK && cs <= KVC_LAYOUT_MAX_CHUNK && !(cs & (cs - 1));
 }
 
-/* A request: its fixed struct (checked to be in the body, and the whole
- * body when the type's size is exact) and the offset of what follows.
- * Variable parts are taken with take() and must end at the body's end. */
-struct request {
-	struct kvc_storage_service *svc;
-	struct kvc_server_conn *conn;
-	struct conn_state *state;
-	const struct kvc_wire_header *h;
-	const void *msg;
-	uint32_t off;
-};
-
-static const void *take(struct request *r, uint32_t len)
+const void *kvc_service_take(struct request *r, uint32_t len)
 {
 	return kvc_wire_body_take(r->conn->body, r->h->body_len, &r->off, len);
 }
 
-static bool done(const struct request *r)
+bool kvc_service_done(const struct request *r)
 {
 	return r->off == r->h->body_len;
 }
 
-static int reply(struct request *r, int rc, const void *body, uint32_t len)
+int kvc_service_reply(struct request *r, int rc, const void *body, uint32_t len)
 {
 	return kvc_server_reply(r->conn, r->h, rc, rc < 0 ? NULL : body, rc < 0 ? 0 : len);
 }
 
 /* Answer an error to a frame whose data section is still on the socket:
  * drop the data first, so the connection stays in frame. */
-static int refuse(struct kvc_server_conn *conn, const struct kvc_wire_header *h, int status)
+int kvc_service_refuse(struct kvc_server_conn *conn, const struct kvc_wire_header *h, int status)
 {
 	int rc = kvc_wire_discard(conn->fd, h->data_len);
 	return rc < 0 ? rc : kvc_server_reply(conn, h, status, NULL, 0);
@@ -124,7 +97,7 @@ static int refuse(struct kvc_server_conn *conn, const struct kvc_wire_header *h,
  * added since its table: the sender or this server refreshes); -ENXIO
  * for a chain a static table does not know. A server without peers
  * (single copy, tests) takes chain == target at any version. */
-static const struct kvc_chain *chain_of(const struct kvc_storage_service *svc, uint32_t chain,
+const struct kvc_chain *kvc_service_chain(const struct kvc_storage_service *svc, uint32_t chain,
                                         uint32_t version, uint32_t target,
                                         struct kvc_chain *copy, int *pos, int *rc)
 {
@@ -150,7 +123,7 @@ static const struct kvc_chain *chain_of(const struct kvc_storage_service *svc, u
  * while it writes, so a resync or a repair here (which hold the chunk
  * across their copy) copies the chunk before or after the write, never
  * across it. A single-copy target holds nothing. */
-static int chain_write(struct request *r, const struct kvc_msg_chunk_write *m,
+int kvc_service_chain_write(struct request *r, const struct kvc_msg_chunk_write *m,
                        struct kvc_chunk_store *store, const struct kvc_chain *chain, int pos,
                        uint32_t len, struct kvc_msg_chunk_write_reply *out)
 {
@@ -169,7 +142,7 @@ static int chain_write(struct request *r, const struct kvc_msg_chunk_write *m,
 	struct kvc_chain now;
 	int now_pos;
 	unsigned ticket = svc->inflight ? kvc_inflight_apply_enter(svc->inflight, m->target) : 0;
-	if (chain_of(svc, m->chain, m->chain_version, m->target, &now, &now_pos, &status))
+	if (kvc_service_chain(svc, m->chain, m->chain_version, m->target, &now, &now_pos, &status))
 		status = kvc_chunk_store_write(store, m->inode, m->chunk, m->chunk_size, m->offset,
 		                               r->state->buffer, len, &out->version, &out->length);
 	if (svc->inflight)
@@ -191,19 +164,19 @@ static int chain_write(struct request *r, const struct kvc_msg_chunk_write *m,
 }
 
 /* Check a write of len bytes; returns 0 with its chain, or -errno. */
-static int write_check(struct request *r, const struct kvc_msg_chunk_write *m, uint64_t len,
+int kvc_service_write_check(struct request *r, const struct kvc_msg_chunk_write *m, uint64_t len,
                        struct kvc_chain *copy, const struct kvc_chain **chain, int *pos)
 {
-	struct kvc_chunk_store *store = store_of(r->svc, m->target);
+	struct kvc_chunk_store *store = kvc_service_store(r->svc, m->target);
 	int status = 0;
 	if (!store)
 		status = -ENXIO;
-	else if (!chunk_size_valid(m->chunk_size) || len == 0 || m->offset > m->chunk_size ||
+	else if (!kvc_service_chunk_size_valid(m->chunk_size) || len == 0 || m->offset > m->chunk_size ||
 	         len > m->chunk_size - m->offset || (m->flags & ~KVC_CHUNK_FORWARDED) ||
 	         m->reserved)
 		status = -EINVAL;
 	else
-		*chain = chain_of(r->svc, m->chain, m->chain_version, m->target, copy, pos, &status);
+		*chain = kvc_service_chain(r->svc, m->chain, m->chain_version, m->target, copy, pos, &status);
 	/* A client writes to the head; only a member passes a write on. */
 	if (status == 0 && (*pos == 0) == ((m->flags & KVC_CHUNK_FORWARDED) != 0))
 		status = *pos == 0 ? -EINVAL : -ESTALE;
@@ -211,7 +184,7 @@ static int write_check(struct request *r, const struct kvc_msg_chunk_write *m, u
 	if (status == 0 && *pos == 0 && (*chain)->count < r->svc->min_write_replicas)
 		status = -EROFS;
 	if (status == 0)
-		status = ensure_buffer(r->state, len);
+		status = kvc_service_ensure_buffer(r->state, len);
 	return status;
 }
 
@@ -222,21 +195,21 @@ static int h_write(struct request *r)
 	int pos = 0;
 	struct kvc_chain copy;
 	const struct kvc_chain *chain = NULL;
-	int status = write_check(r, m, h->data_len, &copy, &chain, &pos);
+	int status = kvc_service_write_check(r, m, h->data_len, &copy, &chain, &pos);
 	if (status < 0)
-		return refuse(r->conn, h, status);
+		return kvc_service_refuse(r->conn, h, status);
 	int rc = kvc_wire_recv_exact(r->conn->fd, r->state->buffer, h->data_len);
 	if (rc < 0)
 		return rc;
 	struct kvc_msg_chunk_write_reply out = {0};
-	status = chain_write(r, m, store_of(r->svc, m->target), chain, pos, (uint32_t)h->data_len,
+	status = kvc_service_chain_write(r, m, kvc_service_store(r->svc, m->target), chain, pos, (uint32_t)h->data_len,
 	                     &out);
-	return reply(r, status, &out, sizeof(out));
+	return kvc_service_reply(r, status, &out, sizeof(out));
 }
 
 /* Check a read request's pieces; returns 0 or -errno for the whole
  * request. */
-static int check_pieces(struct kvc_storage_service *svc, struct conn_state *state,
+int kvc_service_check_pieces(struct kvc_storage_service *svc, struct conn_state *state,
                         const struct kvc_msg_piece *pieces, uint32_t count)
 {
 	uint64_t total = 0;
@@ -248,9 +221,9 @@ static int check_pieces(struct kvc_storage_service *svc, struct conn_state *stat
 		int pos = 0, rc = 0;
 		struct kvc_chain copy;
 		state->tails[i] = false;
-		const struct kvc_chain *chain = chain_of(svc, p->chain, p->chain_version, p->target,
+		const struct kvc_chain *chain = kvc_service_chain(svc, p->chain, p->chain_version, p->target,
 		                                         &copy, &pos, &rc);
-		state->read_stores[i] = chain ? store_of(svc, p->target) : NULL;
+		state->read_stores[i] = chain ? kvc_service_store(svc, p->target) : NULL;
 		/* A target catching up serves no reads yet: ask another member. */
 		if (rc == 0 && state->read_stores[i] &&
 		    atomic_load(&svc->resync[p->target - svc->first_target].syncing))
@@ -267,7 +240,7 @@ static int check_pieces(struct kvc_storage_service *svc, struct conn_state *stat
 /* Read the checked pieces into buffers and settle each one's result
  * (state->results, state->data). Returns the bytes present. The caller
  * releases state->reads. */
-static uint64_t read_pieces(struct request *r, const struct kvc_msg_piece *pieces,
+uint64_t kvc_service_read_pieces(struct request *r, const struct kvc_msg_piece *pieces,
                             uint32_t count)
 {
 	struct conn_state *state = r->state;
@@ -300,14 +273,14 @@ static int h_read(struct request *r)
 	const struct kvc_msg_chunk_read *m = r->msg;
 	struct conn_state *state = r->state;
 	if (m->count == 0 || m->count > KVC_WIRE_MAX_PIECES)
-		return reply(r, -EINVAL, NULL, 0);
-	const struct kvc_msg_piece *pieces = take(r, m->count * (uint32_t)sizeof(*pieces));
-	if (!pieces || !done(r))
-		return reply(r, -EINVAL, NULL, 0);
-	int rc = check_pieces(r->svc, state, pieces, m->count);
+		return kvc_service_reply(r, -EINVAL, NULL, 0);
+	const struct kvc_msg_piece *pieces = kvc_service_take(r, m->count * (uint32_t)sizeof(*pieces));
+	if (!pieces || !kvc_service_done(r))
+		return kvc_service_reply(r, -EINVAL, NULL, 0);
+	int rc = kvc_service_check_pieces(r->svc, state, pieces, m->count);
 	if (rc < 0)
-		return reply(r, rc, NULL, 0);
-	uint64_t data_len = read_pieces(r, pieces, m->count);
+		return kvc_service_reply(r, rc, NULL, 0);
+	uint64_t data_len = kvc_service_read_pieces(r, pieces, m->count);
 	struct kvc_wire_header out;
 	kvc_wire_header_init(&out, r->h->type, r->h->request_id, 0,
 	                     m->count * (uint32_t)sizeof(state->results[0]), data_len);
@@ -316,184 +289,30 @@ static int h_read(struct request *r)
 	return rc;
 }
 
-/* Replies of the range operations: how many chunks they changed. */
-static int reply_count(struct request *r, int64_t rc)
-{
-	struct kvc_msg_count_reply out = {.count = rc > 0 ? (uint64_t)rc : 0};
-	return reply(r, rc < 0 ? (int)rc : 0, &out, sizeof(out));
-}
-
-/* A range operation (remove, truncate, punch) of one inode on target,
- * chained as a write is (wire.h): checked against its chain and version
- * (a request delayed across a membership change must not land after the
- * target caught up) and against its place in the chain (a client sends it
- * to the head, only a member passes it on); applied here inside the
- * target's apply gate (inflight.h), then passed to the next member; the
- * answer is the tail's. Like chain_write, every member of a chain of
- * several (and a syncing tail) holds the chunks it changes (span) in the
- * in-flight table until the rest of the chain answered, so the chain
- * applies a chunk's writes and range operations in one order, and a
- * resync or a repair here copies a chunk before or after it, never across
- * it (resync.h). Fewer members than min_write_replicas do not refuse it:
- * dropping bytes never keeps fewer copies than promised. A server without
- * peers just applies it. Replies with the count or -errno. */
-/* What a range operation changes: inode's chunks first..last. */
-struct chunk_span {
-	uint64_t inode;
-	uint32_t first, last;
-};
-
-static int range_apply(struct request *r, uint32_t target, uint32_t chain_id, uint32_t version,
-                       uint32_t flags, bool valid,
-                       int64_t (*apply)(struct kvc_chunk_store *store, const void *msg),
-                       void (*pass_on)(void *body, const void *msg, uint32_t next),
-                       uint32_t body_len, struct chunk_span span)
-{
-	uint64_t inode = span.inode;
-	struct kvc_storage_service *svc = r->svc;
-	struct kvc_chunk_store *store = store_of(svc, target);
-	struct kvc_chain copy;
-	const struct kvc_chain *chain = NULL;
-	int pos = 0, rc = store ? 0 : -ENXIO;
-	if (rc == 0 && (!valid || (flags & ~KVC_CHUNK_FORWARDED)))
-		rc = -EINVAL;
-	if (rc == 0)
-		chain = chain_of(svc, chain_id, version, target, &copy, &pos, &rc);
-	if (rc == 0 && (pos == 0) == ((flags & KVC_CHUNK_FORWARDED) != 0))
-		rc = pos == 0 ? -EINVAL : -ESTALE;
-	struct kvc_inflight_hold *hold = NULL;
-	if (rc == 0 && svc->inflight &&
-	    (chain->count > 1 || atomic_load(&svc->resync[target - svc->first_target].syncing)))
-		rc = kvc_inflight_begin_range(svc->inflight, target, inode, span.first, span.last,
-		                              svc->io_timeout_ms, &hold);
-	int64_t n = rc;
-	if (rc == 0) {
-		unsigned ticket = svc->inflight ? kvc_inflight_apply_enter(svc->inflight, target) : 0;
-		struct kvc_chain now;
-		int now_pos;
-		if (chain_of(svc, chain_id, version, target, &now, &now_pos, &rc))
-			n = apply(store, r->msg);
-		else
-			n = rc;
-		if (svc->inflight)
-			kvc_inflight_apply_leave(svc->inflight, target, ticket);
-	}
-	if (n >= 0 && chain && (uint32_t)pos + 1 < chain->count) {
-		uint8_t body[64], reply[64];
-		uint32_t next = chain->targets[pos + 1], reply_len = 0;
-		pass_on(body, r->msg, next);
-		int status = kvc_storage_target_call_idempotent(svc->peers, next, r->h->type, body,
-		                                                body_len, reply, sizeof(reply),
-		                                                &reply_len);
-		if (status < 0) {
-			kvc_log_warn("chain %u: target %u could not pass a %s of inode %llu on to "
-			             "target %u: %s", chain_id, target, kvc_wire_type_name(r->h->type),
-			             (unsigned long long)inode, next, strerror(-status));
-			n = kvc_rpc_is_transport_error(status) ? -EIO : status;
-		}
-	}
-	if (hold)
-		kvc_inflight_end_range(svc->inflight, hold);
-	return reply_count(r, n);
-}
-
-static int64_t apply_remove(struct kvc_chunk_store *store, const void *msg)
-{
-	const struct kvc_msg_chunk_remove *m = msg;
-	return kvc_chunk_store_remove(store, m->inode);
-}
-
-static int64_t apply_truncate(struct kvc_chunk_store *store, const void *msg)
-{
-	const struct kvc_msg_chunk_truncate *m = msg;
-	return kvc_chunk_store_truncate(store, m->inode, m->size, m->chunk_size);
-}
-
-static int64_t apply_punch(struct kvc_chunk_store *store, const void *msg)
-{
-	const struct kvc_msg_chunk_punch *m = msg;
-	return kvc_chunk_store_punch(store, m->inode, m->first_chunk, m->count);
-}
-
-static void pass_remove(void *body, const void *msg, uint32_t next)
-{
-	struct kvc_msg_chunk_remove m = *(const struct kvc_msg_chunk_remove *)msg;
-	m.target = next;
-	m.flags = KVC_CHUNK_FORWARDED;
-	memcpy(body, &m, sizeof(m));
-}
-
-static void pass_truncate(void *body, const void *msg, uint32_t next)
-{
-	struct kvc_msg_chunk_truncate m = *(const struct kvc_msg_chunk_truncate *)msg;
-	m.target = next;
-	m.flags = KVC_CHUNK_FORWARDED;
-	memcpy(body, &m, sizeof(m));
-}
-
-static void pass_punch(void *body, const void *msg, uint32_t next)
-{
-	struct kvc_msg_chunk_punch m = *(const struct kvc_msg_chunk_punch *)msg;
-	m.target = next;
-	m.flags = KVC_CHUNK_FORWARDED;
-	memcpy(body, &m, sizeof(m));
-}
-
-static int h_remove(struct request *r)
-{
-	const struct kvc_msg_chunk_remove *m = r->msg;
-	struct chunk_span all = {m->inode, 0, UINT32_MAX};
-	return range_apply(r, m->target, m->chain, m->chain_version, m->flags, true, apply_remove,
-	                   pass_remove, sizeof(*m), all);
-}
-
-static int h_truncate(struct request *r)
-{
-	const struct kvc_msg_chunk_truncate *m = r->msg;
-	bool valid = chunk_size_valid(m->chunk_size) && m->size <= KVC_LAYOUT_MAX_FILE_SIZE &&
-	             m->reserved == 0;
-	/* the chunk the size falls in (cut) and every one after (dropped) */
-	uint64_t from = valid ? m->size / m->chunk_size : 0;
-	struct chunk_span tail = {m->inode, from > UINT32_MAX ? UINT32_MAX : (uint32_t)from,
-	                          UINT32_MAX};
-	return range_apply(r, m->target, m->chain, m->chain_version, m->flags, valid,
-	                   apply_truncate, pass_truncate, sizeof(*m), tail);
-}
-
-static int h_punch(struct request *r)
-{
-	const struct kvc_msg_chunk_punch *m = r->msg;
-	bool valid = m->count > 0 && m->count - 1 <= UINT32_MAX - m->first_chunk;
-	struct chunk_span span = {m->inode, m->first_chunk,
-	                          valid ? m->first_chunk + (m->count - 1) : m->first_chunk};
-	return range_apply(r, m->target, m->chain, m->chain_version, m->flags, valid, apply_punch,
-	                   pass_punch, sizeof(*m), span);
-}
-
 /* A page of the target's chunks (resync.h compares two of them). A
  * resync's source is checked at the resync's chain version and drained of
  * writes taken under an older one first (wire.h, inflight.h). */
 static int h_list(struct request *r)
 {
 	const struct kvc_msg_chunk_list *m = r->msg;
-	struct kvc_chunk_store *store = store_of(r->svc, m->target);
+	struct kvc_chunk_store *store = kvc_service_store(r->svc, m->target);
 	bool at_version = m->flags & KVC_CHUNK_LIST_AT_VERSION;
 	if (!store)
-		return reply(r, -ENXIO, NULL, 0);
+		return kvc_service_reply(r, -ENXIO, NULL, 0);
 	if (m->max_entries == 0 || m->max_entries > KVC_WIRE_MAX_CHUNK_LIST ||
 	    (m->flags & ~(KVC_CHUNK_LIST_AFTER | KVC_CHUNK_LIST_AT_VERSION)) ||
 	    (!at_version && (m->chain || m->chain_version)))
-		return reply(r, -EINVAL, NULL, 0);
+		return kvc_service_reply(r, -EINVAL, NULL, 0);
 	if (at_version) {
 		struct kvc_chain copy;
 		int pos, rc = 0;
-		if (!chain_of(r->svc, m->chain, m->chain_version, m->target, &copy, &pos, &rc))
-			return reply(r, rc, NULL, 0);
+		if (!kvc_service_chain(r->svc, m->chain, m->chain_version, m->target, &copy, &pos, &rc))
+			return kvc_service_reply(r, rc, NULL, 0);
 		rc = r->svc->inflight ? kvc_inflight_apply_drain(r->svc->inflight, m->target,
 		                                                 r->svc->io_timeout_ms)
 		                      : 0;
 		if (rc < 0)
-			return reply(r, -EAGAIN, NULL, 0);
+			return kvc_service_reply(r, -EAGAIN, NULL, 0);
 	}
 	struct kvc_chunk_entry *found = malloc(m->max_entries * sizeof(*found));
 	struct kvc_msg_chunk_list_reply head = {0};
@@ -513,7 +332,7 @@ static int h_list(struct request *r)
 		head = (struct kvc_msg_chunk_list_reply){.count = (uint32_t)n, .more = more};
 		memcpy(out, &head, sizeof(head));
 	}
-	int rc = reply(r, n < 0 ? n : 0, out,
+	int rc = kvc_service_reply(r, n < 0 ? n : 0, out,
 	               (uint32_t)(sizeof(head) + (n > 0 ? (size_t)n : 0) *
 	                                                 sizeof(struct kvc_msg_chunk_entry)));
 	free(found);
@@ -523,7 +342,7 @@ static int h_list(struct request *r)
 
 static int h_resync(struct request *r)
 {
-	return reply(r, kvc_resync_start(r->svc, r->msg), NULL, 0);
+	return kvc_service_reply(r, kvc_resync_start(r->svc, r->msg), NULL, 0);
 }
 
 static int h_resync_status(struct request *r)
@@ -531,17 +350,17 @@ static int h_resync_status(struct request *r)
 	const struct kvc_msg_chunk_target *m = r->msg;
 	struct kvc_msg_resync_status out;
 	int rc = m->reserved ? -EINVAL : kvc_resync_status(r->svc, m->target, &out);
-	return reply(r, rc, &out, sizeof(out));
+	return kvc_service_reply(r, rc, &out, sizeof(out));
 }
 
 static int h_last(struct request *r)
 {
 	const struct kvc_msg_chunk_last *m = r->msg;
-	struct kvc_chunk_store *store = store_of(r->svc, m->target);
+	struct kvc_chunk_store *store = kvc_service_store(r->svc, m->target);
 	struct kvc_msg_chunk_last_reply out = {0};
 	int rc = store ? kvc_chunk_store_last(store, m->inode, &out.chunk, &out.length) : -ENXIO;
 	out.found = rc == 1;
-	return reply(r, rc < 0 ? rc : 0, &out, sizeof(out));
+	return kvc_service_reply(r, rc < 0 ? rc : 0, &out, sizeof(out));
 }
 
 static int h_space(struct request *r)
@@ -563,7 +382,7 @@ static int h_space(struct request *r)
 			.refused_writes = space.refused_writes};
 	}
 	out.head.count = svc->target_count;
-	return reply(r, rc, &out,
+	return kvc_service_reply(r, rc, &out,
 	             (uint32_t)(sizeof(out.head) + svc->target_count * sizeof(out.targets[0])));
 }
 
@@ -572,196 +391,7 @@ static int h_sync(struct request *r)
 	int rc = 0;
 	for (uint32_t i = 0; i < r->svc->target_count && rc == 0; i++)
 		rc = kvc_chunk_store_sync(r->svc->stores[i]);
-	return reply(r, rc, NULL, 0);
-}
-
-/* Placement (place.h): only on the Unix socket, from a process of this
- * server's uid or root (SO_PEERCRED), which the handshake proved holds
- * the cluster secret. Returns 0 or -EACCES / -EOPNOTSUPP. */
-static int place_peer(struct request *r)
-{
-	struct conn_state *state = r->state;
-	if (state->peer == 0) {
-		struct ucred cred;
-		int domain = 0;
-		socklen_t len = sizeof(domain);
-		/* SO_PEERCRED answers on TCP too (no one's credentials): ask the
-		 * socket's domain first. */
-		if (!r->svc->place || getsockopt(r->conn->fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) < 0 ||
-		    domain != AF_UNIX)
-			state->peer = -EOPNOTSUPP;
-		else if ((len = sizeof(cred)),
-		         getsockopt(r->conn->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
-		                 len != sizeof(cred))
-			state->peer = -EOPNOTSUPP;
-		else if (cred.uid != 0 && cred.uid != geteuid())
-			state->peer = -EACCES;
-		else {
-			state->peer = 1;
-			state->peer_pid = cred.pid;
-		}
-	}
-	return state->peer < 0 ? state->peer : 0;
-}
-
-static int h_place_hello(struct request *r)
-{
-	struct kvc_msg_place_hello_reply out = {.max_pieces = KVC_WIRE_MAX_PIECES};
-	int rc = place_peer(r);
-	if (rc == 0)
-		rc = kvc_host_id(out.host_id);
-	return reply(r, rc, &out, sizeof(out));
-}
-
-static int h_place_register(struct request *r)
-{
-	const struct kvc_msg_place_register *m = r->msg;
-	int rc = place_peer(r);
-	if (rc == 0 && (r->conn->passed_fd_count != 1 || r->conn->passed_fds[0] < 0))
-		rc = -EINVAL;
-	if (rc == 0) {
-		int fd = r->conn->passed_fds[0];
-		r->conn->passed_fds[0] = -1; /* taken */
-		rc = kvc_place_register(r->svc->place, r->conn, r->state->peer_pid, fd, m);
-	}
-	return reply(r, rc, NULL, 0);
-}
-
-static int h_place_unregister(struct request *r)
-{
-	const struct kvc_msg_place_region *m = r->msg;
-	int rc = place_peer(r);
-	if (rc == 0)
-		rc = kvc_place_unregister(r->svc->place, r->conn, r->state->peer_pid, m->region);
-	return reply(r, rc, NULL, 0);
-}
-
-/* A placed piece (chunk_store.h `place`): check its whole blocks in the
- * region, then copy the parts of its edge blocks there. Returns 0, -EIO
- * (a crc in the region) or -EFAULT. */
-static int place_settle(struct kvc_place_region *region, uint64_t offset,
-                        const struct kvc_chunk_read *p)
-{
-	int rc = kvc_place_check_blocks(p->buffer + p->mid_offset, p->mid_length, KVC_CHUNK_BLOCK,
-	                                p->block_crcs + p->mid_block);
-	uint32_t skip = (uint32_t)(p->offset - p->aligned_start);
-	if (rc == 0 && p->head_length)
-		rc = kvc_place_copy_out(region, offset, p->edge + skip, p->head_length - skip);
-	if (rc == 0 && p->tail_copy)
-		rc = kvc_place_copy_out(region, offset + p->tail_offset, p->edge + p->head_length,
-		                        p->tail_copy);
-	return rc;
-}
-
-/* A piece placed in client memory failed its crc there: the chunk's
- * copy is bad, or the client changed its memory meanwhile. Read it again
- * into a buffer of ours: -EIO there is the copy's (queued for repair, as
- * CHUNK_READ would), else its checked bytes are copied into the region
- * (*res updated). Returns 0 or -errno. */
-static int place_read_again(struct request *r, const struct kvc_msg_piece *piece,
-                            struct kvc_place_region *region, uint64_t offset,
-                            struct kvc_msg_piece_result *res)
-{
-	struct kvc_chunk_read one = {.inode = piece->inode, .chunk = piece->chunk,
-	                             .offset = piece->offset, .length = piece->length};
-	struct kvc_chunk_store *store = store_of(r->svc, piece->target);
-	kvc_chunk_store_read_batch(&store, &r->state->ring, &one, 1);
-	int status = one.status;
-	if (status == -EIO && r->svc->peers)
-		kvc_repair_queue(r->svc, piece->target, piece->inode, piece->chunk); /* a bad copy */
-	if (status == 0)
-		status = kvc_place_copy_out(region, offset, one.data, one.present);
-	if (status == 0)
-		*res = (struct kvc_msg_piece_result){0, one.present};
-	kvc_chunk_store_read_release(&one, 1);
-	return status;
-}
-
-/* As CHUNK_READ, but each piece's bytes are copied into the region
- * (crcs checked in the server's buffers first, as for a send). */
-static int h_place_read(struct request *r)
-{
-	const struct kvc_msg_place_read *m = r->msg;
-	struct conn_state *state = r->state;
-	int rc = place_peer(r);
-	if (rc == 0 && (m->count == 0 || m->count > KVC_WIRE_MAX_PIECES || m->reserved))
-		rc = -EINVAL;
-	const struct kvc_msg_piece *pieces =
-	        rc == 0 ? take(r, m->count * (uint32_t)sizeof(*pieces)) : NULL;
-	const uint64_t *offsets = pieces ? take(r, m->count * (uint32_t)sizeof(*offsets)) : NULL;
-	if (rc == 0 && (!offsets || !done(r)))
-		rc = -EINVAL;
-	struct kvc_place_region *region =
-	        rc == 0 ? kvc_place_get(r->svc->place, state->peer_pid, m->region) : NULL;
-	if (rc == 0 && !region)
-		rc = -ENOENT;
-	for (uint32_t i = 0; rc == 0 && i < m->count; i++)
-		if (!kvc_place_fits(region, offsets[i], pieces[i].length))
-			rc = -EINVAL;
-	if (rc == 0)
-		rc = check_pieces(r->svc, state, pieces, m->count);
-	if (rc < 0) {
-		kvc_place_put(r->svc->place, region);
-		return reply(r, rc, NULL, 0);
-	}
-	/* Whole blocks go straight from the chunk file into the region. */
-	for (uint32_t i = 0; i < m->count; i++)
-		state->reads[i].place = kvc_place_at(region, offsets[i]);
-	uint64_t bytes = read_pieces(r, pieces, m->count);
-	for (uint32_t i = 0; i < m->count; i++) {
-		struct kvc_msg_piece_result *res = &state->results[i];
-		struct kvc_chunk_read *p = &state->reads[i];
-		if (res->status != 0)
-			continue;
-		int status = p->placed ? place_settle(region, offsets[i], p)
-		                       : kvc_place_copy_out(region, offsets[i],
-		                                            state->data[i].iov_base, res->length);
-		if (status == -EIO)
-			status = place_read_again(r, &pieces[i], region, offsets[i], res);
-		if (status < 0) {
-			*res = (struct kvc_msg_piece_result){status, 0};
-			if (status == -EFAULT)
-				atomic_fetch_add(&r->svc->place->faults, 1);
-		}
-	}
-	kvc_chunk_store_read_release(state->reads, (int)m->count);
-	kvc_place_put(r->svc->place, region);
-	atomic_fetch_add(&r->svc->place->read_ops, 1);
-	atomic_fetch_add(&r->svc->place->read_bytes, bytes);
-	return reply(r, 0, state->results, m->count * (uint32_t)sizeof(state->results[0]));
-}
-
-/* As CHUNK_WRITE, with the bytes copied out of the region into this
- * connection's buffer first (place.h: what is stored and forwarded is
- * what was copied). */
-static int h_place_write(struct request *r)
-{
-	const struct kvc_msg_place_write *m = r->msg;
-	int pos = 0;
-	struct kvc_chain copy;
-	const struct kvc_chain *chain = NULL;
-	struct kvc_place_region *region = NULL;
-	int rc = place_peer(r);
-	if (rc == 0 && m->reserved)
-		rc = -EINVAL;
-	if (rc == 0)
-		rc = write_check(r, &m->write, m->length, &copy, &chain, &pos);
-	if (rc == 0 && !(region = kvc_place_get(r->svc->place, r->state->peer_pid, m->region)))
-		rc = -ENOENT;
-	if (rc == 0)
-		rc = kvc_place_copy_in(region, m->region_offset, r->state->buffer, m->length);
-	kvc_place_put(r->svc->place, region);
-	if (rc == -EFAULT)
-		atomic_fetch_add(&r->svc->place->faults, 1);
-	struct kvc_msg_chunk_write_reply out = {0};
-	if (rc == 0)
-		rc = chain_write(r, &m->write, store_of(r->svc, m->write.target), chain, pos,
-		                 m->length, &out);
-	if (rc == 0) {
-		atomic_fetch_add(&r->svc->place->write_ops, 1);
-		atomic_fetch_add(&r->svc->place->write_bytes, m->length);
-	}
-	return reply(r, rc, &out, sizeof(out));
+	return kvc_service_reply(r, rc, NULL, 0);
 }
 
 /* The storage messages: the fixed struct each body starts with, whether
@@ -785,20 +415,20 @@ struct op {
 static const struct op ops[] = {
 	[KVC_MSG_CHUNK_WRITE] = WITH_DATA(struct kvc_msg_chunk_write, h_write),
 	[KVC_MSG_CHUNK_READ] = VAR(struct kvc_msg_chunk_read, h_read),
-	[KVC_MSG_CHUNK_REMOVE] = EXACT(struct kvc_msg_chunk_remove, h_remove),
-	[KVC_MSG_CHUNK_TRUNCATE] = EXACT(struct kvc_msg_chunk_truncate, h_truncate),
-	[KVC_MSG_CHUNK_PUNCH] = EXACT(struct kvc_msg_chunk_punch, h_punch),
+	[KVC_MSG_CHUNK_REMOVE] = EXACT(struct kvc_msg_chunk_remove, kvc_service_range_remove),
+	[KVC_MSG_CHUNK_TRUNCATE] = EXACT(struct kvc_msg_chunk_truncate, kvc_service_range_truncate),
+	[KVC_MSG_CHUNK_PUNCH] = EXACT(struct kvc_msg_chunk_punch, kvc_service_range_punch),
 	[KVC_MSG_CHUNK_LAST] = EXACT(struct kvc_msg_chunk_last, h_last),
 	[KVC_MSG_CHUNK_LIST] = EXACT(struct kvc_msg_chunk_list, h_list),
 	[KVC_MSG_CHUNK_RESYNC] = EXACT(struct kvc_msg_chunk_resync, h_resync),
 	[KVC_MSG_CHUNK_RESYNC_STATUS] = EXACT(struct kvc_msg_chunk_target, h_resync_status),
 	[KVC_MSG_SPACE] = EMPTY(h_space),
 	[KVC_MSG_SYNC] = EMPTY(h_sync),
-	[KVC_MSG_PLACE_HELLO] = EMPTY(h_place_hello),
-	[KVC_MSG_PLACE_REGISTER] = EXACT(struct kvc_msg_place_register, h_place_register),
-	[KVC_MSG_PLACE_UNREGISTER] = EXACT(struct kvc_msg_place_region, h_place_unregister),
-	[KVC_MSG_PLACE_READ] = VAR(struct kvc_msg_place_read, h_place_read),
-	[KVC_MSG_PLACE_WRITE] = EXACT(struct kvc_msg_place_write, h_place_write),
+	[KVC_MSG_PLACE_HELLO] = EMPTY(kvc_service_place_hello),
+	[KVC_MSG_PLACE_REGISTER] = EXACT(struct kvc_msg_place_register, kvc_service_place_register),
+	[KVC_MSG_PLACE_UNREGISTER] = EXACT(struct kvc_msg_place_region, kvc_service_place_unregister),
+	[KVC_MSG_PLACE_READ] = VAR(struct kvc_msg_place_read, kvc_service_place_read),
+	[KVC_MSG_PLACE_WRITE] = EXACT(struct kvc_msg_place_write, kvc_service_place_write),
 };
 
 int kvc_storage_service_handle(void *service, struct kvc_server_conn *conn,
@@ -806,10 +436,10 @@ int kvc_storage_service_handle(void *service, struct kvc_server_conn *conn,
 {
 	const struct op *op = h->type < sizeof(ops) / sizeof(ops[0]) ? &ops[h->type] : NULL;
 	if (!op || !op->handler)
-		return refuse(conn, h, -EOPNOTSUPP);
+		return kvc_service_refuse(conn, h, -EOPNOTSUPP);
 	if ((op->exact ? h->body_len != op->size : h->body_len < op->size) ||
 	    (h->data_len && !op->data))
-		return refuse(conn, h, -EINVAL);
+		return kvc_service_refuse(conn, h, -EINVAL);
 	struct conn_state *state = state_of(conn);
 	if (!state)
 		return -ENOMEM;

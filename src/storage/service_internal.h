@@ -1,0 +1,92 @@
+/*
+ * service_internal: what the storage service's handler files share
+ * (service.c: the dispatch table, writes, reads and the rest;
+ * service_range.c: remove, truncate and punch down the chain;
+ * service_place.c: same-host placement). Not part of service.h's API.
+ *
+ * A connection's state lives in conn->service_state and is used by one
+ * thread at a time (the connection's); handlers answer through
+ * kvc_service_reply and return what it returns (negative: the connection
+ * is dropped).
+ */
+#ifndef KVC_STORAGE_SERVICE_INTERNAL_H
+#define KVC_STORAGE_SERVICE_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "core/chains.h"
+#include "core/wire.h"
+#include "storage/chunk_store.h"
+#include "storage/service.h"
+
+struct conn_state {
+	struct kvc_chunk_ring ring;
+	uint8_t *buffer; /* write data */
+	size_t buffer_size;
+	struct kvc_chunk_read reads[KVC_WIRE_MAX_PIECES];
+	struct kvc_chunk_store *read_stores[KVC_WIRE_MAX_PIECES];
+	int read_status[KVC_WIRE_MAX_PIECES]; /* a piece's chain check */
+	bool tails[KVC_WIRE_MAX_PIECES];      /* the piece's target is its chain's tail */
+	struct kvc_msg_piece_result results[KVC_WIRE_MAX_PIECES];
+	struct iovec data[KVC_WIRE_MAX_PIECES];
+	/* Placement (Unix socket only): the peer process, once checked. */
+	int peer; /* 0: not checked yet; 1: a local daemon; -errno: refused */
+	pid_t peer_pid;
+};
+
+/* A request: its fixed struct (checked to be in the body, and the whole
+ * body when the type's size is exact) and the offset of what follows.
+ * Variable parts are taken with take() and must end at the body's end. */
+struct request {
+	struct kvc_storage_service *svc;
+	struct kvc_server_conn *conn;
+	struct conn_state *state;
+	const struct kvc_wire_header *h;
+	const void *msg;
+	uint32_t off;
+};
+
+/* The store of a target this server serves, or NULL. */
+struct kvc_chunk_store *kvc_service_store(struct kvc_storage_service *svc, uint32_t target);
+bool kvc_service_chunk_size_valid(uint32_t cs);
+int kvc_service_ensure_buffer(struct conn_state *state, size_t need);
+/* The next len bytes of the body after the fixed struct, or NULL. */
+const void *kvc_service_take(struct request *r, uint32_t len);
+/* Whether the whole body was taken. */
+bool kvc_service_done(const struct request *r);
+int kvc_service_reply(struct request *r, int rc, const void *body, uint32_t len);
+/* Answer an error to a frame whose data section is still on the socket. */
+int kvc_service_refuse(struct kvc_server_conn *conn, const struct kvc_wire_header *h,
+                       int status);
+/* The chain of a request for target at version (service.c says when it
+ * is -ESTALE or -ENXIO). */
+const struct kvc_chain *kvc_service_chain(const struct kvc_storage_service *svc, uint32_t chain,
+                                          uint32_t version, uint32_t target,
+                                          struct kvc_chain *copy, int *pos, int *rc);
+int kvc_service_write_check(struct request *r, const struct kvc_msg_chunk_write *m,
+                            uint64_t len, struct kvc_chain *copy,
+                            const struct kvc_chain **chain, int *pos);
+int kvc_service_chain_write(struct request *r, const struct kvc_msg_chunk_write *m,
+                            struct kvc_chunk_store *store, const struct kvc_chain *chain,
+                            int pos, uint32_t len, struct kvc_msg_chunk_write_reply *out);
+int kvc_service_check_pieces(struct kvc_storage_service *svc, struct conn_state *state,
+                             const struct kvc_msg_piece *pieces, uint32_t count);
+uint64_t kvc_service_read_pieces(struct request *r, const struct kvc_msg_piece *pieces,
+                                 uint32_t count);
+
+/* service_range.c */
+int kvc_service_range_remove(struct request *r);
+int kvc_service_range_truncate(struct request *r);
+int kvc_service_range_punch(struct request *r);
+
+/* service_place.c */
+int kvc_service_place_hello(struct request *r);
+int kvc_service_place_register(struct request *r);
+int kvc_service_place_unregister(struct request *r);
+int kvc_service_place_read(struct request *r);
+int kvc_service_place_write(struct request *r);
+
+#endif

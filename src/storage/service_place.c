@@ -1,0 +1,199 @@
+/* service_place: same-host placement's messages (place.h; only on
+ * kvc-storage's Unix socket; see service_internal.h). */
+#include <errno.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/host_id.h"
+#include "storage/service_internal.h"
+
+/* Placement (place.h): only on the Unix socket, from a process of this
+ * server's uid or root (SO_PEERCRED), which the handshake proved holds
+ * the cluster secret. Returns 0 or -EACCES / -EOPNOTSUPP. */
+static int place_peer(struct request *r)
+{
+	struct conn_state *state = r->state;
+	if (state->peer == 0) {
+		struct ucred cred;
+		int domain = 0;
+		socklen_t len = sizeof(domain);
+		/* SO_PEERCRED answers on TCP too (no one's credentials): ask the
+		 * socket's domain first. */
+		if (!r->svc->place || getsockopt(r->conn->fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) < 0 ||
+		    domain != AF_UNIX)
+			state->peer = -EOPNOTSUPP;
+		else if ((len = sizeof(cred)),
+		         getsockopt(r->conn->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
+		                 len != sizeof(cred))
+			state->peer = -EOPNOTSUPP;
+		else if (cred.uid != 0 && cred.uid != geteuid())
+			state->peer = -EACCES;
+		else {
+			state->peer = 1;
+			state->peer_pid = cred.pid;
+		}
+	}
+	return state->peer < 0 ? state->peer : 0;
+}
+
+int kvc_service_place_hello(struct request *r)
+{
+	struct kvc_msg_place_hello_reply out = {.max_pieces = KVC_WIRE_MAX_PIECES};
+	int rc = place_peer(r);
+	if (rc == 0)
+		rc = kvc_host_id(out.host_id);
+	return kvc_service_reply(r, rc, &out, sizeof(out));
+}
+
+int kvc_service_place_register(struct request *r)
+{
+	const struct kvc_msg_place_register *m = r->msg;
+	int rc = place_peer(r);
+	if (rc == 0 && (r->conn->passed_fd_count != 1 || r->conn->passed_fds[0] < 0))
+		rc = -EINVAL;
+	if (rc == 0) {
+		int fd = r->conn->passed_fds[0];
+		r->conn->passed_fds[0] = -1; /* taken */
+		rc = kvc_place_register(r->svc->place, r->conn, r->state->peer_pid, fd, m);
+	}
+	return kvc_service_reply(r, rc, NULL, 0);
+}
+
+int kvc_service_place_unregister(struct request *r)
+{
+	const struct kvc_msg_place_region *m = r->msg;
+	int rc = place_peer(r);
+	if (rc == 0)
+		rc = kvc_place_unregister(r->svc->place, r->conn, r->state->peer_pid, m->region);
+	return kvc_service_reply(r, rc, NULL, 0);
+}
+
+/* A placed piece (chunk_store.h `place`): check its whole blocks in the
+ * region, then copy the parts of its edge blocks there. Returns 0, -EIO
+ * (a crc in the region) or -EFAULT. */
+static int place_settle(struct kvc_place_region *region, uint64_t offset,
+                        const struct kvc_chunk_read *p)
+{
+	int rc = kvc_place_check_blocks(p->buffer + p->mid_offset, p->mid_length, KVC_CHUNK_BLOCK,
+	                                p->block_crcs + p->mid_block);
+	uint32_t skip = (uint32_t)(p->offset - p->aligned_start);
+	if (rc == 0 && p->head_length)
+		rc = kvc_place_copy_out(region, offset, p->edge + skip, p->head_length - skip);
+	if (rc == 0 && p->tail_copy)
+		rc = kvc_place_copy_out(region, offset + p->tail_offset, p->edge + p->head_length,
+		                        p->tail_copy);
+	return rc;
+}
+
+/* A piece placed in client memory failed its crc there: the chunk's
+ * copy is bad, or the client changed its memory meanwhile. Read it again
+ * into a buffer of ours: -EIO there is the copy's (queued for repair, as
+ * CHUNK_READ would), else its checked bytes are copied into the region
+ * (*res updated). Returns 0 or -errno. */
+static int place_read_again(struct request *r, const struct kvc_msg_piece *piece,
+                            struct kvc_place_region *region, uint64_t offset,
+                            struct kvc_msg_piece_result *res)
+{
+	struct kvc_chunk_read one = {.inode = piece->inode, .chunk = piece->chunk,
+	                             .offset = piece->offset, .length = piece->length};
+	struct kvc_chunk_store *store = kvc_service_store(r->svc, piece->target);
+	kvc_chunk_store_read_batch(&store, &r->state->ring, &one, 1);
+	int status = one.status;
+	if (status == -EIO && r->svc->peers)
+		kvc_repair_queue(r->svc, piece->target, piece->inode, piece->chunk); /* a bad copy */
+	if (status == 0)
+		status = kvc_place_copy_out(region, offset, one.data, one.present);
+	if (status == 0)
+		*res = (struct kvc_msg_piece_result){0, one.present};
+	kvc_chunk_store_read_release(&one, 1);
+	return status;
+}
+
+/* As CHUNK_READ, but each piece's bytes are copied into the region
+ * (crcs checked in the server's buffers first, as for a send). */
+int kvc_service_place_read(struct request *r)
+{
+	const struct kvc_msg_place_read *m = r->msg;
+	struct conn_state *state = r->state;
+	int rc = place_peer(r);
+	if (rc == 0 && (m->count == 0 || m->count > KVC_WIRE_MAX_PIECES || m->reserved))
+		rc = -EINVAL;
+	const struct kvc_msg_piece *pieces =
+	        rc == 0 ? kvc_service_take(r, m->count * (uint32_t)sizeof(*pieces)) : NULL;
+	const uint64_t *offsets = pieces ? kvc_service_take(r, m->count * (uint32_t)sizeof(*offsets)) : NULL;
+	if (rc == 0 && (!offsets || !kvc_service_done(r)))
+		rc = -EINVAL;
+	struct kvc_place_region *region =
+	        rc == 0 ? kvc_place_get(r->svc->place, state->peer_pid, m->region) : NULL;
+	if (rc == 0 && !region)
+		rc = -ENOENT;
+	for (uint32_t i = 0; rc == 0 && i < m->count; i++)
+		if (!kvc_place_fits(region, offsets[i], pieces[i].length))
+			rc = -EINVAL;
+	if (rc == 0)
+		rc = kvc_service_check_pieces(r->svc, state, pieces, m->count);
+	if (rc < 0) {
+		kvc_place_put(r->svc->place, region);
+		return kvc_service_reply(r, rc, NULL, 0);
+	}
+	/* Whole blocks go straight from the chunk file into the region. */
+	for (uint32_t i = 0; i < m->count; i++)
+		state->reads[i].place = kvc_place_at(region, offsets[i]);
+	uint64_t bytes = kvc_service_read_pieces(r, pieces, m->count);
+	for (uint32_t i = 0; i < m->count; i++) {
+		struct kvc_msg_piece_result *res = &state->results[i];
+		struct kvc_chunk_read *p = &state->reads[i];
+		if (res->status != 0)
+			continue;
+		int status = p->placed ? place_settle(region, offsets[i], p)
+		                       : kvc_place_copy_out(region, offsets[i],
+		                                            state->data[i].iov_base, res->length);
+		if (status == -EIO)
+			status = place_read_again(r, &pieces[i], region, offsets[i], res);
+		if (status < 0) {
+			*res = (struct kvc_msg_piece_result){status, 0};
+			if (status == -EFAULT)
+				atomic_fetch_add(&r->svc->place->faults, 1);
+		}
+	}
+	kvc_chunk_store_read_release(state->reads, (int)m->count);
+	kvc_place_put(r->svc->place, region);
+	atomic_fetch_add(&r->svc->place->read_ops, 1);
+	atomic_fetch_add(&r->svc->place->read_bytes, bytes);
+	return kvc_service_reply(r, 0, state->results, m->count * (uint32_t)sizeof(state->results[0]));
+}
+
+/* As CHUNK_WRITE, with the bytes copied out of the region into this
+ * connection's buffer first (place.h: what is stored and forwarded is
+ * what was copied). */
+int kvc_service_place_write(struct request *r)
+{
+	const struct kvc_msg_place_write *m = r->msg;
+	int pos = 0;
+	struct kvc_chain copy;
+	const struct kvc_chain *chain = NULL;
+	struct kvc_place_region *region = NULL;
+	int rc = place_peer(r);
+	if (rc == 0 && m->reserved)
+		rc = -EINVAL;
+	if (rc == 0)
+		rc = kvc_service_write_check(r, &m->write, m->length, &copy, &chain, &pos);
+	if (rc == 0 && !(region = kvc_place_get(r->svc->place, r->state->peer_pid, m->region)))
+		rc = -ENOENT;
+	if (rc == 0)
+		rc = kvc_place_copy_in(region, m->region_offset, r->state->buffer, m->length);
+	kvc_place_put(r->svc->place, region);
+	if (rc == -EFAULT)
+		atomic_fetch_add(&r->svc->place->faults, 1);
+	struct kvc_msg_chunk_write_reply out = {0};
+	if (rc == 0)
+		rc = kvc_service_chain_write(r, &m->write, kvc_service_store(r->svc, m->write.target), chain, pos,
+		                 m->length, &out);
+	if (rc == 0) {
+		atomic_fetch_add(&r->svc->place->write_ops, 1);
+		atomic_fetch_add(&r->svc->place->write_bytes, m->length);
+	}
+	return kvc_service_reply(r, rc, &out, sizeof(out));
+}
