@@ -13,6 +13,7 @@ struct slot {
 	struct kvc_attr attr; /* the newest answer seen for attr.ino */
 	bool valid;           /* false: a later answer was older (not served) */
 	struct kvc_meta_events_mark mark;
+	uint64_t current_at; /* the events' seq this answer is known current at */
 	int64_t at_ns;
 	uint64_t forgets; /* the table's count when put */
 };
@@ -47,8 +48,8 @@ static struct slot *slot_of(struct kvc_attr_cache *c, uint64_t ino)
 	return &c->slots[ino & (SLOTS - 1)];
 }
 
-void kvc_attr_cache_put(struct kvc_attr_cache *cache, const struct kvc_attr *attr,
-                        struct kvc_meta_events_mark mark)
+static void put(struct kvc_attr_cache *cache, const struct kvc_attr *attr,
+                struct kvc_meta_events_mark mark, bool own)
 {
 	int64_t now = kvc_clock_monotonic_ns();
 	pthread_mutex_lock(&cache->lock);
@@ -60,8 +61,22 @@ void kvc_attr_cache_put(struct kvc_attr_cache *cache, const struct kvc_attr *att
 	if (s->attr.ino == attr->ino && attr->ctime_ns < s->attr.ctime_ns)
 		s->valid = false;
 	else
-		*s = (struct slot){*attr, true, mark, now, cache->forgets};
+		*s = (struct slot){*attr, true, mark,
+		                   own && cache->forgot_seq > mark.seq ? cache->forgot_seq : mark.seq,
+		                   now, cache->forgets};
 	pthread_mutex_unlock(&cache->lock);
+}
+
+void kvc_attr_cache_put(struct kvc_attr_cache *cache, const struct kvc_attr *attr,
+                        struct kvc_meta_events_mark mark)
+{
+	put(cache, attr, mark, false);
+}
+
+void kvc_attr_cache_put_own(struct kvc_attr_cache *cache, const struct kvc_attr *attr,
+                            struct kvc_meta_events_mark mark)
+{
+	put(cache, attr, mark, true);
 }
 
 bool kvc_attr_cache_same(struct kvc_attr_cache *cache, const struct kvc_attr *attr)
@@ -82,7 +97,7 @@ double kvc_attr_cache_get(struct kvc_attr_cache *cache, struct kvc_meta_events *
 	/* Put after the last forget, and asked for after it too (an answer
 	 * in flight across a change of ours may tell the old nlink). */
 	bool held = s.attr.ino == ino && ino != 0 && s.valid && s.forgets == cache->forgets &&
-	            s.mark.seq >= cache->forgot_seq;
+	            s.current_at >= cache->forgot_seq;
 	pthread_mutex_unlock(&cache->lock);
 	if (!held)
 		return 0;

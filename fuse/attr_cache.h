@@ -41,6 +41,11 @@ void kvc_attr_cache_destroy(struct kvc_attr_cache *cache);
 /* kvc-meta answered attr to a request made after mark. */
 void kvc_attr_cache_put(struct kvc_attr_cache *cache, const struct kvc_attr *attr,
                         struct kvc_meta_events_mark mark);
+/* The same for the answer to a change of ours (a directory's attributes
+ * after our unlink in it): current after every forget made so far,
+ * including the one that change made; mark still judges events. */
+void kvc_attr_cache_put_own(struct kvc_attr_cache *cache, const struct kvc_attr *attr,
+                            struct kvc_meta_events_mark mark);
 /* Whether attr's (mtime, size) is the one held for its inode. */
 bool kvc_attr_cache_same(struct kvc_attr_cache *cache, const struct kvc_attr *attr);
 /* The attributes held for ino while still fresh: seconds they may still be

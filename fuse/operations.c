@@ -273,8 +273,8 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name, boo
 	int rc = dir ? kvc_meta_client_rmdir(&fs->meta, parent, name, &after)
 	             : kvc_meta_client_unlink(&fs->meta, parent, name, &after);
 	kvc_attr_cache_forget(fs->attrs, fs->events); /* an nlink changed */
-	if (rc == 0)
-		kvc_attr_cache_put(fs->attrs, &after, mark);
+	if (rc == 0) /* the parent after our change: current past that forget */
+		kvc_attr_cache_put_own(fs->attrs, &after, mark);
 	kvc_fuse_reply_error(req, rc);
 }
 
@@ -340,7 +340,8 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	int rc = kvc_meta_client_rename(&kvc_fuse_of(req)->meta, parent, name, new_parent, new_name,
 	                                kvc_flags);
 	kvc_dir_names_end(d, names);
-	kvc_attr_cache_forget(kvc_fuse_of(req)->attrs, kvc_fuse_of(req)->events); /* ctime, a replaced file's nlink */
+	/* ctime, a replaced file's nlink */
+	kvc_attr_cache_forget(kvc_fuse_of(req)->attrs, kvc_fuse_of(req)->events);
 	kvc_meta_events_changed_here(kvc_fuse_of(req)->events, parent);
 	kvc_meta_events_changed_here(kvc_fuse_of(req)->events, new_parent);
 	kvc_fuse_reply_error(req, rc);

@@ -26,7 +26,9 @@
  * storage io through the worker's bounce buffer (gathered and scattered by
  * guarded copies, bounce_copy; a same-host server places into it
  * and takes from it, as from an iov): one chunk piece instead of one per
- * segment. Larger keys, and device segments, go segment by segment. */
+ * segment. Larger keys, device segments, and gets whose segments a
+ * same-host server can place go segment by segment (the server reads
+ * a run of pieces of one chunk once). */
 #define BOUNCE_KEY (1u << 20)
 #define BOUNCE_BYTES (32u << 20)
 _Static_assert(MAX_KEYS <= KVC_WIRE_MAX_KEYS, "one message per kind and directory");
@@ -342,14 +344,23 @@ static int bounce_copy(const struct key *k, bool in)
 
 /* Whether key k (several host segments, small) goes through the bounce
  * buffer at *used; advances *used. */
-static bool bounce(struct kvc_ring_keys_scratch *s, struct key *k, size_t *used)
+static bool bounce(struct kvc_ring_keys_scratch *s, struct key *k, size_t *used, bool read)
 {
 	k->bounce = NULL;
 	if (k->d.nsegs < 2 || k->total > BOUNCE_KEY || BOUNCE_BYTES - *used < k->total)
 		return false;
-	for (int i = 0; i < k->d.nsegs; i++)
+	bool placed = !s->fs->config.transport_tcp_only;
+	for (int i = 0; i < k->d.nsegs; i++) {
 		if (k->dev[i] >= 0)
 			return false;
+		placed &= k->region[i] != NULL;
+	}
+	/* A get of placeable segments goes segment by segment: the storage
+	 * server reads the chunk once for the run of pieces they make and
+	 * places each piece (kvc_service_merge_pieces), with no copy here. A
+	 * put still gathers: a piece per segment would rewrite the chunk. */
+	if (read && placed)
+		return false;
 	if (!s->bounce && !bounce_make(s))
 		return false;
 	k->bounce = s->bounce + *used;
@@ -364,7 +375,7 @@ static int add_ios(struct kvc_ring_keys_scratch *s, int count, struct key *k, si
 {
 	uint64_t offset = 0;
 	k->first_io = count;
-	if (bounce(s, k, used)) {
+	if (bounce(s, k, used, read)) {
 		k->rc = read ? 0 : bounce_copy(k, true);
 		s->io[count] = (struct kvc_storage_io){
 			.inode = k->attr.ino, .layout = k->attr.layout, .length = k->total,

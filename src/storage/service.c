@@ -98,8 +98,8 @@ int kvc_service_refuse(struct kvc_server_conn *conn, const struct kvc_wire_heade
  * for a chain a static table does not know. A server without peers
  * (single copy, tests) takes chain == target at any version. */
 const struct kvc_chain *kvc_service_chain(const struct kvc_storage_service *svc, uint32_t chain,
-                                        uint32_t version, uint32_t target,
-                                        struct kvc_chain *copy, int *pos, int *rc)
+                                          uint32_t version, uint32_t target, struct kvc_chain *copy,
+                                          int *pos, int *rc)
 {
 	if (!svc->peers) {
 		*copy = (struct kvc_chain){.count = 1};
@@ -124,8 +124,8 @@ const struct kvc_chain *kvc_service_chain(const struct kvc_storage_service *svc,
  * across their copy) copies the chunk before or after the write, never
  * across it. A single-copy target holds nothing. */
 int kvc_service_chain_write(struct request *r, const struct kvc_msg_chunk_write *m,
-                       struct kvc_chunk_store *store, const struct kvc_chain *chain, int pos,
-                       uint32_t len, struct kvc_msg_chunk_write_reply *out)
+                            struct kvc_chunk_store *store, const struct kvc_chain *chain, int pos,
+                            uint32_t len, struct kvc_msg_chunk_write_reply *out)
 {
 	struct kvc_storage_service *svc = r->svc;
 	bool tail = (uint32_t)pos + 1 >= chain->count;
@@ -165,7 +165,7 @@ int kvc_service_chain_write(struct request *r, const struct kvc_msg_chunk_write 
 
 /* Check a write of len bytes; returns 0 with its chain, or -errno. */
 int kvc_service_write_check(struct request *r, const struct kvc_msg_chunk_write *m, uint64_t len,
-                       struct kvc_chain *copy, const struct kvc_chain **chain, int *pos)
+                            struct kvc_chain *copy, const struct kvc_chain **chain, int *pos)
 {
 	struct kvc_chunk_store *store = kvc_service_store(r->svc, m->target);
 	int status = 0;
@@ -202,15 +202,15 @@ static int h_write(struct request *r)
 	if (rc < 0)
 		return rc;
 	struct kvc_msg_chunk_write_reply out = {0};
-	status = kvc_service_chain_write(r, m, kvc_service_store(r->svc, m->target), chain, pos, (uint32_t)h->data_len,
-	                     &out);
+	status = kvc_service_chain_write(r, m, kvc_service_store(r->svc, m->target), chain, pos,
+	                                 (uint32_t)h->data_len, &out);
 	return kvc_service_reply(r, status, &out, sizeof(out));
 }
 
 /* Check a read request's pieces; returns 0 or -errno for the whole
  * request. */
 int kvc_service_check_pieces(struct kvc_storage_service *svc, struct conn_state *state,
-                        const struct kvc_msg_piece *pieces, uint32_t count)
+                             const struct kvc_msg_piece *pieces, uint32_t count)
 {
 	uint64_t total = 0;
 	for (uint32_t i = 0; i < count; i++) {
@@ -221,8 +221,8 @@ int kvc_service_check_pieces(struct kvc_storage_service *svc, struct conn_state 
 		int pos = 0, rc = 0;
 		struct kvc_chain copy;
 		state->tails[i] = false;
-		const struct kvc_chain *chain = kvc_service_chain(svc, p->chain, p->chain_version, p->target,
-		                                         &copy, &pos, &rc);
+		const struct kvc_chain *chain = kvc_service_chain(svc, p->chain, p->chain_version,
+		                                                  p->target, &copy, &pos, &rc);
 		state->read_stores[i] = chain ? kvc_service_store(svc, p->target) : NULL;
 		/* A target catching up serves no reads yet: ask another member. */
 		if (rc == 0 && state->read_stores[i] &&
@@ -241,7 +241,7 @@ int kvc_service_check_pieces(struct kvc_storage_service *svc, struct conn_state 
  * (state->results, state->data). Returns the bytes present. The caller
  * releases state->reads. */
 uint64_t kvc_service_read_pieces(struct request *r, const struct kvc_msg_piece *pieces,
-                            uint32_t count)
+                                 uint32_t count)
 {
 	struct conn_state *state = r->state;
 	kvc_chunk_store_read_batch(state->read_stores, &state->ring, state->reads, (int)count);
@@ -265,9 +265,50 @@ uint64_t kvc_service_read_pieces(struct request *r, const struct kvc_msg_piece *
 	return data_len;
 }
 
+uint32_t kvc_service_merge_pieces(struct conn_state *state, const struct kvc_msg_piece *pieces,
+                                  uint32_t count)
+{
+	uint32_t runs = 0;
+	for (uint32_t i = 0; i < count; i++) {
+		const struct kvc_msg_piece *p = &pieces[i];
+		struct kvc_msg_piece *last = runs ? &state->merged[runs - 1] : NULL;
+		if (last && last->inode == p->inode && last->target == p->target &&
+		    last->chunk == p->chunk && last->chain == p->chain &&
+		    last->chain_version == p->chain_version &&
+		    (uint64_t)last->offset + last->length == p->offset &&
+		    (uint64_t)last->length + p->length <= KVC_LAYOUT_MAX_CHUNK) {
+			last->length += p->length;
+			continue;
+		}
+		state->run_first[runs] = i;
+		state->merged[runs++] = *p;
+	}
+	state->run_first[runs] = count;
+	return runs;
+}
+
+void kvc_service_split_runs(struct conn_state *state, const struct kvc_msg_piece *pieces,
+                            uint32_t runs)
+{
+	for (uint32_t r = 0; r < runs; r++) {
+		const struct kvc_msg_piece_result *run = &state->results[r];
+		const uint8_t *bytes = state->data[r].iov_base;
+		for (uint32_t j = state->run_first[r]; j < state->run_first[r + 1]; j++) {
+			uint32_t at = pieces[j].offset - state->merged[r].offset;
+			uint32_t n = run->status == 0 && run->length > at ? run->length - at : 0;
+			if (n > pieces[j].length)
+				n = pieces[j].length;
+			state->piece_results[j] = (struct kvc_msg_piece_result){run->status, n};
+			state->piece_data[j] = (struct iovec){n ? (void *)(bytes + at) : NULL, n};
+		}
+	}
+}
+
 /* The pieces are read into buffers with no chunk lock held after
  * kvc_chunk_store_read_batch: the send below blocks nobody but this
- * connection. */
+ * connection. Pieces that continue each other are read as one run; the
+ * data section is the same bytes (a run's present bytes are its pieces'
+ * present bytes, in order). */
 static int h_read(struct request *r)
 {
 	const struct kvc_msg_chunk_read *m = r->msg;
@@ -277,15 +318,18 @@ static int h_read(struct request *r)
 	const struct kvc_msg_piece *pieces = kvc_service_take(r, m->count * (uint32_t)sizeof(*pieces));
 	if (!pieces || !kvc_service_done(r))
 		return kvc_service_reply(r, -EINVAL, NULL, 0);
-	int rc = kvc_service_check_pieces(r->svc, state, pieces, m->count);
+	uint32_t runs = kvc_service_merge_pieces(state, pieces, m->count);
+	int rc = kvc_service_check_pieces(r->svc, state, state->merged, runs);
 	if (rc < 0)
 		return kvc_service_reply(r, rc, NULL, 0);
-	uint64_t data_len = kvc_service_read_pieces(r, pieces, m->count);
+	uint64_t data_len = kvc_service_read_pieces(r, state->merged, runs);
+	kvc_service_split_runs(state, pieces, runs);
+	atomic_fetch_add(&r->svc->pieces_merged, m->count - runs);
 	struct kvc_wire_header out;
 	kvc_wire_header_init(&out, r->h->type, r->h->request_id, 0,
-	                     m->count * (uint32_t)sizeof(state->results[0]), data_len);
-	rc = kvc_server_send(r->conn, &out, state->results, state->data, (int)m->count);
-	kvc_chunk_store_read_release(state->reads, (int)m->count);
+	                     m->count * (uint32_t)sizeof(state->piece_results[0]), data_len);
+	rc = kvc_server_send(r->conn, &out, state->piece_results, state->piece_data, (int)m->count);
+	kvc_chunk_store_read_release(state->reads, (int)runs);
 	return rc;
 }
 

@@ -59,6 +59,9 @@ struct kvc_storage_service {
 	/* Same-host placement's regions (place.h); NULL: not served (the
 	 * PLACE_* messages are -EOPNOTSUPP). */
 	struct kvc_place_table *place;
+	/* Read pieces served as part of a run with the one before (one chunk
+	 * read for several pieces: kvc_service_merge_pieces). */
+	_Atomic uint64_t pieces_merged;
 };
 
 int kvc_storage_service_handle(void *service, struct kvc_server_conn *conn,

@@ -32,6 +32,12 @@ struct conn_state {
 	bool tails[KVC_WIRE_MAX_PIECES];      /* the piece's target is its chain's tail */
 	struct kvc_msg_piece_result results[KVC_WIRE_MAX_PIECES];
 	struct iovec data[KVC_WIRE_MAX_PIECES];
+	/* A read's pieces merged into runs (kvc_service_merge_pieces): the
+	 * arrays above are the runs'; these, the pieces'. */
+	struct kvc_msg_piece merged[KVC_WIRE_MAX_PIECES];
+	uint32_t run_first[KVC_WIRE_MAX_PIECES + 1];
+	struct kvc_msg_piece_result piece_results[KVC_WIRE_MAX_PIECES];
+	struct iovec piece_data[KVC_WIRE_MAX_PIECES];
 	/* Placement (Unix socket only): the peer process, once checked. */
 	int peer; /* 0: not checked yet; 1: a local daemon; -errno: refused */
 	pid_t peer_pid;
@@ -76,6 +82,20 @@ int kvc_service_check_pieces(struct kvc_storage_service *svc, struct conn_state 
                              const struct kvc_msg_piece *pieces, uint32_t count);
 uint64_t kvc_service_read_pieces(struct request *r, const struct kvc_msg_piece *pieces,
                                  uint32_t count);
+
+/* Pieces that continue each other in one chunk (same target, inode,
+ * chunk, chain and version, each starting where the one before ended: the
+ * segments of a ring key) make one run, read as one piece: one lookup and
+ * one crc check of each block, not one per piece. Fills state->merged
+ * (the runs, as pieces) and state->run_first (run r is pieces
+ * run_first[r] .. run_first[r + 1] - 1); returns the run count. */
+uint32_t kvc_service_merge_pieces(struct conn_state *state, const struct kvc_msg_piece *pieces,
+                                  uint32_t count);
+/* After the runs were read (state->results and state->data are the
+ * runs'): each piece's result and bytes, its share of its run's
+ * (state->piece_results, state->piece_data). */
+void kvc_service_split_runs(struct conn_state *state, const struct kvc_msg_piece *pieces,
+                            uint32_t runs);
 
 /* service_range.c */
 int kvc_service_range_remove(struct request *r);

@@ -111,8 +111,35 @@ static int place_read_again(struct request *r, const struct kvc_msg_piece *piece
 	return status;
 }
 
+/* The pieces of a run of several (kvc_service_merge_pieces), read into a
+ * buffer of ours and checked there: each piece's share copied to its
+ * place in the region. Returns the bytes copied. */
+static uint64_t place_run(struct request *r, struct kvc_place_region *region,
+                          const uint64_t *offsets, uint32_t run)
+{
+	struct conn_state *state = r->state;
+	uint64_t bytes = 0;
+	for (uint32_t j = state->run_first[run]; j < state->run_first[run + 1]; j++) {
+		struct kvc_msg_piece_result *res = &state->piece_results[j];
+		int status = res->status == 0 && res->length
+		                     ? kvc_place_copy_out(region, offsets[j],
+		                                          state->piece_data[j].iov_base, res->length)
+		                     : res->status;
+		if (status < 0) {
+			*res = (struct kvc_msg_piece_result){status, 0};
+			if (status == -EFAULT)
+				atomic_fetch_add(&r->svc->place->faults, 1);
+		}
+		bytes += res->length;
+	}
+	return bytes;
+}
+
 /* As CHUNK_READ, but each piece's bytes are copied into the region
- * (crcs checked in the server's buffers first, as for a send). */
+ * (crcs checked in the server's buffers first, as for a send). A piece
+ * alone in its run places its whole blocks straight from the chunk file;
+ * pieces that continue each other (a ring key's segments) are read once,
+ * as one run, and copied out piece by piece. */
 int kvc_service_place_read(struct request *r)
 {
 	const struct kvc_msg_place_read *m = r->msg;
@@ -121,8 +148,9 @@ int kvc_service_place_read(struct request *r)
 	if (rc == 0 && (m->count == 0 || m->count > KVC_WIRE_MAX_PIECES || m->reserved))
 		rc = -EINVAL;
 	const struct kvc_msg_piece *pieces =
-	        rc == 0 ? kvc_service_take(r, m->count * (uint32_t)sizeof(*pieces)) : NULL;
-	const uint64_t *offsets = pieces ? kvc_service_take(r, m->count * (uint32_t)sizeof(*offsets)) : NULL;
+		rc == 0 ? kvc_service_take(r, m->count * (uint32_t)sizeof(*pieces)) : NULL;
+	const uint64_t *offsets =
+		pieces ? kvc_service_take(r, m->count * (uint32_t)sizeof(*offsets)) : NULL;
 	if (rc == 0 && (!offsets || !kvc_service_done(r)))
 		rc = -EINVAL;
 	struct kvc_place_region *region =
@@ -132,37 +160,53 @@ int kvc_service_place_read(struct request *r)
 	for (uint32_t i = 0; rc == 0 && i < m->count; i++)
 		if (!kvc_place_fits(region, offsets[i], pieces[i].length))
 			rc = -EINVAL;
+	uint32_t runs = rc == 0 ? kvc_service_merge_pieces(state, pieces, m->count) : 0;
 	if (rc == 0)
-		rc = kvc_service_check_pieces(r->svc, state, pieces, m->count);
+		rc = kvc_service_check_pieces(r->svc, state, state->merged, runs);
 	if (rc < 0) {
 		kvc_place_put(r->svc->place, region);
 		return kvc_service_reply(r, rc, NULL, 0);
 	}
-	/* Whole blocks go straight from the chunk file into the region. */
-	for (uint32_t i = 0; i < m->count; i++)
-		state->reads[i].place = kvc_place_at(region, offsets[i]);
-	uint64_t bytes = kvc_service_read_pieces(r, pieces, m->count);
-	for (uint32_t i = 0; i < m->count; i++) {
-		struct kvc_msg_piece_result *res = &state->results[i];
+	/* A piece alone: whole blocks straight from the chunk file into the
+	 * region. A run of several: into a buffer of ours. */
+	for (uint32_t i = 0; i < runs; i++) {
+		uint32_t first = state->run_first[i];
+		state->reads[i].place = state->run_first[i + 1] == first + 1
+		                                ? kvc_place_at(region, offsets[first])
+		                                : NULL;
+	}
+	kvc_service_read_pieces(r, state->merged, runs);
+	kvc_service_split_runs(state, pieces, runs);
+	uint64_t bytes = 0;
+	for (uint32_t i = 0; i < runs; i++) {
+		uint32_t first = state->run_first[i];
+		if (state->run_first[i + 1] != first + 1) {
+			bytes += place_run(r, region, offsets, i);
+			continue;
+		}
+		struct kvc_msg_piece_result *res = &state->piece_results[first];
 		struct kvc_chunk_read *p = &state->reads[i];
 		if (res->status != 0)
 			continue;
-		int status = p->placed ? place_settle(region, offsets[i], p)
-		                       : kvc_place_copy_out(region, offsets[i],
+		int status = p->placed ? place_settle(region, offsets[first], p)
+		                       : kvc_place_copy_out(region, offsets[first],
 		                                            state->data[i].iov_base, res->length);
 		if (status == -EIO)
-			status = place_read_again(r, &pieces[i], region, offsets[i], res);
+			status = place_read_again(r, &pieces[first], region, offsets[first], res);
 		if (status < 0) {
 			*res = (struct kvc_msg_piece_result){status, 0};
 			if (status == -EFAULT)
 				atomic_fetch_add(&r->svc->place->faults, 1);
 		}
+		bytes += res->length;
 	}
-	kvc_chunk_store_read_release(state->reads, (int)m->count);
+	kvc_chunk_store_read_release(state->reads, (int)runs);
 	kvc_place_put(r->svc->place, region);
 	atomic_fetch_add(&r->svc->place->read_ops, 1);
 	atomic_fetch_add(&r->svc->place->read_bytes, bytes);
-	return kvc_service_reply(r, 0, state->results, m->count * (uint32_t)sizeof(state->results[0]));
+	atomic_fetch_add(&r->svc->pieces_merged, m->count - runs);
+	return kvc_service_reply(r, 0, state->piece_results,
+	                         m->count * (uint32_t)sizeof(state->piece_results[0]));
 }
 
 /* As CHUNK_WRITE, with the bytes copied out of the region into this
@@ -189,8 +233,9 @@ int kvc_service_place_write(struct request *r)
 		atomic_fetch_add(&r->svc->place->faults, 1);
 	struct kvc_msg_chunk_write_reply out = {0};
 	if (rc == 0)
-		rc = kvc_service_chain_write(r, &m->write, kvc_service_store(r->svc, m->write.target), chain, pos,
-		                 m->length, &out);
+		rc = kvc_service_chain_write(r, &m->write,
+		                             kvc_service_store(r->svc, m->write.target), chain, pos,
+		                             m->length, &out);
 	if (rc == 0) {
 		atomic_fetch_add(&r->svc->place->write_ops, 1);
 		atomic_fetch_add(&r->svc->place->write_bytes, m->length);

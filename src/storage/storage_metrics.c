@@ -54,6 +54,7 @@ static struct {
 	struct kvc_metrics_counter *space_errors;
 	struct kvc_metrics_counter *place[5]; /* reads, read bytes, writes, write bytes, faults */
 	struct kvc_metrics_counter *repairs[3]; /* queued, repaired, failed */
+	struct kvc_metrics_counter *pieces_merged;
 } metrics;
 
 struct kvc_metrics *kvc_storage_metrics_registry(void)
@@ -68,6 +69,7 @@ static void collect_targets(void *arg)
 	kvc_metrics_counter_set(metrics.repairs[0], atomic_load(&svc->repairs.queued));
 	kvc_metrics_counter_set(metrics.repairs[1], atomic_load(&svc->repairs.repaired));
 	kvc_metrics_counter_set(metrics.repairs[2], atomic_load(&svc->repairs.failed));
+	kvc_metrics_counter_set(metrics.pieces_merged, atomic_load(&svc->pieces_merged));
 	struct kvc_place_table *place = svc->place;
 	if (place) {
 		kvc_metrics_counter_set(metrics.place[0], atomic_load(&place->read_ops));
@@ -157,8 +159,12 @@ static int register_targets(struct kvc_metrics *m, struct kvc_storage_service *s
 	metrics.place[4] = kvc_metrics_counter(
 		m, "kvc_storage_place_faults_total",
 		"Placed pieces whose client memory was gone (EFAULT for that piece).", NULL, 0);
+	metrics.pieces_merged = kvc_metrics_counter(
+		m, "kvc_storage_read_pieces_merged_total",
+		"Read pieces served with the piece before them by one chunk read (pieces that "
+		"continue each other in a chunk: a ring key's segments).", NULL, 0);
 	for (int i = 0; i < 5; i++)
-		if (!metrics.place[i])
+		if (!metrics.place[i] || !metrics.pieces_merged)
 			return -ENOMEM;
 	return metrics.space_errors ? kvc_metrics_collector(m, collect_targets, svc) : -ENOMEM;
 }

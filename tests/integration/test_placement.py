@@ -387,6 +387,62 @@ def test_admin_status_names_the_transport(cluster, local_tmp):
         ["tcp"] * len(cluster.storage_addresses)
 
 
+def test_small_key_segments_are_read_as_one_run_and_placed(cluster, workdir):
+    """A get of keys of many small segments (KV pages per layer): the
+    segments go to the storage server as pieces of one chunk that continue
+    each other, which it reads once and places piece by piece (no bounce
+    copy in kvc-fuse); every byte lands in its segment, segments spread
+    in any order of memory, and the merged-pieces metric
+    counts it. A key whose last segments lie past a chunk boundary, one
+    that is not a whole number of 16 KiB blocks, and one whose segments
+    alternate between two iovs, too."""
+    ring = kvcfs.Ring(str(cluster.mount), 64, for_read=False)
+    iovs = [kvcfs.Iov.create(str(cluster.mount), 16 << 20) for _ in range(2)]
+    keys = kvcfs.KeyDir(workdir)
+    rng = random.Random(31)
+    try:
+        items, want = [], {}
+        for k, (size, nsegs) in enumerate([(65536, 16), (65536, 64), (40000, 7),
+                                           (CHUNK + 12288, 16)]):
+            cuts = sorted(rng.sample(range(1, size), nsegs - 1))
+            lengths = [b - a for a, b in zip([0] + cuts, cuts + [size])]
+            # layer-major: apart from each other, the later segments at
+            # lower addresses; key 2's alternate between the iovs (one
+            # region per placed request: its pieces cannot make a run)
+            base = k * (3 << 20)
+            segs = [(iovs[i % 2 if k == 2 else 0],
+                     base + sum(lengths[i + 1:]) + (nsegs - i) * 512, n)
+                    for i, n in enumerate(lengths)]
+            data = rng.randbytes(size)
+            pos = 0
+            for iov, off, n in segs:
+                iov.memoryview()[off:off + n] = data[pos:pos + n]
+                pos += n
+            items.append((f"k{k}", segs))
+            want[f"k{k}"] = data
+        assert ring.put_keys(keys, items).wait() == [len(want[n]) for n, _ in items]
+        for name, segs in items:
+            for iov, off, n in segs:
+                iov.memoryview()[off:off + n] = b"\xee" * n
+        merged = sum(value(scrape(a), "kvc_storage_read_pieces_merged_total")
+                     for a in cluster.storage_metrics)
+        before = placed(cluster)
+        assert ring.get_keys(keys, items).wait() == [len(want[n]) for n, _ in items]
+        for name, segs in items:
+            got = b"".join(bytes(iov.memoryview()[off:off + n]) for iov, off, n in segs)
+            assert got == want[name], name
+        assert placed(cluster)[2] > before[2], "the gets were not placed"
+        now = sum(value(scrape(a), "kvc_storage_read_pieces_merged_total")
+                  for a in cluster.storage_metrics)
+        assert now - merged >= 15 + 63, "pieces of one chunk were not read as one run"
+        assert (workdir / "k1").read_bytes() == want["k1"]
+    finally:
+        keys.close()
+        for iov in iovs:
+            iov.close()
+        ring.close()
+
+
 def test_ring_keys_of_host_segments_are_placed(cluster, workdir):
     ring = kvcfs.Ring(str(cluster.mount), 16, for_read=False)
     iovs = [kvcfs.Iov.create(str(cluster.mount), 8 << 20) for _ in range(2)]

@@ -77,5 +77,14 @@ Test(attr_cache, an_answer_asked_for_before_a_forget_is_not_served)
 	kvc_attr_cache_put(c, &now, after);
 	cr_assert_gt(kvc_attr_cache_get(c, NULL, 9, &out), 0);
 	cr_assert_eq(out.nlink, 1);
+	/* The answer to the change itself (a directory's attributes in our
+	 * UNLINK's reply), asked before the forget that change made: served. */
+	const struct kvc_meta_events_mark unlink_asked = {ticks, 0};
+	kvc_attr_cache_forget(c, NULL);
+	struct kvc_attr dir = at(10, 300, 040755);
+	kvc_attr_cache_put_own(c, &dir, unlink_asked);
+	cr_assert_gt(kvc_attr_cache_get(c, NULL, 10, &out), 0, "the reply to our own change");
+	kvc_attr_cache_forget(c, NULL);
+	cr_assert_eq(kvc_attr_cache_get(c, NULL, 10, &out), 0, "but not past a later forget");
 	kvc_attr_cache_destroy(c);
 }
