@@ -299,7 +299,9 @@ void kvc_service_split_runs(struct conn_state *state, const struct kvc_msg_piece
 			if (n > pieces[j].length)
 				n = pieces[j].length;
 			state->piece_results[j] = (struct kvc_msg_piece_result){run->status, n};
-			state->piece_data[j] = (struct iovec){n ? (void *)(bytes + at) : NULL, n};
+			/* a piece placed straight into client memory has no bytes
+			 * here (bytes NULL) */
+			state->piece_data[j] = (struct iovec){bytes && n ? (void *)(bytes + at) : NULL, n};
 		}
 	}
 }
