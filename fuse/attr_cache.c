@@ -49,7 +49,7 @@ static struct slot *slot_of(struct kvc_attr_cache *c, uint64_t ino)
 }
 
 static void put(struct kvc_attr_cache *cache, const struct kvc_attr *attr,
-                struct kvc_meta_events_mark mark, bool own)
+                struct kvc_meta_events_mark mark, uint64_t current_at)
 {
 	int64_t now = kvc_clock_monotonic_ns();
 	pthread_mutex_lock(&cache->lock);
@@ -61,8 +61,7 @@ static void put(struct kvc_attr_cache *cache, const struct kvc_attr *attr,
 	if (s->attr.ino == attr->ino && attr->ctime_ns < s->attr.ctime_ns)
 		s->valid = false;
 	else
-		*s = (struct slot){*attr, true, mark,
-		                   own && cache->forgot_seq > mark.seq ? cache->forgot_seq : mark.seq,
+		*s = (struct slot){*attr, true, mark, current_at > mark.seq ? current_at : mark.seq,
 		                   now, cache->forgets};
 	pthread_mutex_unlock(&cache->lock);
 }
@@ -70,13 +69,13 @@ static void put(struct kvc_attr_cache *cache, const struct kvc_attr *attr,
 void kvc_attr_cache_put(struct kvc_attr_cache *cache, const struct kvc_attr *attr,
                         struct kvc_meta_events_mark mark)
 {
-	put(cache, attr, mark, false);
+	put(cache, attr, mark, 0);
 }
 
 void kvc_attr_cache_put_own(struct kvc_attr_cache *cache, const struct kvc_attr *attr,
-                            struct kvc_meta_events_mark mark)
+                            struct kvc_meta_events_mark mark, uint64_t forgot)
 {
-	put(cache, attr, mark, true);
+	put(cache, attr, mark, forgot);
 }
 
 bool kvc_attr_cache_same(struct kvc_attr_cache *cache, const struct kvc_attr *attr)
@@ -111,7 +110,7 @@ double kvc_attr_cache_get(struct kvc_attr_cache *cache, struct kvc_meta_events *
 	return left;
 }
 
-void kvc_attr_cache_forget(struct kvc_attr_cache *cache, struct kvc_meta_events *events)
+uint64_t kvc_attr_cache_forget(struct kvc_attr_cache *cache, struct kvc_meta_events *events)
 {
 	uint64_t seq = kvc_meta_events_tick(events);
 	pthread_mutex_lock(&cache->lock);
@@ -119,4 +118,5 @@ void kvc_attr_cache_forget(struct kvc_attr_cache *cache, struct kvc_meta_events 
 	if (seq > cache->forgot_seq)
 		cache->forgot_seq = seq;
 	pthread_mutex_unlock(&cache->lock);
+	return seq;
 }

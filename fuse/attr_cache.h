@@ -42,10 +42,11 @@ void kvc_attr_cache_destroy(struct kvc_attr_cache *cache);
 void kvc_attr_cache_put(struct kvc_attr_cache *cache, const struct kvc_attr *attr,
                         struct kvc_meta_events_mark mark);
 /* The same for the answer to a change of ours (a directory's attributes
- * after our unlink in it): current after every forget made so far,
- * including the one that change made; mark still judges events. */
+ * after our unlink in it): current as of the forget that change made
+ * (forgot: what kvc_attr_cache_forget returned), not past a later one;
+ * mark still judges events. */
 void kvc_attr_cache_put_own(struct kvc_attr_cache *cache, const struct kvc_attr *attr,
-                            struct kvc_meta_events_mark mark);
+                            struct kvc_meta_events_mark mark, uint64_t forgot);
 /* Whether attr's (mtime, size) is the one held for its inode. */
 bool kvc_attr_cache_same(struct kvc_attr_cache *cache, const struct kvc_attr *attr);
 /* The attributes held for ino while still fresh: seconds they may still be
@@ -53,7 +54,8 @@ bool kvc_attr_cache_same(struct kvc_attr_cache *cache, const struct kvc_attr *at
 double kvc_attr_cache_get(struct kvc_attr_cache *cache, struct kvc_meta_events *events,
                           uint64_t ino, struct kvc_attr *out);
 /* A namespace change of ours: no held answer serves GETATTR any more, nor
- * any answer to a request made before this call (put later). */
-void kvc_attr_cache_forget(struct kvc_attr_cache *cache, struct kvc_meta_events *events);
+ * any answer to a request made before this call (put later). Returns the
+ * events' seq it moved to (for kvc_attr_cache_put_own). */
+uint64_t kvc_attr_cache_forget(struct kvc_attr_cache *cache, struct kvc_meta_events *events);
 
 #endif

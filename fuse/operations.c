@@ -272,9 +272,9 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name, boo
 	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
 	int rc = dir ? kvc_meta_client_rmdir(&fs->meta, parent, name, &after)
 	             : kvc_meta_client_unlink(&fs->meta, parent, name, &after);
-	kvc_attr_cache_forget(fs->attrs, fs->events); /* an nlink changed */
-	if (rc == 0) /* the parent after our change: current past that forget */
-		kvc_attr_cache_put_own(fs->attrs, &after, mark);
+	uint64_t forgot = kvc_attr_cache_forget(fs->attrs, fs->events); /* an nlink changed */
+	if (rc == 0) /* the parent after our change: current as of that forget */
+		kvc_attr_cache_put_own(fs->attrs, &after, mark, forgot);
 	kvc_fuse_reply_error(req, rc);
 }
 

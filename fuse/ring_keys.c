@@ -396,8 +396,11 @@ static int add_ios(struct kvc_ring_keys_scratch *s, int count, struct key *k, si
 }
 
 /* Run ios: device ones through device_io (in runs it takes), host ones
- * straight, in one batch each. */
-static void run_storage(const struct kvc_ring_keys_batch *b, struct kvc_ring_keys_scratch *s,
+ * straight, in one batch each. Returns whether a placement fell back to
+ * TCP meanwhile (the caller gives the bounce buffer up once it is done
+ * with it: a late placement by a stalled server must not land in another
+ * client's key). */
+static bool run_storage(const struct kvc_ring_keys_batch *b, struct kvc_ring_keys_scratch *s,
                         int count, bool read)
 {
 	struct kvc_fuse *fs = b->fs;
@@ -414,8 +417,7 @@ static void run_storage(const struct kvc_ring_keys_batch *b, struct kvc_ring_key
 		kvc_storage_client_write_batch(&fs->storage, s->split, host);
 	for (int j = 0; j < host; j++)
 		s->io[s->from[j]].result = s->split[j].result;
-	if (atomic_load(&fs->storage.place_fallbacks) != fallbacks)
-		bounce_drop(s);
+	bool fell_back = atomic_load(&fs->storage.place_fallbacks) != fallbacks;
 	for (int i = 0; i < count;) {
 		int n = 0;
 		for (; i < count && n < KVC_DEVICE_MAX_IOS; i++)
@@ -430,6 +432,7 @@ static void run_storage(const struct kvc_ring_keys_batch *b, struct kvc_ring_key
 		for (int j = 0; j < n; j++)
 			s->io[s->from[j]].result = s->split[j].result;
 	}
+	return fell_back;
 }
 
 static int io_result(const struct kvc_ring_keys_scratch *s, const struct key *k)
@@ -569,8 +572,7 @@ void kvc_ring_keys_execute(const struct kvc_ring_keys_batch *b)
 			else
 				ios = add_ios(s, ios, k, &used, read);
 		}
-		if (ios > 0)
-			run_storage(b, s, ios, read);
+		bool fell_back = ios > 0 && run_storage(b, s, ios, read);
 		for (int i = 0; i < count; i++) {
 			struct key *k = &s->keys[i];
 			if (k->rc == 0 && k->ios)
@@ -578,6 +580,8 @@ void kvc_ring_keys_execute(const struct kvc_ring_keys_batch *b)
 			if (k->rc == 0 && k->ios && read && k->bounce)
 				k->rc = bounce_copy(k, false); /* scatter what was read */
 		}
+		if (fell_back)
+			bounce_drop(s);
 	}
 	for (int di = 0; di < dirs; di++)
 		publish(b, s, count, di);

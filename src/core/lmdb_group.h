@@ -15,7 +15,9 @@
  * transactions): a call that fails again leaves nothing, the others are
  * kept, and each gets its own answer. So a failing call, which any client
  * can send at will (an -EEXIST create), costs its batch one rerun, not a
- * transaction per call. A failed commit is the answer of every call of
+ * transaction per call. (Near LMDB's size limits a call may get -ENOSPC
+ * there that alone it would not: the pages its batch's earlier calls
+ * copied are freed only at the commit.) A failed commit is the answer of every call of
  * the batch that had succeeded. fn must not open databases (LMDB refuses
  * that in a child transaction) and the environment must not use
  * MDB_WRITEMAP (no child transactions there).

@@ -42,11 +42,13 @@ int kvc_mem_guard_init(void)
 }
 
 /* noinline: the jump buffer's frame must be this function's, and nothing
- * of the caller's may live in registers across it. */
+ * of the caller's may live in registers across it. The signal mask is not
+ * saved (no sigprocmask per copy): the handler runs with SA_NODEFER and an
+ * empty sa_mask, so a SIGBUS leaves the mask as it was. */
 __attribute__((noinline)) int kvc_mem_guard_copy(void *dst, const void *src, size_t length)
 {
 	sigjmp_buf jump;
-	if (sigsetjmp(jump, 1)) {
+	if (sigsetjmp(jump, 0)) {
 		guard = NULL;
 		return -EFAULT;
 	}
@@ -61,7 +63,7 @@ __attribute__((noinline)) int kvc_mem_guard_copy(void *dst, const void *src, siz
 __attribute__((noinline)) int kvc_mem_guard_crc32c(const void *p, size_t length, uint32_t *crc)
 {
 	sigjmp_buf jump;
-	if (sigsetjmp(jump, 1)) {
+	if (sigsetjmp(jump, 0)) {
 		guard = NULL;
 		return -EFAULT;
 	}

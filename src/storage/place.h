@@ -18,7 +18,7 @@
  *   there, under the same guard (kvc_place_check_blocks). A client that
  *   shrank its memory makes its piece -EFAULT, never a signal for the
  *   server. A crc that fails in client memory is read again into the
- *   server's buffer (service.c): a bad copy is -EIO and repaired as for
+ *   server's buffer (service_place.c): a bad copy is -EIO and repaired as for
  *   CHUNK_READ, a client that changed its memory meanwhile gets its bytes
  *   placed again. Bytes come
  *   OUT of client memory only through kvc_place_copy_in, a pread from the

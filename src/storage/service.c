@@ -266,13 +266,14 @@ uint64_t kvc_service_read_pieces(struct request *r, const struct kvc_msg_piece *
 }
 
 uint32_t kvc_service_merge_pieces(struct conn_state *state, const struct kvc_msg_piece *pieces,
-                                  uint32_t count)
+                                  uint32_t count, uint32_t max_piece)
 {
 	uint32_t runs = 0;
 	for (uint32_t i = 0; i < count; i++) {
 		const struct kvc_msg_piece *p = &pieces[i];
 		struct kvc_msg_piece *last = runs ? &state->merged[runs - 1] : NULL;
-		if (last && last->inode == p->inode && last->target == p->target &&
+		if (last && max_piece && p->length <= max_piece && pieces[i - 1].length <= max_piece &&
+		    last->inode == p->inode && last->target == p->target &&
 		    last->chunk == p->chunk && last->chain == p->chain &&
 		    last->chain_version == p->chain_version &&
 		    (uint64_t)last->offset + last->length == p->offset &&
@@ -285,6 +286,15 @@ uint32_t kvc_service_merge_pieces(struct conn_state *state, const struct kvc_msg
 	}
 	state->run_first[runs] = count;
 	return runs;
+}
+
+bool kvc_service_run_failed(const struct conn_state *state, uint32_t runs)
+{
+	for (uint32_t r = 0; r < runs; r++)
+		if (state->run_first[r + 1] > state->run_first[r] + 1 &&
+		    (state->results[r].status == -EIO || state->results[r].status == -ENOMEM))
+			return true;
+	return false;
 }
 
 void kvc_service_split_runs(struct conn_state *state, const struct kvc_msg_piece *pieces,
@@ -320,11 +330,17 @@ static int h_read(struct request *r)
 	const struct kvc_msg_piece *pieces = kvc_service_take(r, m->count * (uint32_t)sizeof(*pieces));
 	if (!pieces || !kvc_service_done(r))
 		return kvc_service_reply(r, -EINVAL, NULL, 0);
-	uint32_t runs = kvc_service_merge_pieces(state, pieces, m->count);
+	uint32_t runs = kvc_service_merge_pieces(state, pieces, m->count, UINT32_MAX);
 	int rc = kvc_service_check_pieces(r->svc, state, state->merged, runs);
 	if (rc < 0)
 		return kvc_service_reply(r, rc, NULL, 0);
 	uint64_t data_len = kvc_service_read_pieces(r, state->merged, runs);
+	if (kvc_service_run_failed(state, runs)) {
+		kvc_chunk_store_read_release(state->reads, (int)runs);
+		runs = kvc_service_merge_pieces(state, pieces, m->count, 0);
+		(void)kvc_service_check_pieces(r->svc, state, state->merged, runs); /* passed above */
+		data_len = kvc_service_read_pieces(r, state->merged, runs);
+	}
 	kvc_service_split_runs(state, pieces, runs);
 	atomic_fetch_add(&r->svc->pieces_merged, m->count - runs);
 	struct kvc_wire_header out;

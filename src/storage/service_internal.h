@@ -83,14 +83,19 @@ int kvc_service_check_pieces(struct kvc_storage_service *svc, struct conn_state 
 uint64_t kvc_service_read_pieces(struct request *r, const struct kvc_msg_piece *pieces,
                                  uint32_t count);
 
-/* Pieces that continue each other in one chunk (same target, inode,
- * chunk, chain and version, each starting where the one before ended: the
- * segments of a ring key) make one run, read as one piece: one lookup and
- * one crc check of each block, not one per piece. Fills state->merged
- * (the runs, as pieces) and state->run_first (run r is pieces
- * run_first[r] .. run_first[r + 1] - 1); returns the run count. */
+/* Pieces of at most max_piece bytes that continue each other in one
+ * chunk (same target, inode, chunk, chain and version, each starting
+ * where the one before ended: the small segments of a ring key) make one
+ * run, read as one piece: one lookup and one crc check of each block, not
+ * one per piece. Fills state->merged (the runs, as pieces) and
+ * state->run_first (run r is pieces run_first[r] .. run_first[r + 1] -
+ * 1); returns the run count. max_piece 0: a run per piece. */
 uint32_t kvc_service_merge_pieces(struct conn_state *state, const struct kvc_msg_piece *pieces,
-                                  uint32_t count);
+                                  uint32_t count, uint32_t max_piece);
+/* After kvc_service_read_pieces of the runs: whether a run of several
+ * pieces failed as a whole (a bad block, no memory), which must not fail
+ * its pieces that read fine alone: read them again a run each. */
+bool kvc_service_run_failed(const struct conn_state *state, uint32_t runs);
 /* After the runs were read (state->results and state->data are the
  * runs'): each piece's result and bytes, its share of its run's
  * (state->piece_results, state->piece_data). */

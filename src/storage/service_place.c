@@ -111,6 +111,22 @@ static int place_read_again(struct request *r, const struct kvc_msg_piece *piece
 	return status;
 }
 
+/* Read the runs: a piece alone places its whole blocks straight from the
+ * chunk file into the region; a run of several is read into a buffer of
+ * ours. */
+static void place_read_runs(struct request *r, struct kvc_place_region *region,
+                            const uint64_t *offsets, uint32_t runs)
+{
+	struct conn_state *state = r->state;
+	for (uint32_t i = 0; i < runs; i++) {
+		uint32_t first = state->run_first[i];
+		state->reads[i].place = state->run_first[i + 1] == first + 1
+		                                ? kvc_place_at(region, offsets[first])
+		                                : NULL;
+	}
+	kvc_service_read_pieces(r, state->merged, runs);
+}
+
 /* The pieces of a run of several (kvc_service_merge_pieces), read into a
  * buffer of ours and checked there: each piece's share copied to its
  * place in the region. Returns the bytes copied. */
@@ -160,22 +176,24 @@ int kvc_service_place_read(struct request *r)
 	for (uint32_t i = 0; rc == 0 && i < m->count; i++)
 		if (!kvc_place_fits(region, offsets[i], pieces[i].length))
 			rc = -EINVAL;
-	uint32_t runs = rc == 0 ? kvc_service_merge_pieces(state, pieces, m->count) : 0;
+	/* Only pieces under a block make runs: a larger one keeps its whole
+	 * blocks placed straight from the chunk file. */
+	uint32_t runs = rc == 0 ? kvc_service_merge_pieces(state, pieces, m->count,
+	                                                   KVC_CHUNK_BLOCK - 1)
+	                        : 0;
 	if (rc == 0)
 		rc = kvc_service_check_pieces(r->svc, state, state->merged, runs);
 	if (rc < 0) {
 		kvc_place_put(r->svc->place, region);
 		return kvc_service_reply(r, rc, NULL, 0);
 	}
-	/* A piece alone: whole blocks straight from the chunk file into the
-	 * region. A run of several: into a buffer of ours. */
-	for (uint32_t i = 0; i < runs; i++) {
-		uint32_t first = state->run_first[i];
-		state->reads[i].place = state->run_first[i + 1] == first + 1
-		                                ? kvc_place_at(region, offsets[first])
-		                                : NULL;
+	place_read_runs(r, region, offsets, runs);
+	if (kvc_service_run_failed(state, runs)) {
+		kvc_chunk_store_read_release(state->reads, (int)runs);
+		runs = kvc_service_merge_pieces(state, pieces, m->count, 0);
+		(void)kvc_service_check_pieces(r->svc, state, state->merged, runs); /* passed above */
+		place_read_runs(r, region, offsets, runs);
 	}
-	kvc_service_read_pieces(r, state->merged, runs);
 	kvc_service_split_runs(state, pieces, runs);
 	uint64_t bytes = 0;
 	for (uint32_t i = 0; i < runs; i++) {

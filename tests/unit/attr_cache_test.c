@@ -80,11 +80,19 @@ Test(attr_cache, an_answer_asked_for_before_a_forget_is_not_served)
 	/* The answer to the change itself (a directory's attributes in our
 	 * UNLINK's reply), asked before the forget that change made: served. */
 	const struct kvc_meta_events_mark unlink_asked = {ticks, 0};
-	kvc_attr_cache_forget(c, NULL);
+	uint64_t forgot = kvc_attr_cache_forget(c, NULL);
 	struct kvc_attr dir = at(10, 300, 040755);
-	kvc_attr_cache_put_own(c, &dir, unlink_asked);
+	kvc_attr_cache_put_own(c, &dir, unlink_asked, forgot);
 	cr_assert_gt(kvc_attr_cache_get(c, NULL, 10, &out), 0, "the reply to our own change");
 	kvc_attr_cache_forget(c, NULL);
 	cr_assert_eq(kvc_attr_cache_get(c, NULL, 10, &out), 0, "but not past a later forget");
+	/* Another change of ours (an rmdir of this directory elsewhere in the
+	 * tree) forgets between our unlink's forget and its put: the reply is
+	 * current as of our forget only, so not served. */
+	const struct kvc_meta_events_mark asked2 = {ticks, 0};
+	uint64_t mine = kvc_attr_cache_forget(c, NULL);
+	kvc_attr_cache_forget(c, NULL); /* the other thread's */
+	kvc_attr_cache_put_own(c, &dir, asked2, mine);
+	cr_assert_eq(kvc_attr_cache_get(c, NULL, 10, &out), 0, "past another thread's forget");
 	kvc_attr_cache_destroy(c);
 }
