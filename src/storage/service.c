@@ -334,6 +334,7 @@ static int h_read(struct request *r)
 	int rc = kvc_service_check_pieces(r->svc, state, state->merged, runs);
 	if (rc < 0)
 		return kvc_service_reply(r, rc, NULL, 0);
+	atomic_fetch_add(&r->svc->pieces_merged, m->count - runs);
 	uint64_t data_len = kvc_service_read_pieces(r, state->merged, runs);
 	if (kvc_service_run_failed(state, runs)) {
 		kvc_chunk_store_read_release(state->reads, (int)runs);
@@ -342,7 +343,6 @@ static int h_read(struct request *r)
 		data_len = kvc_service_read_pieces(r, state->merged, runs);
 	}
 	kvc_service_split_runs(state, pieces, runs);
-	atomic_fetch_add(&r->svc->pieces_merged, m->count - runs);
 	struct kvc_wire_header out;
 	kvc_wire_header_init(&out, r->h->type, r->h->request_id, 0,
 	                     m->count * (uint32_t)sizeof(state->piece_results[0]), data_len);

@@ -187,6 +187,7 @@ int kvc_service_place_read(struct request *r)
 		kvc_place_put(r->svc->place, region);
 		return kvc_service_reply(r, rc, NULL, 0);
 	}
+	atomic_fetch_add(&r->svc->pieces_merged, m->count - runs);
 	place_read_runs(r, region, offsets, runs);
 	if (kvc_service_run_failed(state, runs)) {
 		kvc_chunk_store_read_release(state->reads, (int)runs);
@@ -222,7 +223,6 @@ int kvc_service_place_read(struct request *r)
 	kvc_place_put(r->svc->place, region);
 	atomic_fetch_add(&r->svc->place->read_ops, 1);
 	atomic_fetch_add(&r->svc->place->read_bytes, bytes);
-	atomic_fetch_add(&r->svc->pieces_merged, m->count - runs);
 	return kvc_service_reply(r, 0, state->piece_results,
 	                         m->count * (uint32_t)sizeof(state->piece_results[0]));
 }

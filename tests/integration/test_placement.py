@@ -221,11 +221,49 @@ def test_a_corrupted_block_is_eio_through_placement(cluster, workdir):
         assert r.run(fd, [(2 * CHUNK, 40000, 500)]) == [-errno.EIO]
         assert r.run(fd, [(2 * CHUNK, 16384, 16384)]) == [16384]
         assert bytes(r.shm.buf[2 * CHUNK:2 * CHUNK + 16384]) == data[16384:32768]
+
         assert bytes(r.shm.buf[CHUNK:2 * CHUNK]) == data[CHUNK:]
         assert placed(cluster)[2] > before[2]
     finally:
         close_registered(fd)
         r.close()
+
+
+def test_a_bad_block_fails_only_its_own_pieces_of_a_run(cluster, workdir):
+    """A key of 4 KiB segments whose chunk has one bad block: the server
+    reads the key's pieces as one run, which fails its crc check; it reads
+    them again one by one, so the get fails (a segment of the bad block)
+    but every segment of the good blocks was placed with its bytes."""
+    keys = kvcfs.KeyDir(workdir)
+    ring = kvcfs.Ring(str(cluster.mount), 8, for_read=False)
+    iov = kvcfs.Iov.create(str(cluster.mount), 1 << 20)
+    try:
+        size = 128 << 10  # past the inline limit: a chunk file to damage
+        data = os.urandom(size)
+        (workdir / "bad-key").write_bytes(data)
+        inode = int(subprocess.run(["getfattr", "-n", "user.kvc.inode", "--only-values",
+                                    str(workdir / "bad-key")],
+                                   capture_output=True, text=True, check=True).stdout)
+        name = f"chunks/{inode & 0xff:02x}/{inode:016x}.{0:08x}"
+        chunk = list(cluster.dir.glob(f"s*/t*/{name}"))
+        assert len(chunk) == 1
+        raw = bytearray(chunk[0].read_bytes())
+        raw[1000] ^= 0xFF  # block 0 of 8
+        chunk[0].write_bytes(bytes(raw))
+        segs = [(iov, i * 8192, 4096) for i in range(size // 4096)]
+        iov.memoryview()[:len(segs) * 8192] = b"\xee" * (len(segs) * 8192)
+        merged = sum(value(scrape(a), "kvc_storage_read_pieces_merged_total")
+                     for a in cluster.storage_metrics)
+        assert ring.get_keys(keys, [("bad-key", segs)]).wait() == [-errno.EIO]
+        assert sum(value(scrape(a), "kvc_storage_read_pieces_merged_total")
+                   for a in cluster.storage_metrics) > merged, "not read as one run"
+        view = iov.memoryview()
+        for i, (_, off, n) in enumerate(segs[4:], start=4):  # blocks 1..7
+            assert bytes(view[off:off + n]) == data[i * 4096:(i + 1) * 4096], i
+    finally:
+        iov.close()
+        ring.close()
+        keys.close()
 
 
 def test_transport_tcp_in_the_cluster_file_forces_tcp(cluster, workdir, local_tmp):
