@@ -1,0 +1,126 @@
+/* Unit tests of kvc-storage's runs of read pieces (storage/
+ * service_internal.h kvc_service_merge_pieces, _split_runs, _run_failed):
+ * which pieces make a run, and each piece's share of its run's result:
+ * a chunk shorter than the run (a hole at its end), a failed run, a
+ * zero-length piece, the data section's length (the present bytes of the
+ * run are the pieces' present bytes, in order). */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "storage/service_internal.h"
+
+static struct conn_state *state;
+
+static void setup(void)
+{
+	state = calloc(1, sizeof(*state));
+	cr_assert_not_null(state);
+}
+
+static void teardown(void)
+{
+	free(state);
+}
+
+TestSuite(service_runs, .init = setup, .fini = teardown);
+
+static struct kvc_msg_piece piece(uint64_t inode, uint32_t chunk, uint32_t offset,
+                                  uint32_t length)
+{
+	return (struct kvc_msg_piece){.inode = inode, .target = 1, .chunk = chunk,
+	                              .offset = offset, .length = length, .chain = 1,
+	                              .chain_version = 3};
+}
+
+Test(service_runs, pieces_that_continue_each_other_make_a_run)
+{
+	struct kvc_msg_piece p[7] = {
+		piece(5, 0, 0, 4096),     piece(5, 0, 4096, 4096), piece(5, 0, 8192, 100),
+		piece(5, 0, 9000, 10),    /* a gap: a new run */
+		piece(5, 1, 9010, 10),    /* another chunk */
+		piece(6, 1, 9020, 10),    /* another inode */
+		piece(6, 1, 9030, 10)};
+	uint32_t runs = kvc_service_merge_pieces(state, p, 7, UINT32_MAX);
+	cr_assert_eq(runs, 4);
+	uint32_t want_first[] = {0, 3, 4, 5, 7};
+	for (uint32_t r = 0; r <= runs; r++)
+		cr_assert_eq(state->run_first[r], want_first[r], "run %u", r);
+	cr_assert_eq(state->merged[0].offset, 0);
+	cr_assert_eq(state->merged[0].length, 8292);
+	cr_assert_eq(state->merged[3].length, 20);
+	/* another target, chain or version breaks a run too */
+	p[1].target = 2;
+	cr_assert_eq(kvc_service_merge_pieces(state, p, 3, UINT32_MAX), 3);
+	p[1].target = 1;
+	p[1].chain_version = 4;
+	cr_assert_eq(kvc_service_merge_pieces(state, p, 3, UINT32_MAX), 3);
+	p[1].chain_version = 3;
+	/* only small pieces merge when asked; 0: a run each */
+	cr_assert_eq(kvc_service_merge_pieces(state, p, 3, 4095), 3);
+	cr_assert_eq(kvc_service_merge_pieces(state, p, 3, 4096), 1);
+	cr_assert_eq(kvc_service_merge_pieces(state, p, 3, 0), 3);
+	struct kvc_msg_piece empty[2] = {piece(5, 0, 0, 0), piece(5, 0, 0, 0)};
+	cr_assert_eq(kvc_service_merge_pieces(state, empty, 2, 0), 2, "0: never merged");
+	cr_assert_eq(kvc_service_merge_pieces(state, empty, 2, UINT32_MAX), 1);
+}
+
+Test(service_runs, each_piece_gets_its_share_of_a_short_run)
+{
+	static uint8_t bytes[12288];
+	for (size_t i = 0; i < sizeof(bytes); i++)
+		bytes[i] = (uint8_t)i;
+	struct kvc_msg_piece p[4] = {piece(5, 0, 0, 4096), piece(5, 0, 4096, 4096),
+	                             piece(5, 0, 8192, 0), piece(5, 0, 8192, 4096)};
+	uint32_t runs = kvc_service_merge_pieces(state, p, 4, UINT32_MAX);
+	cr_assert_eq(runs, 1);
+	/* the chunk holds 6000 bytes: a hole from there on */
+	state->results[0] = (struct kvc_msg_piece_result){0, 6000};
+	state->data[0] = (struct iovec){bytes, 6000};
+	kvc_service_split_runs(state, p, runs);
+	uint32_t want[] = {4096, 1904, 0, 0};
+	uint64_t sum = 0;
+	for (int j = 0; j < 4; j++) {
+		cr_assert_eq(state->piece_results[j].status, 0);
+		cr_assert_eq(state->piece_results[j].length, want[j], "piece %d", j);
+		cr_assert_eq(state->piece_data[j].iov_len, want[j]);
+		sum += state->piece_data[j].iov_len;
+	}
+	cr_assert_eq(sum, 6000, "the data section is the run's present bytes");
+	cr_assert_eq(state->piece_data[1].iov_base, bytes + 4096);
+	cr_assert_null(state->piece_data[2].iov_base);
+	cr_assert_not(kvc_service_run_failed(state, runs));
+}
+
+Test(service_runs, a_failed_run_fails_its_pieces_and_asks_for_a_reread)
+{
+	struct kvc_msg_piece p[3] = {piece(5, 0, 0, 4096), piece(5, 0, 4096, 4096),
+	                             piece(7, 0, 0, 100)};
+	uint32_t runs = kvc_service_merge_pieces(state, p, 3, UINT32_MAX);
+	cr_assert_eq(runs, 2);
+	state->results[0] = (struct kvc_msg_piece_result){-EIO, 0};
+	state->data[0] = (struct iovec){NULL, 0};
+	state->results[1] = (struct kvc_msg_piece_result){-EIO, 0};
+	cr_assert(kvc_service_run_failed(state, runs), "a run of two failed: read again");
+	kvc_service_split_runs(state, p, runs);
+	for (int j = 0; j < 3; j++) {
+		cr_assert_eq(state->piece_results[j].status, -EIO);
+		cr_assert_eq(state->piece_results[j].length, 0);
+	}
+	/* a failed run of one piece is that piece's own answer */
+	state->results[0] = (struct kvc_msg_piece_result){0, 8192};
+	cr_assert_not(kvc_service_run_failed(state, runs));
+	/* other failures (a stale version, ask the tail) are every piece's */
+	state->results[0] = (struct kvc_msg_piece_result){-ESTALE, 0};
+	cr_assert_not(kvc_service_run_failed(state, runs));
+	state->results[0] = (struct kvc_msg_piece_result){-ENOMEM, 0};
+	cr_assert(kvc_service_run_failed(state, runs));
+	/* a placed piece alone has no bytes in the server's buffer */
+	runs = kvc_service_merge_pieces(state, p, 1, UINT32_MAX);
+	state->results[0] = (struct kvc_msg_piece_result){0, 4096};
+	state->data[0] = (struct iovec){NULL, 4096};
+	kvc_service_split_runs(state, p, runs);
+	cr_assert_eq(state->piece_results[0].length, 4096);
+	cr_assert_null(state->piece_data[0].iov_base);
+}
