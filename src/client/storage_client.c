@@ -1,6 +1,7 @@
 /* storage_client: see storage_client.h (reads: storage_read.c; the chain
  * table and the manager's routing: storage_routing.c). */
 #include "client/storage_client_internal.h"
+#include "client/storage_target.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -412,17 +413,12 @@ static int each_target(struct kvc_storage_client *client, const struct kvc_layou
 				uint8_t body[64], reply[64];
 				fill(body, target, chains[i], chain->version, arg);
 				uint32_t reply_len;
-				struct kvc_rpc_pool *pool = &client->pools[client->target_server[target]];
-				int rc = kvc_rpc_call(pool, type, body, body_len, reply, sizeof(reply),
-				                      &reply_len);
-				/* A pooled connection whose server restarted unseen (across
-				 * a partition) resets under the request; these requests are
-				 * idempotent: once more on a fresh connection. */
-				if (rc == -ECONNRESET || rc == -EPIPE) {
-					kvc_rpc_pool_drain(pool);
-					rc = kvc_rpc_call(pool, type, body, body_len, reply, sizeof(reply),
-					                  &reply_len);
-				}
+				/* These requests are idempotent: a pooled connection
+				 * whose server restarted unseen (across a partition) is
+				 * replaced and the request sent once more. */
+				int rc = kvc_storage_target_call_idempotent(client, target, type, body,
+				                                            body_len, reply, sizeof(reply),
+				                                            &reply_len);
 				if (rc == 0) {
 					done |= bit;
 				} else if (result == 0) {

@@ -2,6 +2,7 @@
 #include "core/mem_guard.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -41,11 +42,21 @@ int kvc_mem_guard_init(void)
 	return init_rc;
 }
 
-/* noinline: the jump buffer's frame must be this function's, and nothing
- * of the caller's may live in registers across it. The signal mask is not
- * saved (no sigprocmask per copy): the handler runs with SA_NODEFER and an
- * empty sa_mask, so a SIGBUS leaves the mask as it was. */
-__attribute__((noinline)) int kvc_mem_guard_copy(void *dst, const void *src, size_t length)
+/* One guarded piece of work: a copy, or a crc. */
+struct work {
+	void *dst;
+	const void *src;
+	size_t length;
+	uint32_t crc;
+	bool copy;
+};
+
+/* Run w under the guard. noinline: the jump buffer's frame must be this
+ * function's, and nothing of the caller's may live in registers across
+ * it. The signal mask is not saved (no sigprocmask per copy): the handler
+ * runs with SA_NODEFER and an empty sa_mask, so a SIGBUS leaves the mask
+ * as it was. */
+__attribute__((noinline)) static int guarded(struct work *w)
 {
 	sigjmp_buf jump;
 	if (sigsetjmp(jump, 0)) {
@@ -54,24 +65,26 @@ __attribute__((noinline)) int kvc_mem_guard_copy(void *dst, const void *src, siz
 	}
 	guard = &jump;
 	__asm__ volatile("" ::: "memory");
-	memcpy(dst, src, length);
+	if (w->copy)
+		memcpy(w->dst, w->src, w->length);
+	else
+		w->crc = kvc_crc32c(0, w->src, w->length);
 	__asm__ volatile("" ::: "memory");
 	guard = NULL;
 	return 0;
 }
 
-__attribute__((noinline)) int kvc_mem_guard_crc32c(const void *p, size_t length, uint32_t *crc)
+int kvc_mem_guard_copy(void *dst, const void *src, size_t length)
 {
-	sigjmp_buf jump;
-	if (sigsetjmp(jump, 0)) {
-		guard = NULL;
-		return -EFAULT;
-	}
-	guard = &jump;
-	__asm__ volatile("" ::: "memory");
-	uint32_t c = kvc_crc32c(0, p, length);
-	__asm__ volatile("" ::: "memory");
-	guard = NULL;
-	*crc = c;
-	return 0;
+	struct work w = {.dst = dst, .src = src, .length = length, .copy = true};
+	return guarded(&w);
+}
+
+int kvc_mem_guard_crc32c(const void *p, size_t length, uint32_t *crc)
+{
+	struct work w = {.src = p, .length = length};
+	int rc = guarded(&w);
+	if (rc == 0)
+		*crc = w.crc;
+	return rc;
 }

@@ -297,6 +297,33 @@ bool kvc_service_run_failed(const struct conn_state *state, uint32_t runs)
 	return false;
 }
 
+int kvc_service_read_runs(struct request *r, const struct kvc_msg_piece *pieces, uint32_t count,
+                          uint32_t max_piece,
+                          void (*prepare)(struct conn_state *state, uint32_t runs,
+                                          const void *arg),
+                          const void *arg)
+{
+	struct conn_state *state = r->state;
+	uint32_t runs = kvc_service_merge_pieces(state, pieces, count, max_piece);
+	int rc = kvc_service_check_pieces(r->svc, state, state->merged, runs);
+	if (rc < 0)
+		return rc;
+	atomic_fetch_add(&r->svc->pieces_merged, count - runs);
+	if (prepare)
+		prepare(state, runs, arg);
+	kvc_service_read_pieces(r, state->merged, runs);
+	if (kvc_service_run_failed(state, runs)) {
+		kvc_chunk_store_read_release(state->reads, (int)runs);
+		runs = kvc_service_merge_pieces(state, pieces, count, 0);
+		(void)kvc_service_check_pieces(r->svc, state, state->merged, runs); /* passed above */
+		if (prepare)
+			prepare(state, runs, arg);
+		kvc_service_read_pieces(r, state->merged, runs);
+	}
+	kvc_service_split_runs(state, pieces, runs);
+	return (int)runs;
+}
+
 void kvc_service_split_runs(struct conn_state *state, const struct kvc_msg_piece *pieces,
                             uint32_t runs)
 {
@@ -330,24 +357,18 @@ static int h_read(struct request *r)
 	const struct kvc_msg_piece *pieces = kvc_service_take(r, m->count * (uint32_t)sizeof(*pieces));
 	if (!pieces || !kvc_service_done(r))
 		return kvc_service_reply(r, -EINVAL, NULL, 0);
-	uint32_t runs = kvc_service_merge_pieces(state, pieces, m->count, UINT32_MAX);
-	int rc = kvc_service_check_pieces(r->svc, state, state->merged, runs);
-	if (rc < 0)
-		return kvc_service_reply(r, rc, NULL, 0);
-	atomic_fetch_add(&r->svc->pieces_merged, m->count - runs);
-	uint64_t data_len = kvc_service_read_pieces(r, state->merged, runs);
-	if (kvc_service_run_failed(state, runs)) {
-		kvc_chunk_store_read_release(state->reads, (int)runs);
-		runs = kvc_service_merge_pieces(state, pieces, m->count, 0);
-		(void)kvc_service_check_pieces(r->svc, state, state->merged, runs); /* passed above */
-		data_len = kvc_service_read_pieces(r, state->merged, runs);
-	}
-	kvc_service_split_runs(state, pieces, runs);
+	int runs = kvc_service_read_runs(r, pieces, m->count, UINT32_MAX, NULL, NULL);
+	if (runs < 0)
+		return kvc_service_reply(r, runs, NULL, 0);
+	uint64_t data_len = 0;
+	for (uint32_t j = 0; j < m->count; j++)
+		data_len += state->piece_data[j].iov_len;
 	struct kvc_wire_header out;
 	kvc_wire_header_init(&out, r->h->type, r->h->request_id, 0,
 	                     m->count * (uint32_t)sizeof(state->piece_results[0]), data_len);
-	rc = kvc_server_send(r->conn, &out, state->piece_results, state->piece_data, (int)m->count);
-	kvc_chunk_store_read_release(state->reads, (int)runs);
+	int rc = kvc_server_send(r->conn, &out, state->piece_results, state->piece_data,
+	                         (int)m->count);
+	kvc_chunk_store_read_release(state->reads, runs);
 	return rc;
 }
 

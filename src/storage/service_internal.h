@@ -96,6 +96,17 @@ uint32_t kvc_service_merge_pieces(struct conn_state *state, const struct kvc_msg
  * pieces failed as a whole (a bad block, no memory), which must not fail
  * its pieces that read fine alone: read them again a run each. */
 bool kvc_service_run_failed(const struct conn_state *state, uint32_t runs);
+/* A read of pieces in runs: merge (max_piece as for
+ * kvc_service_merge_pieces), check, read (prepare, when given, sets up
+ * each run's read first: placement), read a run that failed as a whole
+ * again a piece at a time, then split the runs' results into the pieces'
+ * (state->piece_results, state->piece_data). Returns the run count (the
+ * caller releases state->reads), or the check's -errno (nothing read). */
+int kvc_service_read_runs(struct request *r, const struct kvc_msg_piece *pieces, uint32_t count,
+                          uint32_t max_piece,
+                          void (*prepare)(struct conn_state *state, uint32_t runs,
+                                          const void *arg),
+                          const void *arg);
 /* After the runs were read (state->results and state->data are the
  * runs'): each piece's result and bytes, its share of its run's
  * (state->piece_results, state->piece_data). */

@@ -111,20 +111,23 @@ static int place_read_again(struct request *r, const struct kvc_msg_piece *piece
 	return status;
 }
 
-/* Read the runs: a piece alone places its whole blocks straight from the
- * chunk file into the region; a run of several is read into a buffer of
- * ours. */
-static void place_read_runs(struct request *r, struct kvc_place_region *region,
-                            const uint64_t *offsets, uint32_t runs)
+struct placing {
+	struct kvc_place_region *region;
+	const uint64_t *offsets;
+};
+
+/* Before the runs are read: a piece alone places its whole blocks
+ * straight from the chunk file into the region; a run of several is read
+ * into a buffer of ours. */
+static void place_prepare(struct conn_state *state, uint32_t runs, const void *arg)
 {
-	struct conn_state *state = r->state;
+	const struct placing *p = arg;
 	for (uint32_t i = 0; i < runs; i++) {
 		uint32_t first = state->run_first[i];
 		state->reads[i].place = state->run_first[i + 1] == first + 1
-		                                ? kvc_place_at(region, offsets[first])
+		                                ? kvc_place_at(p->region, p->offsets[first])
 		                                : NULL;
 	}
-	kvc_service_read_pieces(r, state->merged, runs);
 }
 
 /* The pieces of a run of several (kvc_service_merge_pieces), read into a
@@ -178,24 +181,15 @@ int kvc_service_place_read(struct request *r)
 			rc = -EINVAL;
 	/* Only pieces under a block make runs: a larger one keeps its whole
 	 * blocks placed straight from the chunk file. */
-	uint32_t runs = rc == 0 ? kvc_service_merge_pieces(state, pieces, m->count,
-	                                                   KVC_CHUNK_BLOCK - 1)
-	                        : 0;
-	if (rc == 0)
-		rc = kvc_service_check_pieces(r->svc, state, state->merged, runs);
-	if (rc < 0) {
+	struct placing placing = {region, offsets};
+	int read = rc == 0 ? kvc_service_read_runs(r, pieces, m->count, KVC_CHUNK_BLOCK - 1,
+	                                           place_prepare, &placing)
+	                   : rc;
+	if (read < 0) {
 		kvc_place_put(r->svc->place, region);
-		return kvc_service_reply(r, rc, NULL, 0);
+		return kvc_service_reply(r, read, NULL, 0);
 	}
-	atomic_fetch_add(&r->svc->pieces_merged, m->count - runs);
-	place_read_runs(r, region, offsets, runs);
-	if (kvc_service_run_failed(state, runs)) {
-		kvc_chunk_store_read_release(state->reads, (int)runs);
-		runs = kvc_service_merge_pieces(state, pieces, m->count, 0);
-		(void)kvc_service_check_pieces(r->svc, state, state->merged, runs); /* passed above */
-		place_read_runs(r, region, offsets, runs);
-	}
-	kvc_service_split_runs(state, pieces, runs);
+	uint32_t runs = (uint32_t)read;
 	uint64_t bytes = 0;
 	for (uint32_t i = 0; i < runs; i++) {
 		uint32_t first = state->run_first[i];

@@ -60,12 +60,12 @@ static int make_file(const char *dir, const char *name, size_t data, size_t size
 }
 
 /* Run one entry on a ring of the native API: its result. */
-static int64_t ring_one(struct kvc_ring *ring, struct kvc_iov *iov, bool read, void *ptr, int fd,
-                        uint64_t offset, uint64_t length)
+/* The result of the one entry prepared on ring (rc: the prep's), waited
+ * for at most 30 s. */
+static int64_t wait_one(struct kvc_ring *ring, int rc)
 {
 	struct kvc_completion done;
 	struct timespec deadline;
-	int rc = kvc_ring_prep(ring, iov, read, ptr, fd, offset, length, NULL);
 	if (rc < 0)
 		return rc;
 	clock_gettime(CLOCK_REALTIME, &deadline);
@@ -74,20 +74,18 @@ static int64_t ring_one(struct kvc_ring *ring, struct kvc_iov *iov, bool read, v
 	return rc == 1 ? done.result : rc < 0 ? rc : -ETIMEDOUT;
 }
 
+static int64_t ring_one(struct kvc_ring *ring, struct kvc_iov *iov, bool read, void *ptr, int fd,
+                        uint64_t offset, uint64_t length)
+{
+	return wait_one(ring, kvc_ring_prep(ring, iov, read, ptr, fd, offset, length, NULL));
+}
+
 /* One key entry of two 32 KiB segments of iov at base, waited for. */
 static int64_t key_one(struct kvc_ring *ring, struct kvc_iov *iov, int op, int dir_fd,
                        const char *name, size_t base)
 {
 	struct kvc_key_seg segs[2] = {{iov, base, 32 << 10}, {iov, base + (64 << 10), 32 << 10}};
-	struct kvc_completion done;
-	struct timespec deadline;
-	int rc = kvc_ring_prep_key(ring, op, dir_fd, name, segs, 2, 0, 0, NULL);
-	if (rc < 0)
-		return rc;
-	clock_gettime(CLOCK_REALTIME, &deadline);
-	deadline.tv_sec += 30;
-	rc = kvc_ring_wait(ring, &done, 1, 1, &deadline);
-	return rc == 1 ? done.result : rc < 0 ? rc : -ETIMEDOUT;
+	return wait_one(ring, kvc_ring_prep_key(ring, op, dir_fd, name, segs, 2, 0, 0, NULL));
 }
 
 static void shrink(const char *mount, const char *dir)
