@@ -34,3 +34,31 @@ def test_bench_keys_refuses_a_directory_outside_kvcfs(local_tmp):
         assert out.returncode == 2, out.stdout + out.stderr
         assert "not in a kvcfs mount" in out.stderr
         assert os.listdir(local_tmp) == []
+
+
+def test_bench_keys_ring_keeps_several_batches_in_flight(cluster, local_tmp):
+    """--depth 3 with a last batch cut short (100 keys, batches of 16):
+    every operation of both runs completes every key (a lost or doubled
+    completion would fail the run or stall it), and the keys' directory
+    goes."""
+    out_json = local_tmp / "ring.json"
+    out = subprocess.run([str(BUILD / "kvc-bench"), "keys", "--ring", "--mount",
+                          str(cluster.mount), "--keys", "100", "--batch", "16", "--depth", "3",
+                          "--segments", "4", "--size", "4K", "--json", str(out_json)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "depth 3" in out.stderr
+    rows = {r["name"]: r for r in json.loads(out_json.read_text())["results"]}
+    for op in ("put", "get", "exists", "remove"):
+        for segs in ("1 seg", "4 segs"):
+            assert rows[f"ring {op} {segs}"]["iops"] > 0, (op, segs)
+    assert [n for n in os.listdir(cluster.mount) if n.startswith(".kvc-bench-ring-keys")] == []
+
+
+def test_bench_keys_ring_refuses_a_bad_depth(cluster):
+    for depth in ("0", "17"):
+        out = subprocess.run([str(BUILD / "kvc-bench"), "keys", "--ring", "--mount",
+                              str(cluster.mount), "--depth", depth],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2, out.stdout + out.stderr
+        assert "--depth must be 1 to 16" in out.stderr

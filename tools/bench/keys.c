@@ -10,7 +10,7 @@
  * table gives keys per second, the latency of one key's operation (p50,
  * p99) and the mount's rate against the local one.
  *
- * --ring [--batch N] [--segments N]: the keys through USRBIO ring key
+ * --ring [--batch N] [--depth N] [--segments N]: the keys through USRBIO ring key
  * operations instead (keys_ring.c; no local baseline).
  */
 #include "keys.h"
@@ -139,7 +139,7 @@ static const char usage[] =
 	"usage: kvc-bench keys [--mount DIR] [--local DIR] [--keys N] [--size BYTES]\n"
 	"                      [--threads N] [--json FILE]\n"
 	"       kvc-bench keys --ring [--mount DIR] [--keys N] [--size BYTES]\n"
-	"                      [--batch N] [--segments N] [--json FILE]\n"
+	"                      [--batch N] [--depth N] [--segments N] [--json FILE]\n"
 	"One file per key: create+write+close, read, stat and unlink of --keys\n"
 	"files of --size bytes with --threads threads, on a local directory (the\n"
 	"baseline) and then through the mount.\n"
@@ -153,6 +153,8 @@ static const char usage[] =
 	"                             (put, get, exists, remove; 1 and --segments\n"
 	"                             segments per key)\n"
 	"  -b, --batch N              ring: entries per submission (default 64)\n"
+	"  -d, --depth N              ring: submissions in flight at once (default\n"
+	"                             1: the next is prepared when one completes)\n"
 	"  -S, --segments N           ring: segments per key of the second run\n"
 	"                             (default 16, at most 64)\n"
 	"  -h, --help                 this text\n";
@@ -168,11 +170,12 @@ int bench_keys_main(int argc, char **argv)
 	                                        {"ring", no_argument, 0, 'r'},
 	                                        {"batch", required_argument, 0, 'b'},
 	                                        {"segments", required_argument, 0, 'S'},
+	                                        {"depth", required_argument, 0, 'd'},
 	                                        {0, 0, 0, 0}};
-	static const struct kvc_cli cli = {"kvc-bench keys", usage, "m:l:k:s:t:j:rb:S:", options,
+	static const struct kvc_cli cli = {"kvc-bench keys", usage, "m:l:k:s:t:j:rb:S:d:", options,
 	                                   0};
 	bool ring = false;
-	long batch = 64, segments = 16;
+	long batch = 64, segments = 16, depth = 1;
 	const char *mount = "/mnt/kvc", *local = "/tmp", *json = NULL;
 	long keys = 4000, threads = 8;
 	uint64_t size = 64 << 10;
@@ -188,6 +191,7 @@ int bench_keys_main(int argc, char **argv)
 		case 'r': ring = true; break;
 		case 'b': batch = strtol(optarg, NULL, 10); break;
 		case 'S': segments = strtol(optarg, NULL, 10); break;
+		case 'd': depth = strtol(optarg, NULL, 10); break;
 		}
 	}
 	if (opt != KVC_CLI_END)
@@ -204,6 +208,9 @@ int bench_keys_main(int argc, char **argv)
 	             size < (uint64_t)segments))
 		return kvc_cli_fail(&cli, "--batch must be 1 to 4096, --segments 1 to 64 and "
 		                          "at most --size");
+	if (ring && (depth < 1 || depth > 16 || batch * depth > 4096))
+		return kvc_cli_fail(&cli, "--depth must be 1 to 16, with --batch times --depth at "
+		                          "most 4096");
 	/* A mount point with nothing mounted would run the "kvcfs" rows on
 	 * the local disk under it. */
 	char point[4096];
@@ -211,7 +218,7 @@ int bench_keys_main(int argc, char **argv)
 		return kvc_cli_fail(&cli, "%s is not in a kvcfs mount (is kvc-fuse running?)", mount);
 	if (ring)
 		return bench_keys_ring(mount, (uint64_t)keys, (size_t)size, (int)batch,
-		                       (int)segments, json);
+		                       (int)depth, (int)segments, json);
 	const char *roots[2] = {local, mount}, *labels[2] = {"local", "kvcfs"};
 	char dirs[2][4096];
 	static struct bench_table t = {.ratio_label = "vs local"};

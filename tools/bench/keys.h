@@ -12,9 +12,9 @@
 int bench_keys_main(int argc, char **argv);
 
 /* --ring (keys_ring.c): the keys through USRBIO ring key operations from
- * one process, batch entries at a time, with 1 and with segs segments per
- * key. Returns the exit status. */
-int bench_keys_ring(const char *mount, uint64_t keys, size_t size, int batch, int segs,
-                    const char *json);
+ * one process, batch entries a submission and depth submissions in
+ * flight, with 1 and with segs segments per key. Returns the exit status. */
+int bench_keys_ring(const char *mount, uint64_t keys, size_t size, int batch, int depth,
+                    int segs, const char *json);
 
 #endif

@@ -5,7 +5,8 @@
  * entries, first with every key one segment, then with each key gathered
  * from (put) or scattered into (get) --segments segments laid out
  * layer-major, as KV pages of one block spread across layers. A key's
- * latency is its batch's (prepare to last completion). The ratio column
+ * latency is its batch's (prepare to last completion). --depth keeps that
+ * many submissions in flight: one is prepared as soon as one completes. The ratio column
  * is the rate against the one-segment run of the same operation.
  */
 #include "keys.h"
@@ -31,57 +32,89 @@ struct run {
 	int dir_fd;
 	uint64_t keys;
 	size_t size;
-	int batch, segs;
+	int batch, depth, segs;
 	struct kvc_completion *done;
 };
 
-/* Segment s of the key in batch slot j: layer-major (all keys' segment 0,
- * then all keys' segment 1, ...); the get area follows the put area. */
-static void segments(const struct run *r, int j, bool get, struct kvc_key_seg *out)
+/* Segment s of the key in slot j of in-flight submission `slot`:
+ * layer-major (all keys' segment 0, then all keys' segment 1, ...); each
+ * submission has a put area and a get area of its own. */
+static void segments(const struct run *r, int slot, int j, bool get, struct kvc_key_seg *out)
 {
 	size_t seg = r->size / (size_t)r->segs, area = (size_t)r->batch * r->size;
+	size_t base = (size_t)slot * 2 * area + (get ? area : 0);
 	for (int s = 0; s < r->segs; s++) {
 		size_t len = s == r->segs - 1 ? r->size - seg * (size_t)(r->segs - 1) : seg;
-		out[s] = (struct kvc_key_seg){r->iov, (get ? area : 0) +
-		                              (size_t)s * (size_t)r->batch * seg + (size_t)j * seg, len};
+		out[s] = (struct kvc_key_seg){r->iov, base + (size_t)s * (size_t)r->batch * seg +
+		                                          (size_t)j * seg, len};
 	}
 }
 
-/* One operation over every key; fills row. Returns 0 or the errno of the
- * first failure. */
-static int run_op(struct run *r, enum op op, struct bench_result *row)
+/* One submission in flight: its keys and when it was prepared. */
+struct flight {
+	uint64_t first;
+	int n, left;
+	double t0;
+};
+
+/* Prepare and submit keys [first, first + n) as submission `slot`. */
+static int submit(struct run *r, enum op op, int slot, struct flight *f, uint64_t first)
 {
 	struct kvc_key_seg segs[KVC_KEY_MAX_SEGS];
-	double *lat = calloc(r->keys, sizeof(*lat));
-	int failed = lat ? 0 : ENOMEM;
 	char name[64];
+	bool data = op == PUT || op == GET;
+	int n = (int)(r->keys - first < (uint64_t)r->batch ? r->keys - first : (uint64_t)r->batch);
+	*f = (struct flight){.first = first, .n = n, .left = n, .t0 = bench_now()};
+	int rc = 0;
+	for (int j = 0; j < n && rc >= 0; j++) {
+		if (data)
+			segments(r, slot, j, op == GET, segs);
+		snprintf(name, sizeof(name), "k%d-%" PRIu64, r->segs, first + (uint64_t)j);
+		rc = kvc_ring_prep_key(r->ring, op_codes[op], r->dir_fd, name, segs,
+		                       data ? r->segs : 0, 0, 0, (void *)(uintptr_t)slot);
+	}
+	if (rc >= 0)
+		rc = kvc_ring_submit(r->ring);
+	return rc < 0 ? -rc : 0;
+}
+
+/* One operation over every key, with r->depth submissions in flight;
+ * fills row. Returns 0 or the errno of the first failure. */
+static int run_op(struct run *r, enum op op, struct bench_result *row)
+{
+	struct flight flights[16];
+	double *lat = calloc(r->keys, sizeof(*lat));
+	int failed = lat ? 0 : ENOMEM, busy = 0;
+	uint64_t next = 0;
 	double start = bench_now();
-	for (uint64_t first = 0; first < r->keys && !failed; first += (uint64_t)r->batch) {
-		int n = (int)(r->keys - first < (uint64_t)r->batch ? r->keys - first : (uint64_t)r->batch);
-		double t0 = bench_now();
-		for (int j = 0; j < n && !failed; j++) {
-			bool data = op == PUT || op == GET;
-			if (data)
-				segments(r, j, op == GET, segs);
-			snprintf(name, sizeof(name), "k%d-%" PRIu64, r->segs, first + (uint64_t)j);
-			int rc = kvc_ring_prep_key(r->ring, op_codes[op], r->dir_fd, name, segs,
-			                           data ? r->segs : 0, 0, 0, NULL);
-			failed = rc < 0 ? -rc : 0;
+	for (int slot = 0; slot < r->depth && next < r->keys && !failed; slot++, busy++) {
+		failed = submit(r, op, slot, &flights[slot], next);
+		next += (uint64_t)flights[slot].n;
+	}
+	while (!failed && busy > 0) {
+		int c = kvc_ring_wait(r->ring, r->done, r->batch * r->depth, 1, NULL);
+		if (c < 0)
+			failed = -c;
+		for (int i = 0; i < c && !failed; i++) {
+			/* Every operation answers the key's size. */
+			if (r->done[i].result != (int64_t)r->size) {
+				failed = r->done[i].result < 0 ? (int)-r->done[i].result : EIO;
+				break;
+			}
+			int slot = (int)(uintptr_t)r->done[i].userdata;
+			struct flight *f = &flights[slot];
+			if (--f->left > 0)
+				continue;
+			double t = (bench_now() - f->t0) * 1e6; /* a key's latency is its batch's */
+			for (int j = 0; j < f->n; j++)
+				lat[f->first + (uint64_t)j] = t;
+			busy--;
+			if (next < r->keys) {
+				failed = submit(r, op, slot, f, next);
+				next += (uint64_t)f->n;
+				busy++;
+			}
 		}
-		int got = 0;
-		while (!failed && got < n) {
-			int c = kvc_ring_wait(r->ring, r->done, n - got, n - got, NULL);
-			if (c < 0)
-				failed = -c;
-			for (int i = 0; i < c && !failed; i++)
-				if (r->done[i].result != (int64_t)(op == EXISTS || op == REMOVE || op == GET ||
-				                                   op == PUT ? r->size : 0))
-					failed = r->done[i].result < 0 ? (int)-r->done[i].result : EIO;
-			got += c > 0 ? c : 0;
-		}
-		double t = (bench_now() - t0) * 1e6;
-		for (int j = 0; j < n; j++)
-			lat[first + (uint64_t)j] = t;
 	}
 	double seconds = bench_now() - start;
 	if (!failed) {
@@ -94,11 +127,11 @@ static int run_op(struct run *r, enum op op, struct bench_result *row)
 	return failed;
 }
 
-int bench_keys_ring(const char *mount, uint64_t keys, size_t size, int batch, int segs,
-                    const char *json)
+int bench_keys_ring(const char *mount, uint64_t keys, size_t size, int batch, int depth,
+                    int segs, const char *json)
 {
 	static struct bench_table t = {.ratio_label = "vs 1 seg"};
-	struct run r = {.keys = keys, .size = size, .batch = batch, .dir_fd = -1};
+	struct run r = {.keys = keys, .size = size, .batch = batch, .depth = depth, .dir_fd = -1};
 	char dir[4096];
 	snprintf(dir, sizeof(dir), "%s/.kvc-bench-ring-keys-%d", mount, (int)getpid());
 	int rc = mkdir(dir, 0755) == 0 ? 0 : -errno;
@@ -109,25 +142,27 @@ int bench_keys_ring(const char *mount, uint64_t keys, size_t size, int batch, in
 	if (rc == 0)
 		rc = kvc_fd_register(r.dir_fd, 0);
 	if (rc == 0)
-		rc = kvc_iov_create(&r.iov, mount, 2 * (size_t)batch * size, 0, -1, NULL);
+		rc = kvc_iov_create(&r.iov, mount, 2 * (size_t)depth * (size_t)batch * size, 0, -1, NULL);
 	if (rc == 0)
 		rc = kvc_iov_unlink(r.iov);
 	if (rc == 0)
-		rc = kvc_ring_create(&r.ring, mount, batch, false, 0, 0, 0, -1, 0);
-	r.done = calloc((size_t)batch, sizeof(*r.done));
+		rc = kvc_ring_create(&r.ring, mount, batch * depth, false, 0, 0, 0, -1, 0);
+	r.done = calloc((size_t)batch * (size_t)depth, sizeof(*r.done));
 	if (rc == 0 && !r.done)
 		rc = -ENOMEM;
 	if (rc < 0) {
 		fprintf(stderr, "kvc-bench keys --ring: setup: %s\n", strerror(-rc));
 		return 1;
 	}
-	memset(kvc_iov_base(r.iov), 0x6b, (size_t)batch * size);
+	for (int slot = 0; slot < depth; slot++) /* the put areas */
+		memset((char *)kvc_iov_base(r.iov) + (size_t)slot * 2 * (size_t)batch * size, 0x6b,
+		       (size_t)batch * size);
 	struct bench_result *rows[2][OPS];
 	int failed = 0, counts[2] = {1, segs};
 	for (int k = 0; k < 2; k++) {
 		r.segs = counts[k];
-		fprintf(stderr, "ring: %" PRIu64 " keys of %zu bytes, batch %d, %d segment(s)...\n",
-		        keys, size, batch, r.segs);
+		fprintf(stderr, "ring: %" PRIu64 " keys of %zu bytes, batch %d, depth %d, "
+		        "%d segment(s)...\n", keys, size, batch, depth, r.segs);
 		for (int op = 0; op < OPS; op++) {
 			rows[k][op] = bench_add(&t, "ring %s %d seg%s", op_names[op], r.segs,
 			                        r.segs > 1 ? "s" : "");
