@@ -182,12 +182,11 @@ int kvc_ring_keys_decode(const void *raw, size_t len, uint32_t op,
 static int resolve_segs(struct kvc_usrbio_client *c, struct key *k)
 {
 	uint64_t total = 0;
+	int rc = kvc_usrbio_resolve_segs(c, k->segs, k->d.nsegs, k->mem, k->dev, k->region);
+	if (rc < 0)
+		return rc;
 	for (int i = 0; i < k->d.nsegs; i++) {
 		const struct kvc_ring_key_seg *s = &k->segs[i];
-		int rc = kvc_usrbio_resolve_iov_region(c, s->iov_handle, s->offset, s->length,
-		                                       &k->mem[i], &k->dev[i], &k->region[i]);
-		if (rc < 0)
-			return rc;
 		for (int j = 0; j < i; j++) {
 			const struct kvc_ring_key_seg *t = &k->segs[j];
 			if (t->iov_handle == s->iov_handle && s->offset < t->offset + t->length &&

@@ -10,6 +10,8 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include "core/ring.h"
+
 #define MAX_IOV_SIZE (1ull << 40)
 #define RING_SEALS (F_SEAL_SHRINK | F_SEAL_GROW)
 
@@ -207,21 +209,39 @@ int kvc_usrbio_resolve_iov(struct kvc_usrbio_client *c, uint32_t handle, uint64_
 	return kvc_usrbio_resolve_iov_region(c, handle, offset, length, out, device, &region);
 }
 
+/* One range of an iov; the caller holds c->lock. */
+static int resolve_locked(struct kvc_usrbio_client *c, uint32_t handle, uint64_t offset,
+                          uint64_t length, void **out, int *device,
+                          const struct kvc_storage_region **region)
+{
+	const struct kvc_usrbio_iov *iov = handle < KVC_USRBIO_MAX_IOVS ? &c->iovs[handle] : NULL;
+	if (!iov || !iov->base || offset > iov->size || length > iov->size - offset)
+		return -EFAULT;
+	*out = (char *)iov->base + offset;
+	*device = iov->device;
+	*region = iov->device < 0 ? &iov->region : NULL;
+	return 0;
+}
+
 int kvc_usrbio_resolve_iov_region(struct kvc_usrbio_client *c, uint32_t handle,
                                   uint64_t offset, uint64_t length, void **out, int *device,
                                   const struct kvc_storage_region **region)
 {
-	int rc = -EFAULT;
-	if (handle >= KVC_USRBIO_MAX_IOVS)
-		return rc;
 	pthread_mutex_lock(&c->lock);
-	const struct kvc_usrbio_iov *iov = &c->iovs[handle];
-	if (iov->base && offset <= iov->size && length <= iov->size - offset) {
-		*out = (char *)iov->base + offset;
-		*device = iov->device;
-		*region = iov->device < 0 ? &iov->region : NULL;
-		rc = 0;
-	}
+	int rc = resolve_locked(c, handle, offset, length, out, device, region);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+int kvc_usrbio_resolve_segs(struct kvc_usrbio_client *c, const struct kvc_ring_key_seg *segs,
+                            int n, void **out, int *device,
+                            const struct kvc_storage_region **region)
+{
+	int rc = 0;
+	pthread_mutex_lock(&c->lock);
+	for (int i = 0; i < n && rc == 0; i++)
+		rc = resolve_locked(c, segs[i].iov_handle, segs[i].offset, segs[i].length, &out[i],
+		                    &device[i], &region[i]);
 	pthread_mutex_unlock(&c->lock);
 	return rc;
 }

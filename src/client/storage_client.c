@@ -104,12 +104,19 @@ void kvc_storage_io_fail(struct kvc_storage_io *io, int rc)
 	                            __ATOMIC_RELAXED);
 }
 
-static int io_check(struct kvc_storage_client *client, const struct kvc_storage_io *io)
+static int io_check(struct kvc_storage_client *client, const struct kvc_storage_io *io,
+                    uint32_t *chains_seen)
 {
 	struct kvc_chain last;
-	if (kvc_layout_check(&io->layout) < 0 ||
-	    !kvc_storage_client_chain(client, io->layout.chain_count - 1, &last))
+	if (kvc_layout_check(&io->layout) < 0)
 		return -EINVAL;
+	/* *chains_seen: a chain count the table had earlier in this batch
+	 * (the ios of a batch mostly share a layout: one table lookup). */
+	if (io->layout.chain_count > *chains_seen) {
+		if (!kvc_storage_client_chain(client, io->layout.chain_count - 1, &last))
+			return -EINVAL;
+		*chains_seen = io->layout.chain_count;
+	}
 	if (io->offset > KVC_LAYOUT_MAX_FILE_SIZE ||
 	    io->length > KVC_LAYOUT_MAX_FILE_SIZE - io->offset)
 		return -EFBIG;
@@ -121,9 +128,10 @@ int kvc_storage_client_for_each_piece(struct kvc_storage_client *client,
                                       kvc_storage_piece_fn fn, void *arg)
 {
 	struct kvc_layout_piece pieces[64];
+	uint32_t chains_seen = 0;
 	for (int i = 0; i < count; i++) {
 		struct kvc_storage_io *io = &ios[i];
-		io->result = io_check(client, io);
+		io->result = io_check(client, io, &chains_seen);
 		if (io->result < 0)
 			continue;
 		uint64_t done = 0;

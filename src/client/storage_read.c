@@ -60,6 +60,17 @@ struct read_plan {
 	struct read_retry *retries;
 	int retry_count, retry_cap;
 	int error; /* -ENOMEM: a retry could not be queued */
+	/* The batch's planning thread only (read_add_piece, read_add): the
+	 * last chain looked up and the last server's placement readiness
+	 * for a region. The pieces of one io (a ring key's segments) share
+	 * both, and a batch works from one view of the routing anyway (a
+	 * change meanwhile is what retries and with_routing are for); this
+	 * saves a table lock, a chain copy and the placement lock per piece. */
+	struct kvc_chain chain;
+	uint32_t chain_id; /* UINT32_MAX: none yet */
+	const struct kvc_storage_region *ready_region;
+	uint32_t ready_server; /* UINT32_MAX: none yet */
+	bool ready;
 };
 
 static int read_send(struct kvc_storage_client *client, struct read_request *req)
@@ -366,14 +377,17 @@ static int pick_replica(struct kvc_storage_client *client, const struct kvc_chai
 		if (last >= 0 && (last < (int)n - 1 || !(tried & (1u << last))))
 			return last;
 	}
-	int64_t now = (int64_t)kvc_clock_monotonic_ns();
+	int64_t now = -1; /* read once, and only for a server avoided lately */
 	int fallback = -1;
 	for (uint32_t k = 0; k < n; k++) {
 		uint32_t pos = (start + k) % n;
 		if ((tried | chain->syncing) & (1u << pos))
 			continue;
 		uint32_t server = client->target_server[chain->targets[pos]];
-		if (atomic_load(&client->avoid_until_ns[server]) <= now)
+		int64_t until = atomic_load(&client->avoid_until_ns[server]);
+		if (until > 0 && now < 0)
+			now = (int64_t)kvc_clock_monotonic_ns();
+		if (until == 0 || until <= now)
 			return (int)pos;
 		if (fallback < 0)
 			fallback = (int)pos;
@@ -393,7 +407,12 @@ static int read_add(struct read_plan *plan, const struct kvc_chain *chain,
 	uint32_t server = plan->client->target_server[piece.target];
 	/* Placed where the io's memory is a region and the server is here. */
 	const struct kvc_storage_region *region = plan->ios[dest.io].region;
-	if (region && !kvc_transport_place_ready(plan->client, server, region))
+	if (region && (server != plan->ready_server || region != plan->ready_region)) {
+		plan->ready = kvc_transport_place_ready(plan->client, server, region);
+		plan->ready_server = server;
+		plan->ready_region = region;
+	}
+	if (region && !plan->ready)
 		region = NULL;
 	uint32_t slot = 2 * server + (region != NULL);
 	struct read_request *r = plan->open[slot];
@@ -428,19 +447,23 @@ static int read_add_piece(void *arg, struct kvc_storage_io *io, uint32_t io_inde
                           const struct kvc_layout_piece *p)
 {
 	struct read_plan *plan = arg;
-	struct kvc_chain chain;
 	bool pause = false;
-	int pos = kvc_storage_client_chain(plan->client, p->chain, &chain)
-	        ? pick_replica(plan->client, &chain, (uint32_t)((io->inode + p->chunk) % 251), 0,
-	                       false, &pause)
-	        : -1;
+	if (p->chain != plan->chain_id)
+		plan->chain_id = kvc_storage_client_chain(plan->client, p->chain, &plan->chain)
+		                         ? p->chain
+		                         : UINT32_MAX;
+	const struct kvc_chain *chain = &plan->chain;
+	int pos = plan->chain_id == p->chain
+	                ? pick_replica(plan->client, chain, (uint32_t)((io->inode + p->chunk) % 251), 0,
+	                               false, &pause)
+	                : -1;
 	if (pos < 0) {
 		kvc_storage_io_fail(io, -EIO); /* a chain with no member serving */
 		return 0;
 	}
 	struct kvc_msg_piece piece = {.inode = io->inode, .chain = p->chain, .chunk = p->chunk,
 	                              .offset = p->chunk_offset, .length = p->length};
-	return read_add(plan, &chain, piece,
+	return read_add(plan, chain, piece,
 	                (struct read_dest){.dst = (uint8_t *)io->buf + p->buffer_offset,
 	                                   .io = io_index},
 	                pos);
@@ -465,6 +488,7 @@ static int read_retries(struct read_plan *plan)
 		plan->retries = NULL;
 		plan->retry_count = plan->retry_cap = 0;
 		bool pause = false;
+		plan->chain_id = plan->ready_server = UINT32_MAX; /* what failed may have changed them */
 		for (int i = 0; i < count && rc == 0; i++) {
 			struct read_retry *r = &list[i];
 			struct kvc_chain chain;
@@ -490,7 +514,8 @@ static int read_retries(struct read_plan *plan)
 static int read_batch_once(struct kvc_storage_client *client, struct kvc_storage_io *ios,
                            int count)
 {
-	struct read_plan plan = {.client = client, .ios = ios};
+	struct read_plan plan = {.client = client, .ios = ios, .chain_id = UINT32_MAX,
+	                         .ready_server = UINT32_MAX};
 	/* Every possible server, by TCP and by placement (slot 2 * server +
 	 * placed): a new table may add servers during the batch. */
 	plan.open = calloc(2 * KVC_CONFIG_MAX_SERVERS, sizeof(*plan.open));
