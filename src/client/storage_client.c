@@ -111,7 +111,9 @@ static int io_check(struct kvc_storage_client *client, const struct kvc_storage_
 	if (kvc_layout_check(&io->layout) < 0)
 		return -EINVAL;
 	/* *chains_seen: a chain count the table had earlier in this batch
-	 * (the ios of a batch mostly share a layout: one table lookup). */
+	 * (the ios of a batch mostly share a layout: one table lookup). The
+	 * table never shrinks (kvc_storage_client_set_chains installs only
+	 * tables with at least as many chains), so a count seen stays valid. */
 	if (io->layout.chain_count > *chains_seen) {
 		if (!kvc_storage_client_chain(client, io->layout.chain_count - 1, &last))
 			return -EINVAL;

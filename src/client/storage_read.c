@@ -63,9 +63,10 @@ struct read_plan {
 	/* The batch's planning thread only (read_add_piece, read_add): the
 	 * last chain looked up and the last server's placement readiness
 	 * for a region. The pieces of one io (a ring key's segments) share
-	 * both, and a batch works from one view of the routing anyway (a
-	 * change meanwhile is what retries and with_routing are for); this
-	 * saves a table lock, a chain copy and the placement lock per piece. */
+	 * both: a table lock, a chain copy and the placement lock per io
+	 * instead of per piece. Both are forgotten after every wave, whose
+	 * answers may have turned a server's placement off or brought a new
+	 * routing table (read_wave). */
 	struct kvc_chain chain;
 	uint32_t chain_id; /* UINT32_MAX: none yet */
 	const struct kvc_storage_region *ready_region;
@@ -313,6 +314,7 @@ static void read_wave(struct read_plan *plan)
 	int n = plan->wave_count;
 	for (int i = 0; i < n; i++)
 		plan->wave[i]->rc = read_send(client, plan->wave[i]);
+	plan->chain_id = plan->ready_server = UINT32_MAX; /* see struct read_plan */
 	if (!rx || n < 2) {
 		for (int i = 0; i < n; i++)
 			read_finish(plan, plan->wave[i]);
@@ -488,7 +490,6 @@ static int read_retries(struct read_plan *plan)
 		plan->retries = NULL;
 		plan->retry_count = plan->retry_cap = 0;
 		bool pause = false;
-		plan->chain_id = plan->ready_server = UINT32_MAX; /* what failed may have changed them */
 		for (int i = 0; i < count && rc == 0; i++) {
 			struct read_retry *r = &list[i];
 			struct kvc_chain chain;
