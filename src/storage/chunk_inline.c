@@ -2,11 +2,15 @@
  * chunks", has the format and the rules; chunk_store_internal.h the
  * contracts).
  *
- * An inline value is built whole in a buffer of its own, then put: LMDB
- * keeps values past a page in overflow pages, which a put replaces as a
- * run, so a rewrite costs the record's size whatever it changes (the
- * reason for a modest limit). Bytes a change keeps are checked against
- * their block crc first: a bad block is never given a good crc. */
+ * LMDB keeps values past a page in overflow pages, which a put replaces
+ * as a run, so a rewrite costs the record's size whatever it changes (the
+ * reason for a modest limit). A new chunk's value is built in the space
+ * the put reserves (MDB_RESERVE: the bytes are copied once); an existing
+ * chunk's is built whole in a buffer of its own, then put (write_in says
+ * why). The crcs of the blocks a write gives all of their bytes are
+ * computed before its transaction, outside the group commit's serialized
+ * section. Bytes a change keeps are checked against their block crc
+ * first: a bad block is never given a good crc. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -56,48 +60,107 @@ static void value_seal(struct record *rec, uint8_t *value)
 	memcpy(value, rec, RECORD_HEADER + rec->block_count * 4u);
 }
 
-/* The new bytes of an inline chunk in value (rec: the old record, old: its
- * bytes; rec is changed to the new one). Returns 0, or -EIO when a block
- * the write only partly covers fails its crc. */
-static int merge(struct record *rec, const uint8_t *old, uint32_t offset, const uint8_t *data,
-                 uint32_t length, uint8_t **value)
-{
-	uint32_t old_length = rec->length, old_blocks = rec->block_count;
-	uint32_t new_length = offset + length > old_length ? offset + length : old_length;
-	uint32_t first = (offset < old_length ? offset : old_length) / KVC_CHUNK_BLOCK;
-	uint32_t last = (offset + length - 1) / KVC_CHUNK_BLOCK;
-	uint8_t *bytes;
-	for (uint32_t b = first; b <= last && b < old_blocks; b++) {
-		uint32_t start = b * KVC_CHUNK_BLOCK;
-		uint32_t end = start + kvc_chunk_block_bytes(new_length, b);
-		if ((start < offset || end > offset + length) && !block_ok(rec, old, old_length, b))
-			return -EIO;
-	}
-	rec->length = new_length;
-	rec->block_count = kvc_chunk_blocks(new_length);
-	*value = value_new(rec, &bytes);
-	if (!*value)
-		return -ENOMEM;
-	memcpy(bytes, old, old_length);
-	memset(bytes + old_length, 0, new_length - old_length);
-	memcpy(bytes + offset, data, length);
-	for (uint32_t b = first; b <= last; b++)
-		rec->block_crc[b] = kvc_crc32c(0, bytes + b * KVC_CHUNK_BLOCK,
-		                               kvc_chunk_block_bytes(new_length, b));
-	value_seal(rec, *value);
-	return 0;
-}
+/* Blocks an inline chunk may have. */
+#define INLINE_BLOCKS (KVC_CHUNK_INLINE_LIMIT / KVC_CHUNK_BLOCK)
 
 /* One inline write, as a call of the index's group commit (lmdb_group.h):
- * everything happens in txn, and its outputs are set afresh each run. */
+ * everything happens in txn. The group may run it again (a batch rerun
+ * nested after a failure): its inputs are only read there, its outputs
+ * are set afresh each run. */
 struct write_call {
+	/* in: the write (data: the caller's, for the whole call) */
 	uint64_t inode;
 	uint32_t chunk, offset, length;
 	const uint8_t *data;
 	bool zeros;
-	struct record *rec;
-	bool done; /* put inline; false: the chunk is a file's */
+	/* in: the crcs of blocks first_crc .. first_crc + crcs - 1, those
+	 * that start inside the write, each over the write's bytes from the
+	 * block's start to the block's end or the write's, whichever comes
+	 * first (write_crcs, before the transaction) */
+	uint32_t first_crc, crcs;
+	uint32_t crc[INLINE_BLOCKS];
+	/* out */
+	struct record *rec; /* the caller's */
+	bool done;          /* put inline; false: the chunk is a file's */
 };
+
+/* The call's crcs: what the blocks they cover hold after the write comes
+ * from its bytes alone, whatever the chunk held (whether a block ends
+ * where the write does depends on the chunk's length: call_crc). A write
+ * that cannot stay inline gets none (so there are INLINE_BLOCKS at most). */
+static void write_crcs(struct write_call *call)
+{
+	uint32_t end = call->offset + call->length;
+	call->first_crc = (call->offset + KVC_CHUNK_BLOCK - 1) / KVC_CHUNK_BLOCK;
+	call->crcs = 0;
+	for (uint32_t b = call->first_crc; end <= KVC_CHUNK_INLINE_LIMIT &&
+	                                   b * KVC_CHUNK_BLOCK < end; b++) {
+		const uint8_t *from = call->data + (b * KVC_CHUNK_BLOCK - call->offset);
+		call->crc[call->crcs++] = kvc_crc32c(0, from, kvc_chunk_block_bytes(end, b));
+	}
+}
+
+/* Block b's crc in a chunk of new_length bytes after the call, when the
+ * call has it: the write gives the block all of its bytes. */
+static bool call_crc(const struct write_call *call, uint32_t b, uint32_t new_length,
+                     uint32_t *crc)
+{
+	uint32_t end = call->offset + call->length;
+	if (b < call->first_crc || b - call->first_crc >= call->crcs ||
+	    kvc_chunk_block_bytes(new_length, b) != kvc_chunk_block_bytes(end, b))
+		return false;
+	*crc = call->crc[b - call->first_crc];
+	return true;
+}
+
+/* The first block the call changes in a chunk of old_length bytes (one
+ * that ends before its offset gets zeros up to it). */
+static uint32_t first_changed(const struct write_call *call, uint32_t old_length)
+{
+	return (call->offset < old_length ? call->offset : old_length) / KVC_CHUNK_BLOCK;
+}
+
+/* Make rec (the chunk's record, old: its bytes) the header of the record
+ * after the call (length, block count; its crcs are merge_fill's). Returns
+ * 0, or -EIO when a block the write only partly covers fails its crc. */
+static int merge_check(struct record *rec, const uint8_t *old, const struct write_call *call)
+{
+	uint32_t old_length = rec->length, end = call->offset + call->length;
+	uint32_t new_length = end > old_length ? end : old_length;
+	uint32_t last = (end - 1) / KVC_CHUNK_BLOCK;
+	for (uint32_t b = first_changed(call, old_length); b <= last && b < rec->block_count; b++) {
+		uint32_t start = b * KVC_CHUNK_BLOCK;
+		uint32_t block_end = start + kvc_chunk_block_bytes(new_length, b);
+		if ((start < call->offset || block_end > end) && !block_ok(rec, old, old_length, b))
+			return -EIO;
+	}
+	rec->length = new_length;
+	rec->block_count = kvc_chunk_blocks(new_length);
+	return 0;
+}
+
+/* Fill value (value_size(rec) bytes, rec from merge_check) with the new
+ * record: the old bytes the write keeps (old_length of them at old, which
+ * value must not overlap), zeros from the old end up to the write, the
+ * write's bytes; the crcs of the blocks it changed (the call's where it
+ * has them, computed here otherwise), then the sealed header. */
+static void merge_fill(struct record *rec, uint8_t *value, const uint8_t *old,
+                       uint32_t old_length, const struct write_call *call)
+{
+	uint8_t *bytes = value + RECORD_HEADER + rec->block_count * 4u;
+	uint32_t end = call->offset + call->length;
+	uint32_t head = call->offset < old_length ? call->offset : old_length;
+	memcpy(bytes, old, head);
+	memset(bytes + head, 0, call->offset - head);
+	memcpy(bytes + call->offset, call->data, call->length);
+	if (old_length > end)
+		memcpy(bytes + end, old + end, old_length - end);
+	for (uint32_t b = first_changed(call, old_length); b <= (end - 1) / KVC_CHUNK_BLOCK; b++)
+		if (!call_crc(call, b, rec->length, &rec->block_crc[b]))
+			rec->block_crc[b] = kvc_crc32c(0, bytes + b * KVC_CHUNK_BLOCK,
+			                               kvc_chunk_block_bytes(rec->length, b));
+	value_seal(rec, value);
+}
 
 static int write_in(void *owner, MDB_txn *txn, void *arg)
 {
@@ -105,7 +168,7 @@ static int write_in(void *owner, MDB_txn *txn, void *arg)
 	struct write_call *call = arg;
 	struct record *rec = call->rec;
 	uint8_t key[12];
-	uint8_t *value = NULL;
+	uint8_t *value = NULL; /* ours, for an existing chunk's new value */
 	const uint8_t *old = NULL;
 	call->done = false;
 	kvc_chunk_key(key, call->inode, call->chunk);
@@ -120,14 +183,32 @@ static int write_in(void *owner, MDB_txn *txn, void *arg)
 	}
 	/* A file-backed record (old NULL), zeros into a missing chunk, or a
 	 * chunk that outgrows the limit: a file's (nothing done here). */
-	uint32_t end = call->offset + call->length > rec->length ? call->offset + call->length
-	                                                          : rec->length;
+	uint32_t old_length = rec->length;
+	uint32_t end = call->offset + call->length > old_length ? call->offset + call->length
+	                                                         : old_length;
 	if (rc < 0 || !old || (call->zeros && found == MDB_NOTFOUND) || end > store->inline_max)
 		return rc;
-	rc = merge(rec, old, call->offset, call->data, call->length, &value);
-	if (rc == 0) {
-		v = (MDB_val){value_size(rec), value};
-		rc = kvc_lmdb_errno(mdb_put(txn, store->dbi, &k, &v, 0));
+	rc = merge_check(rec, old, call);
+	if (rc == 0 && found == MDB_NOTFOUND) {
+		/* A new chunk: its value is built in the space the put reserves
+		 * in LMDB's pages, before any other change of txn can move it. */
+		v = (MDB_val){value_size(rec), NULL};
+		rc = kvc_lmdb_errno(mdb_put(txn, store->dbi, &k, &v, MDB_RESERVE));
+		if (rc == 0)
+			merge_fill(rec, v.mv_data, old, old_length, call);
+	} else if (rc == 0) {
+		/* An existing chunk: old points into LMDB's pages, which the put
+		 * frees and may reuse at once, or rewrites in place (an overflow
+		 * run or a leaf page this transaction already wrote), so a value
+		 * reserved there could overlap the bytes it is built from. It is
+		 * built in a buffer of its own, then copied by the put. */
+		value = malloc(value_size(rec));
+		rc = value ? 0 : -ENOMEM;
+		if (rc == 0) {
+			merge_fill(rec, value, old, old_length, call);
+			v = (MDB_val){value_size(rec), value};
+			rc = kvc_lmdb_errno(mdb_put(txn, store->dbi, &k, &v, 0));
+		}
 	}
 	free(value);
 	call->done = rc == 0;
@@ -140,6 +221,7 @@ int kvc_chunk_inline_write(struct kvc_chunk_store *store, uint64_t inode, uint32
 {
 	struct write_call call = {.inode = inode, .chunk = chunk, .offset = offset,
 	                          .length = length, .data = data, .zeros = zeros, .rec = rec};
+	write_crcs(&call); /* outside the group's transaction */
 	int rc = kvc_lmdb_group_run(&store->group, write_in, &call);
 	/* The index at its map size (the put's or the commit's): nothing was
 	 * put, and the chunk goes to a file. */
