@@ -4,8 +4,9 @@
  * past the limit, punch / truncate / remove, crc checks of the record's
  * bytes (corrupted through LMDB directly), reopening, batches mixing
  * inline, file-backed and missing chunks, the limit at 0, the cluster
- * file's storage_inline_kb, the reserve of a full volume, and threads
- * writing at once (the group commit). */
+ * file's storage_inline_kb, the reserve of a full volume, threads
+ * writing at once (the group commit), the records writes leave (bytes and
+ * block crcs, through the record parse) and a batch rerun after a failure. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
@@ -21,7 +22,10 @@
 #include <unistd.h>
 
 #include "core/config.h"
+#include "core/crc32c.h"
+#include "core/lmdb_group.h"
 #include "storage/chunk_store.h"
+#include "storage/chunk_store_internal.h"
 #include "test_dir.h"
 
 #define CS (1u << 20)
@@ -556,4 +560,244 @@ Test(chunk_inline, concurrent_writes_share_transactions_and_get_their_own_answer
 			cr_assert_eq(chunk_file_exists(100 + (uint64_t)t, c),
 			             writer_length[t][c] > IMAX, "thread %d chunk %u", t, c);
 		}
+}
+
+/* An inline chunk's record as the index holds it (the record parse)
+ * against its model: its bytes, a crc per block of them, the chunk crc
+ * over those, its version; and the bytes through the read API. */
+static void expect_record(uint64_t inode, uint32_t chunk, const uint8_t *model, uint32_t len,
+                          uint64_t version)
+{
+	MDB_txn *txn;
+	struct record rec;
+	const uint8_t *bytes = NULL;
+	cr_assert_eq(mdb_txn_begin(store->env, NULL, MDB_RDONLY, &txn), 0);
+	int found = kvc_chunk_record_get(txn, store->dbi, inode, chunk, &rec, &bytes);
+	bool same = found == 1 && bytes && rec.length == len && memcmp(bytes, model, len) == 0;
+	mdb_txn_abort(txn);
+	cr_assert(same, "inode %llu chunk %u: found %d", (unsigned long long)inode, chunk, found);
+	cr_assert(kvc_chunk_record_inline(&rec));
+	cr_assert_eq(rec.version, version, "chunk %u", chunk);
+	cr_assert_eq(rec.block_count, kvc_chunk_blocks(len));
+	for (uint32_t b = 0; b < rec.block_count; b++)
+		cr_assert_eq(rec.block_crc[b], kvc_crc32c(0, model + b * KVC_CHUNK_BLOCK,
+		                                          kvc_chunk_block_bytes(len, b)),
+		             "chunk %u block %u", chunk, b);
+	cr_assert_eq(rec.chunk_crc, kvc_chunk_record_crc(&rec));
+	expect_chunk(inode, chunk, model, len);
+}
+
+#define BLK KVC_CHUNK_BLOCK
+
+Test(chunk_inline, a_new_chunk_written_whole_has_its_bytes_and_block_crcs)
+{
+	static uint8_t data[IMAX];
+	uint32_t lengths[] = {IMAX, 3 * BLK + 1000, BLK, 1};
+	fill(data, IMAX, 20);
+	for (uint32_t c = 0; c < 4; c++) {
+		write_ok(71, c, 0, data, lengths[c], lengths[c]);
+		expect_record(71, c, data, lengths[c], 1);
+	}
+	cr_assert_eq(chunk_files(), 0);
+}
+
+Test(chunk_inline, a_new_chunk_written_at_an_offset_starts_with_zeros)
+{
+	static uint8_t data[IMAX], model[IMAX];
+	/* zeros then a block partly, a whole one and a short end; a whole
+	 * block of zeros then whole blocks; zeros up to the limit's last
+	 * bytes; one block partly and the next's first bytes */
+	const uint32_t writes[][2] = {{20000, 30000}, {BLK, 2 * BLK}, {IMAX - 10, 10}, {5, BLK}};
+	fill(data, IMAX, 21);
+	for (uint32_t c = 0; c < 4; c++) {
+		uint32_t off = writes[c][0], len = writes[c][1];
+		memset(model, 0, IMAX);
+		memcpy(model + off, data, len);
+		write_ok(72, c, off, data, len, off + len);
+		expect_record(72, c, model, off + len, 1);
+	}
+}
+
+Test(chunk_inline, a_write_over_whole_and_partial_blocks_of_an_existing_chunk)
+{
+	static uint8_t data[IMAX], model[IMAX], zeros[IMAX];
+	/* offset, length, seed: each changes the chunk the one before left */
+	const uint32_t writes[][3] = {
+		{0, 60000, 1},               /* new, a short last block */
+		{10000, 30000, 2},           /* partly, whole, partly: all within */
+		{0, 20000, 3},               /* whole, then partly: the chunk goes on */
+		{49152, IMAX - 49152, 4},    /* the short last block made whole */
+		{IMAX - 100, 100, 5},        /* the end of the last block */
+	};
+	uint64_t version = 0;
+	for (uint32_t i = 0; i < 5; i++) {
+		fill(data, writes[i][1], writes[i][2]);
+		memcpy(model + writes[i][0], data, writes[i][1]);
+		uint32_t len = i < 3 ? 60000 : IMAX;
+		write_ok(73, 0, writes[i][0], data, writes[i][1], len);
+		expect_record(73, 0, model, len, ++version);
+	}
+	/* zeros over a whole block and part of the next */
+	write_ok(73, 0, BLK, zeros, BLK + 10, IMAX);
+	memset(model + BLK, 0, BLK + 10);
+	expect_record(73, 0, model, IMAX, ++version);
+	/* shortened, then written from inside its last block past its old
+	 * end: that block is given whole, the next ones too, then a short end */
+	cr_assert_eq(kvc_chunk_store_truncate(store, 73, 20000, CS), 1);
+	memset(model + 20000, 0, IMAX - 20000);
+	fill(data, 40000, 6);
+	write_ok(73, 0, BLK, data, 40000, BLK + 40000);
+	memcpy(model + BLK, data, 40000);
+	expect_record(73, 0, model, BLK + 40000, version += 2);
+	/* past the end with a gap: the old short block gets zeros, then bytes */
+	fill(data, 3000, 7);
+	write_ok(73, 0, BLK + 42000, data, 3000, BLK + 45000);
+	memcpy(model + BLK + 42000, data, 3000);
+	expect_record(73, 0, model, BLK + 45000, ++version);
+}
+
+Test(chunk_inline, a_write_keeping_part_of_a_bad_block_changes_nothing)
+{
+	static uint8_t data[IMAX], other[IMAX], model[IMAX], back[IMAX];
+	uint64_t version;
+	uint32_t length;
+	fill(data, IMAX, 22);
+	fill(other, IMAX, 23);
+	write_ok(0x78, 0, 0, data, IMAX, IMAX);
+	corrupt_record(0x78, 0, 2 * BLK + 5); /* block 2 */
+	/* block 1 whole and the bad block 2 partly; the bad block from inside
+	 * to its end and block 3 whole: both refused, nothing changes */
+	cr_assert_eq(kvc_chunk_store_write(store, 0x78, 0, CS, BLK, other, BLK + 100, &version,
+	                                   &length), -EIO);
+	cr_assert_eq(kvc_chunk_store_write(store, 0x78, 0, CS, 2 * BLK + 100, other, 2 * BLK - 100,
+	                                   &version, &length), -EIO);
+	cr_assert_eq(read_range(0x78, 0, 0, 2 * BLK, back), 0);
+	cr_assert_eq(memcmp(back, data, 2 * BLK), 0);
+	cr_assert_eq(read_range(0x78, 0, 3 * BLK, BLK, back), 0);
+	cr_assert_eq(memcmp(back, data + 3 * BLK, BLK), 0);
+	cr_assert_eq(read_range(0x78, 0, 2 * BLK, 100, back), -EIO);
+	/* block 1 partly and the bad block 2 whole: replaced */
+	write_ok(0x78, 0, BLK + 100, other, 2 * BLK - 100, IMAX);
+	memcpy(model, data, IMAX);
+	memcpy(model + BLK + 100, other, 2 * BLK - 100);
+	expect_record(0x78, 0, model, IMAX, 2);
+}
+
+/* A batch of inline writes with one that fails (-EIO): the group runs it
+ * again nested (lmdb_group.h), and the others' records are as if each
+ * had run once: their crcs, computed before the transaction, are still
+ * theirs the second time, and each answer is set afresh. The group is
+ * held in a transaction of its own until they all wait behind it (seen
+ * in the group's queue: its tail moves when a call joins). */
+static kvc_lmdb_group_begin_fn store_begin;
+static atomic_int begins;
+static atomic_bool gate_open;
+static int gate_rc;
+
+static int counting_begin(void *owner, MDB_txn **txn)
+{
+	atomic_fetch_add(&begins, 1);
+	return store_begin(owner, txn);
+}
+
+static int wait_for_gate(void *owner, MDB_txn *txn, void *arg)
+{
+	(void)owner;
+	(void)txn;
+	(void)arg;
+	while (!atomic_load(&gate_open))
+		usleep(1000);
+	return 0;
+}
+
+static void *hold_group(void *arg)
+{
+	(void)arg;
+	gate_rc = kvc_lmdb_group_run(&store->group, wait_for_gate, NULL);
+	return NULL;
+}
+
+/* The group's queue tail, and whether a batch runs. */
+static struct kvc_lmdb_group_call **group_state(bool *running)
+{
+	pthread_mutex_lock(&store->group.lock);
+	struct kvc_lmdb_group_call **tail = store->group.tail;
+	*running = store->group.running;
+	pthread_mutex_unlock(&store->group.lock);
+	return tail;
+}
+
+struct batch_write {
+	uint32_t chunk, offset, length;
+	int rc;
+};
+static uint8_t batch_data[IMAX];
+
+static void *batch_writer(void *arg)
+{
+	struct batch_write *w = arg;
+	uint64_t version;
+	uint32_t length;
+	w->rc = kvc_chunk_store_write(store, 81, w->chunk, CS, w->offset, batch_data, w->length,
+	                              &version, &length);
+	return NULL;
+}
+
+Test(chunk_inline, a_failing_write_reruns_its_batch_and_the_others_stay_whole)
+{
+	enum { N = 6 };
+	static uint8_t old[IMAX], model[IMAX], back[IMAX];
+	fill(old, IMAX, 24);
+	fill(batch_data, IMAX, 25);
+	write_ok(81, 0, 0, old, IMAX, IMAX);
+	write_ok(81, 1, 0, old, IMAX, IMAX);
+	corrupt_record(81, 1, 10); /* block 0 */
+	struct batch_write w[N] = {
+		{.chunk = 2, .offset = 0, .length = IMAX},     /* new, whole */
+		{.chunk = 3, .offset = 20000, .length = 30000}, /* new, at an offset */
+		{.chunk = 0, .offset = 10000, .length = 40000}, /* partly, whole, partly */
+		{.chunk = 1, .offset = 100, .length = 100},     /* keeps part of a bad block */
+		{.chunk = 4, .offset = 0, .length = 50000},     /* new, after the failure */
+		{.chunk = 5, .offset = 0, .length = IMAX},
+	};
+	for (int i = 0; i < N; i++)
+		for (int j = 0; j < i; j++) /* or one waits for another's chunk lock */
+			cr_assert_neq(kvc_chunk_lock_slot(81, w[i].chunk),
+			              kvc_chunk_lock_slot(81, w[j].chunk));
+	store_begin = store->group.begin;
+	store->group.begin = counting_begin;
+	pthread_t holder, threads[N];
+	bool running = false;
+	pthread_create(&holder, NULL, hold_group, NULL);
+	while (group_state(&running), !running) /* it leads, inside its transaction */
+		usleep(1000);
+	for (int i = 0; i < N; i++) { /* they wait in this order */
+		struct kvc_lmdb_group_call **tail = group_state(&running);
+		pthread_create(&threads[i], NULL, batch_writer, &w[i]);
+		while (group_state(&running) == tail)
+			usleep(1000);
+	}
+	int before = atomic_load(&begins);
+	atomic_store(&gate_open, true);
+	pthread_join(holder, NULL);
+	for (int i = 0; i < N; i++)
+		pthread_join(threads[i], NULL);
+	cr_assert_eq(gate_rc, 0);
+	for (int i = 0; i < N; i++)
+		cr_assert_eq(w[i].rc, i == 3 ? -EIO : 0, "write %d: %d", i, w[i].rc);
+	cr_assert_eq(atomic_load(&begins) - before, 2, "one batch, then its nested rerun");
+	for (int i = 0; i < N; i++) {
+		if (i == 3)
+			continue;
+		uint32_t c = w[i].chunk, len = c == 0 ? IMAX : w[i].offset + w[i].length;
+		memset(model, 0, IMAX);
+		if (c == 0)
+			memcpy(model, old, IMAX);
+		memcpy(model + w[i].offset, batch_data, w[i].length);
+		expect_record(81, c, model, len, c == 0 ? 2 : 1);
+	}
+	/* the failed one left its chunk as it was */
+	cr_assert_eq(read_range(81, 1, BLK, IMAX - BLK, back), 0);
+	cr_assert_eq(memcmp(back, old + BLK, IMAX - BLK), 0);
+	cr_assert_eq(read_range(81, 1, 0, 200, back), -EIO);
 }
