@@ -7,10 +7,12 @@
  * reason for a modest limit). A new chunk's value is built in the space
  * the put reserves (MDB_RESERVE: the bytes are copied once); an existing
  * chunk's is built whole in a buffer of its own, then put (write_in says
- * why). The crcs of the blocks a write gives all of their bytes are
- * computed before its transaction, outside the group commit's serialized
- * section. Bytes a change keeps are checked against their block crc
- * first: a bad block is never given a good crc. */
+ * why). The crcs of the blocks that start inside a write are computed
+ * over its bytes before its transaction, outside the group commit's
+ * serialized section, and used where the write gives a block all of its
+ * bytes (so the caller's data must not change during the call). Bytes a
+ * change keeps are checked against their block crc first: a bad block is
+ * never given a good crc. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -60,8 +62,8 @@ static void value_seal(struct record *rec, uint8_t *value)
 	memcpy(value, rec, RECORD_HEADER + rec->block_count * 4u);
 }
 
-/* Blocks an inline chunk may have. */
-#define INLINE_BLOCKS (KVC_CHUNK_INLINE_LIMIT / KVC_CHUNK_BLOCK)
+/* Blocks an inline chunk may have (the last one may be short). */
+#define INLINE_BLOCKS ((KVC_CHUNK_INLINE_LIMIT + KVC_CHUNK_BLOCK - 1) / KVC_CHUNK_BLOCK)
 
 /* One inline write, as a call of the index's group commit (lmdb_group.h):
  * everything happens in txn. The group may run it again (a batch rerun
@@ -87,7 +89,9 @@ struct write_call {
 /* The call's crcs: what the blocks they cover hold after the write comes
  * from its bytes alone, whatever the chunk held (whether a block ends
  * where the write does depends on the chunk's length: call_crc). A write
- * that cannot stay inline gets none (so there are INLINE_BLOCKS at most). */
+ * ending past KVC_CHUNK_INLINE_LIMIT, which never stays inline, gets none
+ * (so there are INLINE_BLOCKS at most); one that goes to a file after all
+ * had its crcs computed for nothing (the file path computes its own). */
 static void write_crcs(struct write_call *call)
 {
 	uint32_t end = call->offset + call->length;
