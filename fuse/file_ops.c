@@ -21,6 +21,7 @@
 
 #include "core/log.h"
 #include "fuse/ops_internal.h"
+#include "fuse/read_buffer.h"
 #include "fuse/fuse_metrics.h"
 
 /* Commit a dirty size first, so a truncate or chmod never races it. The
@@ -326,16 +327,21 @@ void kvc_fuse_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	if (size > file_size - (uint64_t)off)
 		size = (size_t)(file_size - (uint64_t)off);
-	void *buf = malloc(size);
-	rc = buf ? kvc_storage_client_read(&fs->storage, ino, &layout, (uint64_t)off, size, buf)
-	         : -ENOMEM;
+	/* Into this thread's shared memory: a same-host server places there. */
+	struct kvc_fuse_read_buffer b;
+	rc = kvc_fuse_read_buffer_get(&fs->storage, size, &b);
 	if (rc == 0) {
-		fuse_reply_buf(req, buf, size);
+		struct kvc_storage_io io = {.inode = ino, .layout = layout, .offset = (uint64_t)off,
+		                            .length = size, .buf = b.buf, .region = b.region};
+		rc = kvc_storage_client_read_batch(&fs->storage, &io, 1);
+	}
+	if (rc == 0) {
+		fuse_reply_buf(req, b.buf, size);
 		kvc_fuse_metrics_bytes(true, size);
 	} else {
 		kvc_fuse_reply_error(req, rc);
 	}
-	free(buf);
+	kvc_fuse_read_buffer_done(&fs->storage, &b);
 }
 
 void kvc_fuse_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,

@@ -1,6 +1,6 @@
 """Same-host placement (src/client/transport.h): ring reads and writes of
-host iovs move between the storage servers and the iov's shared memory
-without crossing a socket. Round trips (random sizes, chunk-crossing,
+host iovs, and FUSE reads (fuse/read_buffer.h), move between the storage
+servers and shared memory without crossing a socket. Round trips (random sizes, chunk-crossing,
 holes), a corrupted block, TCP forced by the cluster file, a client that
 shrinks its iov or is killed mid-I/O, a storage server restarted under a
 read load, and the metrics that prove which transport moved the bytes."""
@@ -266,6 +266,36 @@ def test_a_bad_block_fails_only_its_own_pieces_of_a_run(cluster, workdir):
         keys.close()
 
 
+def direct_read(path, size):
+    """The file's bytes read with O_DIRECT (past the kernel's page cache:
+    every read reaches kvc-fuse), 1 MiB at a time into aligned memory."""
+    import mmap
+    buf = mmap.mmap(-1, 1 << 20)
+    out = bytearray()
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    try:
+        while len(out) < size:
+            n = os.preadv(fd, [buf], len(out))
+            assert n > 0
+            out += buf[:n]
+    finally:
+        os.close(fd)
+        buf.close()
+    return bytes(out)
+
+
+def test_fuse_reads_are_placed(cluster, workdir):
+    """A FUSE read lands in its thread's shared memory, where a same-host
+    server places it: byte for byte, and counted as placed at both ends."""
+    data = os.urandom(5 * CHUNK + 4097)
+    (workdir / "f").write_bytes(data)
+    before = placed(cluster)
+    assert direct_read(str(workdir / "f"), len(data)) == data
+    after = placed(cluster)
+    assert after[0] > before[0] and after[2] > before[2], (before, after)
+    assert after[1] - before[1] >= len(data)
+
+
 def test_transport_tcp_in_the_cluster_file_forces_tcp(cluster, workdir, local_tmp):
     conf = local_tmp / "tcp.conf"
     text = cluster.conf.read_text().replace("[meta]", "transport = tcp\n\n[meta]", 1)
@@ -285,6 +315,8 @@ def test_transport_tcp_in_the_cluster_file_forces_tcp(cluster, workdir, local_tm
         finally:
             close_registered(fd)
             r.close()
+        # FUSE reads too
+        assert direct_read(os.path.join(mount, workdir.name, "t"), len(data)) == data
         assert placed(cluster)[2] == before  # no server placed anything
     finally:
         drop_second_mount(proc, mount)

@@ -1,0 +1,41 @@
+/*
+ * read_buffer: the memory a FUSE read lands in before its reply. Each
+ * thread serving FUSE requests keeps one shared-memory region
+ * (client/transport.h kvc_transport_region_create) of
+ * KVC_FUSE_READ_BUFFER bytes, so a same-host storage server places the
+ * read's bytes straight into it (no loopback TCP); a read larger than
+ * the region, or a thread that cannot make one, uses plain memory.
+ *
+ * Owns: the thread's region (a thread-specific value, given back with its
+ * registrations when the thread exits). Rule, as for ring keys' bounce
+ * buffer: after a placement fell back to TCP during a read, the region is
+ * dropped (kvc_fuse_read_buffer_done), never reused: a stalled server
+ * may still place into it, and must not reach a later read's bytes.
+ */
+#ifndef KVC_FUSE_READ_BUFFER_H
+#define KVC_FUSE_READ_BUFFER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "client/storage_client.h"
+
+#define KVC_FUSE_READ_BUFFER (1u << 20) /* FUSE's largest read (max_read) */
+
+struct kvc_fuse_read_buffer {
+	void *buf;
+	const struct kvc_storage_region *region; /* NULL: plain memory (malloc'd) */
+	uint64_t fallbacks;                      /* the client's place_fallbacks at _get */
+};
+
+/* Memory for a read of size bytes on this thread into out. Returns 0 or
+ * -ENOMEM. */
+int kvc_fuse_read_buffer_get(struct kvc_storage_client *client, size_t size,
+                             struct kvc_fuse_read_buffer *out);
+
+/* After the read and its reply: plain memory is freed, the region kept
+ * unless a placement fell back meanwhile. */
+void kvc_fuse_read_buffer_done(struct kvc_storage_client *client,
+                               struct kvc_fuse_read_buffer *b);
+
+#endif
