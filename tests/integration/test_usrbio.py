@@ -80,6 +80,18 @@ def test_bad_input_is_refused_entry_by_entry(cluster, workdir):
     assert out.returncode == 0, out.stdout
 
 
+def test_a_layout_1_client_gets_its_batches_in_order(workdir):
+    """A ring of layout 1 (completions indexed by slot) queues rounds of
+    large reads and small ones without waiting: kvc-fuse runs its batches
+    one at a time, so each completion carries its slot, in submission
+    order. Three runs: with overlapping batches a run fails about four
+    times in five."""
+    for _ in range(3):
+        out = run(TOOLS / "ring_layout1", workdir)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "8 checks, 0 failed" in out.stdout
+
+
 def test_hf3fs_c_api_program(workdir):
     out = run(TOOLS / "hf3fs_compat", workdir / "compat.pool")
     assert out.returncode == 0, out.stdout + out.stderr
