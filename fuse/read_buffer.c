@@ -57,7 +57,7 @@ int kvc_fuse_read_buffer_get(struct kvc_storage_client *client, size_t size,
                              struct kvc_fuse_read_buffer *out)
 {
 	struct thread_region *t = size <= KVC_FUSE_READ_BUFFER ? thread_region(client) : NULL;
-	*out = (struct kvc_fuse_read_buffer){.fallbacks = atomic_load(&client->place_fallbacks)};
+	*out = (struct kvc_fuse_read_buffer){.epoch = atomic_load(&client->place_epoch)};
 	if (t) {
 		out->buf = t->region.base;
 		out->region = &t->region;
@@ -72,7 +72,7 @@ void kvc_fuse_read_buffer_done(struct kvc_storage_client *client,
 {
 	if (!b->region)
 		free(b->buf);
-	else if (atomic_load(&client->place_fallbacks) != b->fallbacks) {
+	else if (atomic_load(&client->place_epoch) != b->epoch) {
 		struct thread_region *t = pthread_getspecific(key); /* b->region is its */
 		kvc_transport_region_destroy(client, &t->region);
 	}

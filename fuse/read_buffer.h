@@ -8,9 +8,11 @@
  *
  * Owns: the thread's region (a thread-specific value, given back with its
  * registrations when the thread exits). Rule, as for ring keys' bounce
- * buffer: after a placement fell back to TCP during a read, the region is
- * dropped (kvc_fuse_read_buffer_done), never reused: a stalled server
- * may still place into it, and must not reach a later read's bytes.
+ * buffer: when the client's place_epoch moved during a read (any
+ * placement of the client fell back, or a placed piece failed with
+ * -EIO: storage_client.h), the region is dropped
+ * (kvc_fuse_read_buffer_done), never reused: a server may still place
+ * into it, and must not reach a later read's bytes.
  */
 #ifndef KVC_FUSE_READ_BUFFER_H
 #define KVC_FUSE_READ_BUFFER_H
@@ -25,7 +27,7 @@
 struct kvc_fuse_read_buffer {
 	void *buf;
 	const struct kvc_storage_region *region; /* NULL: plain memory (malloc'd) */
-	uint64_t fallbacks;                      /* the client's place_fallbacks at _get */
+	uint64_t epoch;                          /* the client's place_epoch at _get */
 };
 
 /* Memory for a read of size bytes on this thread into out. Returns 0 or
@@ -34,7 +36,7 @@ int kvc_fuse_read_buffer_get(struct kvc_storage_client *client, size_t size,
                              struct kvc_fuse_read_buffer *out);
 
 /* After the read and its reply: plain memory is freed, the region kept
- * unless a placement fell back meanwhile. */
+ * unless the client's place_epoch moved meanwhile. */
 void kvc_fuse_read_buffer_done(struct kvc_storage_client *client,
                                struct kvc_fuse_read_buffer *b);
 

@@ -395,15 +395,16 @@ static int add_ios(struct kvc_ring_keys_scratch *s, int count, struct key *k, si
 }
 
 /* Run ios: device ones through device_io (in runs it takes), host ones
- * straight, in one batch each. Returns whether a placement fell back to
- * TCP meanwhile (the caller gives the bounce buffer up once it is done
- * with it: a late placement by a stalled server must not land in another
- * client's key). */
+ * straight, in one batch each. Returns whether the client's place_epoch
+ * moved meanwhile (a placement fell back to TCP, or a placed piece failed
+ * with -EIO: storage_client.h); the caller gives the bounce buffer up
+ * once it is done with it: a late placement by a server must not land in
+ * another client's key. */
 static bool run_storage(const struct kvc_ring_keys_batch *b, struct kvc_ring_keys_scratch *s,
                         int count, bool read)
 {
 	struct kvc_fuse *fs = b->fs;
-	uint64_t fallbacks = atomic_load(&fs->storage.place_fallbacks);
+	uint64_t epoch = atomic_load(&fs->storage.place_epoch);
 	int host = 0;
 	for (int i = 0; i < count; i++)
 		if (s->dev[i] < 0) {
@@ -416,7 +417,7 @@ static bool run_storage(const struct kvc_ring_keys_batch *b, struct kvc_ring_key
 		kvc_storage_client_write_batch(&fs->storage, s->split, host);
 	for (int j = 0; j < host; j++)
 		s->io[s->from[j]].result = s->split[j].result;
-	bool fell_back = atomic_load(&fs->storage.place_fallbacks) != fallbacks;
+	bool fell_back = atomic_load(&fs->storage.place_epoch) != epoch;
 	for (int i = 0; i < count;) {
 		int n = 0;
 		for (; i < count && n < KVC_DEVICE_MAX_IOS; i++)

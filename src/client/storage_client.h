@@ -85,6 +85,13 @@ struct kvc_storage_client {
 	_Atomic uint64_t transport_ops[KVC_TRANSPORT_KINDS];
 	_Atomic uint64_t transport_bytes[KVC_TRANSPORT_KINDS];
 	_Atomic uint64_t place_fallbacks;
+	/* Moves whenever memory a server placed into may still be written by
+	 * it later: a placed request that fell back to TCP (a stalled
+	 * server), or a placed piece that failed with -EIO (the server may
+	 * have left a read into it in flight). Memory of ours that servers
+	 * place into (a bounce buffer, a FUSE read buffer) is dropped, never
+	 * reused, once it moved during its use. */
+	_Atomic uint64_t place_epoch;
 };
 
 struct kvc_metrics;

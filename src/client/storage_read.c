@@ -184,6 +184,8 @@ static int read_receive(struct read_plan *plan, struct read_request *req)
 			kvc_storage_io_fail(io, -EFAULT); /* the caller's memory is gone there */
 			continue;
 		}
+		if (results[i].status == -EIO && !inline_data)
+			atomic_fetch_add(&plan->client->place_epoch, 1);
 		if (results[i].status < 0) {
 			if (other_replica_may(results[i].status))
 				read_again(plan, req, i, results[i].status == -EAGAIN);

@@ -245,6 +245,7 @@ void kvc_transport_place_failed(struct kvc_storage_client *client, uint32_t serv
 		return;
 	struct place_server *s = &p->servers[server];
 	atomic_fetch_add(&client->place_fallbacks, 1);
+	atomic_fetch_add(&client->place_epoch, 1);
 	pthread_mutex_lock(&s->lock);
 	if (s->on)
 		kvc_log_warn("placement to storage server %s failed (%s): TCP for a while",
