@@ -2,6 +2,7 @@
 #include "fuse/device_io.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,6 +133,36 @@ static void fail(struct kvc_storage_io *ios, int origin, int error)
 		ios[origin].result = error;
 }
 
+/* The stager's staging memory, 2 * half_bytes: shared memory pinned for
+ * the GPU's copies, so a storage server on this host can place reads
+ * straight into it (one placement plus one host-to-device copy per
+ * piece), else cudaHostAlloc'd memory (TCP only). 0 or -ENOMEM (staging
+ * NULL). */
+static int staging_make(struct kvc_device_stager *s)
+{
+	const struct kvc_cuda *cuda = s->cuda;
+	size_t bytes = 2 * s->half_bytes;
+	s->staging = NULL;
+	s->placed = NULL;
+	if (kvc_transport_region_create(bytes, "kvc-staging", true, &s->region) == 0 &&
+	    cuda->host_register(s->region.base, bytes, cudaHostRegisterPortable) == cudaSuccess) {
+		s->staging = s->region.base;
+		s->placed = &s->region;
+	} else {
+		cuda->get_last_error();
+		kvc_transport_region_destroy(NULL, &s->region); /* never registered with a server */
+		cudaError_t err = cuda->host_alloc((void **)&s->staging, bytes, cudaHostAllocPortable);
+		if (err != cudaSuccess) {
+			kvc_log_error("usrbio: pinned staging of %zu bytes: %s", bytes,
+			              cuda->get_error_string(err));
+			s->staging = NULL;
+		}
+	}
+	s->halves[0].memory = s->staging;
+	s->halves[1].memory = s->staging ? s->staging + s->half_bytes : NULL;
+	return s->staging ? 0 : -ENOMEM;
+}
+
 static int stager_create(size_t bytes, struct kvc_device_stager **out)
 {
 	const struct kvc_cuda *cuda = kvc_cuda_get();
@@ -142,31 +173,29 @@ static int stager_create(size_t bytes, struct kvc_device_stager **out)
 		return -ENOMEM;
 	s->cuda = cuda;
 	s->half_bytes = bytes / 2;
-	/* Shared memory pinned for the GPU's copies, so a storage server on
-	 * this host can place reads straight into it: one placement plus one
-	 * host-to-device copy per piece. */
-	if (kvc_transport_region_create(bytes, "kvc-staging", true, &s->region) == 0 &&
-	    cuda->host_register(s->region.base, bytes, cudaHostRegisterPortable) == cudaSuccess) {
-		s->staging = s->region.base;
-		s->placed = &s->region;
-		s->halves[0].memory = s->staging;
-		s->halves[1].memory = s->staging + s->half_bytes;
-		*out = s;
-		return 0;
-	}
-	cuda->get_last_error();
-	kvc_transport_region_destroy(NULL, &s->region); /* never registered with a server */
-	cudaError_t err = cuda->host_alloc((void **)&s->staging, bytes, cudaHostAllocPortable);
-	if (err != cudaSuccess) {
-		kvc_log_error("usrbio: pinned staging of %zu bytes: %s", bytes,
-		              cuda->get_error_string(err));
+	int rc = staging_make(s);
+	if (rc < 0)
 		free(s);
-		return -ENOMEM;
-	}
-	s->halves[0].memory = s->staging;
-	s->halves[1].memory = s->staging + s->half_bytes;
-	*out = s;
-	return 0;
+	else
+		*out = s;
+	return rc;
+}
+
+/* Shared staging memory a server may still place into (the storage
+ * client's place_epoch moved while it was in use: storage_client.h) is
+ * given up, never reused, as the ring keys' bounce buffer is: the GPU's
+ * copies out of it are waited for, it is unregistered from the GPU and
+ * the servers and unmapped (a late placement lands in memory no one reads
+ * any more), and new staging memory takes its place. */
+static void staging_renew(struct kvc_device_stager *s, struct kvc_storage_client *storage)
+{
+	const struct kvc_cuda *cuda = s->cuda;
+	for (int d = 0; d < MAX_DEVICES; d++)
+		if (s->streams[d])
+			cuda->stream_synchronize(s->streams[d]);
+	cuda->host_unregister(s->region.base);
+	kvc_transport_region_destroy(storage, &s->region);
+	(void)staging_make(s); /* staging NULL: the stager fails its ios from now on */
 }
 
 /* The stream of device (created on first use), made current. */
@@ -401,14 +430,19 @@ void kvc_device_io_run(struct kvc_device_stager **stager, size_t staging_bytes,
                        const int *devices, int count, bool read)
 {
 	int rc = *stager ? 0 : stager_create(staging_bytes, stager);
+	if (rc == 0 && !(*stager)->staging)
+		rc = -ENOMEM; /* its memory was given up and none could be had since */
 	for (int i = 0; i < count; i++)
 		ios[i].result = rc;
 	if (rc < 0)
 		return;
+	uint64_t epoch = atomic_load(&storage->place_epoch);
 	if (read)
 		run_reads(*stager, storage, ios, devices, count);
 	else
 		run_writes(*stager, storage, ios, devices, count);
+	if ((*stager)->placed && atomic_load(&storage->place_epoch) != epoch)
+		staging_renew(*stager, storage);
 }
 
 #else /* built without CUDA: no device iov can be registered */

@@ -61,9 +61,9 @@ int kvc_fuse_read_buffer_get(struct kvc_storage_client *client, size_t size,
 	if (t) {
 		out->buf = t->region.base;
 		out->region = &t->region;
-		return 0;
+	} else {
+		out->buf = malloc(size ? size : 1);
 	}
-	out->buf = malloc(size ? size : 1);
 	return out->buf ? 0 : -ENOMEM;
 }
 

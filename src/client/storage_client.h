@@ -89,8 +89,9 @@ struct kvc_storage_client {
 	 * it later: a placed request that fell back to TCP (a stalled
 	 * server), or a placed piece that failed with -EIO (the server may
 	 * have left a read into it in flight). Memory of ours that servers
-	 * place into (a bounce buffer, a FUSE read buffer) is dropped, never
-	 * reused, once it moved during its use. */
+	 * place into (ring keys' bounce buffer, a FUSE read buffer, the GPU
+	 * staging of fuse/device_io.c) is dropped, never reused, once it
+	 * moved during its use. */
 	_Atomic uint64_t place_epoch;
 };
 
@@ -136,13 +137,6 @@ int kvc_storage_client_read_batch(struct kvc_storage_client *client,
                                   struct kvc_storage_io *ios, int count);
 int kvc_storage_client_write_batch(struct kvc_storage_client *client,
                                    struct kvc_storage_io *ios, int count);
-
-/* Read [offset, offset + length) of inode into buf; holes become zeros.
- * Returns 0, -EIO (a server down, timed out or a crc mismatch), -EINVAL,
- * -EFBIG (past the largest file), -ENOMEM. */
-int kvc_storage_client_read(struct kvc_storage_client *client, uint64_t inode,
-                            const struct kvc_layout *layout, uint64_t offset,
-                            uint64_t length, void *buf);
 
 /* Write [offset, offset + length) of inode from buf. Returns 0, -EIO,
  * -ENOSPC, -EINVAL, -EFBIG. */

@@ -545,11 +545,3 @@ int kvc_storage_client_read_batch(struct kvc_storage_client *client,
 	return kvc_storage_client_with_routing(client, ios, count, read_batch_once);
 }
 
-int kvc_storage_client_read(struct kvc_storage_client *client, uint64_t inode,
-                            const struct kvc_layout *layout, uint64_t offset,
-                            uint64_t length, void *buf)
-{
-	struct kvc_storage_io io = {.inode = inode, .layout = *layout, .offset = offset,
-	                            .length = length, .buf = buf};
-	return kvc_storage_client_read_batch(client, &io, 1);
-}

@@ -81,8 +81,10 @@ int main(int argc, char **argv)
 	}
 	long rc = fd < 0 ? -errno : raw_connect(&r, mount);
 	check(rc == 0, "file and control connection", rc);
-	if (rc < 0)
+	if (rc < 0) {
+		unlink(path);
 		return 1;
+	}
 	struct kvc_msg_fd_register fr = {.client_fd = 1000};
 	struct kvc_msg_fd_register_reply frr;
 	rc = raw_call(&r, KVC_MSG_FD_REGISTER, &fr, sizeof(fr), &fd, 1, &frr, sizeof(frr));
@@ -108,8 +110,10 @@ int main(int argc, char **argv)
 	if (rc == 0)
 		rc = memfd < 0 ? memfd : raw_ring_register(&r, memfd, &m, &doorbell, &handle);
 	check(rc == 0, "a layout-1 ring", rc);
-	if (rc < 0)
+	if (rc < 0) {
+		unlink(path);
 		return 1;
+	}
 
 	/* Rounds of ROUND reads, each rung at once, up to ENTRIES - ROUND
 	 * outstanding (the ring's rule); reaped in order as they come. */
