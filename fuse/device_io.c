@@ -194,7 +194,7 @@ static void staging_renew(struct kvc_device_stager *s, struct kvc_storage_client
 		if (s->streams[d])
 			cuda->stream_synchronize(s->streams[d]);
 	cuda->host_unregister(s->region.base);
-	kvc_transport_region_destroy(storage, &s->region);
+	kvc_transport_region_drop(storage, &s->region);
 	(void)staging_make(s); /* staging NULL: the stager fails its ios from now on */
 }
 

@@ -74,7 +74,7 @@ void kvc_fuse_read_buffer_done(struct kvc_storage_client *client,
 		free(b->buf);
 	else if (atomic_load(&client->place_epoch) != b->epoch) {
 		struct thread_region *t = pthread_getspecific(key); /* b->region is its */
-		kvc_transport_region_destroy(client, &t->region);
+		kvc_transport_region_drop(client, &t->region);
 	}
 	*b = (struct kvc_fuse_read_buffer){0};
 }

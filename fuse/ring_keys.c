@@ -92,17 +92,22 @@ static int kept_count;
  * past the timeout): the bounce buffer, shared by every client's keys,
  * is given up then and the next batch makes a fresh one, so no late
  * write reaches another key's bytes. */
-static void bounce_drop(struct kvc_ring_keys_scratch *s)
+/* Give the bounce buffer back; given_up: because the client's
+ * place_epoch moved while it was in use (counted, transport.h). */
+static void bounce_drop(struct kvc_ring_keys_scratch *s, bool given_up)
 {
 	if (!s->bounce_region.base)
 		return;
-	kvc_transport_region_destroy(&s->fs->storage, &s->bounce_region);
+	if (given_up)
+		kvc_transport_region_drop(&s->fs->storage, &s->bounce_region);
+	else
+		kvc_transport_region_destroy(&s->fs->storage, &s->bounce_region);
 	s->bounce = NULL;
 }
 
 static void scratch_destroy(struct kvc_ring_keys_scratch *s)
 {
-	bounce_drop(s);
+	bounce_drop(s, false);
 	free(s->bounce); /* plain memory, or NULL */
 	free(s);
 }
@@ -581,7 +586,7 @@ void kvc_ring_keys_execute(const struct kvc_ring_keys_batch *b)
 				k->rc = bounce_copy(k, false); /* scatter what was read */
 		}
 		if (fell_back)
-			bounce_drop(s);
+			bounce_drop(s, true);
 	}
 	for (int di = 0; di < dirs; di++)
 		publish(b, s, count, di);

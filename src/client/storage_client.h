@@ -93,6 +93,7 @@ struct kvc_storage_client {
 	 * staging of fuse/device_io.c) is dropped, never reused, once it
 	 * moved during its use. */
 	_Atomic uint64_t place_epoch;
+	_Atomic uint64_t place_dropped; /* such memory given up (kvc_transport_region_drop) */
 };
 
 struct kvc_metrics;

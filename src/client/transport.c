@@ -40,6 +40,14 @@ int kvc_transport_region_create(size_t bytes, const char *name, bool populate,
 	return rc;
 }
 
+void kvc_transport_region_drop(struct kvc_storage_client *client,
+                               struct kvc_storage_region *region)
+{
+	if (region->base)
+		atomic_fetch_add(&client->place_dropped, 1);
+	kvc_transport_region_destroy(client, region);
+}
+
 void kvc_transport_region_destroy(struct kvc_storage_client *client,
                                   struct kvc_storage_region *region)
 {
@@ -187,7 +195,7 @@ void kvc_transport_drain(struct kvc_storage_client *client, struct kvc_transport
 struct transport_metrics {
 	struct kvc_storage_client *client;
 	struct kvc_metrics_counter *ops[KVC_TRANSPORT_KINDS], *bytes[KVC_TRANSPORT_KINDS];
-	struct kvc_metrics_counter *fallbacks;
+	struct kvc_metrics_counter *fallbacks, *epoch, *dropped;
 };
 
 static void collect_transports(void *arg)
@@ -198,19 +206,23 @@ static void collect_transports(void *arg)
 		kvc_metrics_counter_set(tm->bytes[k], atomic_load(&tm->client->transport_bytes[k]));
 	}
 	kvc_metrics_counter_set(tm->fallbacks, atomic_load(&tm->client->place_fallbacks));
+	kvc_metrics_counter_set(tm->epoch, atomic_load(&tm->client->place_epoch));
+	kvc_metrics_counter_set(tm->dropped, atomic_load(&tm->client->place_dropped));
 }
 
 int kvc_transport_metrics(struct kvc_storage_client *client, struct kvc_metrics *registry,
                           const char *prefix)
 {
 	struct transport_metrics *tm = calloc(1, sizeof(*tm));
-	char ops[96], bytes[96], fallbacks[96];
+	char ops[96], bytes[96], fallbacks[96], epoch[96], dropped[96];
 	if (!tm)
 		return -ENOMEM;
 	tm->client = client;
 	snprintf(ops, sizeof(ops), "%s_transport_requests_total", prefix);
 	snprintf(bytes, sizeof(bytes), "%s_transport_bytes_total", prefix);
 	snprintf(fallbacks, sizeof(fallbacks), "%s_transport_place_fallbacks_total", prefix);
+	snprintf(epoch, sizeof(epoch), "%s_transport_place_epoch_total", prefix);
+	snprintf(dropped, sizeof(dropped), "%s_transport_place_memory_dropped_total", prefix);
 	bool ok = true;
 	for (int k = 0; k < KVC_TRANSPORT_KINDS; k++) {
 		struct kvc_metrics_label label = {"transport", transports[k]->name};
@@ -225,7 +237,14 @@ int kvc_transport_metrics(struct kvc_storage_client *client, struct kvc_metrics 
 	tm->fallbacks = kvc_metrics_counter(registry, fallbacks,
 	                                    "Placed requests that failed for the transport's "
 	                                    "sake and ran again over TCP.", NULL, 0);
-	if (!ok || !tm->fallbacks) {
+	tm->epoch = kvc_metrics_counter(registry, epoch,
+	                                "Times memory that servers place into may still be "
+	                                "written by one later: placed requests that fell back, "
+	                                "placed pieces that failed with EIO.", NULL, 0);
+	tm->dropped = kvc_metrics_counter(registry, dropped,
+	                                  "Buffers servers place into given up (not reused) "
+	                                  "because of such a time during their use.", NULL, 0);
+	if (!ok || !tm->fallbacks || !tm->epoch || !tm->dropped) {
 		free(tm);
 		return -ENOMEM;
 	}

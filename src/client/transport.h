@@ -82,6 +82,12 @@ int kvc_transport_region_create(size_t bytes, const char *name, bool populate,
 void kvc_transport_region_destroy(struct kvc_storage_client *client,
                                   struct kvc_storage_region *region);
 
+/* kvc_transport_region_destroy for memory given up because the client's
+ * place_epoch moved while it was in use (storage_client.h): counted in
+ * PREFIX_transport_place_memory_dropped_total. */
+void kvc_transport_region_drop(struct kvc_storage_client *client,
+                               struct kvc_storage_region *region);
+
 /* Set up placement for client (off with config->transport_tcp_only).
  * Returns 0 or -ENOMEM. */
 int kvc_transport_place_init(struct kvc_storage_client *client, const struct kvc_config *config);
@@ -172,8 +178,10 @@ void kvc_transport_done(struct kvc_storage_client *client, struct kvc_transport_
 void kvc_transport_drain(struct kvc_storage_client *client, struct kvc_transport_request *t);
 
 /* Register PREFIX_transport_requests_total{transport},
- * PREFIX_transport_bytes_total{transport} and
- * PREFIX_transport_place_fallbacks_total in registry. Returns 0 or
+ * PREFIX_transport_bytes_total{transport},
+ * PREFIX_transport_place_fallbacks_total,
+ * PREFIX_transport_place_epoch_total and
+ * PREFIX_transport_place_memory_dropped_total in registry. Returns 0 or
  * -ENOMEM. */
 struct kvc_metrics;
 int kvc_transport_metrics(struct kvc_storage_client *client, struct kvc_metrics *registry,

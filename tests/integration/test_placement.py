@@ -296,6 +296,51 @@ def test_fuse_reads_are_placed(cluster, workdir):
     assert after[1] - before[1] >= len(data)
 
 
+def test_a_placed_read_that_fails_gives_its_buffer_up(cluster, workdir):
+    """A placed piece that fails with EIO (here a corrupted block) may have
+    left a server's read into the buffer in flight: kvc-fuse's place epoch
+    moves, and the FUSE read buffer in use is given up, never reused (the
+    next read gets a new one and its bytes are right)."""
+    path = workdir / "bad"
+    data = os.urandom(2 * CHUNK)  # file-backed chunks
+    with open(path, "wb") as f:
+        f.write(data)
+        os.fsync(f.fileno())
+    inode = int(subprocess.run(["getfattr", "-n", "user.kvc.inode", "--only-values", str(path)],
+                               capture_output=True, text=True, check=True).stdout)
+    name = f"chunks/{inode & 0xff:02x}/{inode:016x}.{0:08x}"
+    chunk = [p for p in cluster.dir.glob(f"s*/t*/{name}")]
+    assert len(chunk) == 1
+    raw = bytearray(chunk[0].read_bytes())
+    raw[1000] ^= 0xFF
+    chunk[0].write_bytes(bytes(raw))
+
+    def counters():
+        f = scrape(cluster.fuse_metrics)
+        return (value(f, "kvc_fuse_transport_place_epoch_total"),
+                value(f, "kvc_fuse_transport_place_memory_dropped_total"))
+
+    before = counters()
+    with pytest.raises(OSError) as e:
+        direct_read(str(path), CHUNK)
+    assert e.value.errno == errno.EIO
+    after = counters()
+    assert after[0] > before[0], (before, after)
+    assert after[1] > before[1], (before, after)
+    # the good chunk, read after: right, and placed again
+    served = placed(cluster)[2]
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    try:
+        import mmap
+        buf = mmap.mmap(-1, CHUNK)
+        assert os.preadv(fd, [buf], CHUNK) == CHUNK
+        assert bytes(buf) == data[CHUNK:]
+        buf.close()
+    finally:
+        os.close(fd)
+    assert placed(cluster)[2] > served
+
+
 def test_transport_tcp_in_the_cluster_file_forces_tcp(cluster, workdir, local_tmp):
     conf = local_tmp / "tcp.conf"
     text = cluster.conf.read_text().replace("[meta]", "transport = tcp\n\n[meta]", 1)
