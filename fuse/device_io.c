@@ -2,7 +2,6 @@
 #include "fuse/device_io.h"
 
 #include <errno.h>
-#include <stdatomic.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -436,12 +435,12 @@ void kvc_device_io_run(struct kvc_device_stager **stager, size_t staging_bytes,
 		ios[i].result = rc;
 	if (rc < 0)
 		return;
-	uint64_t epoch = atomic_load(&storage->place_epoch);
+	uint64_t epoch = kvc_transport_place_epoch(storage);
 	if (read)
 		run_reads(*stager, storage, ios, devices, count);
 	else
 		run_writes(*stager, storage, ios, devices, count);
-	if ((*stager)->placed && atomic_load(&storage->place_epoch) != epoch)
+	if ((*stager)->placed && kvc_transport_place_moved(storage, epoch))
 		staging_renew(*stager, storage);
 }
 

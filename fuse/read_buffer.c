@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "client/transport.h"
@@ -57,7 +56,7 @@ int kvc_fuse_read_buffer_get(struct kvc_storage_client *client, size_t size,
                              struct kvc_fuse_read_buffer *out)
 {
 	struct thread_region *t = size <= KVC_FUSE_READ_BUFFER ? thread_region(client) : NULL;
-	*out = (struct kvc_fuse_read_buffer){.epoch = atomic_load(&client->place_epoch)};
+	*out = (struct kvc_fuse_read_buffer){.epoch = kvc_transport_place_epoch(client)};
 	if (t) {
 		out->buf = t->region.base;
 		out->region = &t->region;
@@ -72,7 +71,7 @@ void kvc_fuse_read_buffer_done(struct kvc_storage_client *client,
 {
 	if (!b->region)
 		free(b->buf);
-	else if (atomic_load(&client->place_epoch) != b->epoch) {
+	else if (kvc_transport_place_moved(client, b->epoch)) {
 		struct thread_region *t = pthread_getspecific(key); /* b->region is its */
 		kvc_transport_region_drop(client, &t->region);
 	}

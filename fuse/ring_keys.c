@@ -88,12 +88,12 @@ static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct kvc_ring_keys_scratch *kept;
 static int kept_count;
 
-/* A placement that failed may still land late (a server that stalled
- * past the timeout): the bounce buffer, shared by every client's keys,
- * is given up then and the next batch makes a fresh one, so no late
- * write reaches another key's bytes. */
-/* Give the bounce buffer back; given_up: because the client's
- * place_epoch moved while it was in use (counted, transport.h). */
+/* Give the bounce buffer back. given_up: the client's place_epoch moved
+ * while it was in use (a placement that may still land late: a server
+ * that stalled past the timeout, a read it left in flight); the buffer,
+ * shared by every client's keys, is given up (counted, transport.h) and
+ * the next batch makes a fresh one, so no late write reaches another
+ * key's bytes. */
 static void bounce_drop(struct kvc_ring_keys_scratch *s, bool given_up)
 {
 	if (!s->bounce_region.base)
@@ -409,7 +409,7 @@ static bool run_storage(const struct kvc_ring_keys_batch *b, struct kvc_ring_key
                         int count, bool read)
 {
 	struct kvc_fuse *fs = b->fs;
-	uint64_t epoch = atomic_load(&fs->storage.place_epoch);
+	uint64_t epoch = kvc_transport_place_epoch(&fs->storage);
 	int host = 0;
 	for (int i = 0; i < count; i++)
 		if (s->dev[i] < 0) {
@@ -422,7 +422,7 @@ static bool run_storage(const struct kvc_ring_keys_batch *b, struct kvc_ring_key
 		kvc_storage_client_write_batch(&fs->storage, s->split, host);
 	for (int j = 0; j < host; j++)
 		s->io[s->from[j]].result = s->split[j].result;
-	bool fell_back = atomic_load(&fs->storage.place_epoch) != epoch;
+	bool moved = kvc_transport_place_moved(&fs->storage, epoch);
 	for (int i = 0; i < count;) {
 		int n = 0;
 		for (; i < count && n < KVC_DEVICE_MAX_IOS; i++)
@@ -437,7 +437,7 @@ static bool run_storage(const struct kvc_ring_keys_batch *b, struct kvc_ring_key
 		for (int j = 0; j < n; j++)
 			s->io[s->from[j]].result = s->split[j].result;
 	}
-	return fell_back;
+	return moved;
 }
 
 static int io_result(const struct kvc_ring_keys_scratch *s, const struct key *k)
@@ -577,7 +577,7 @@ void kvc_ring_keys_execute(const struct kvc_ring_keys_batch *b)
 			else
 				ios = add_ios(s, ios, k, &used, read);
 		}
-		bool fell_back = ios > 0 && run_storage(b, s, ios, read);
+		bool moved = ios > 0 && run_storage(b, s, ios, read);
 		for (int i = 0; i < count; i++) {
 			struct key *k = &s->keys[i];
 			if (k->rc == 0 && k->ios)
@@ -585,7 +585,7 @@ void kvc_ring_keys_execute(const struct kvc_ring_keys_batch *b)
 			if (k->rc == 0 && k->ios && read && k->bounce)
 				k->rc = bounce_copy(k, false); /* scatter what was read */
 		}
-		if (fell_back)
+		if (moved)
 			bounce_drop(s, true);
 	}
 	for (int di = 0; di < dirs; di++)

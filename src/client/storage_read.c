@@ -544,4 +544,3 @@ int kvc_storage_client_read_batch(struct kvc_storage_client *client,
 {
 	return kvc_storage_client_with_routing(client, ios, count, read_batch_once);
 }
-

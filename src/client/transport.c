@@ -40,6 +40,16 @@ int kvc_transport_region_create(size_t bytes, const char *name, bool populate,
 	return rc;
 }
 
+uint64_t kvc_transport_place_epoch(struct kvc_storage_client *client)
+{
+	return atomic_load(&client->place_epoch);
+}
+
+bool kvc_transport_place_moved(struct kvc_storage_client *client, uint64_t epoch)
+{
+	return atomic_load(&client->place_epoch) != epoch;
+}
+
 void kvc_transport_region_drop(struct kvc_storage_client *client,
                                struct kvc_storage_region *region)
 {

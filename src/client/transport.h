@@ -82,6 +82,12 @@ int kvc_transport_region_create(size_t bytes, const char *name, bool populate,
 void kvc_transport_region_destroy(struct kvc_storage_client *client,
                                   struct kvc_storage_region *region);
 
+/* The client's place_epoch now (storage_client.h), and whether it moved
+ * since `epoch`: memory servers placed into meanwhile must be given up
+ * (kvc_transport_region_drop), never reused. */
+uint64_t kvc_transport_place_epoch(struct kvc_storage_client *client);
+bool kvc_transport_place_moved(struct kvc_storage_client *client, uint64_t epoch);
+
 /* kvc_transport_region_destroy for memory given up because the client's
  * place_epoch moved while it was in use (storage_client.h): counted in
  * PREFIX_transport_place_memory_dropped_total. */

@@ -5,6 +5,7 @@ holes), a corrupted block, TCP forced by the cluster file, a client that
 shrinks its iov or is killed mid-I/O, a storage server restarted under a
 read load, and the metrics that prove which transport moved the bytes."""
 import errno
+import mmap
 import os
 import random
 import signal
@@ -194,9 +195,10 @@ def test_ring_writes_are_placed_and_read_back(cluster, workdir):
     assert f is not None
 
 
-def test_a_corrupted_block_is_eio_through_placement(cluster, workdir):
-    path = workdir / "bad"
-    data = os.urandom(2 * CHUNK)  # file-backed chunks
+def write_with_a_bad_block(cluster, path):
+    """Two file-backed chunks of random bytes at path, the first with a
+    byte flipped in its chunk file (a bad block 0); returns the bytes."""
+    data = os.urandom(2 * CHUNK)
     with open(path, "wb") as f:
         f.write(data)
         os.fsync(f.fileno())
@@ -208,6 +210,12 @@ def test_a_corrupted_block_is_eio_through_placement(cluster, workdir):
     raw = bytearray(chunk[0].read_bytes())
     raw[1000] ^= 0xFF
     chunk[0].write_bytes(bytes(raw))
+    return data
+
+
+def test_a_corrupted_block_is_eio_through_placement(cluster, workdir):
+    path = workdir / "bad"
+    data = write_with_a_bad_block(cluster, path)
     r = Ring(cluster.mount, 4 << 20, True)
     fd = open_registered(path, os.O_RDONLY)
     try:
@@ -266,16 +274,16 @@ def test_a_bad_block_fails_only_its_own_pieces_of_a_run(cluster, workdir):
         keys.close()
 
 
-def direct_read(path, size):
-    """The file's bytes read with O_DIRECT (past the kernel's page cache:
-    every read reaches kvc-fuse), 1 MiB at a time into aligned memory."""
-    import mmap
+def direct_read(path, size, offset=0):
+    """size bytes of the file from offset, read with O_DIRECT (past the
+    kernel's page cache: every read reaches kvc-fuse), 1 MiB at a time
+    into aligned memory."""
     buf = mmap.mmap(-1, 1 << 20)
     out = bytearray()
     fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
     try:
         while len(out) < size:
-            n = os.preadv(fd, [buf], len(out))
+            n = os.preadv(fd, [buf], offset + len(out))
             assert n > 0
             out += buf[:n]
     finally:
@@ -302,18 +310,7 @@ def test_a_placed_read_that_fails_gives_its_buffer_up(cluster, workdir):
     moves, and the FUSE read buffer in use is given up, never reused (the
     next read gets a new one and its bytes are right)."""
     path = workdir / "bad"
-    data = os.urandom(2 * CHUNK)  # file-backed chunks
-    with open(path, "wb") as f:
-        f.write(data)
-        os.fsync(f.fileno())
-    inode = int(subprocess.run(["getfattr", "-n", "user.kvc.inode", "--only-values", str(path)],
-                               capture_output=True, text=True, check=True).stdout)
-    name = f"chunks/{inode & 0xff:02x}/{inode:016x}.{0:08x}"
-    chunk = [p for p in cluster.dir.glob(f"s*/t*/{name}")]
-    assert len(chunk) == 1
-    raw = bytearray(chunk[0].read_bytes())
-    raw[1000] ^= 0xFF
-    chunk[0].write_bytes(bytes(raw))
+    data = write_with_a_bad_block(cluster, path)
 
     def counters():
         f = scrape(cluster.fuse_metrics)
@@ -329,15 +326,7 @@ def test_a_placed_read_that_fails_gives_its_buffer_up(cluster, workdir):
     assert after[1] > before[1], (before, after)
     # the good chunk, read after: right, and placed again
     served = placed(cluster)[2]
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
-    try:
-        import mmap
-        buf = mmap.mmap(-1, CHUNK)
-        assert os.preadv(fd, [buf], CHUNK) == CHUNK
-        assert bytes(buf) == data[CHUNK:]
-        buf.close()
-    finally:
-        os.close(fd)
+    assert direct_read(str(path), CHUNK, CHUNK) == data[CHUNK:]
     assert placed(cluster)[2] > served
 
 

@@ -30,20 +30,10 @@
 #include <unistd.h>
 
 #include "kvc/usrbio.h"
+#include "check.h"
 #include "raw_control.h"
 
 #define MIB (1u << 20)
-
-static int checks, failures;
-
-static void check(bool ok, const char *what, long got)
-{
-	checks++;
-	if (!ok)
-		failures++;
-	printf("%s %d - %s (got %ld)\n", ok ? "ok" : "not ok", checks, what, got);
-	fflush(stdout);
-}
 
 /* A file of `data` bytes of 0xab followed by a hole up to `size`. */
 static int make_file(const char *dir, const char *name, size_t data, size_t size)

@@ -26,17 +26,8 @@
 #include <unistd.h>
 
 #include "kvc/usrbio.h"
+#include "check.h"
 #include "raw_control.h"
-
-static int checks, failures;
-
-static void check(bool ok, const char *what, long got)
-{
-	checks++;
-	if (!ok)
-		failures++;
-	printf("%s %d - %s (got %ld)\n", ok ? "ok" : "not ok", checks, what, got);
-}
 
 static void native_checks(const char *mount, const char *dir)
 {

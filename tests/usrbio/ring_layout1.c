@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "kvc/usrbio.h"
+#include "check.h"
 #include "raw_control.h"
 
 #define ENTRIES 16u
@@ -32,17 +33,6 @@
 #define SMALL 4096u        /* odd rounds read this much of it: they end first */
 #define BLOCKS 40u /* read in rounds of ROUND, more than twice the ring */
 #define ROUND 5u
-
-static int checks, failures;
-
-static void check(bool ok, const char *what, long got)
-{
-	checks++;
-	if (!ok)
-		failures++;
-	printf("%s %d - %s (got %ld)\n", ok ? "ok" : "not ok", checks, what, got);
-	fflush(stdout);
-}
 
 /* Entry e's read: all of its share in even rounds, SMALL in odd ones. */
 static uint32_t length(uint32_t e)
