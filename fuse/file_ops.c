@@ -35,6 +35,12 @@ int kvc_fuse_commit_size(struct kvc_fuse *fs, uint64_t ino)
 	if (!kvc_inode_table_take_dirty(fs->inodes, ino, &size))
 		return 0;
 	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
+	if (kvc_early_creates_fold_size(fs->creates, ino, size, &attr)) {
+		/* Not in kvc-meta yet: the size goes with the file. */
+		kvc_inode_table_committed(fs->inodes, ino, size);
+		kvc_attr_cache_put(fs->attrs, &attr, mark);
+		return 0;
+	}
 	int rc = kvc_meta_client_extend(&fs->meta, ino, size, &attr);
 	if (rc == 0) {
 		kvc_inode_table_committed(fs->inodes, ino, size);
@@ -148,6 +154,7 @@ static void close_inode(struct kvc_fuse *fs, uint64_t ino)
 	pthread_mutex_lock(session_lock(fs, ino));
 	kvc_inode_table_release(fs->inodes, ino);
 	int rc = kvc_inode_table_is_open(fs->inodes, ino) ? 0
+	       : kvc_early_creates_fold_close(fs->creates, ino) ? 0 /* no session yet */
 	       : fs->closes && kvc_close_queue_add(fs->closes, ino) == 0 ? 0
 	       : kvc_meta_client_close(&fs->meta, ino, fs->client_id);
 	pthread_mutex_unlock(session_lock(fs, ino));
@@ -249,10 +256,47 @@ static int truncate_on_open(struct kvc_fuse *fs, uint64_t ino, struct kvc_attr *
 	return rc;
 }
 
+/* A create answered here (early_creates.h): the name is known to be
+ * absent and nothing asks for exclusivity. -EAGAIN: ask kvc-meta. */
+static int create_early(struct kvc_fuse *fs, fuse_req_t req, uint64_t parent, const char *name,
+                        mode_t mode, struct fuse_file_info *fi)
+{
+	struct kvc_attr attr, dir;
+	struct fuse_entry_param e;
+	if (!fs->creates || (fi->flags & O_EXCL) ||
+	    kvc_dir_names_absent(fs->dir_names, parent, name) <= 0)
+		return -EAGAIN;
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	uint32_t names = kvc_dir_names_begin(fs->dir_names, parent, name, strlen(name));
+	int rc = kvc_early_creates_make(fs->creates, parent, name, mode, ctx->uid, ctx->gid, names,
+	                                &attr, &dir);
+	if (rc < 0) {
+		kvc_dir_names_end(fs->dir_names, names);
+		return rc;
+	}
+	/* The parent changed; what it is now serves the kernel's next
+	 * permission check, as a CREATE's answer does. */
+	kvc_meta_events_changed_here(fs->events, parent);
+	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
+	kvc_attr_cache_put(fs->attrs, &dir, mark);
+	rc = adopt_inode(fs, &attr);
+	if (rc < 0) {
+		kvc_fuse_reply_error(req, rc); /* (the file is entered, closed) */
+		return 0;
+	}
+	set_open_flags(fs, fi, &attr, mark);
+	kvc_fuse_fill_entry_watched(fs, mark, parent, name, &attr, &e);
+	if (fuse_reply_create(req, &e, fi) != 0)
+		close_inode(fs, attr.ino);
+	return 0;
+}
+
 void kvc_fuse_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
                       struct fuse_file_info *fi)
 {
 	struct kvc_fuse *fs = kvc_fuse_of(req);
+	if (create_early(fs, req, parent, name, mode, fi) == 0)
+		return;
 	/* The parent changes: no answer asked for before holds (attr_cache.h). */
 	kvc_meta_events_changed_here(fs->events, parent);
 	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);

@@ -35,6 +35,7 @@ static struct {
 	struct kvc_metrics_counter *ring_taken[2], *ring_bytes[2], *ring_completed, *ring_overlapped;
 	struct kvc_metrics_gauge *ring_depth, *rings, *usrbio_clients, *events_up, *names_dirs;
 	struct kvc_metrics_counter *events, *names_answered, *names_fills;
+	struct kvc_metrics_counter *early[3]; /* made, entered, lost */
 	_Atomic(struct kvc_ring_service *) ring_service;
 } m;
 
@@ -101,6 +102,11 @@ static void collect(void *arg)
 	kvc_metrics_counter_set(m.names_answered, names.answered);
 	kvc_metrics_counter_set(m.names_fills, names.fills);
 	kvc_metrics_set(m.names_dirs, names.dirs_complete);
+	struct kvc_early_creates_stats early;
+	kvc_early_creates_stats(fs->creates, &early);
+	kvc_metrics_counter_set(m.early[0], early.made);
+	kvc_metrics_counter_set(m.early[1], early.entered);
+	kvc_metrics_counter_set(m.early[2], early.lost);
 }
 
 static int register_all(struct kvc_metrics *r, struct kvc_fuse *fs)
@@ -150,6 +156,15 @@ static int register_all(struct kvc_metrics *r, struct kvc_fuse *fs)
 	                                    NULL, 0);
 	m.names_dirs = kvc_metrics_gauge(r, "kvc_fuse_dir_names_directories",
 	                                 "Directories whose names are kept now.", NULL, 0);
+	static const struct kvc_metrics_label state[3] = {
+		{"state", "made"}, {"state", "entered"}, {"state", "lost"}};
+	for (int i = 0; i < 3; i++)
+		if (!(m.early[i] = kvc_metrics_counter(
+		              r, "kvc_fuse_early_creates_total",
+		              "Files made here ahead of kvc-meta (early_creates.h): made, entered in "
+		              "kvc-meta, lost (refused when entered).",
+		              &state[i], 1)))
+			return -ENOMEM;
 	if (!m.ring_completed || !m.ring_overlapped || !m.ring_depth || !m.rings ||
 	    !m.usrbio_clients || !m.events_up || !m.events || !m.names_answered ||
 	    !m.names_fills || !m.names_dirs)

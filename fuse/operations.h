@@ -19,6 +19,7 @@
 #include "fuse/attr_cache.h"
 #include "fuse/close_queue.h"
 #include "fuse/dir_names.h"
+#include "fuse/early_creates.h"
 #include "fuse/inode_table.h"
 #include "fuse/meta_events.h"
 #include "client/meta_client.h"
@@ -56,6 +57,7 @@ struct kvc_fuse {
 	/* What kvc-meta last said of our open files (attr_cache.h). */
 	struct kvc_attr_cache *attrs;
 	struct kvc_dir_names *dir_names; /* names of busy directories (dir_names.h) */
+	struct kvc_early_creates *creates; /* files made ahead of kvc-meta */
 	uint64_t pending_closes[256];
 	int pending_close_count;
 };

@@ -41,7 +41,10 @@
  *            value the attribute's bytes (0..65536)
  *            (symlinks and xattrs came without a format change too)
  *   state    "format"      u32 KVC_META_FORMAT
- *            "next_ino"    u64: the next inode id to give out
+ *            "next_ino"    u64: the next inode id to give out; every id
+ *                          below it was given out once, to an inode made
+ *                          here or in a grant (meta_adopt.h), so some
+ *                          never have an inode
  *            "next_target" u32: round-robin start for the next file
  *
  * Inode 1 is the root directory. Directory nlink is 2 + subdirectories;
@@ -54,7 +57,9 @@
  * The code: meta_store.c (environment, records, reads), meta_names.c
  * (names and links), meta_opens.c (open sessions), meta_sizes.c
  * (setattr, extend, pending truncations), meta_xattrs.c (symlink
- * targets, xattrs); their shared helpers in meta_store_internal.h.
+ * targets, xattrs), meta_keys.c and meta_adopt.c (batches of names: ring
+ * keys, files made ahead by a kvc-fuse); their shared helpers in
+ * meta_store_internal.h.
  *
  * Durability: the environment runs with MDB_NOSYNC, so a process crash
  * (kill -9) loses no committed transaction, and every kvc_meta_store_sync

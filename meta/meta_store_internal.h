@@ -4,7 +4,8 @@
  * the group commit; meta_names.c: names and links; meta_opens.c: open
  * sessions;
  * meta_sizes.c: setattr, extend and pending truncations; meta_xattrs.c:
- * an inode's extra records, symlink targets and xattrs).
+ * an inode's extra records, symlink targets and xattrs; meta_keys.c and
+ * meta_adopt.c: batches of names in one transaction).
  * The tables and their formats are in meta_store.h.
  *
  * Every helper here works inside the caller's LMDB transaction and

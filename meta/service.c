@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "core/log.h"
+#include "meta/meta_adopt.h"
 #include "meta/meta_keys.h"
 #include "meta/pool_service.h"
 #include "meta/watches.h"
@@ -526,9 +527,58 @@ static int h_keys(struct request *r)
 	return rc;
 }
 
-/* The namespace's messages: the fixed struct each body starts with, and
- * whether the body is exactly that (else the handler takes the rest and
- * checks it ends at the body's end). A type not listed is refused. */
+/* INO_GRANT: numbers for files a kvc-fuse makes ahead (meta_adopt.h). */
+static int h_ino_grant(struct request *r)
+{
+	const struct kvc_msg_ino_grant *m = r->msg;
+	struct kvc_msg_ino_grant_reply out = {0};
+	int rc = kvc_meta_adopt_grant(r->svc->store, m->count, &out);
+	return reply(r, rc, &out, sizeof(out));
+}
+
+/* ADOPT: the files entered are news to other clients (and the maker's
+ * kernel caches them, as a CREATE's); a replaced file may be free now. */
+static void adopt_watch(struct request *r, const struct kvc_meta_adopt_record *recs,
+                        const struct kvc_msg_key_result *out, const uint64_t *replaced)
+{
+	const struct kvc_msg_adopt *m = r->msg;
+	bool wake = false;
+	for (uint32_t i = 0; i < m->count; i++) {
+		if (out[i].rc < 0)
+			continue;
+		made(r, recs[i].rec.parent, recs[i].name, recs[i].rec.name_len, out[i].attr.ino);
+		changed_inode(r, replaced[i]);
+		wake |= replaced[i] != 0;
+	}
+	if (wake && r->svc->collector)
+		kvc_meta_collector_wake(r->svc->collector);
+}
+
+static int h_adopt(struct request *r)
+{
+	const struct kvc_msg_adopt *m = r->msg;
+	struct kvc_meta_service *svc = r->svc;
+	uint32_t len = r->h->body_len - r->off;
+	const uint8_t *records = take(r, len);
+	if (!records || m->count < 1 || m->count > KVC_WIRE_MAX_KEYS)
+		return bad(r);
+	struct kvc_meta_adopt_record *recs = calloc(m->count, sizeof(*recs));
+	struct kvc_msg_key_result *out = calloc(m->count, sizeof(*out));
+	uint64_t *replaced = calloc(m->count, sizeof(*replaced));
+	int rc = recs && out && replaced ? kvc_meta_adopt_parse(m, records, len, recs) : -ENOMEM;
+	if (rc == 0 && svc->sessions)
+		kvc_meta_sessions_touch(svc->sessions, m->client, kvc_meta_sessions_now_ms());
+	if (rc == 0)
+		rc = kvc_meta_adopt_run(svc->store, m, recs, out, replaced);
+	if (rc == 0)
+		adopt_watch(r, recs, out, replaced);
+	rc = reply(r, rc, out, m->count * (uint32_t)sizeof(*out));
+	free(replaced);
+	free(out);
+	free(recs);
+	return rc;
+}
+
 /* CLOSE_MANY: the closes a kvc-fuse gathered, one transaction. */
 static int h_close_many(struct request *r)
 {
@@ -607,6 +657,9 @@ void kvc_meta_service_conn_cleanup(void *service, struct kvc_server_conn *conn)
 	conn->service_state = NULL;
 }
 
+/* The namespace's messages: the fixed struct each body starts with, and
+ * whether the body is exactly that (else the handler takes the rest and
+ * checks it ends at the body's end). A type not listed is refused. */
 struct op {
 	uint32_t size;
 	bool exact;
@@ -644,6 +697,8 @@ static const struct op ops[] = {
 	[KVC_MSG_WATCH] = EXACT(struct kvc_msg_client_hello, h_watch),
 	[KVC_MSG_CLOSE_MANY] = VAR(struct kvc_msg_close_many, h_close_many),
 	[KVC_MSG_WATCH_DIR] = EXACT(struct kvc_msg_ino, h_watch_dir),
+	[KVC_MSG_INO_GRANT] = EXACT(struct kvc_msg_ino_grant, h_ino_grant),
+	[KVC_MSG_ADOPT] = VAR(struct kvc_msg_adopt, h_adopt),
 	[KVC_MSG_KEYS_LOOKUP] = VAR(struct kvc_msg_keys, h_keys),
 	[KVC_MSG_KEYS_CREATE] = VAR(struct kvc_msg_keys, h_keys),
 	[KVC_MSG_KEYS_PUBLISH] = VAR(struct kvc_msg_keys, h_keys),
@@ -660,7 +715,8 @@ static const bool grows[] = {
 	[KVC_MSG_MKNOD] = true,      [KVC_MSG_SYMLINK] = true,
 	[KVC_MSG_LINK] = true,       [KVC_MSG_SETXATTR] = true,
 	[KVC_MSG_POOL_INIT] = true,  [KVC_MSG_POOL_ALLOCATE] = true,
-	[KVC_MSG_KEYS_CREATE] = true,
+	[KVC_MSG_KEYS_CREATE] = true, [KVC_MSG_INO_GRANT] = true,
+	[KVC_MSG_ADOPT] = true,
 };
 
 static bool over_reserve(const struct kvc_meta_service *svc, uint16_t type)

@@ -10,6 +10,40 @@
 static int call_attr_raw(struct kvc_meta_client *client, uint16_t type, const void *body,
                          uint32_t body_len, struct kvc_attr *attr);
 
+/* What a call waits for in before_call (meta_client.h): the files made
+ * before it, all of them (the default: names, directories, syncs), only
+ * the one its body starts with, the ones CLOSE_MANY lists, or none. */
+enum waits_for { WAITS_FOR_ALL, WAITS_FOR_FIRST_INO, WAITS_FOR_INO_LIST, WAITS_FOR_NONE };
+static const uint8_t waits[] = {
+	[KVC_MSG_GETATTR] = WAITS_FOR_FIRST_INO,     [KVC_MSG_SETATTR] = WAITS_FOR_FIRST_INO,
+	[KVC_MSG_EXTEND_SIZE] = WAITS_FOR_FIRST_INO, [KVC_MSG_OPEN] = WAITS_FOR_FIRST_INO,
+	[KVC_MSG_CLOSE] = WAITS_FOR_FIRST_INO,       [KVC_MSG_READLINK] = WAITS_FOR_FIRST_INO,
+	[KVC_MSG_SETXATTR] = WAITS_FOR_FIRST_INO,    [KVC_MSG_GETXATTR] = WAITS_FOR_FIRST_INO,
+	[KVC_MSG_LISTXATTR] = WAITS_FOR_FIRST_INO,   [KVC_MSG_REMOVEXATTR] = WAITS_FOR_FIRST_INO,
+	[KVC_MSG_CLOSE_MANY] = WAITS_FOR_INO_LIST,   [KVC_MSG_RENEW] = WAITS_FOR_NONE,
+	[KVC_MSG_STATFS] = WAITS_FOR_NONE,           [KVC_MSG_INO_GRANT] = WAITS_FOR_NONE,
+	[KVC_MSG_ADOPT] = WAITS_FOR_NONE,
+};
+
+static int call(struct kvc_meta_client *client, uint16_t type, const void *body,
+                uint32_t body_len, void *out, uint32_t cap, uint32_t *out_len)
+{
+	int rc = 0;
+	enum waits_for w = type < sizeof(waits) ? waits[type] : WAITS_FOR_ALL;
+	const uint8_t *bytes = body;
+	if (client->before_call && w == WAITS_FOR_ALL)
+		rc = client->before_call(client->before_arg, NULL, 0);
+	else if (client->before_call && w == WAITS_FOR_FIRST_INO && body_len >= 8)
+		rc = client->before_call(client->before_arg, bytes, 1);
+	else if (client->before_call && w == WAITS_FOR_INO_LIST &&
+	         body_len >= sizeof(struct kvc_msg_close_many))
+		rc = client->before_call(client->before_arg, bytes + sizeof(struct kvc_msg_close_many),
+		                         (body_len - sizeof(struct kvc_msg_close_many)) / 8);
+	if (rc == 0)
+		rc = kvc_rpc_call(&client->pool, type, body, body_len, out, cap, out_len);
+	return rc;
+}
+
 int kvc_meta_client_init(struct kvc_meta_client *client, const struct kvc_config *config)
 {
 	client->retry_ms = config->manager_count
@@ -43,7 +77,7 @@ static int call_attr_raw(struct kvc_meta_client *client, uint16_t type, const vo
 {
 	struct kvc_attr reply;
 	uint32_t len = 0;
-	int rc = kvc_rpc_call(&client->pool, type, body, body_len, &reply, sizeof(reply), &len);
+	int rc = call(client, type, body, body_len, &reply, sizeof(reply), &len);
 	if (rc < 0)
 		return rc;
 	if (attr) {
@@ -134,7 +168,7 @@ int kvc_meta_client_close_many(struct kvc_meta_client *client, const uint64_t *i
 		return -ENOMEM;
 	memcpy(body, &m, sizeof(m));
 	memcpy(body + sizeof(m), inos, (size_t)count * sizeof(uint64_t));
-	int rc = kvc_rpc_call(&client->pool, KVC_MSG_CLOSE_MANY, body, (uint32_t)len, NULL, 0, &got);
+	int rc = call(client, KVC_MSG_CLOSE_MANY, body, (uint32_t)len, NULL, 0, &got);
 	free(body);
 	return rc < 0 && kvc_rpc_is_transport_error(rc) ? -EIO : rc;
 }
@@ -223,7 +257,7 @@ int kvc_meta_client_create_open(struct kvc_meta_client *client, uint64_t parent,
 		rc = append(&b, id, KVC_WIRE_CLIENT_ID);
 	if (rc < 0)
 		return rc;
-	rc = kvc_rpc_call(&client->pool, KVC_MSG_CREATE, b.bytes, b.len, &reply, sizeof(reply),
+	rc = call(client, KVC_MSG_CREATE, b.bytes, b.len, &reply, sizeof(reply),
 	                  &got);
 	if (rc < 0)
 		return kvc_rpc_is_transport_error(rc) ? -EIO : rc;
@@ -253,7 +287,7 @@ static int call_parts(struct kvc_meta_client *client, uint16_t type, const void 
 		memcpy(body + fixed_len, a, a_len);
 	if (b_len)
 		memcpy(body + fixed_len + a_len, b, b_len);
-	int rc = kvc_rpc_call(&client->pool, type, body, len, out, cap, &got);
+	int rc = call(client, type, body, len, out, cap, &got);
 	free(body);
 	if (rc < 0)
 		return kvc_rpc_is_transport_error(rc) ? -EIO : rc;
@@ -403,7 +437,7 @@ int kvc_meta_client_readdir(struct kvc_meta_client *client, uint64_t ino,
 		rc = append(&b, after, m.after_len);
 	if (rc < 0)
 		return rc;
-	rc = kvc_rpc_call(&client->pool, KVC_MSG_READDIR, b.bytes, b.len, out->body,
+	rc = call(client, KVC_MSG_READDIR, b.bytes, b.len, out->body,
 	                  sizeof(out->body), &out->body_len);
 	if (rc < 0)
 		return kvc_rpc_is_transport_error(rc) ? -EIO : rc;
@@ -453,7 +487,7 @@ int kvc_meta_client_statfs(struct kvc_meta_client *client,
                            struct kvc_msg_statfs_reply *reply)
 {
 	uint32_t len = 0;
-	int rc = kvc_rpc_call(&client->pool, KVC_MSG_STATFS, NULL, 0, reply, sizeof(*reply),
+	int rc = call(client, KVC_MSG_STATFS, NULL, 0, reply, sizeof(*reply),
 	                      &len);
 	if (rc < 0)
 		return kvc_rpc_is_transport_error(rc) ? -EIO : rc;
@@ -501,7 +535,54 @@ int kvc_meta_client_keys(struct kvc_meta_client *client, uint16_t type,
 		off += k->name_len;
 	}
 	uint32_t want = m->count * (uint32_t)sizeof(*out), len = 0;
-	int rc = kvc_rpc_call(&client->pool, type, body, (uint32_t)off, out, want, &len);
+	int rc = call(client, type, body, (uint32_t)off, out, want, &len);
+	free(body);
+	if (rc < 0)
+		return kvc_rpc_is_transport_error(rc) ? -EIO : rc;
+	return len == want ? 0 : -EIO;
+}
+
+/* ---- early creates (fuse/early_creates.h) ---- */
+
+int kvc_meta_client_ino_grant(struct kvc_meta_client *client, uint32_t count,
+                              struct kvc_msg_ino_grant_reply *out)
+{
+	struct kvc_msg_ino_grant m = {.count = count};
+	uint32_t len = 0;
+	int rc = call(client, KVC_MSG_INO_GRANT, &m, sizeof(m), out, sizeof(*out), &len);
+	if (rc < 0)
+		return kvc_rpc_is_transport_error(rc) ? -EIO : rc;
+	return len == sizeof(*out) && out->count == count ? 0 : -EIO;
+}
+
+int kvc_meta_client_adopt(struct kvc_meta_client *client, const uint8_t id[KVC_WIRE_CLIENT_ID],
+                          const struct kvc_meta_adoption *files, uint32_t count,
+                          struct kvc_msg_key_result *out)
+{
+	struct kvc_msg_adopt m = {.count = count};
+	if (count == 0 || count > KVC_WIRE_MAX_KEYS)
+		return -EINVAL;
+	memcpy(m.client, id, sizeof(m.client));
+	size_t cap = sizeof(m);
+	for (uint32_t i = 0; i < count; i++)
+		cap += sizeof(struct kvc_msg_adopt_record) + files[i].name_len;
+	if (cap > KVC_WIRE_MAX_BODY)
+		return -EINVAL;
+	uint8_t *body = malloc(cap);
+	if (!body)
+		return -ENOMEM;
+	memcpy(body, &m, sizeof(m));
+	size_t off = sizeof(m);
+	for (uint32_t i = 0; i < count; i++) {
+		const struct kvc_meta_adoption *f = &files[i];
+		struct kvc_msg_adopt_record r = {.parent = f->parent, .attr = f->attr,
+		                                 .flags = f->flags, .name_len = f->name_len};
+		memcpy(body + off, &r, sizeof(r));
+		memcpy(body + off + sizeof(r), f->name, f->name_len);
+		off += sizeof(r) + f->name_len;
+	}
+	uint32_t want = count * (uint32_t)sizeof(*out), len = 0;
+	int rc = call(client, KVC_MSG_ADOPT, body, (uint32_t)off, out, want, &len);
 	free(body);
 	if (rc < 0)
 		return kvc_rpc_is_transport_error(rc) ? -EIO : rc;

@@ -20,6 +20,16 @@ struct kvc_meta_client {
 	 * failure_timeout_ms): those two idempotent calls are sent again after
 	 * a timeout for this long (0: never; clusters without managers). */
 	int retry_ms;
+	/* Run before a call (NULL: none): a kvc-fuse that makes files ahead of
+	 * kvc-meta enters them first, so no call overtakes a create it depends
+	 * on (fuse/early_creates.h). inos: the count (unaligned, little-endian)
+	 * inode numbers of the only files the call concerns (GETATTR, SETATTR,
+	 * EXTEND_SIZE, OPEN, CLOSE, CLOSE_MANY, xattrs, READLINK), or NULL and
+	 * 0 for every call that concerns names (all files made before it);
+	 * RENEW, STATFS, INO_GRANT and ADOPT run without it. Its -errno fails
+	 * the call. Set before the client is shared. */
+	int (*before_call)(void *arg, const void *inos, uint32_t count);
+	void *before_arg;
 };
 
 /* A page of directory entries as kvc-meta sent it; walk it with
@@ -139,5 +149,21 @@ struct kvc_meta_keyname {
 int kvc_meta_client_keys(struct kvc_meta_client *client, uint16_t type,
                          const struct kvc_msg_keys *m, const struct kvc_meta_keyname *keys,
                          struct kvc_msg_key_result *out);
+
+/* Early creates (fuse/early_creates.h): reserve count inode numbers
+ * (INO_GRANT), and enter count files made with them in one transaction
+ * (ADOPT; out gets each one's result). Both bypass before_call. */
+int kvc_meta_client_ino_grant(struct kvc_meta_client *client, uint32_t count,
+                              struct kvc_msg_ino_grant_reply *out);
+struct kvc_meta_adoption {
+	uint64_t parent;
+	struct kvc_attr attr;
+	uint32_t flags; /* KVC_ADOPT_OPEN */
+	uint32_t name_len;
+	const char *name;
+};
+int kvc_meta_client_adopt(struct kvc_meta_client *client, const uint8_t id[KVC_WIRE_CLIENT_ID],
+                          const struct kvc_meta_adoption *files, uint32_t count,
+                          struct kvc_msg_key_result *out);
 
 #endif

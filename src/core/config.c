@@ -403,6 +403,12 @@ static int section_key(struct parser *p, const char *key, const char *value)
 				c->receive_threads = (int)v;
 			return rc;
 		}
+		if (strcmp(key, "early_creates") == 0) {
+			if (strcmp(value, "on") != 0 && strcmp(value, "off") != 0)
+				return fail(p, "early_creates must be on or off, not '%s'", value);
+			c->early_creates = strcmp(value, "on") == 0;
+			return 0;
+		}
 		if (strcmp(key, "gpu_staging_mb") == 0) {
 			rc = parse_int(p, key, value, 2, 4096, &v);
 			if (rc == 0)
@@ -505,6 +511,7 @@ int kvc_config_parse(const char *text, const char *origin,
 	strcpy(config->vllm_namespace, "vllm");
 	strcpy(config->mountpoint, "/mnt/kvc");
 	config->readahead_kb = 16384;
+	config->early_creates = true;
 	config->receive_threads = -1;
 	config->gpu_staging_mb = 128;
 	config->usrbio_uid_iov_mb = 1 << 20; /* 1 TiB */

@@ -85,6 +85,10 @@
  *   receive_threads = auto      # threads receiving read answers in
  *                               # parallel (auto: half the cores, up to 8,
  *                               # with 4 cores or more; 0: none)
+ *   early_creates = on          # new files in busy directories are made
+ *                               # here and entered in kvc-meta in
+ *                               # batches (fuse/early_creates.h); off:
+ *                               # every create waits for kvc-meta
  *   gpu_staging_mb = 128        # pinned staging per ring worker for
  *                               # device iovs (allocated on first use)
  *   usrbio_uid_iov_mb = 1048576 # USRBIO clients of one uid, all together:
@@ -180,6 +184,7 @@ struct kvc_config {
 	int readahead_kb;
 	uint32_t cache_ttl_ms;
 	int receive_threads; /* -1: auto */
+	bool early_creates;
 	uint32_t gpu_staging_mb;
 	uint64_t usrbio_uid_iov_mb;       /* per uid: fuse/usrbio_limits.h */
 	uint32_t usrbio_uid_rings;

@@ -93,6 +93,9 @@
  *   12 range operations come down the chain: CHUNK_REMOVE/PUNCH's last
  *      word and CHUNK_TRUNCATE's new one (40 bytes, was 32) are flags
  *      (KVC_CHUNK_FORWARDED); clients send them to each chain's head.
+ *   13 creates made ahead: INO_GRANT (60) reserves inode numbers for a
+ *      kvc-fuse, ADOPT (61) enters files it made with them (names,
+ *      inodes, sizes, open sessions) in one transaction.
  */
 #ifndef KVC_WIRE_H
 #define KVC_WIRE_H
@@ -106,7 +109,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "kvcfs wire structs are little-endian in memory");
 
 #define KVC_WIRE_MAGIC 0x3143564bu /* "KVC1" */
-#define KVC_WIRE_VERSION 12
+#define KVC_WIRE_VERSION 13
 #define KVC_WIRE_MAX_BODY (1u << 20)
 #define KVC_WIRE_MAX_DATA (64u << 20)
 #define KVC_WIRE_MAX_NAME 255
@@ -170,6 +173,8 @@ enum kvc_wire_type {
 	KVC_MSG_WATCH_EVENTS = 57,
 	KVC_MSG_CLOSE_MANY = 58,
 	KVC_MSG_WATCH_DIR = 59,
+	KVC_MSG_INO_GRANT = 60,
+	KVC_MSG_ADOPT = 61,
 	/* Ring keys (80..87): fuse/ring_keys.c's batched namespace work. */
 	KVC_MSG_KEYS_LOOKUP = 80,
 	KVC_MSG_KEYS_CREATE = 81,
@@ -337,6 +342,53 @@ struct kvc_msg_close_many {
 	uint32_t reserved;
 };
 _Static_assert(sizeof(struct kvc_msg_close_many) == 24, "");
+
+/* INO_GRANT: reserve count (1 .. KVC_WIRE_MAX_GRANT) inode numbers for the
+ * sender, which makes files with them itself and enters them with ADOPT
+ * (fuse/early_creates.h). The numbers are never given out again, used or
+ * not. Reply: kvc_msg_ino_grant_reply: the first number, the count, and
+ * the chain count new files are placed over now. */
+#define KVC_WIRE_MAX_GRANT 4096
+struct kvc_msg_ino_grant {
+	uint32_t count;
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct kvc_msg_ino_grant) == 8, "");
+
+struct kvc_msg_ino_grant_reply {
+	uint64_t first;
+	uint32_t count;
+	uint32_t chain_count;
+};
+_Static_assert(sizeof(struct kvc_msg_ino_grant_reply) == 16, "");
+
+/* ADOPT: count (1 .. KVC_WIRE_MAX_KEYS) regular files a kvc-fuse made with
+ * granted numbers, entered in one transaction: kvc_msg_adopt, then count
+ * records, each a kvc_msg_adopt_record and name_len name bytes. A record
+ * enters inode `ino` (which must be below the next number to give out and
+ * unused) with attr's mode (S_IFREG, no set-id bits), uid, gid, size,
+ * times and layout, links it as (parent, name), touches the parent, and
+ * with KVC_ADOPT_OPEN opens it for `client`. A name that exists already
+ * is replaced when it is a regular file (the older file goes as an unlink
+ * or rename over it would take it: gc, or an orphan while open), else
+ * -EEXIST. Reply: count kvc_msg_key_result in order (rc 0 or -errno per
+ * record, the attributes entered); a failure of the whole transaction
+ * answers the message. */
+#define KVC_ADOPT_OPEN 1u
+struct kvc_msg_adopt {
+	uint8_t client[KVC_WIRE_CLIENT_ID];
+	uint32_t count;
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct kvc_msg_adopt) == 24, "");
+
+struct kvc_msg_adopt_record {
+	uint64_t parent;
+	struct kvc_attr attr; /* nlink and rdev ignored */
+	uint32_t flags;       /* KVC_ADOPT_OPEN */
+	uint32_t name_len;
+};
+_Static_assert(sizeof(struct kvc_msg_adopt_record) == 96, "");
 
 /* CLIENT_HELLO: the connection acts for the kvc-fuse client `client`
  * (sent once, right after the handshake): kvc-meta remembers the names and

@@ -113,6 +113,18 @@ Test(config, fuse_gpu_staging)
 	expect_error(text, "gpu_staging_mb must be");
 }
 
+Test(config, fuse_early_creates)
+{
+	char text[1024];
+	cr_assert_eq(kvc_config_parse(good, "t", &config, err, sizeof(err)), 0, "%s", err);
+	cr_assert(config.early_creates, "on by default");
+	snprintf(text, sizeof(text), "%searly_creates = off\n", good);
+	cr_assert_eq(kvc_config_parse(text, "t", &config, err, sizeof(err)), 0, "%s", err);
+	cr_assert(!config.early_creates);
+	snprintf(text, sizeof(text), "%searly_creates = yes\n", good);
+	expect_error(text, "early_creates must be on or off");
+}
+
 /* metrics = host:port in [storage NAME] and [fuse]; off or absent: none. */
 Test(config, metrics_addresses)
 {

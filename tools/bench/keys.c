@@ -4,7 +4,8 @@
  *
  * Every thread owns its share of N keys (files named k<thread>-<i> in a
  * fresh directory) and runs four phases one after another, each timed as
- * a whole: create + write + close (O_CREAT|O_EXCL, one write of --size
+ * a whole: create + write + close (O_WRONLY|O_CREAT|O_TRUNC, as Python's
+ * open(path, "wb") in a file-per-key connector; one write of --size
  * bytes), read (open, read it all, close), stat, unlink. Each phase runs
  * on a local directory first (the baseline) and then on the mount; the
  * table gives keys per second, the latency of one key's operation (p50,
@@ -47,7 +48,7 @@ struct worker {
 /* One key's operation of each phase: 0 or the errno. */
 static int key_create(const char *path, char *buf, size_t size)
 {
-	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	if (fd < 0)
 		return errno;
 	int rc = write(fd, buf, size) == (ssize_t)size ? 0 : (errno ? errno : EIO);

@@ -1,0 +1,404 @@
+/* early_creates: see early_creates.h. */
+#include "fuse/early_creates.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "core/clock.h"
+#include "core/log.h"
+#include "fuse/operations.h"
+
+#define GRANT 1024          /* numbers asked for at a time */
+#define LOW 256             /* ask for more below this many */
+#define BATCH_DELAY_US 1000 /* a batch goes this long after its first file */
+#define BATCH_FULL 64       /* or at once with this many */
+#define OPEN_DELAY_US 5000  /* a file still open goes when this old */
+#define MAX_WAITING 4096    /* beyond, creates go to kvc-meta themselves */
+#define RETRY_MS 200        /* after an ADOPT or INO_GRANT kvc-meta did not take */
+#define LOST_PAUSE_S 10     /* no early creates after one was lost */
+
+struct entry {
+	uint64_t seq;
+	uint64_t parent;
+	struct kvc_attr attr;
+	int64_t made_ns; /* monotonic */
+	uint32_t ticket; /* dir_names' */
+	bool open;       /* not closed here yet: ADOPT opens a session */
+	uint32_t name_len;
+	char name[KVC_WIRE_MAX_NAME];
+};
+
+struct kvc_early_creates {
+	struct kvc_fuse *fs;
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t work; /* something to send or to ask for, or stop */
+	pthread_cond_t sent; /* an ADOPT came back */
+	bool stopping;
+	/* Numbers: [next, end) in use, then [spare_first, spare_end). */
+	uint64_t next, end, spare_first, spare_end;
+	uint32_t chain_count, rr;
+	int64_t grant_after_ns, paused_until_ns;
+	/* Files made, by seq; those up to entered_seq are in kvc-meta (or
+	 * lost), the rest wait here or are in the ADOPT on its way. */
+	struct entry *waiting;
+	uint32_t count, cap;
+	struct entry flying[KVC_WIRE_MAX_KEYS];
+	uint32_t flying_count;
+	bool sending;
+	uint64_t next_seq, entered_seq;
+	struct kvc_early_creates_stats stats;
+};
+
+static int64_t wall_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void wait_until(struct kvc_early_creates *c, pthread_cond_t *cond, int64_t at_ns)
+{
+	struct timespec t = {.tv_sec = at_ns / 1000000000, .tv_nsec = at_ns % 1000000000};
+	pthread_cond_timedwait(cond, &c->lock, &t);
+}
+
+static struct entry *find_waiting(struct kvc_early_creates *c, uint64_t ino)
+{
+	for (uint32_t i = c->count; i-- > 0;)
+		if (c->waiting[i].attr.ino == ino)
+			return &c->waiting[i];
+	return NULL;
+}
+
+int kvc_early_creates_make(struct kvc_early_creates *c, uint64_t parent, const char *name,
+                           uint32_t mode, uint32_t uid, uint32_t gid, uint32_t ticket,
+                           struct kvc_attr *attr, struct kvc_attr *dir)
+{
+	size_t len = strlen(name);
+	if (!c || (mode & 07000) || ((mode & S_IFMT) && !S_ISREG(mode)) || len == 0 ||
+	    len > KVC_WIRE_MAX_NAME)
+		return -EAGAIN;
+	struct kvc_attr d;
+	if (kvc_attr_cache_get(c->fs->attrs, c->fs->events, parent, &d) <= 0 || !S_ISDIR(d.mode) ||
+	    d.layout.chunk_size == 0)
+		return -EAGAIN;
+	int64_t now = kvc_clock_monotonic_ns();
+	int rc = 0;
+	pthread_mutex_lock(&c->lock);
+	if (c->next == c->end && c->spare_first < c->spare_end) {
+		c->next = c->spare_first, c->end = c->spare_end;
+		c->spare_first = c->spare_end = 0;
+	}
+	if (c->stopping || now < c->paused_until_ns || c->next == c->end || c->chain_count == 0)
+		rc = -EAGAIN;
+	if (rc == 0 && c->count == c->cap) {
+		uint32_t cap = c->cap ? 2 * c->cap : 256;
+		struct entry *grown = cap <= MAX_WAITING ? realloc(c->waiting, cap * sizeof(*grown))
+		                                         : NULL;
+		if (grown)
+			c->waiting = grown, c->cap = cap;
+		else
+			rc = -EAGAIN;
+	}
+	if (rc == 0) {
+		struct kvc_layout layout = d.layout;
+		layout.chain_count = c->chain_count;
+		if (layout.stripe > layout.chain_count)
+			layout.stripe = layout.chain_count;
+		layout.first_chain = c->rr++ % layout.chain_count;
+		int64_t t = wall_ns();
+		struct entry *e = &c->waiting[c->count++];
+		*e = (struct entry){.seq = c->next_seq++, .parent = parent, .made_ns = now,
+		                    .ticket = ticket, .open = true, .name_len = (uint32_t)len};
+		e->attr = (struct kvc_attr){.ino = c->next++, .atime_ns = t, .mtime_ns = t,
+		                            .ctime_ns = t, .mode = S_IFREG | (mode & 0777),
+		                            .uid = uid, .gid = (d.mode & S_ISGID) ? d.gid : gid,
+		                            .nlink = 1, .layout = layout};
+		memcpy(e->name, name, len);
+		*attr = e->attr;
+		d.mtime_ns = d.ctime_ns = t;
+		*dir = d;
+		c->stats.made++;
+	}
+	/* The thread sends a first file after the delay and a full batch at
+	 * once, and asks for numbers when they run low. */
+	bool low = c->end - c->next < LOW && c->spare_first == c->spare_end;
+	if (c->count == 1 || low || rc < 0)
+		pthread_cond_signal(&c->work);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+bool kvc_early_creates_fold_size(struct kvc_early_creates *c, uint64_t ino, uint64_t size,
+                                 struct kvc_attr *attr)
+{
+	if (!c)
+		return false;
+	pthread_mutex_lock(&c->lock);
+	struct entry *e = find_waiting(c, ino);
+	if (e) {
+		e->attr.size = size;
+		e->attr.mtime_ns = e->attr.ctime_ns = wall_ns();
+		*attr = e->attr;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return e != NULL;
+}
+
+bool kvc_early_creates_fold_close(struct kvc_early_creates *c, uint64_t ino)
+{
+	if (!c)
+		return false;
+	pthread_mutex_lock(&c->lock);
+	struct entry *e = find_waiting(c, ino);
+	if (e)
+		e->open = false;
+	if (e && c->count >= BATCH_FULL)
+		pthread_cond_signal(&c->work);
+	pthread_mutex_unlock(&c->lock);
+	return e != NULL;
+}
+
+/* What kvc-meta answered for the files of one ADOPT (lock not held: the
+ * flying entries are the sender's until sending drops). */
+static void take_results(struct kvc_early_creates *c, const struct kvc_msg_key_result *out, int rc,
+                         uint32_t *lost)
+{
+	*lost = 0;
+	for (uint32_t i = 0; i < c->flying_count; i++) {
+		const struct entry *e = &c->flying[i];
+		int one = rc < 0 ? rc : out[i].rc;
+		if (one < 0) {
+			kvc_log_warn("early create of '%.*s' in directory %" PRIu64
+			             " (inode %" PRIu64 ") refused by kvc-meta: %s; the file is lost",
+			             (int)e->name_len, e->name, e->parent, e->attr.ino, strerror(-one));
+			kvc_inode_table_mark_stale(c->fs->inodes, e->attr.ino);
+			++*lost;
+		}
+		kvc_dir_names_end(c->fs->dir_names, e->ticket);
+	}
+}
+
+/* Send the oldest n waiting files as one ADOPT (lock held, released while
+ * it is on its way; no other is). -EIO: kvc-meta was not reached or failed
+ * as a whole in a way a retry may mend; the files wait again. */
+static int send_batch(struct kvc_early_creates *c, uint32_t n)
+{
+	uint32_t lost;
+	if (n > KVC_WIRE_MAX_KEYS)
+		n = KVC_WIRE_MAX_KEYS;
+	memcpy(c->flying, c->waiting, n * sizeof(*c->flying));
+	memmove(c->waiting, c->waiting + n, (c->count - n) * sizeof(*c->waiting));
+	c->count -= n;
+	c->flying_count = n;
+	c->sending = true;
+	pthread_mutex_unlock(&c->lock);
+	struct kvc_meta_adoption *files = calloc(n, sizeof(*files));
+	struct kvc_msg_key_result *out = calloc(n, sizeof(*out));
+	int rc = files && out ? 0 : -EIO;
+	for (uint32_t i = 0; rc == 0 && i < n; i++) {
+		const struct entry *e = &c->flying[i];
+		files[i] = (struct kvc_meta_adoption){.parent = e->parent, .attr = e->attr,
+		                                      .flags = e->open ? KVC_ADOPT_OPEN : 0,
+		                                      .name_len = e->name_len, .name = e->name};
+	}
+	if (rc == 0)
+		rc = kvc_meta_client_adopt(&c->fs->meta, c->fs->client_id, files, n, out);
+	if (rc != -EIO)
+		take_results(c, out, rc, &lost);
+	free(files);
+	free(out);
+	pthread_mutex_lock(&c->lock);
+	if (rc == -EIO) { /* back in front, in order */
+		if (c->count + n > c->cap) {
+			struct entry *grown = realloc(c->waiting, (c->count + n) * sizeof(*grown));
+			if (grown)
+				c->waiting = grown, c->cap = c->count + n;
+		}
+		if (c->count + n <= c->cap) {
+			memmove(c->waiting + n, c->waiting, c->count * sizeof(*c->waiting));
+			memcpy(c->waiting, c->flying, n * sizeof(*c->waiting));
+			c->count += n;
+		} else {
+			/* No memory to keep them: given up as refused ones are. */
+			pthread_mutex_unlock(&c->lock);
+			take_results(c, out, -ENOMEM, &lost);
+			pthread_mutex_lock(&c->lock);
+			rc = -ENOMEM;
+		}
+	}
+	if (rc != -EIO) {
+		c->entered_seq = c->flying[n - 1].seq;
+		c->stats.entered += n - lost;
+		c->stats.lost += lost;
+		c->stats.batches++;
+		if (lost)
+			c->paused_until_ns = kvc_clock_monotonic_ns() + LOST_PAUSE_S * 1000000000ll;
+		rc = 0;
+	}
+	c->flying_count = 0;
+	c->sending = false;
+	pthread_cond_broadcast(&c->sent);
+	return rc;
+}
+
+/* The seq of ino's file if it waits or flies (lock held), else 0. */
+static uint64_t seq_of(struct kvc_early_creates *c, uint64_t ino)
+{
+	const struct entry *e = find_waiting(c, ino);
+	for (uint32_t i = 0; !e && i < c->flying_count; i++)
+		if (c->flying[i].attr.ino == ino)
+			e = &c->flying[i];
+	return e ? e->seq : 0;
+}
+
+int kvc_early_creates_settle(void *arg, const void *inos, uint32_t count)
+{
+	struct kvc_early_creates *c = arg;
+	const uint8_t *bytes = inos;
+	int rc = 0;
+	pthread_mutex_lock(&c->lock);
+	uint64_t target = count ? 0 : c->next_seq - 1;
+	for (uint32_t i = 0; i < count && (c->count || c->sending); i++) {
+		uint64_t ino, seq;
+		memcpy(&ino, bytes + 8 * (size_t)i, 8);
+		if ((seq = seq_of(c, ino)) > target)
+			target = seq;
+	}
+	/* Files go in order: the waiting ones up to target, in one ADOPT. */
+	while (rc == 0 && c->entered_seq < target) {
+		uint32_t n = 0;
+		while (n < c->count && c->waiting[n].seq <= target)
+			n++;
+		if (!c->sending && n > 0)
+			rc = send_batch(c, n);
+		else
+			pthread_cond_wait(&c->sent, &c->lock);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+/* More numbers (lock held, released meanwhile). */
+static void ask_for_numbers(struct kvc_early_creates *c)
+{
+	struct kvc_msg_ino_grant_reply g;
+	c->grant_after_ns = INT64_MAX; /* one request at a time */
+	pthread_mutex_unlock(&c->lock);
+	int rc = kvc_meta_client_ino_grant(&c->fs->meta, GRANT, &g);
+	pthread_mutex_lock(&c->lock);
+	c->grant_after_ns = rc < 0 ? kvc_clock_monotonic_ns() + RETRY_MS * 1000000ll : 0;
+	if (rc < 0) {
+		kvc_log_debug("asking kvc-meta for inode numbers: %s", strerror(-rc));
+		return;
+	}
+	c->chain_count = g.chain_count;
+	if (c->next == c->end)
+		c->next = g.first, c->end = g.first + g.count;
+	else
+		c->spare_first = g.first, c->spare_end = g.first + g.count;
+}
+
+static void *early_main(void *arg)
+{
+	struct kvc_early_creates *c = arg;
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		int64_t now = kvc_clock_monotonic_ns();
+		bool low = c->end - c->next < LOW && c->spare_first == c->spare_end;
+		if (low && !c->stopping && now >= c->grant_after_ns) {
+			ask_for_numbers(c);
+			continue;
+		}
+		if (c->count == 0 && c->stopping)
+			break;
+		if (c->count == 0 || c->sending) {
+			int64_t at = low && c->grant_after_ns != INT64_MAX ? c->grant_after_ns
+			                                                  : now + 1000000000ll;
+			wait_until(c, c->sending ? &c->sent : &c->work, at);
+			continue;
+		}
+		/* The files that may go: in order, up to the first one still open
+		 * and younger than OPEN_DELAY_US (its size and close may yet fold
+		 * in); they go when BATCH_FULL, or BATCH_DELAY_US after the first. */
+		uint32_t ready = 0;
+		while (ready < c->count && (!c->waiting[ready].open || c->stopping ||
+		                            now - c->waiting[ready].made_ns >= OPEN_DELAY_US * 1000ll))
+			ready++;
+		int64_t due = c->waiting[0].made_ns + (ready ? BATCH_DELAY_US : OPEN_DELAY_US) * 1000ll;
+		if (ready < BATCH_FULL && now < due) {
+			wait_until(c, &c->work, ready ? due : now + BATCH_DELAY_US * 1000ll);
+			continue;
+		}
+		if (ready == 0)
+			continue; /* (due passed: the first is ready now) */
+		if (send_batch(c, ready) < 0)
+			wait_until(c, &c->work, kvc_clock_monotonic_ns() + RETRY_MS * 1000000ll);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
+}
+
+int kvc_early_creates_start(struct kvc_fuse *fs, struct kvc_early_creates **out)
+{
+	struct kvc_early_creates *c = calloc(1, sizeof(*c));
+	pthread_condattr_t ca;
+	if (!c)
+		return -ENOMEM;
+	c->fs = fs;
+	c->next_seq = 1;
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&c->work, &ca);
+	pthread_cond_init(&c->sent, &ca);
+	pthread_condattr_destroy(&ca);
+	int rc = -pthread_create(&c->thread, NULL, early_main, c);
+	if (rc < 0) {
+		free(c);
+		return rc;
+	}
+	*out = c;
+	return 0;
+}
+
+void kvc_early_creates_stop(struct kvc_early_creates *c)
+{
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->lock);
+	c->stopping = true;
+	pthread_cond_signal(&c->work);
+	pthread_mutex_unlock(&c->lock);
+	/* What is still waiting goes now; if kvc-meta cannot take it, it is
+	 * tried again until it can or the thread is told to give up. */
+	int tries = 0;
+	while (kvc_early_creates_settle(c, NULL, 0) < 0 && ++tries < 25)
+		kvc_clock_sleep_ms(RETRY_MS);
+	pthread_mutex_lock(&c->lock);
+	if (c->count > 0) {
+		kvc_log_error("%" PRIu32 " early create(s) not entered in kvc-meta: lost", c->count);
+		c->stats.lost += c->count;
+		c->count = 0;
+	}
+	pthread_cond_signal(&c->work);
+	pthread_mutex_unlock(&c->lock);
+	pthread_join(c->thread, NULL);
+}
+
+void kvc_early_creates_stats(struct kvc_early_creates *c, struct kvc_early_creates_stats *out)
+{
+	if (!c) {
+		*out = (struct kvc_early_creates_stats){0};
+		return;
+	}
+	pthread_mutex_lock(&c->lock);
+	*out = c->stats;
+	pthread_mutex_unlock(&c->lock);
+}

@@ -1,0 +1,98 @@
+/*
+ * early_creates: regular files this kvc-fuse makes ahead of kvc-meta. The
+ * kernel holds a directory's lock across an O_CREAT open's CREATE, so one
+ * directory's creates run one at a time; a CREATE answered here, without
+ * kvc-meta's round trip, lets them run at the pace of this process.
+ *
+ * How: kvc-meta reserves inode numbers for this client (INO_GRANT). A
+ * create of a name this client knows to be absent (dir_names.h) in a
+ * directory whose attributes it holds (attr_cache.h) takes one, builds the
+ * file's attributes and layout as kvc-meta would (the parent's layout over
+ * the chains of the grant, the parent's group when it is setgid) and
+ * answers the kernel; the file's chunks are written as any file's. A
+ * thread here enters the files made in batches (ADOPT: name, inode, size,
+ * open session, one transaction), in the order they were made: a file
+ * may go once it is closed here or OPEN_DELAY_US old, and the files that
+ * may go are sent when BATCH_FULL of them wait or BATCH_DELAY_US after the
+ * first was made. A key written and closed at once (a connector's put)
+ * thus reaches kvc-meta as one record of a batch, with its size and no
+ * open session: no CREATE, EXTEND_SIZE or CLOSE of its own.
+ *
+ * Order: a kvc-meta call of this client first waits until the files it
+ * depends on are entered (kvc_early_creates_settle, run by the meta
+ * client's before_call): a call about inodes (GETATTR, SETATTR, OPEN,
+ * EXTEND_SIZE, CLOSE, xattrs) waits for those inodes' files, any other
+ * (names: LOOKUP, UNLINK, RENAME, LINK, READDIR, ...; META_SYNC) for every
+ * file made before it. So nothing reaches kvc-meta before the create it
+ * depends on. Two calls fold into a file still waiting here instead: its
+ * size commit (flush: the size travels with the ADOPT) and its last close
+ * (the ADOPT opens no session). A file already on its way is not folded:
+ * the call goes to kvc-meta after it.
+ *
+ * Visibility: other clients see a file when its ADOPT commits: at most
+ * OPEN_DELAY_US (5 ms) plus a round trip after the create returned here,
+ * BATCH_DELAY_US (1 ms) for a file closed at once, and hear of it as of
+ * any create (meta_events.h). This client sees it at once. fsync,
+ * fsyncdir and syncfs settle first, so what they promise holds for early
+ * creates too.
+ *
+ * What is weaker than a create made by kvc-meta: a name another client
+ * creates in the window before it hears of it is replaced by ours when
+ * ours is entered (as if ours were renamed over it; an exclusive create
+ * never comes here), and a file kvc-meta refuses when it is entered (its
+ * directory was removed meanwhile, the namespace is at its space reserve)
+ * is lost: it turns stale here (its I/O fails with ESTALE), is logged and
+ * counted, and early creates stop for LOST_PAUSE_S so the next creates get
+ * kvc-meta's answer themselves. If kvc-fuse dies, the files still waiting
+ * here (at most one batch delay's worth) are lost, and their chunks stay
+ * on the storage servers unreferenced.
+ *
+ * Threads: any FUSE worker, the thread here, and every caller of the meta
+ * client (settle). One mutex, a leaf: never held across a kvc-meta call;
+ * one ADOPT is in flight at a time.
+ */
+#ifndef KVC_FUSE_EARLY_CREATES_H
+#define KVC_FUSE_EARLY_CREATES_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/wire.h"
+
+struct kvc_fuse;
+struct kvc_early_creates;
+
+/* Start the thread (it asks for the first numbers). Stop enters what is
+ * still waiting, then joins it; the state lives until exit. */
+int kvc_early_creates_start(struct kvc_fuse *fs, struct kvc_early_creates **out);
+void kvc_early_creates_stop(struct kvc_early_creates *c);
+
+/* Make regular file (parent, name) here, for uid/gid with mode (umask
+ * applied): 0 with *attr (the new file's) and *dir (the parent's, as it
+ * is after the create) set, the file open once for this client; -EAGAIN
+ * when it must be made by kvc-meta (no number left, the parent's
+ * attributes not held, set-id bits, paused). ticket: dir_names' ticket of
+ * the create, ended here once kvc-meta has the file. NULL c: -EAGAIN. */
+int kvc_early_creates_make(struct kvc_early_creates *c, uint64_t parent, const char *name,
+                           uint32_t mode, uint32_t uid, uint32_t gid, uint32_t ticket,
+                           struct kvc_attr *attr, struct kvc_attr *dir);
+/* A size commit of ino: true when it was still waiting here (the size
+ * goes with its ADOPT; *attr: the file's attributes now). */
+bool kvc_early_creates_fold_size(struct kvc_early_creates *c, uint64_t ino, uint64_t size,
+                                 struct kvc_attr *attr);
+/* The last close of ino here: true when it was still waiting here (its
+ * ADOPT opens no session). */
+bool kvc_early_creates_fold_close(struct kvc_early_creates *c, uint64_t ino);
+/* Wait until the files among inos (count unaligned u64; count 0: every
+ * file made before this call) are entered in kvc-meta, sending them and
+ * the files made before them from this thread if no ADOPT is on its way:
+ * 0, or the ADOPT's -errno when kvc-meta could not be reached (they wait
+ * for the next try). The meta client's before_call. */
+int kvc_early_creates_settle(void *c, const void *inos, uint32_t count);
+
+struct kvc_early_creates_stats {
+	uint64_t made, entered, lost, batches;
+};
+void kvc_early_creates_stats(struct kvc_early_creates *c, struct kvc_early_creates_stats *out);
+
+#endif

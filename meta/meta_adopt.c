@@ -1,0 +1,244 @@
+/* meta_adopt: see meta_adopt.h; messages: docs/protocol.md (INO_GRANT,
+ * ADOPT). */
+#include "meta/meta_adopt.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/layout.h"
+#include "core/lmdb_txn.h"
+#include "meta/meta_store_internal.h"
+
+/* The chain count new files are placed over now (kvc_meta_new_inode's). */
+static uint32_t chains_now(struct kvc_meta_store *s)
+{
+	return __atomic_load_n(&s->default_layout.chain_count, __ATOMIC_RELAXED);
+}
+
+/* ---- INO_GRANT ---- */
+
+struct grant_call {
+	uint32_t count;
+	struct kvc_msg_ino_grant_reply *out;
+};
+
+static int grant_in(struct kvc_meta_store *s, MDB_txn *txn, void *arg)
+{
+	const struct grant_call *c = arg;
+	uint64_t next_ino;
+	int rc = kvc_meta_state_get(s, txn, "next_ino", &next_ino, sizeof(next_ino));
+	if (rc == 0 && next_ino > UINT64_MAX - c->count)
+		rc = -ENOSPC; /* no numbers left */
+	if (rc < 0)
+		return rc;
+	*c->out = (struct kvc_msg_ino_grant_reply){.first = next_ino, .count = c->count,
+	                                           .chain_count = chains_now(s)};
+	next_ino += c->count;
+	return kvc_meta_state_put(s, txn, "next_ino", &next_ino, sizeof(next_ino));
+}
+
+int kvc_meta_adopt_grant(struct kvc_meta_store *s, uint32_t count,
+                         struct kvc_msg_ino_grant_reply *out)
+{
+	struct grant_call call = {count, out};
+	if (count < 1 || count > KVC_WIRE_MAX_GRANT)
+		return -EINVAL;
+	return kvc_meta_group_run(s, grant_in, &call);
+}
+
+/* ---- ADOPT: parsing ---- */
+
+static bool take(const uint8_t *in, uint32_t len, uint32_t *off, void *out, uint32_t n)
+{
+	if (len - *off < n)
+		return false;
+	if (out)
+		memcpy(out, in + *off, n);
+	*off += n;
+	return true;
+}
+
+int kvc_meta_adopt_parse(const struct kvc_msg_adopt *m, const uint8_t *in, uint32_t len,
+                         struct kvc_meta_adopt_record *recs)
+{
+	uint32_t off = 0;
+	if (m->count < 1 || m->count > KVC_WIRE_MAX_KEYS)
+		return -EINVAL;
+	for (uint32_t i = 0; i < m->count; i++) {
+		struct kvc_meta_adopt_record *r = &recs[i];
+		*r = (struct kvc_meta_adopt_record){0};
+		if (!take(in, len, &off, &r->rec, sizeof(r->rec)) ||
+		    r->rec.name_len > KVC_WIRE_MAX_NAME + 1)
+			return -EINVAL;
+		r->name = (const char *)in + off;
+		if (!take(in, len, &off, NULL, r->rec.name_len))
+			return -EINVAL;
+	}
+	return off == len ? 0 : -EINVAL;
+}
+
+/* ---- ADOPT: the transaction ---- */
+
+/* A failure that concerns one record only (nothing was changed for it). */
+static bool per_record(int rc)
+{
+	return rc == -EINVAL || rc == -ENAMETOOLONG || rc == -ENOENT || rc == -ENOTDIR ||
+	       rc == -EEXIST;
+}
+
+/* 1 when table holds the key ino, 0 when not, -errno. */
+static int has_ino(MDB_txn *txn, MDB_dbi table, uint64_t ino)
+{
+	uint8_t key[8];
+	kvc_meta_be64(key, ino);
+	MDB_val k = {8, key}, v;
+	int rc = mdb_get(txn, table, &k, &v);
+	return rc == 0 ? 1 : rc == MDB_NOTFOUND ? 0 : kvc_lmdb_errno(rc);
+}
+
+/* A number the sender may enter: granted (below next_ino, never the
+ * root), and neither in use nor still to reclaim. -EINVAL or -errno. */
+static int ino_free(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino, uint64_t next_ino)
+{
+	if (ino <= KVC_META_ROOT || ino >= next_ino)
+		return -EINVAL;
+	MDB_dbi tables[3] = {s->inodes, s->gc, s->orphans};
+	for (int i = 0; i < 3; i++) {
+		int rc = has_ino(txn, tables[i], ino);
+		if (rc != 0)
+			return rc < 0 ? rc : -EINVAL;
+	}
+	return 0;
+}
+
+/* The layout of a new file, placed over at most `chains` chains (any
+ * chunk size: the parent's when the client made the file may have changed
+ * since, and the file's chunks are written by the one sent). */
+static int layout_fits(const struct kvc_layout *l, uint32_t chains)
+{
+	return l->chain_count <= chains && kvc_layout_check(l) == 0 ? 0 : -EINVAL;
+}
+
+/* What one record needs before it may change anything: its parent (dir)
+ * and the regular file its name has now (old; attr.ino 0 when none).
+ * Returns 0, 1 when the name is this very file already (an ADOPT sent
+ * again after its answer was lost: old is it, nothing to do), a
+ * per-record failure, or the transaction's -errno. */
+static int check(struct kvc_meta_store *s, MDB_txn *txn, const struct kvc_meta_adopt_record *r,
+                 uint64_t next_ino, struct kvc_inode_record *dir, struct kvc_inode_record *old)
+{
+	const struct kvc_attr *a = &r->rec.attr;
+	struct kvc_meta_dirent d;
+	*old = (struct kvc_inode_record){0};
+	if ((r->rec.flags & ~KVC_ADOPT_OPEN) || (a->mode & ~0777u) != S_IFREG ||
+	    a->size > KVC_LAYOUT_MAX_FILE_SIZE)
+		return -EINVAL;
+	int rc = kvc_wire_name_check(r->name, r->rec.name_len);
+	if (rc == 0)
+		rc = kvc_meta_parent_get(s, txn, r->rec.parent, dir);
+	if (rc < 0)
+		return rc;
+	rc = kvc_meta_dirent_get(s, txn, r->rec.parent, r->name, r->rec.name_len, &d);
+	bool named = rc == 0;
+	if (named && d.ino == a->ino && kvc_meta_inode_get(s, txn, d.ino, old) == 0)
+		return 1;
+	if (rc == -ENOENT)
+		rc = 0;
+	if (rc == 0)
+		rc = layout_fits(&a->layout, chains_now(s));
+	if (rc == 0)
+		rc = ino_free(s, txn, a->ino, next_ino);
+	if (rc < 0 || !named)
+		return rc;
+	rc = kvc_meta_inode_get(s, txn, d.ino, old);
+	if (rc == -ENOENT)
+		rc = -EIO; /* a name without its inode */
+	if (rc == 0 && !S_ISREG(old->attr.mode))
+		rc = -EEXIST;
+	return rc;
+}
+
+/* Enter one checked record: the older file's name goes (as an unlink
+ * takes it), the inode and its name come, the parent is touched, and the
+ * client's session opened. Any failure here is the transaction's. */
+static int enter(struct kvc_meta_store *s, MDB_txn *txn, const struct kvc_msg_adopt *m,
+                 const struct kvc_meta_adopt_record *r, struct kvc_inode_record *dir,
+                 const struct kvc_inode_record *old, int64_t now, struct kvc_attr *attr)
+{
+	const char *name = r->name;
+	uint32_t len = r->rec.name_len;
+	struct kvc_inode_record rec = {.magic = KVC_INODE_MAGIC, .parent = dir->attr.ino,
+	                               .attr = r->rec.attr};
+	rec.attr.nlink = 1;
+	rec.attr.rdev = 0;
+	int rc = 0;
+	if (old->attr.ino) {
+		rc = kvc_meta_dirent_del(s, txn, dir->attr.ino, name, len);
+		if (rc == 0)
+			rc = kvc_meta_inode_unlinked(s, txn, old);
+	}
+	if (rc == 0)
+		rc = kvc_meta_inode_put(s, txn, &rec);
+	if (rc == 0)
+		rc = kvc_meta_dirent_put(s, txn, dir->attr.ino, name, len, rec.attr.ino,
+		                         rec.attr.mode);
+	if (rc == 0) {
+		dir->attr.mtime_ns = dir->attr.ctime_ns = now;
+		rc = kvc_meta_inode_put(s, txn, dir);
+	}
+	if (rc == 0 && (r->rec.flags & KVC_ADOPT_OPEN))
+		rc = kvc_meta_session_put(s, txn, rec.attr.ino, m->client);
+	if (rc == 0)
+		*attr = rec.attr;
+	return rc;
+}
+
+/* One ADOPT as a call of the group commit: its outputs are set afresh on
+ * every run (the group may run it again). */
+struct adopt_call {
+	const struct kvc_msg_adopt *m;
+	const struct kvc_meta_adopt_record *recs;
+	struct kvc_msg_key_result *out;
+	uint64_t *replaced;
+};
+
+static int adopt_in(struct kvc_meta_store *s, MDB_txn *txn, void *arg)
+{
+	const struct adopt_call *c = arg;
+	uint32_t count = c->m->count;
+	int64_t now = kvc_meta_now_ns();
+	uint64_t next_ino;
+	for (uint32_t i = 0; i < count; i++) {
+		c->out[i] = (struct kvc_msg_key_result){0};
+		if (c->replaced)
+			c->replaced[i] = 0;
+	}
+	int rc = kvc_meta_state_get(s, txn, "next_ino", &next_ino, sizeof(next_ino));
+	for (uint32_t i = 0; rc == 0 && i < count; i++) {
+		struct kvc_inode_record dir, old;
+		int one = check(s, txn, &c->recs[i], next_ino, &dir, &old);
+		if (one == 1) {
+			c->out[i].attr = old.attr;
+			one = 0;
+		} else if (one == 0) {
+			rc = enter(s, txn, c->m, &c->recs[i], &dir, &old, now, &c->out[i].attr);
+			if (c->replaced)
+				c->replaced[i] = old.attr.ino;
+		} else if (!per_record(one)) {
+			rc = one;
+		}
+		c->out[i].rc = one;
+	}
+	return rc;
+}
+
+int kvc_meta_adopt_run(struct kvc_meta_store *s, const struct kvc_msg_adopt *m,
+                       const struct kvc_meta_adopt_record *recs, struct kvc_msg_key_result *out,
+                       uint64_t *replaced)
+{
+	struct adopt_call call = {m, recs, out, replaced};
+	if (m->count < 1 || m->count > KVC_WIRE_MAX_KEYS)
+		return -EINVAL;
+	return kvc_meta_group_run(s, adopt_in, &call);
+}

@@ -1,0 +1,69 @@
+/*
+ * meta_adopt: the namespace side of creates made ahead (KVC_MSG_INO_GRANT
+ * and KVC_MSG_ADOPT, src/core/wire.h; kvc-fuse's side is
+ * fuse/early_creates.h). A kvc-fuse reserves inode numbers (a grant),
+ * answers the kernel's CREATE with one of them, writes the file's chunks,
+ * and later enters many such files into the store with one message, in
+ * one LMDB transaction (the group commit, meta_store_internal.h).
+ *
+ * Invariants:
+ * - state "next_ino" is above every inode number given out, to an inode
+ *   made here (kvc_meta_new_inode) or granted: a grant moves it up by its
+ *   count in one transaction, so grants never overlap each other or the
+ *   numbers kvc-meta takes itself, and a number is never given out twice.
+ * - An adopted record's ino is at least 2, below next_ino, has no inode
+ *   record, and is in neither the gc queue nor the orphans: a client can
+ *   enter no number that is in use or whose chunks are still to reclaim.
+ *   (kvc-meta records no grant: a number whose adopted file went and was
+ *   reclaimed could be entered again; a kvc-fuse adopts each number once.)
+ * - An adopted file is a regular file (mode S_IFREG | 0..0777), nlink 1,
+ *   rdev 0, with the size, times, owner and layout sent; its layout has
+ *   its parent's chunk size and at most the chains new files are placed
+ *   over now.
+ * - Records are parsed and bounds-checked before the transaction starts.
+ *   A per-record failure (-EINVAL, -ENAMETOOLONG, -ENOENT, -ENOTDIR,
+ *   -EEXIST) changes nothing for that record, and the others go on; any
+ *   other failure (-EIO, -ENOSPC, -ENOMEM) aborts the whole transaction
+ *   and answers the message.
+ */
+#ifndef KVC_META_ADOPT_H
+#define KVC_META_ADOPT_H
+
+#include <stdint.h>
+
+#include "core/wire.h"
+#include "meta/meta_store.h"
+
+/* One parsed ADOPT record: its fixed part copied out (records follow
+ * names, so they are unaligned in the body), its name borrowed from the
+ * body (rec.name_len bytes, not checked yet). */
+struct kvc_meta_adopt_record {
+	struct kvc_msg_adopt_record rec;
+	const char *name;
+};
+
+/* INO_GRANT: reserve count (1 .. KVC_WIRE_MAX_GRANT) inode numbers in one
+ * transaction; out gets the first, the count and the chain count new
+ * files are placed over now. Returns 0, -EINVAL (count), -ENOSPC (numbers
+ * or database exhausted), -EIO. */
+int kvc_meta_adopt_grant(struct kvc_meta_store *store, uint32_t count,
+                         struct kvc_msg_ino_grant_reply *out);
+
+/* Parse the m->count (1 .. KVC_WIRE_MAX_KEYS) records of an ADOPT body
+ * (in, len bytes after kvc_msg_adopt) into recs (m->count entries).
+ * Returns 0, or -EINVAL unless every record and name lies in the body and
+ * the last name ends exactly at its end (a name_len of 0 or
+ * KVC_WIRE_MAX_NAME + 1 parses: the record then fails alone). */
+int kvc_meta_adopt_parse(const struct kvc_msg_adopt *m, const uint8_t *in, uint32_t len,
+                         struct kvc_meta_adopt_record *recs);
+
+/* Enter the m->count parsed records in one transaction. out (m->count
+ * entries) gets each record's rc and the attributes entered; replaced (may
+ * be NULL; m->count entries) gets the inode whose name a record replaced,
+ * 0 when none. Returns 0 (each record's result in out), -EINVAL (count),
+ * or the whole transaction's -errno (-EIO, -ENOSPC, -ENOMEM). */
+int kvc_meta_adopt_run(struct kvc_meta_store *store, const struct kvc_msg_adopt *m,
+                       const struct kvc_meta_adopt_record *recs,
+                       struct kvc_msg_key_result *out, uint64_t *replaced);
+
+#endif

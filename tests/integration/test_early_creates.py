@@ -1,0 +1,150 @@
+"""Early creates (fuse/early_creates.h): in a directory whose names it
+keeps, kvc-fuse answers a non-exclusive O_CREAT itself with an inode number
+kvc-meta reserved for it, and enters the files it made in batches (ADOPT).
+What must hold: every byte and size is there, for this client at once and
+for another client within milliseconds; every later call on such a file
+(stat, rename, link, chmod, unlink, readdir) finds it; fsync makes it
+survive the client's death; an exclusive create still asks kvc-meta."""
+import os
+import re
+import signal
+import stat
+import subprocess
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from conftest import drop_second_mount, second_mount, wait_until
+from test_keys import keep_names_of, opens, seen_within
+
+
+def metrics_text(address):
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as r:
+        return r.read().decode()
+
+
+def early(cluster, state):
+    """kvc_fuse_early_creates_total{state=...} of the first kvc-fuse."""
+    text = metrics_text(cluster.fuse_metrics)
+    m = re.search(r'^kvc_fuse_early_creates_total\{state="%s"\} (\S+)$' % state, text, re.M)
+    assert m, "no kvc_fuse_early_creates_total"
+    return float(m.group(1))
+
+
+@pytest.fixture
+def other(cluster, workdir):
+    """The workdir as a second kvc-fuse client sees it."""
+    proc, mount2 = second_mount(cluster)
+    try:
+        yield os.path.join(mount2, workdir.relative_to(cluster.mount))
+    finally:
+        drop_second_mount(proc, mount2)
+
+
+def write_key(path, data):
+    with open(path, "wb") as f:  # O_WRONLY|O_CREAT|O_TRUNC, as connectors do
+        f.write(data)
+
+
+def test_keys_made_here_are_entered_with_their_bytes(cluster, workdir, other):
+    """Keys written by 8 threads into a kept directory are made here (the
+    counter moves by about their number), all entered, none lost; each
+    reads back byte for byte here and, within the events' trip, on
+    another client, with its size."""
+    keep_names_of(cluster, workdir)
+    made, entered = early(cluster, "made"), early(cluster, "entered")
+    blobs = {f"k-{i}": os.urandom(65536 if i % 3 else 1000 + i) for i in range(400)}
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda kv: write_key(workdir / kv[0], kv[1]), blobs.items()))
+    assert early(cluster, "made") - made >= 300
+    assert wait_until(lambda: early(cluster, "entered") - entered == early(cluster, "made") - made,
+                      timeout=10)
+    assert early(cluster, "lost") == 0
+    for name, data in blobs.items():
+        assert (workdir / name).read_bytes() == data, name
+    for name, data in blobs.items():
+        theirs = os.path.join(other, name)
+        assert seen_within(lambda: opens(theirs) == data) is not None, name
+        assert os.stat(theirs).st_size == len(data)
+    assert sorted(os.listdir(other)) == sorted(n for n in os.listdir(workdir))
+
+
+def test_every_call_on_a_file_made_here_finds_it(cluster, workdir):
+    """Right after an early create, while the file may still wait to be
+    entered, each kind of call that kvc-meta must answer for it works:
+    kvc-meta gets the file first."""
+    keep_names_of(cluster, workdir)
+    made = early(cluster, "made")
+    checks = []
+    for i, call in enumerate(["stat", "rename", "link", "chmod", "unlink", "listdir",
+                              "truncate", "xattr", "reopen"]):
+        path = workdir / f"f-{i}"
+        write_key(path, b"x" * (100 + i))
+        if call == "stat":
+            checks.append(os.stat(path).st_size == 100 + i)
+        elif call == "rename":
+            os.rename(path, workdir / "renamed")
+            checks.append((workdir / "renamed").read_bytes() == b"x" * (100 + i))
+        elif call == "link":
+            os.link(path, workdir / "hard")
+            checks.append(os.stat(workdir / "hard").st_nlink == 2)
+        elif call == "chmod":
+            os.chmod(path, 0o600)
+            checks.append(stat.S_IMODE(os.stat(path).st_mode) == 0o600)
+        elif call == "unlink":
+            os.unlink(path)
+            checks.append(not os.path.exists(path))
+        elif call == "listdir":
+            checks.append(path.name in os.listdir(workdir))
+        elif call == "truncate":
+            os.truncate(path, 10)
+            checks.append(path.read_bytes() == b"x" * 10)
+        elif call == "xattr":
+            os.setxattr(path, "user.k", b"v")
+            checks.append(os.getxattr(path, "user.k") == b"v")
+        elif call == "reopen":
+            with open(path, "r+b") as f:
+                f.seek(0, 2)
+                f.write(b"yy")
+            checks.append(path.read_bytes() == b"x" * (100 + i) + b"yy")
+    assert all(checks), checks
+    assert early(cluster, "made") - made >= 8
+    assert early(cluster, "lost") == 0
+
+
+def test_an_exclusive_create_asks_kvc_meta(cluster, workdir):
+    """O_EXCL must be decided by kvc-meta: never made here."""
+    keep_names_of(cluster, workdir)
+    made = early(cluster, "made")
+    for i in range(20):
+        fd = os.open(workdir / f"x-{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(fd, b"x")
+        os.close(fd)
+    assert early(cluster, "made") == made
+    with pytest.raises(FileExistsError):
+        os.open(workdir / "x-3", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+
+
+def test_a_fsynced_early_file_survives_its_client_s_death(cluster, workdir):
+    """fsync enters the file in kvc-meta before it answers: after kill -9
+    of the kvc-fuse that made it, the file is there, whole, for everyone."""
+    proc, mount2 = second_mount(cluster)
+    try:
+        theirs = os.path.join(mount2, workdir.relative_to(cluster.mount))
+        for i in range(8):  # their kvc-fuse keeps the directory's names
+            assert not os.path.exists(os.path.join(theirs, f".miss-{i}"))
+        time.sleep(0.5)
+        blobs = {f"s-{i}": os.urandom(65536) for i in range(30)}
+        for name, data in blobs.items():
+            with open(os.path.join(theirs, name), "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        for name, data in blobs.items():
+            assert (workdir / name).read_bytes() == data, name
+    finally:
+        drop_second_mount(proc, mount2)
