@@ -29,6 +29,8 @@ struct entry {
 	int64_t made_ns; /* monotonic */
 	uint32_t ticket; /* dir_names' */
 	bool open;       /* not closed here yet: ADOPT opens a session */
+	bool sent;       /* in an ADOPT once (its answer may have been lost, and
+	                  * kvc-meta may have it as it was then): no more folds */
 	uint32_t name_len;
 	char name[KVC_WIRE_MAX_NAME];
 };
@@ -52,6 +54,10 @@ struct kvc_early_creates {
 	uint32_t flying_count;
 	bool sending;
 	uint64_t next_seq, entered_seq;
+	/* ADOPTs that failed as a whole and the last one's error: a caller
+	 * waiting in settle returns it instead of trying again itself. */
+	uint64_t fail_gen;
+	int fail_rc;
 	struct kvc_early_creates_stats stats;
 };
 
@@ -74,6 +80,13 @@ static struct entry *find_waiting(struct kvc_early_creates *c, uint64_t ino)
 		if (c->waiting[i].attr.ino == ino)
 			return &c->waiting[i];
 	return NULL;
+}
+
+/* A waiting file a size or close may still fold into. */
+static struct entry *find_foldable(struct kvc_early_creates *c, uint64_t ino)
+{
+	struct entry *e = find_waiting(c, ino);
+	return e && !e->sent ? e : NULL;
 }
 
 int kvc_early_creates_make(struct kvc_early_creates *c, uint64_t parent, const char *name,
@@ -141,7 +154,7 @@ bool kvc_early_creates_fold_size(struct kvc_early_creates *c, uint64_t ino, uint
 	if (!c)
 		return false;
 	pthread_mutex_lock(&c->lock);
-	struct entry *e = find_waiting(c, ino);
+	struct entry *e = find_foldable(c, ino);
 	if (e) {
 		e->attr.size = size;
 		e->attr.mtime_ns = e->attr.ctime_ns = wall_ns();
@@ -156,7 +169,7 @@ bool kvc_early_creates_fold_close(struct kvc_early_creates *c, uint64_t ino)
 	if (!c)
 		return false;
 	pthread_mutex_lock(&c->lock);
-	struct entry *e = find_waiting(c, ino);
+	struct entry *e = find_foldable(c, ino);
 	if (e)
 		e->open = false;
 	if (e && c->count >= BATCH_FULL)
@@ -185,14 +198,24 @@ static void take_results(struct kvc_early_creates *c, const struct kvc_msg_key_r
 	}
 }
 
+/* Whether an ADOPT that failed as a whole may be sent again (kvc-meta not
+ * reached, out of memory, ...); not a message kvc-meta cannot take. */
+static bool worth_again(int rc)
+{
+	return rc < 0 && rc != -EINVAL && rc != -EOPNOTSUPP;
+}
+
 /* Send the oldest n waiting files as one ADOPT (lock held, released while
- * it is on its way; no other is). -EIO: kvc-meta was not reached or failed
- * as a whole in a way a retry may mend; the files wait again. */
+ * it is on its way; no other is). Returns 0 when kvc-meta answered (files
+ * it refused are lost), or the error of an ADOPT worth sending again: the
+ * files wait again, first in line. */
 static int send_batch(struct kvc_early_creates *c, uint32_t n)
 {
 	uint32_t lost;
 	if (n > KVC_WIRE_MAX_KEYS)
 		n = KVC_WIRE_MAX_KEYS;
+	for (uint32_t i = 0; i < n; i++)
+		c->waiting[i].sent = true;
 	memcpy(c->flying, c->waiting, n * sizeof(*c->flying));
 	memmove(c->waiting, c->waiting + n, (c->count - n) * sizeof(*c->waiting));
 	c->count -= n;
@@ -201,7 +224,7 @@ static int send_batch(struct kvc_early_creates *c, uint32_t n)
 	pthread_mutex_unlock(&c->lock);
 	struct kvc_meta_adoption *files = calloc(n, sizeof(*files));
 	struct kvc_msg_key_result *out = calloc(n, sizeof(*out));
-	int rc = files && out ? 0 : -EIO;
+	int rc = files && out ? 0 : -ENOMEM;
 	for (uint32_t i = 0; rc == 0 && i < n; i++) {
 		const struct entry *e = &c->flying[i];
 		files[i] = (struct kvc_meta_adoption){.parent = e->parent, .attr = e->attr,
@@ -210,12 +233,12 @@ static int send_batch(struct kvc_early_creates *c, uint32_t n)
 	}
 	if (rc == 0)
 		rc = kvc_meta_client_adopt(&c->fs->meta, c->fs->client_id, files, n, out);
-	if (rc != -EIO)
+	if (!worth_again(rc))
 		take_results(c, out, rc, &lost);
 	free(files);
 	free(out);
 	pthread_mutex_lock(&c->lock);
-	if (rc == -EIO) { /* back in front, in order */
+	if (worth_again(rc)) { /* back in front, in order */
 		if (c->count + n > c->cap) {
 			struct entry *grown = realloc(c->waiting, (c->count + n) * sizeof(*grown));
 			if (grown)
@@ -228,12 +251,15 @@ static int send_batch(struct kvc_early_creates *c, uint32_t n)
 		} else {
 			/* No memory to keep them: given up as refused ones are. */
 			pthread_mutex_unlock(&c->lock);
-			take_results(c, out, -ENOMEM, &lost);
+			take_results(c, NULL, -ENOMEM, &lost);
 			pthread_mutex_lock(&c->lock);
-			rc = -ENOMEM;
+			rc = 0;
 		}
 	}
-	if (rc != -EIO) {
+	if (worth_again(rc)) {
+		c->fail_gen++;
+		c->fail_rc = rc;
+	} else {
 		c->entered_seq = c->flying[n - 1].seq;
 		c->stats.entered += n - lost;
 		c->stats.lost += lost;
@@ -248,14 +274,20 @@ static int send_batch(struct kvc_early_creates *c, uint32_t n)
 	return rc;
 }
 
-/* The seq of ino's file if it waits or flies (lock held), else 0. */
+/* The last seq of a file that waits or flies (lock held) and is ino, or
+ * is in directory ino (whose times and nlink its ADOPT changes: a GETATTR
+ * or a utimensat of the directory comes after it), else 0. */
 static uint64_t seq_of(struct kvc_early_creates *c, uint64_t ino)
 {
-	const struct entry *e = find_waiting(c, ino);
-	for (uint32_t i = 0; !e && i < c->flying_count; i++)
-		if (c->flying[i].attr.ino == ino)
-			e = &c->flying[i];
-	return e ? e->seq : 0;
+	uint64_t seq = 0;
+	for (uint32_t i = 0; i < c->count; i++)
+		if (c->waiting[i].attr.ino == ino || c->waiting[i].parent == ino)
+			seq = c->waiting[i].seq;
+	for (uint32_t i = 0; i < c->flying_count; i++)
+		if ((c->flying[i].attr.ino == ino || c->flying[i].parent == ino) &&
+		    c->flying[i].seq > seq)
+			seq = c->flying[i].seq;
+	return seq;
 }
 
 int kvc_early_creates_settle(void *arg, const void *inos, uint32_t count)
@@ -271,12 +303,17 @@ int kvc_early_creates_settle(void *arg, const void *inos, uint32_t count)
 		if ((seq = seq_of(c, ino)) > target)
 			target = seq;
 	}
-	/* Files go in order: the waiting ones up to target, in one ADOPT. */
+	/* Files go in order: the waiting ones up to target, in one ADOPT. An
+	 * ADOPT that fails meanwhile (another caller's, or the thread's) is
+	 * this call's failure too: kvc-meta is not tried once per waiter. */
+	uint64_t gen = c->fail_gen;
 	while (rc == 0 && c->entered_seq < target) {
 		uint32_t n = 0;
 		while (n < c->count && c->waiting[n].seq <= target)
 			n++;
-		if (!c->sending && n > 0)
+		if (c->fail_gen != gen)
+			rc = c->fail_rc;
+		else if (!c->sending && n > 0)
 			rc = send_batch(c, n);
 		else
 			pthread_cond_wait(&c->sent, &c->lock);
@@ -382,13 +419,25 @@ void kvc_early_creates_stop(struct kvc_early_creates *c)
 	while (kvc_early_creates_settle(c, NULL, 0) < 0 && ++tries < 25)
 		kvc_clock_sleep_ms(RETRY_MS);
 	pthread_mutex_lock(&c->lock);
-	if (c->count > 0) {
-		kvc_log_error("%" PRIu32 " early create(s) not entered in kvc-meta: lost", c->count);
-		c->stats.lost += c->count;
-		c->count = 0;
+	while (c->sending)
+		pthread_cond_wait(&c->sent, &c->lock);
+	uint32_t n = c->count;
+	struct entry *dropped = c->waiting;
+	if (n > 0) { /* given up: as refused ones, and no caller waits for them */
+		kvc_log_error("%" PRIu32 " early create(s) not entered in kvc-meta: lost", n);
+		c->stats.lost += n;
+		c->entered_seq = c->next_seq - 1;
+		c->waiting = NULL;
+		c->count = c->cap = 0;
+		pthread_cond_broadcast(&c->sent);
 	}
 	pthread_cond_signal(&c->work);
 	pthread_mutex_unlock(&c->lock);
+	for (uint32_t i = 0; i < n; i++) {
+		kvc_inode_table_mark_stale(c->fs->inodes, dropped[i].attr.ino);
+		kvc_dir_names_end(c->fs->dir_names, dropped[i].ticket);
+	}
+	free(dropped);
 	pthread_join(c->thread, NULL);
 }
 

@@ -263,7 +263,11 @@ static int create_early(struct kvc_fuse *fs, fuse_req_t req, uint64_t parent, co
 {
 	struct kvc_attr attr, dir;
 	struct fuse_entry_param e;
-	if (!fs->creates || (fi->flags & O_EXCL) ||
+	/* Only O_TRUNC: if another client made the name meanwhile, ours
+	 * replaces it, which for a truncating open is what it would have
+	 * done to the file anyway; an O_APPEND or plain O_CREAT open must
+	 * keep that file's bytes, and O_EXCL must be decided by kvc-meta. */
+	if (!fs->creates || (fi->flags & (O_EXCL | O_TRUNC)) != O_TRUNC ||
 	    kvc_dir_names_absent(fs->dir_names, parent, name) <= 0)
 		return -EAGAIN;
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
@@ -435,6 +439,10 @@ void kvc_fuse_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse
 		rc = kvc_fuse_commit_size(fs, ino);
 	if (rc == 0)
 		rc = kvc_meta_client_sync(&fs->meta);
+	/* A file made here that kvc-meta refused when it was entered (its
+	 * directory removed meanwhile) turned stale: it is not durable. */
+	if (rc == 0 && kvc_inode_table_get(fs->inodes, ino, &layout, &size) == -ESTALE)
+		rc = -EIO;
 	kvc_fuse_reply_error(req, rc);
 }
 

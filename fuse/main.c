@@ -146,18 +146,18 @@ static int mount_and_serve(struct kvc_fuse *fs, const char *mountpoint, bool deb
 		goto unmount;
 	}
 	set_readahead(device, fs->config.readahead_kb);
+	int early_rc = fs->config.early_creates ? kvc_early_creates_start(fs, &fs->creates) : 0;
+	if (early_rc < 0)
+		kvc_log_warn("every create waits for kvc-meta: %s", strerror(-early_rc));
+	if (fs->creates) { /* before the threads that call kvc-meta start */
+		fs->meta.before_arg = fs->creates;
+		fs->meta.before_call = kvc_early_creates_settle;
+	}
 	int usrbio_rc = start_usrbio(fs, mountpoint, device);
 	if (usrbio_rc < 0) {
 		fprintf(stderr, "kvc-fuse: cannot serve USRBIO for %s: %s\n", mountpoint,
 		        strerror(-usrbio_rc));
 		goto unmount;
-	}
-	int early_rc = fs->config.early_creates ? kvc_early_creates_start(fs, &fs->creates) : 0;
-	if (early_rc < 0)
-		kvc_log_warn("every create waits for kvc-meta: %s", strerror(-early_rc));
-	if (fs->creates) { /* before any other thread calls kvc-meta */
-		fs->meta.before_arg = fs->creates;
-		fs->meta.before_call = kvc_early_creates_settle;
 	}
 	int events_rc = kvc_meta_events_start(fs, &fs->events);
 	if (events_rc < 0)
@@ -176,8 +176,8 @@ static int mount_and_serve(struct kvc_fuse *fs, const char *mountpoint, bool deb
 	rc = fuse_session_loop_mt(se, loop) ? 1 : 0;
 	fuse_loop_cfg_destroy(loop);
 	kvc_fuse_flush_sizes(fs);
-	kvc_early_creates_stop(fs->creates); /* enters what still waits */
-	fs->meta.before_call = NULL;
+	kvc_early_creates_stop(fs->creates); /* enters what still waits; the
+	                                      * hook stays (nothing waits) */
 	kvc_close_queue_stop(fs->closes); /* later closes are sent at once */
 	kvc_metrics_http_stop(metrics); /* no scrape reads the events after this */
 	metrics = NULL;

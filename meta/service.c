@@ -532,7 +532,11 @@ static int h_ino_grant(struct request *r)
 {
 	const struct kvc_msg_ino_grant *m = r->msg;
 	struct kvc_msg_ino_grant_reply out = {0};
-	int rc = kvc_meta_adopt_grant(r->svc->store, m->count, &out);
+	int rc = m->reserved ? -EINVAL : kvc_meta_adopt_grant(r->svc->store, m->count, &out);
+	/* Durable before it is used: a machine crash going back to an older
+	 * checkpoint would give these numbers out again to other files. */
+	if (rc == 0)
+		rc = kvc_meta_store_sync(r->svc->store);
 	return reply(r, rc, &out, sizeof(out));
 }
 
@@ -560,7 +564,7 @@ static int h_adopt(struct request *r)
 	struct kvc_meta_service *svc = r->svc;
 	uint32_t len = r->h->body_len - r->off;
 	const uint8_t *records = take(r, len);
-	if (!records || m->count < 1 || m->count > KVC_WIRE_MAX_KEYS)
+	if (!records || m->count < 1 || m->count > KVC_WIRE_MAX_KEYS || m->reserved)
 		return bad(r);
 	struct kvc_meta_adopt_record *recs = calloc(m->count, sizeof(*recs));
 	struct kvc_msg_key_result *out = calloc(m->count, sizeof(*out));
@@ -716,7 +720,8 @@ static const bool grows[] = {
 	[KVC_MSG_LINK] = true,       [KVC_MSG_SETXATTR] = true,
 	[KVC_MSG_POOL_INIT] = true,  [KVC_MSG_POOL_ALLOCATE] = true,
 	[KVC_MSG_KEYS_CREATE] = true, [KVC_MSG_INO_GRANT] = true,
-	[KVC_MSG_ADOPT] = true,
+	/* (not ADOPT: its files exist already, written by a client that got
+	 * its numbers before the reserve was reached) */
 };
 
 static bool over_reserve(const struct kvc_meta_service *svc, uint16_t type)

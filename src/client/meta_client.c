@@ -585,6 +585,6 @@ int kvc_meta_client_adopt(struct kvc_meta_client *client, const uint8_t id[KVC_W
 	int rc = call(client, KVC_MSG_ADOPT, body, (uint32_t)off, out, want, &len);
 	free(body);
 	if (rc < 0)
-		return kvc_rpc_is_transport_error(rc) ? -EIO : rc;
+		return rc; /* transport errors as they are: the caller decides */
 	return len == want ? 0 : -EIO;
 }

@@ -152,7 +152,9 @@ int kvc_meta_client_keys(struct kvc_meta_client *client, uint16_t type,
 
 /* Early creates (fuse/early_creates.h): reserve count inode numbers
  * (INO_GRANT), and enter count files made with them in one transaction
- * (ADOPT; out gets each one's result). Both bypass before_call. */
+ * (ADOPT; out gets each one's result; transport errors come back as they
+ * are, not as -EIO, so a caller can pass a timeout on). Both bypass
+ * before_call. */
 int kvc_meta_client_ino_grant(struct kvc_meta_client *client, uint32_t count,
                               struct kvc_msg_ino_grant_reply *out);
 struct kvc_meta_adoption {

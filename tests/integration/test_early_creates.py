@@ -114,17 +114,73 @@ def test_every_call_on_a_file_made_here_finds_it(cluster, workdir):
     assert early(cluster, "lost") == 0
 
 
-def test_an_exclusive_create_asks_kvc_meta(cluster, workdir):
-    """O_EXCL must be decided by kvc-meta: never made here."""
+def test_only_truncating_creates_are_made_here(cluster, workdir):
+    """O_EXCL must be decided by kvc-meta, and an O_CREAT without O_TRUNC
+    (O_APPEND: a log) must keep a file another client made meanwhile:
+    neither is ever made here."""
     keep_names_of(cluster, workdir)
     made = early(cluster, "made")
     for i in range(20):
         fd = os.open(workdir / f"x-{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         os.write(fd, b"x")
         os.close(fd)
+        fd = os.open(workdir / f"a-{i}", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.write(fd, b"a")
+        os.close(fd)
     assert early(cluster, "made") == made
     with pytest.raises(FileExistsError):
         os.open(workdir / "x-3", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    assert (workdir / "a-3").read_bytes() == b"a"
+
+
+def test_a_directory_s_times_set_after_creates_in_it_stay(cluster, workdir):
+    """tar, rsync -a and cp -a create a directory's files, then restore the
+    directory's times: the ADOPT of those files (which touches the
+    directory) must not land after the utimensat."""
+    keep_names_of(cluster, workdir)
+    made = early(cluster, "made")
+    for round in range(5):
+        for i in range(20):
+            write_key(workdir / f"t-{round}-{i}", b"t")
+        os.utime(workdir, (1_000_000_000 + round, 1_000_000_000 + round))
+        time.sleep(0.02)  # every batch long entered
+        assert os.stat(workdir).st_mtime == 1_000_000_000 + round
+    assert early(cluster, "made") - made >= 50
+
+
+def test_a_file_whose_directory_went_is_lost_and_fsync_says_so(cluster, workdir, other):
+    """A file made here waits (open, up to 5 ms) to be entered; another
+    client removes its directory meanwhile (empty in kvc-meta): kvc-meta
+    refuses the file, which is lost: counted, its I/O fails, and fsync
+    does not claim it durable."""
+    raced = 0
+    for attempt in range(10):
+        d = workdir / f"gone-{attempt}"
+        d.mkdir()
+        keep_names_of(cluster, d)
+        write_key(d / "first", b"")  # made by kvc-meta: the directory's
+        os.unlink(d / "first")      # attributes are held from now on
+        lost = early(cluster, "lost")
+        f = open(d / "f", "wb")
+        try:
+            os.rmdir(os.path.join(other, d.name))
+        except OSError:  # the file was entered first: no race this time
+            f.close()
+            continue
+        raced += 1
+        assert wait_until(lambda: early(cluster, "lost") > lost, timeout=10)
+        with pytest.raises(OSError):
+            f.write(b"late")
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            f.close()
+        except OSError:
+            pass
+        assert not d.exists()
+        break
+    assert raced, "the directory was never removed before its file was entered"
+    # (early creates now pause for 10 s: later tests' creates ask kvc-meta)
 
 
 def test_a_fsynced_early_file_survives_its_client_s_death(cluster, workdir):
