@@ -21,6 +21,13 @@
 #define FAILED_RETRY_MS 1000
 #define PAGE 1024
 
+/* A name (its hash) and the inode it names as this client last heard
+ * (0: not known: made or changed by another client, removed, or being
+ * made here). */
+struct slot {
+	uint64_t h, ino;
+};
+
 enum state {
 	FREE,     /* nothing known; misses counted */
 	WANTED,   /* to be filled by the thread */
@@ -38,7 +45,7 @@ struct dir {
 	int64_t watched_ns; /* send time of the last watch kvc-meta took */
 	int64_t used_ns, retry_ns;
 	bool renewing;
-	uint64_t *slots; /* open addressing; 0: empty */
+	struct slot *slots; /* open addressing by hash; hash 0: empty */
 	uint32_t cap, count;
 };
 
@@ -78,24 +85,30 @@ static void set_clear(struct dir *dir)
 	dir->cap = dir->count = 0;
 }
 
-static bool set_has(const struct dir *dir, uint64_t h)
+static struct slot *set_find(const struct dir *dir, uint64_t h)
 {
 	if (!dir->cap)
-		return false;
+		return NULL;
 	for (uint32_t i = (uint32_t)h & (dir->cap - 1);; i = (i + 1) & (dir->cap - 1)) {
-		if (dir->slots[i] == h)
-			return true;
-		if (dir->slots[i] == 0)
-			return false;
+		if (dir->slots[i].h == h)
+			return &dir->slots[i];
+		if (dir->slots[i].h == 0)
+			return NULL;
 	}
 }
 
-static void set_put(uint64_t *slots, uint32_t cap, uint64_t h)
+static bool set_has(const struct dir *dir, uint64_t h)
+{
+	return set_find(dir, h) != NULL;
+}
+
+static struct slot *set_put(struct slot *slots, uint32_t cap, uint64_t h)
 {
 	uint32_t i = (uint32_t)h & (cap - 1);
-	while (slots[i] != 0 && slots[i] != h)
+	while (slots[i].h != 0 && slots[i].h != h)
 		i = (i + 1) & (cap - 1);
-	slots[i] = h;
+	slots[i].h = h;
+	return &slots[i];
 }
 
 /* Drop what is known of dir (its slot stays with its ino). */
@@ -108,27 +121,31 @@ static void dir_drop(struct dir *dir, enum state state)
 	dir->renewing = false;
 }
 
-/* Add h; a directory over MAX_NAMES is given up, one out of memory too. */
-static void set_add(struct dir *dir, uint64_t h)
+/* Add h naming ino (0: not known); a directory over MAX_NAMES is given
+ * up, one out of memory too. */
+static void set_add(struct dir *dir, uint64_t h, uint64_t ino)
 {
-	if (set_has(dir, h))
+	struct slot *known = set_find(dir, h);
+	if (known) {
+		known->ino = ino;
 		return;
+	}
 	if ((dir->count + 1) * 2 > dir->cap) {
 		uint32_t cap = dir->cap ? dir->cap * 2 : 1024;
-		uint64_t *slots = dir->count + 1 <= MAX_NAMES ? calloc(cap, sizeof(*slots)) : NULL;
+		struct slot *slots = dir->count + 1 <= MAX_NAMES ? calloc(cap, sizeof(*slots)) : NULL;
 		if (!slots) {
 			dir_drop(dir, TOO_BIG);
 			dir->retry_ns = kvc_clock_monotonic_ns() + (int64_t)TOO_BIG_RETRY_S * 1000000000;
 			return;
 		}
 		for (uint32_t i = 0; i < dir->cap; i++)
-			if (dir->slots[i])
-				set_put(slots, cap, dir->slots[i]);
+			if (dir->slots[i].h)
+				*set_put(slots, cap, dir->slots[i].h) = dir->slots[i];
 		free(dir->slots);
 		dir->slots = slots;
 		dir->cap = cap;
 	}
-	set_put(dir->slots, dir->cap, h);
+	set_put(dir->slots, dir->cap, h)->ino = ino;
 	dir->count++;
 }
 
@@ -161,6 +178,26 @@ static struct dir *find_or_take(struct kvc_dir_names *d, uint64_t ino, int64_t n
 
 /* ---- the calls of FUSE workers and the event stream ---- */
 
+/* parent's names while they count (complete, its watch fresh, the same
+ * event stream), renewed at half their time; else NULL (lock held). */
+static struct dir *fresh(struct kvc_dir_names *d, uint64_t parent, int64_t now, uint64_t gen)
+{
+	struct dir *dir = find(d, parent);
+	if (!dir || dir->state != COMPLETE)
+		return NULL;
+	if (gen != dir->gen || now >= dir->watched_ns + d->ttl_ns) {
+		dir_drop(dir, WANTED); /* the watch may be gone: list again */
+		pthread_cond_signal(&d->work);
+		return NULL;
+	}
+	dir->used_ns = now;
+	if (now >= dir->watched_ns + d->ttl_ns / 2 && !dir->renewing) {
+		dir->renewing = true;
+		pthread_cond_signal(&d->work);
+	}
+	return dir;
+}
+
 double kvc_dir_names_absent(struct kvc_dir_names *d, uint64_t parent, const char *name)
 {
 	double left = 0;
@@ -170,26 +207,47 @@ double kvc_dir_names_absent(struct kvc_dir_names *d, uint64_t parent, const char
 	int64_t now = kvc_clock_monotonic_ns();
 	uint64_t gen = events_gen(d);
 	pthread_mutex_lock(&d->lock);
-	struct dir *dir = find(d, parent);
-	if (dir && dir->state == COMPLETE) {
-		int64_t until = dir->watched_ns + d->ttl_ns;
-		if (gen != dir->gen || now >= until) {
-			dir_drop(dir, WANTED); /* the watch may be gone: list again */
-			pthread_cond_signal(&d->work);
-		} else {
-			dir->used_ns = now;
-			if (now >= dir->watched_ns + d->ttl_ns / 2 && !dir->renewing) {
-				dir->renewing = true;
-				pthread_cond_signal(&d->work);
-			}
-			if (!set_has(dir, h)) {
-				left = (double)(until - now) / 1e9;
-				d->stats.answered++;
-			}
-		}
+	struct dir *dir = fresh(d, parent, now, gen);
+	if (dir && !set_has(dir, h)) {
+		left = (double)(dir->watched_ns + d->ttl_ns - now) / 1e9;
+		d->stats.answered++;
 	}
 	pthread_mutex_unlock(&d->lock);
 	return left;
+}
+
+uint64_t kvc_dir_names_ino(struct kvc_dir_names *d, uint64_t parent, const char *name,
+                           size_t len)
+{
+	uint64_t ino = 0;
+	if (!d)
+		return 0;
+	uint64_t h = name_hash(parent, name, len);
+	int64_t now = kvc_clock_monotonic_ns();
+	uint64_t gen = events_gen(d);
+	pthread_mutex_lock(&d->lock);
+	struct dir *dir = fresh(d, parent, now, gen);
+	const struct slot *slot = dir ? set_find(dir, h) : NULL;
+	if (slot)
+		ino = slot->ino;
+	pthread_mutex_unlock(&d->lock);
+	return ino;
+}
+
+void kvc_dir_names_named(struct kvc_dir_names *d, uint64_t parent, const char *name, size_t len,
+                         uint64_t ino)
+{
+	if (!d)
+		return;
+	pthread_mutex_lock(&d->lock);
+	struct dir *dir = find(d, parent);
+	uint64_t h = name_hash(parent, name, len);
+	struct slot *slot = dir ? set_find(dir, h) : NULL;
+	if (slot)
+		slot->ino = ino;
+	else if (dir && ino && (dir->state == FILLING || dir->state == COMPLETE))
+		set_add(dir, h, ino);
+	pthread_mutex_unlock(&d->lock);
 }
 
 void kvc_dir_names_missed(struct kvc_dir_names *d, uint64_t parent)
@@ -213,7 +271,7 @@ static void heard(struct kvc_dir_names *d, uint64_t parent, const char *name, si
 {
 	struct dir *dir = find(d, parent);
 	if (dir && (dir->state == FILLING || dir->state == COMPLETE))
-		set_add(dir, name_hash(parent, name, len));
+		set_add(dir, name_hash(parent, name, len), 0);
 }
 
 void kvc_dir_names_heard(struct kvc_dir_names *d, uint64_t parent, const char *name,
@@ -282,7 +340,7 @@ static bool same(const struct dir *dir, uint64_t ino, uint64_t epoch)
 
 /* List dir's names into its set (lock held; released meanwhile). */
 static void fill(struct kvc_dir_names *d, struct dir *dir, struct kvc_meta_dirents *page,
-                 uint64_t *hashes)
+                 struct slot *listed)
 {
 	uint64_t ino = dir->ino, gen = events_gen(d);
 	set_clear(dir);
@@ -313,7 +371,7 @@ static void fill(struct kvc_dir_names *d, struct dir *dir, struct kvc_meta_diren
 		struct kvc_attr attr;
 		int got;
 		while (rc == 0 && (got = kvc_meta_client_dirent_next(page, &name, &len, &attr)) > 0) {
-			hashes[n++] = name_hash(ino, name, len);
+			listed[n++] = (struct slot){name_hash(ino, name, len), attr.ino};
 			memcpy(after, name, len);
 			after[len] = '\0';
 			if (n == PAGE)
@@ -325,7 +383,7 @@ static void fill(struct kvc_dir_names *d, struct dir *dir, struct kvc_meta_diren
 		pthread_mutex_lock(&d->lock);
 		bool ours = same(dir, ino, epoch) && dir->state == FILLING;
 		for (uint32_t i = 0; ours && rc == 0 && i < n && dir->state == FILLING; i++)
-			set_add(dir, hashes[i]);
+			set_add(dir, listed[i].h, listed[i].ino);
 		more = more && same(dir, ino, epoch) && dir->state == FILLING && !d->stopping;
 		pthread_mutex_unlock(&d->lock);
 	}
@@ -365,7 +423,7 @@ static void *fill_main(void *arg)
 {
 	struct kvc_dir_names *d = arg;
 	struct kvc_meta_dirents *page = malloc(sizeof(*page));
-	uint64_t *hashes = malloc(PAGE * sizeof(*hashes));
+	struct slot *listed = malloc(PAGE * sizeof(*listed));
 	pthread_mutex_lock(&d->lock);
 	while (!d->stopping) {
 		struct dir *wanted = NULL, *due = NULL;
@@ -377,14 +435,14 @@ static void *fill_main(void *arg)
 		}
 		if (due)
 			renew(d, due);
-		else if (wanted && page && hashes)
-			fill(d, wanted, page, hashes);
+		else if (wanted && page && listed)
+			fill(d, wanted, page, listed);
 		else
 			pthread_cond_wait(&d->work, &d->lock);
 	}
 	pthread_mutex_unlock(&d->lock);
 	free(page);
-	free(hashes);
+	free(listed);
 	return NULL;
 }
 

@@ -68,6 +68,18 @@ void kvc_dir_names_end(struct kvc_dir_names *d, uint32_t ticket);
  * begun with another name's ticket. */
 void kvc_dir_names_heard(struct kvc_dir_names *d, uint64_t parent, const char *name,
                          size_t len);
+/* The inode (parent, name) names as this client last heard it (its own
+ * create, a lookup kvc-meta answered, the listing), while parent's names
+ * count: 0 when not known (another client changed the name since, this
+ * client is making or removed it). Early removals (early_creates.h) are
+ * made only for a known inode, and kvc-meta removes the name only while
+ * it still names that inode. */
+uint64_t kvc_dir_names_ino(struct kvc_dir_names *d, uint64_t parent, const char *name,
+                           size_t len);
+/* (parent, name) names ino now as kvc-meta answered this client (0: not
+ * known any more: removed or renamed away here). */
+void kvc_dir_names_named(struct kvc_dir_names *d, uint64_t parent, const char *name, size_t len,
+                         uint64_t ino);
 /* Forget what is known of parent's names. */
 void kvc_dir_names_forget(struct kvc_dir_names *d, uint64_t parent);
 

@@ -22,9 +22,12 @@
 #define RETRY_MS 200        /* after an ADOPT or INO_GRANT kvc-meta did not take */
 #define LOST_PAUSE_S 10     /* no early creates after one was lost */
 
+/* A file made here, or (remove) a name removed here: attr.ino is the
+ * inode the name must still name for kvc-meta to remove it. */
 struct entry {
 	uint64_t seq;
 	uint64_t parent;
+	bool remove;
 	struct kvc_attr attr;
 	int64_t made_ns; /* monotonic */
 	uint32_t ticket; /* dir_names' */
@@ -74,19 +77,25 @@ static void wait_until(struct kvc_early_creates *c, pthread_cond_t *cond, int64_
 	pthread_cond_timedwait(cond, &c->lock, &t);
 }
 
-static struct entry *find_waiting(struct kvc_early_creates *c, uint64_t ino)
+/* A waiting file made here a size or close may still fold into. */
+static struct entry *find_foldable(struct kvc_early_creates *c, uint64_t ino)
 {
 	for (uint32_t i = c->count; i-- > 0;)
-		if (c->waiting[i].attr.ino == ino)
-			return &c->waiting[i];
+		if (c->waiting[i].attr.ino == ino && !c->waiting[i].remove)
+			return c->waiting[i].sent ? NULL : &c->waiting[i];
 	return NULL;
 }
 
-/* A waiting file a size or close may still fold into. */
-static struct entry *find_foldable(struct kvc_early_creates *c, uint64_t ino)
+/* Room for one more waiting entry (lock held): false when full. */
+static bool room(struct kvc_early_creates *c)
 {
-	struct entry *e = find_waiting(c, ino);
-	return e && !e->sent ? e : NULL;
+	if (c->count < c->cap)
+		return true;
+	uint32_t cap = c->cap ? 2 * c->cap : 256;
+	struct entry *grown = cap <= MAX_WAITING ? realloc(c->waiting, cap * sizeof(*grown)) : NULL;
+	if (grown)
+		c->waiting = grown, c->cap = cap;
+	return grown != NULL;
 }
 
 int kvc_early_creates_make(struct kvc_early_creates *c, uint64_t parent, const char *name,
@@ -110,18 +119,15 @@ int kvc_early_creates_make(struct kvc_early_creates *c, uint64_t parent, const c
 	}
 	if (c->stopping || now < c->paused_until_ns || c->next == c->end || c->chain_count == 0)
 		rc = -EAGAIN;
-	if (rc == 0 && c->count == c->cap) {
-		uint32_t cap = c->cap ? 2 * c->cap : 256;
-		struct entry *grown = cap <= MAX_WAITING ? realloc(c->waiting, cap * sizeof(*grown))
-		                                         : NULL;
-		if (grown)
-			c->waiting = grown, c->cap = cap;
-		else
-			rc = -EAGAIN;
-	}
+	if (rc == 0 && !room(c))
+		rc = -EAGAIN;
 	if (rc == 0) {
+		/* Over the chains there are now, as kvc-meta's creates: the
+		 * table in use here (it only grows; kvc-meta may learn of a
+		 * new chain later, and takes the file all the same). */
 		struct kvc_layout layout = d.layout;
-		layout.chain_count = c->chain_count;
+		uint32_t chains = kvc_storage_client_chain_count(&c->fs->storage);
+		layout.chain_count = chains > c->chain_count ? chains : c->chain_count;
 		if (layout.stripe > layout.chain_count)
 			layout.stripe = layout.chain_count;
 		layout.first_chain = c->rr++ % layout.chain_count;
@@ -178,6 +184,31 @@ bool kvc_early_creates_fold_close(struct kvc_early_creates *c, uint64_t ino)
 	return e != NULL;
 }
 
+int kvc_early_creates_remove(struct kvc_early_creates *c, uint64_t parent, const char *name,
+                             uint64_t ino)
+{
+	size_t len = strlen(name);
+	int rc = 0;
+	if (!c || len == 0 || len > KVC_WIRE_MAX_NAME || ino == 0)
+		return -EAGAIN;
+	int64_t now = kvc_clock_monotonic_ns();
+	pthread_mutex_lock(&c->lock);
+	if (c->stopping || !room(c)) /* (a lost file pauses creates, not these) */
+		rc = -EAGAIN;
+	if (rc == 0) {
+		struct entry *e = &c->waiting[c->count++];
+		*e = (struct entry){.seq = c->next_seq++, .parent = parent, .remove = true,
+		                    .made_ns = now, .name_len = (uint32_t)len};
+		e->attr.ino = ino;
+		memcpy(e->name, name, len);
+		c->stats.removes++;
+		if (c->count == 1)
+			pthread_cond_signal(&c->work);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
 /* What kvc-meta answered for the files of one ADOPT (lock not held: the
  * flying entries are the sender's until sending drops). */
 static void take_results(struct kvc_early_creates *c, const struct kvc_msg_key_result *out, int rc,
@@ -187,6 +218,13 @@ static void take_results(struct kvc_early_creates *c, const struct kvc_msg_key_r
 	for (uint32_t i = 0; i < c->flying_count; i++) {
 		const struct entry *e = &c->flying[i];
 		int one = rc < 0 ? rc : out[i].rc;
+		if (e->remove) { /* -ENOENT: the name changed first; nothing to undo */
+			if (one < 0 && one != -ENOENT)
+				kvc_log_warn("early removal of '%.*s' in directory %" PRIu64 ": %s",
+				             (int)e->name_len, e->name, e->parent, strerror(-one));
+			*lost += one < 0;
+			continue;
+		}
 		if (one < 0) {
 			kvc_log_warn("early create of '%.*s' in directory %" PRIu64
 			             " (inode %" PRIu64 ") refused by kvc-meta: %s; the file is lost",
@@ -196,6 +234,32 @@ static void take_results(struct kvc_early_creates *c, const struct kvc_msg_key_r
 		}
 		kvc_dir_names_end(c->fs->dir_names, e->ticket);
 	}
+}
+
+/* Send one batch's files (ADOPT) or removals (REMOVE_MANY). */
+static int send_kind(struct kvc_early_creates *c, uint32_t n, struct kvc_msg_key_result *out)
+{
+	bool remove = c->flying[0].remove;
+	struct kvc_meta_adoption *files = remove ? NULL : calloc(n, sizeof(*files));
+	struct kvc_meta_removal *names = remove ? calloc(n, sizeof(*names)) : NULL;
+	int rc = files || names ? 0 : -ENOMEM;
+	for (uint32_t i = 0; rc == 0 && i < n; i++) {
+		const struct entry *e = &c->flying[i];
+		if (remove)
+			names[i] = (struct kvc_meta_removal){.parent = e->parent, .ino = e->attr.ino,
+			                                     .name_len = e->name_len, .name = e->name};
+		else
+			files[i] = (struct kvc_meta_adoption){.parent = e->parent, .attr = e->attr,
+			                                      .flags = e->open ? KVC_ADOPT_OPEN : 0,
+			                                      .name_len = e->name_len, .name = e->name};
+	}
+	if (rc == 0 && remove)
+		rc = kvc_meta_client_remove_many(&c->fs->meta, names, n, out);
+	else if (rc == 0)
+		rc = kvc_meta_client_adopt(&c->fs->meta, c->fs->client_id, files, n, out);
+	free(files);
+	free(names);
+	return rc;
 }
 
 /* Whether an ADOPT that failed as a whole may be sent again (kvc-meta not
@@ -211,9 +275,10 @@ static bool worth_again(int rc)
  * files wait again, first in line. */
 static int send_batch(struct kvc_early_creates *c, uint32_t n)
 {
-	uint32_t lost;
-	if (n > KVC_WIRE_MAX_KEYS)
-		n = KVC_WIRE_MAX_KEYS;
+	uint32_t lost, same = 1;
+	while (same < n && c->waiting[same].remove == c->waiting[0].remove)
+		same++; /* one kind a message, in order */
+	n = same < KVC_WIRE_MAX_KEYS ? same : KVC_WIRE_MAX_KEYS;
 	for (uint32_t i = 0; i < n; i++)
 		c->waiting[i].sent = true;
 	memcpy(c->flying, c->waiting, n * sizeof(*c->flying));
@@ -222,20 +287,10 @@ static int send_batch(struct kvc_early_creates *c, uint32_t n)
 	c->flying_count = n;
 	c->sending = true;
 	pthread_mutex_unlock(&c->lock);
-	struct kvc_meta_adoption *files = calloc(n, sizeof(*files));
 	struct kvc_msg_key_result *out = calloc(n, sizeof(*out));
-	int rc = files && out ? 0 : -ENOMEM;
-	for (uint32_t i = 0; rc == 0 && i < n; i++) {
-		const struct entry *e = &c->flying[i];
-		files[i] = (struct kvc_meta_adoption){.parent = e->parent, .attr = e->attr,
-		                                      .flags = e->open ? KVC_ADOPT_OPEN : 0,
-		                                      .name_len = e->name_len, .name = e->name};
-	}
-	if (rc == 0)
-		rc = kvc_meta_client_adopt(&c->fs->meta, c->fs->client_id, files, n, out);
+	int rc = out ? send_kind(c, n, out) : -ENOMEM;
 	if (!worth_again(rc))
 		take_results(c, out, rc, &lost);
-	free(files);
 	free(out);
 	pthread_mutex_lock(&c->lock);
 	if (worth_again(rc)) { /* back in front, in order */
@@ -261,11 +316,17 @@ static int send_batch(struct kvc_early_creates *c, uint32_t n)
 		c->fail_rc = rc;
 	} else {
 		c->entered_seq = c->flying[n - 1].seq;
-		c->stats.entered += n - lost;
-		c->stats.lost += lost;
+		if (c->flying[0].remove) {
+			c->stats.removed += n - lost;
+			c->stats.removes_missed += lost;
+		} else {
+			c->stats.entered += n - lost;
+			c->stats.lost += lost;
+			if (lost)
+				c->paused_until_ns = kvc_clock_monotonic_ns() +
+				                     LOST_PAUSE_S * 1000000000ll;
+		}
 		c->stats.batches++;
-		if (lost)
-			c->paused_until_ns = kvc_clock_monotonic_ns() + LOST_PAUSE_S * 1000000000ll;
 		rc = 0;
 	}
 	c->flying_count = 0;
@@ -434,6 +495,8 @@ void kvc_early_creates_stop(struct kvc_early_creates *c)
 	pthread_cond_signal(&c->work);
 	pthread_mutex_unlock(&c->lock);
 	for (uint32_t i = 0; i < n; i++) {
+		if (dropped[i].remove)
+			continue;
 		kvc_inode_table_mark_stale(c->fs->inodes, dropped[i].attr.ino);
 		kvc_dir_names_end(c->fs->dir_names, dropped[i].ticket);
 	}

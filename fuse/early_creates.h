@@ -1,14 +1,16 @@
 /*
- * early_creates: regular files this kvc-fuse makes ahead of kvc-meta. The
- * kernel holds a directory's lock across an O_CREAT open's CREATE, so one
- * directory's creates run one at a time; a CREATE answered here, without
- * kvc-meta's round trip, lets them run at the pace of this process.
+ * early_creates: regular files this kvc-fuse makes, and names it removes,
+ * ahead of kvc-meta. The kernel holds a directory's lock across an O_CREAT
+ * open's CREATE and across an UNLINK, so one directory's creates and
+ * unlinks run one at a time; answered here, without kvc-meta's round
+ * trip, they run at the pace of this process.
  *
  * How: kvc-meta reserves inode numbers for this client (INO_GRANT). A
- * create of a name this client knows to be absent (dir_names.h) in a
- * directory whose attributes it holds (attr_cache.h) takes one, builds the
- * file's attributes and layout as kvc-meta would (the parent's layout over
- * the chains of the grant, the parent's group when it is setgid) and
+ * truncating, non-exclusive create (O_CREAT|O_TRUNC) of a name this
+ * client knows to be absent (dir_names.h) in a directory whose attributes
+ * it holds (attr_cache.h) takes one, builds the file's attributes and
+ * layout as kvc-meta would (the parent's layout over the chains of the
+ * routing table, the parent's group when it is setgid) and
  * answers the kernel; the file's chunks are written as any file's. A
  * thread here enters the files made in batches (ADOPT: name, inode, size,
  * open session, one transaction), in the order they were made: a file
@@ -16,12 +18,18 @@
  * may go are sent when BATCH_FULL of them wait or BATCH_DELAY_US after the
  * first was made. A key written and closed at once (a connector's put)
  * thus reaches kvc-meta as one record of a batch, with its size and no
- * open session: no CREATE, EXTEND_SIZE or CLOSE of its own.
+ * open session: no CREATE, EXTEND_SIZE or CLOSE of its own. An unlink of a
+ * name whose inode this client knows (dir_names.h) is queued the same way
+ * (kvc_early_creates_remove; REMOVE_MANY removes the name only while it
+ * still names that inode), in order with the creates; a message carries
+ * one kind.
  *
  * Order: a kvc-meta call of this client first waits until the files it
  * depends on are entered (kvc_early_creates_settle, run by the meta
  * client's before_call): a call about inodes (GETATTR, SETATTR, OPEN,
- * EXTEND_SIZE, CLOSE, xattrs) waits for those inodes' files, any other
+ * EXTEND_SIZE, CLOSE, xattrs) waits for those inodes' files and
+ * removals, and for a directory the files made and names removed in it
+ * (its times change with them), any other
  * (names: LOOKUP, UNLINK, RENAME, LINK, READDIR, ...; META_SYNC) for every
  * file made before it. So nothing reaches kvc-meta before the create it
  * depends on. Two calls fold into a file still waiting here instead: its
@@ -90,8 +98,17 @@ bool kvc_early_creates_fold_close(struct kvc_early_creates *c, uint64_t ino);
  * for the next try). The meta client's before_call. */
 int kvc_early_creates_settle(void *c, const void *inos, uint32_t count);
 
+/* Remove (parent, name), which names ino as this client last heard
+ * (dir_names.h), here: 0 with the removal queued in order with the files
+ * made here (REMOVE_MANY, which removes the name only while it still names
+ * ino: a name another client changed meanwhile stays, as if our removal
+ * came first); -EAGAIN: ask kvc-meta. */
+int kvc_early_creates_remove(struct kvc_early_creates *c, uint64_t parent, const char *name,
+                             uint64_t ino);
+
 struct kvc_early_creates_stats {
 	uint64_t made, entered, lost, batches;
+	uint64_t removes, removed, removes_missed;
 };
 void kvc_early_creates_stats(struct kvc_early_creates *c, struct kvc_early_creates_stats *out);
 

@@ -283,6 +283,7 @@ static int create_early(struct kvc_fuse *fs, fuse_req_t req, uint64_t parent, co
 	kvc_meta_events_changed_here(fs->events, parent);
 	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
 	kvc_attr_cache_put(fs->attrs, &dir, mark);
+	kvc_dir_names_named(fs->dir_names, parent, name, strlen(name), attr.ino);
 	rc = adopt_inode(fs, &attr);
 	if (rc < 0) {
 		kvc_fuse_reply_error(req, rc); /* (the file is entered, closed) */
@@ -317,6 +318,8 @@ void kvc_fuse_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mod
 	kvc_dir_names_end(fs->dir_names, names);
 	if (rc == 0) /* for the kernel's permission check before the next create */
 		kvc_attr_cache_put(fs->attrs, &dir, mark);
+	if (rc == 0)
+		kvc_dir_names_named(fs->dir_names, parent, name, strlen(name), attr.ino);
 	if (rc == 0)
 		rc = created ? adopt_inode(fs, &attr) : open_inode(fs, attr.ino, &attr);
 	/* An existing file (created meanwhile by another client) is opened. */

@@ -35,7 +35,8 @@ static struct {
 	struct kvc_metrics_counter *ring_taken[2], *ring_bytes[2], *ring_completed, *ring_overlapped;
 	struct kvc_metrics_gauge *ring_depth, *rings, *usrbio_clients, *events_up, *names_dirs;
 	struct kvc_metrics_counter *events, *names_answered, *names_fills;
-	struct kvc_metrics_counter *early[3]; /* made, entered, lost */
+	struct kvc_metrics_counter *early[3];   /* made, entered, lost */
+	struct kvc_metrics_counter *removes[3]; /* made, entered, missed */
 	_Atomic(struct kvc_ring_service *) ring_service;
 } m;
 
@@ -107,6 +108,9 @@ static void collect(void *arg)
 	kvc_metrics_counter_set(m.early[0], early.made);
 	kvc_metrics_counter_set(m.early[1], early.entered);
 	kvc_metrics_counter_set(m.early[2], early.lost);
+	kvc_metrics_counter_set(m.removes[0], early.removes);
+	kvc_metrics_counter_set(m.removes[1], early.removed);
+	kvc_metrics_counter_set(m.removes[2], early.removes_missed);
 }
 
 static int register_all(struct kvc_metrics *r, struct kvc_fuse *fs)
@@ -164,6 +168,15 @@ static int register_all(struct kvc_metrics *r, struct kvc_fuse *fs)
 		              "Files made here ahead of kvc-meta (early_creates.h): made, entered in "
 		              "kvc-meta, lost (refused when entered).",
 		              &state[i], 1)))
+			return -ENOMEM;
+	static const struct kvc_metrics_label rstate[3] = {
+		{"state", "made"}, {"state", "entered"}, {"state", "missed"}};
+	for (int i = 0; i < 3; i++)
+		if (!(m.removes[i] = kvc_metrics_counter(
+		              r, "kvc_fuse_early_removals_total",
+		              "Unlinks answered here ahead of kvc-meta (early_creates.h): made, entered "
+		              "in kvc-meta, missed (the name named another inode or none by then).",
+		              &rstate[i], 1)))
 			return -ENOMEM;
 	if (!m.ring_completed || !m.ring_overlapped || !m.ring_depth || !m.rings ||
 	    !m.usrbio_clients || !m.events_up || !m.events || !m.names_answered ||

@@ -104,6 +104,8 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_entry(req, &e);
 		return;
 	}
+	if (rc == 0) /* what the kernel's entry names: an unlink of it may be early */
+		kvc_dir_names_named(fs->dir_names, parent, name, strlen(name), attr.ino);
 	kvc_fuse_reply_entry(req, mark, parent, name, rc, &attr);
 }
 
@@ -264,10 +266,44 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t new_parent,
  * close. The parent's attributes after it are kept, so the kernel's
  * permission check before the next removal in it (it drops the
  * directory's attributes now) costs no round trip (attr_cache.h). */
+/* An unlink answered here (early_creates.h): the name's inode is known
+ * (dir_names.h) and the parent's attributes are held; kvc-meta removes the
+ * name in a batch, only while it still names that inode. -EAGAIN: ask
+ * kvc-meta. */
+static int remove_early(struct kvc_fuse *fs, uint64_t parent, const char *name)
+{
+	size_t len = strlen(name);
+	struct kvc_attr dir;
+	uint64_t ino = fs->creates ? kvc_dir_names_ino(fs->dir_names, parent, name, len) : 0;
+	if (ino == 0 || kvc_attr_cache_get(fs->attrs, fs->events, parent, &dir) <= 0)
+		return -EAGAIN;
+	int rc = kvc_early_creates_remove(fs->creates, parent, name, ino);
+	if (rc < 0)
+		return rc;
+	kvc_dir_names_named(fs->dir_names, parent, name, len, 0);
+	/* The file's nlink and the parent's times change: no answer asked
+	 * for before serves (attr_cache.h; the inode is known, so the other
+	 * held answers stay), and the parent as it is now serves the
+	 * kernel's permission check before the next removal. */
+	kvc_meta_events_changed_here(fs->events, ino);
+	kvc_meta_events_changed_here(fs->events, parent);
+	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	dir.mtime_ns = dir.ctime_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+	kvc_attr_cache_put(fs->attrs, &dir, mark);
+	return 0;
+}
+
 static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name, bool dir)
 {
 	struct kvc_fuse *fs = kvc_fuse_of(req);
 	struct kvc_attr after;
+	if (!dir && remove_early(fs, parent, name) == 0) {
+		kvc_fuse_reply_error(req, 0);
+		return;
+	}
+	kvc_dir_names_named(fs->dir_names, parent, name, strlen(name), 0);
 	kvc_meta_events_changed_here(fs->events, parent);
 	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
 	int rc = dir ? kvc_meta_client_rmdir(&fs->meta, parent, name, &after)
@@ -340,6 +376,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	int rc = kvc_meta_client_rename(&kvc_fuse_of(req)->meta, parent, name, new_parent, new_name,
 	                                kvc_flags);
 	kvc_dir_names_end(d, names);
+	kvc_dir_names_named(d, parent, name, strlen(name), 0); /* renamed away */
 	/* ctime, a replaced file's nlink */
 	kvc_attr_cache_forget(kvc_fuse_of(req)->attrs, kvc_fuse_of(req)->events);
 	kvc_meta_events_changed_here(kvc_fuse_of(req)->events, parent);

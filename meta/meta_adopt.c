@@ -1,5 +1,5 @@
 /* meta_adopt: see meta_adopt.h; messages: docs/protocol.md (INO_GRANT,
- * ADOPT). */
+ * ADOPT, REMOVE_MANY). */
 #include "meta/meta_adopt.h"
 
 #include <errno.h>
@@ -112,13 +112,6 @@ static int ino_free(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino, uint64
 	return 0;
 }
 
-/* The layout of a new file, placed over at most `chains` chains (any
- * chunk size: the parent's when the client made the file may have changed
- * since, and the file's chunks are written by the one sent). */
-static int layout_fits(const struct kvc_layout *l, uint32_t chains)
-{
-	return l->chain_count <= chains && kvc_layout_check(l) == 0 ? 0 : -EINVAL;
-}
 
 /* What one record needs before it may change anything: its parent (dir)
  * and the regular file its name has now (old; attr.ino 0 when none).
@@ -145,8 +138,11 @@ static int check(struct kvc_meta_store *s, MDB_txn *txn, const struct kvc_meta_a
 		return 1;
 	if (rc == -ENOENT)
 		rc = 0;
+	/* Any valid layout: the parent's chunk size may have changed since
+	 * the file was made, and the sender's chain table may be newer than
+	 * this one's (it only grows); the chunks are written by this layout. */
 	if (rc == 0)
-		rc = layout_fits(&a->layout, chains_now(s));
+		rc = kvc_layout_check(&a->layout);
 	if (rc == 0)
 		rc = ino_free(s, txn, a->ino, next_ino);
 	if (rc < 0 || !named)
@@ -241,4 +237,106 @@ int kvc_meta_adopt_run(struct kvc_meta_store *s, const struct kvc_msg_adopt *m,
 	if (m->count < 1 || m->count > KVC_WIRE_MAX_KEYS)
 		return -EINVAL;
 	return kvc_meta_group_run(s, adopt_in, &call);
+}
+
+/* ---- REMOVE_MANY ---- */
+
+int kvc_meta_remove_many_parse(const struct kvc_msg_remove_many *m, const uint8_t *in,
+                               uint32_t len, struct kvc_meta_remove_record *recs)
+{
+	uint32_t off = 0;
+	if (m->count < 1 || m->count > KVC_WIRE_MAX_KEYS || m->reserved)
+		return -EINVAL;
+	for (uint32_t i = 0; i < m->count; i++) {
+		struct kvc_meta_remove_record *r = &recs[i];
+		*r = (struct kvc_meta_remove_record){0};
+		if (!take(in, len, &off, &r->rec, sizeof(r->rec)) ||
+		    r->rec.name_len > KVC_WIRE_MAX_NAME + 1)
+			return -EINVAL;
+		r->name = (const char *)in + off;
+		if (!take(in, len, &off, NULL, r->rec.name_len))
+			return -EINVAL;
+	}
+	return off == len ? 0 : -EINVAL;
+}
+
+/* What one record needs before it may change anything: its parent (dir)
+ * and the inode (rec) its name still names, no directory. Returns 0, a
+ * per-record failure, or the transaction's -errno. */
+static int check_removal(struct kvc_meta_store *s, MDB_txn *txn,
+                         const struct kvc_meta_remove_record *r, struct kvc_inode_record *dir,
+                         struct kvc_inode_record *rec)
+{
+	struct kvc_meta_dirent d;
+	int rc = r->rec.reserved ? -EINVAL : kvc_wire_name_check(r->name, r->rec.name_len);
+	if (rc == 0)
+		rc = kvc_meta_parent_get(s, txn, r->rec.parent, dir);
+	if (rc == 0)
+		rc = kvc_meta_dirent_get(s, txn, r->rec.parent, r->name, r->rec.name_len, &d);
+	if (rc == 0 && d.ino != r->rec.ino)
+		rc = -ENOENT; /* another inode's name now */
+	if (rc == 0)
+		rc = kvc_meta_inode_get(s, txn, d.ino, rec); /* -ENOENT, as UNLINK's */
+	if (rc == 0 && S_ISDIR(rec->attr.mode))
+		rc = -EISDIR;
+	return rc;
+}
+
+/* Remove one checked record's name as UNLINK does; attr gets the inode
+ * after (nlink 0 when it went). Any failure here is the transaction's. */
+static int remove_one(struct kvc_meta_store *s, MDB_txn *txn,
+                      const struct kvc_meta_remove_record *r, struct kvc_inode_record *dir,
+                      const struct kvc_inode_record *rec, struct kvc_attr *attr)
+{
+	struct kvc_inode_record after;
+	int rc = kvc_meta_name_remove(s, txn, dir, r->name, r->rec.name_len, rec);
+	if (rc < 0)
+		return per_record(rc) ? -EIO : rc;
+	rc = kvc_meta_inode_get(s, txn, rec->attr.ino, &after); /* other names, or open */
+	if (rc == -ENOENT) {
+		after = *rec; /* gone to the gc queue */
+		after.attr.nlink = 0;
+		after.attr.ctime_ns = dir->attr.ctime_ns;
+		rc = 0;
+	}
+	if (rc == 0)
+		*attr = after.attr;
+	return rc < 0 && per_record(rc) ? -EIO : rc;
+}
+
+/* One REMOVE_MANY as a call of the group commit: out is set afresh on
+ * every run (the group may run it again). */
+struct remove_many_call {
+	const struct kvc_msg_remove_many *m;
+	const struct kvc_meta_remove_record *recs;
+	struct kvc_msg_key_result *out;
+};
+
+static int remove_many_in(struct kvc_meta_store *s, MDB_txn *txn, void *arg)
+{
+	const struct remove_many_call *c = arg;
+	uint32_t count = c->m->count;
+	int rc = 0;
+	for (uint32_t i = 0; i < count; i++)
+		c->out[i] = (struct kvc_msg_key_result){0};
+	for (uint32_t i = 0; rc == 0 && i < count; i++) {
+		struct kvc_inode_record dir, rec;
+		int one = check_removal(s, txn, &c->recs[i], &dir, &rec);
+		if (one == 0)
+			rc = remove_one(s, txn, &c->recs[i], &dir, &rec, &c->out[i].attr);
+		else if (one != -EISDIR && !per_record(one))
+			rc = one;
+		c->out[i].rc = one == 0 ? rc : one;
+	}
+	return rc;
+}
+
+int kvc_meta_remove_many_run(struct kvc_meta_store *s, const struct kvc_msg_remove_many *m,
+                             const struct kvc_meta_remove_record *recs,
+                             struct kvc_msg_key_result *out)
+{
+	struct remove_many_call call = {m, recs, out};
+	if (m->count < 1 || m->count > KVC_WIRE_MAX_KEYS)
+		return -EINVAL;
+	return kvc_meta_group_run(s, remove_many_in, &call);
 }

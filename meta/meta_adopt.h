@@ -4,7 +4,8 @@
  * fuse/early_creates.h). A kvc-fuse reserves inode numbers (a grant),
  * answers the kernel's CREATE with one of them, writes the file's chunks,
  * and later enters many such files into the store with one message, in
- * one LMDB transaction (the group commit, meta_store_internal.h).
+ * one LMDB transaction (the group commit, meta_store_internal.h). The
+ * removals it answered itself go the same way (KVC_MSG_REMOVE_MANY).
  *
  * Invariants:
  * - state "next_ino" is above every inode number given out, to an inode
@@ -20,11 +21,16 @@
  *   rdev 0, with the size, times, owner and layout sent; its layout has
  *   its parent's chunk size and at most the chains new files are placed
  *   over now.
+ * - A REMOVE_MANY record (the removals a kvc-fuse answered itself) takes
+ *   (parent, name) away only while that name names inode `ino` and it is
+ *   no directory, as UNLINK would (kvc_meta_name_remove): a name that went
+ *   or names another inode now (a change ordered after the removal) is
+ *   left as it is.
  * - Records are parsed and bounds-checked before the transaction starts.
  *   A per-record failure (-EINVAL, -ENAMETOOLONG, -ENOENT, -ENOTDIR,
- *   -EEXIST) changes nothing for that record, and the others go on; any
- *   other failure (-EIO, -ENOSPC, -ENOMEM) aborts the whole transaction
- *   and answers the message.
+ *   -EEXIST, and REMOVE_MANY's -EISDIR) changes nothing for that record,
+ *   and the others go on; any other failure (-EIO, -ENOSPC, -ENOMEM)
+ *   aborts the whole transaction and answers the message.
  */
 #ifndef KVC_META_ADOPT_H
 #define KVC_META_ADOPT_H
@@ -65,5 +71,32 @@ int kvc_meta_adopt_parse(const struct kvc_msg_adopt *m, const uint8_t *in, uint3
 int kvc_meta_adopt_run(struct kvc_meta_store *store, const struct kvc_msg_adopt *m,
                        const struct kvc_meta_adopt_record *recs,
                        struct kvc_msg_key_result *out, uint64_t *replaced);
+
+/* One parsed REMOVE_MANY record: its fixed part copied out, its name
+ * borrowed from the body (rec.name_len bytes, not checked yet). */
+struct kvc_meta_remove_record {
+	struct kvc_msg_remove_record rec;
+	const char *name;
+};
+
+/* Parse the m->count (1 .. KVC_WIRE_MAX_KEYS) records of a REMOVE_MANY
+ * body (in, len bytes after kvc_msg_remove_many) into recs (m->count
+ * entries). Returns 0, or -EINVAL when m->reserved is not 0 or unless
+ * every record and name lies in the body and the last name ends exactly
+ * at its end (a name_len of 0 or KVC_WIRE_MAX_NAME + 1, or a record's
+ * reserved word not 0, parses: the record then fails alone). */
+int kvc_meta_remove_many_parse(const struct kvc_msg_remove_many *m, const uint8_t *in,
+                               uint32_t len, struct kvc_meta_remove_record *recs);
+
+/* Remove the m->count parsed records' names in one transaction. out
+ * (m->count entries) gets each record's rc (0, -EINVAL, -ENAMETOOLONG,
+ * -ENOENT: no such parent or name, or the name names another inode,
+ * -ENOTDIR: the parent is none, -EISDIR) and, for a removal, the inode's
+ * attributes after it (nlink lowered; 0 when it went: to the gc queue, or
+ * an orphan while open). Returns 0 (each record's result in out), -EINVAL
+ * (count), or the whole transaction's -errno (-EIO, -ENOSPC, -ENOMEM). */
+int kvc_meta_remove_many_run(struct kvc_meta_store *store, const struct kvc_msg_remove_many *m,
+                             const struct kvc_meta_remove_record *recs,
+                             struct kvc_msg_key_result *out);
 
 #endif

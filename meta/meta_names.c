@@ -351,6 +351,21 @@ struct remove_call {
 	uint64_t *removed;
 };
 
+int kvc_meta_name_remove(struct kvc_meta_store *s, MDB_txn *txn, struct kvc_inode_record *dir,
+                         const char *name, uint32_t len, const struct kvc_inode_record *rec)
+{
+	int rc = kvc_meta_dirent_del(s, txn, dir->attr.ino, name, len);
+	if (rc == 0)
+		rc = kvc_meta_inode_unlinked(s, txn, rec);
+	if (rc == 0) {
+		touch(dir, kvc_meta_now_ns());
+		if (S_ISDIR(rec->attr.mode))
+			dir->attr.nlink--;
+		rc = kvc_meta_inode_put(s, txn, dir);
+	}
+	return rc;
+}
+
 static int remove_entry_in(struct kvc_meta_store *s, MDB_txn *txn, void *arg)
 {
 	const struct remove_call *call = arg;
@@ -370,15 +385,7 @@ static int remove_entry_in(struct kvc_meta_store *s, MDB_txn *txn, void *arg)
 	else if (call->want_dir)
 		rc = dir_empty(s, txn, rec.attr.ino) == 1 ? 0 : -ENOTEMPTY;
 	if (rc == 0)
-		rc = kvc_meta_dirent_del(s, txn, call->parent, call->name, call->name_len);
-	if (rc == 0)
-		rc = kvc_meta_inode_unlinked(s, txn, &rec);
-	if (rc == 0) {
-		touch(&dir, kvc_meta_now_ns());
-		if (call->want_dir)
-			dir.attr.nlink--;
-		rc = kvc_meta_inode_put(s, txn, &dir);
-	}
+		rc = kvc_meta_name_remove(s, txn, &dir, call->name, call->name_len, &rec);
 	if (rc == 0 && call->parent_attr)
 		*call->parent_attr = dir.attr;
 	if (rc == 0 && call->removed)

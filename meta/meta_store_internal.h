@@ -75,6 +75,13 @@ int kvc_meta_state_put(struct kvc_meta_store *s, MDB_txn *txn, const char *name,
  * keep their remaining names with nlink - 1 and a new ctime. */
 int kvc_meta_inode_unlinked(struct kvc_meta_store *s, MDB_txn *txn,
                             const struct kvc_inode_record *rec);
+/* meta_names.c: remove the name (dir, name) of rec as UNLINK and RMDIR
+ * do: the entry goes, rec follows kvc_meta_inode_unlinked, and dir
+ * (updated in place) gets mtime and ctime now, nlink - 1 when rec is a
+ * directory, and is written. Checks (rec's type, an empty directory) are
+ * the caller's; the caller's rec is not updated. Returns 0 or -errno. */
+int kvc_meta_name_remove(struct kvc_meta_store *s, MDB_txn *txn, struct kvc_inode_record *dir,
+                         const char *name, uint32_t len, const struct kvc_inode_record *rec);
 
 /* meta_opens.c: 1 when some client has ino open, 0 when none. */
 int kvc_meta_has_opens(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino);

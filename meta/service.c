@@ -583,6 +583,35 @@ static int h_adopt(struct request *r)
 	return rc;
 }
 
+/* REMOVE_MANY: removals a kvc-fuse answered itself (meta_adopt.h); each is
+ * news to others as an UNLINK's, and its inode may be free now. */
+static int h_remove_many(struct request *r)
+{
+	const struct kvc_msg_remove_many *m = r->msg;
+	uint32_t len = r->h->body_len - r->off;
+	const uint8_t *records = take(r, len);
+	bool wake = false;
+	if (!records || m->count < 1 || m->count > KVC_WIRE_MAX_KEYS || m->reserved)
+		return bad(r);
+	struct kvc_meta_remove_record *recs = calloc(m->count, sizeof(*recs));
+	struct kvc_msg_key_result *out = calloc(m->count, sizeof(*out));
+	int rc = recs && out ? kvc_meta_remove_many_parse(m, records, len, recs) : -ENOMEM;
+	if (rc == 0)
+		rc = kvc_meta_remove_many_run(r->svc->store, m, recs, out);
+	for (uint32_t i = 0; rc == 0 && i < m->count; i++) {
+		const struct kvc_meta_remove_record *k = &recs[i];
+		if (out[i].rc == 0)
+			removed(r, k->rec.parent, k->name, k->rec.name_len, k->rec.ino);
+		wake |= out[i].rc == 0;
+	}
+	if (wake && r->svc->collector)
+		kvc_meta_collector_wake(r->svc->collector);
+	rc = reply(r, rc, out, m->count * (uint32_t)sizeof(*out));
+	free(out);
+	free(recs);
+	return rc;
+}
+
 /* CLOSE_MANY: the closes a kvc-fuse gathered, one transaction. */
 static int h_close_many(struct request *r)
 {
@@ -703,6 +732,7 @@ static const struct op ops[] = {
 	[KVC_MSG_WATCH_DIR] = EXACT(struct kvc_msg_ino, h_watch_dir),
 	[KVC_MSG_INO_GRANT] = EXACT(struct kvc_msg_ino_grant, h_ino_grant),
 	[KVC_MSG_ADOPT] = VAR(struct kvc_msg_adopt, h_adopt),
+	[KVC_MSG_REMOVE_MANY] = VAR(struct kvc_msg_remove_many, h_remove_many),
 	[KVC_MSG_KEYS_LOOKUP] = VAR(struct kvc_msg_keys, h_keys),
 	[KVC_MSG_KEYS_CREATE] = VAR(struct kvc_msg_keys, h_keys),
 	[KVC_MSG_KEYS_PUBLISH] = VAR(struct kvc_msg_keys, h_keys),
@@ -721,7 +751,7 @@ static const bool grows[] = {
 	[KVC_MSG_POOL_INIT] = true,  [KVC_MSG_POOL_ALLOCATE] = true,
 	[KVC_MSG_KEYS_CREATE] = true, [KVC_MSG_INO_GRANT] = true,
 	/* (not ADOPT: its files exist already, written by a client that got
-	 * its numbers before the reserve was reached) */
+	 * its numbers before the reserve was reached; not REMOVE_MANY) */
 };
 
 static bool over_reserve(const struct kvc_meta_service *svc, uint16_t type)

@@ -22,7 +22,7 @@ static const uint8_t waits[] = {
 	[KVC_MSG_LISTXATTR] = WAITS_FOR_FIRST_INO,   [KVC_MSG_REMOVEXATTR] = WAITS_FOR_FIRST_INO,
 	[KVC_MSG_CLOSE_MANY] = WAITS_FOR_INO_LIST,   [KVC_MSG_RENEW] = WAITS_FOR_NONE,
 	[KVC_MSG_STATFS] = WAITS_FOR_NONE,           [KVC_MSG_INO_GRANT] = WAITS_FOR_NONE,
-	[KVC_MSG_ADOPT] = WAITS_FOR_NONE,
+	[KVC_MSG_ADOPT] = WAITS_FOR_NONE,            [KVC_MSG_REMOVE_MANY] = WAITS_FOR_NONE,
 };
 
 static int call(struct kvc_meta_client *client, uint16_t type, const void *body,
@@ -586,5 +586,38 @@ int kvc_meta_client_adopt(struct kvc_meta_client *client, const uint8_t id[KVC_W
 	free(body);
 	if (rc < 0)
 		return rc; /* transport errors as they are: the caller decides */
+	return len == want ? 0 : -EIO;
+}
+
+int kvc_meta_client_remove_many(struct kvc_meta_client *client,
+                                const struct kvc_meta_removal *names, uint32_t count,
+                                struct kvc_msg_key_result *out)
+{
+	struct kvc_msg_remove_many m = {.count = count};
+	if (count == 0 || count > KVC_WIRE_MAX_KEYS)
+		return -EINVAL;
+	size_t cap = sizeof(m);
+	for (uint32_t i = 0; i < count; i++)
+		cap += sizeof(struct kvc_msg_remove_record) + names[i].name_len;
+	if (cap > KVC_WIRE_MAX_BODY)
+		return -EINVAL;
+	uint8_t *body = malloc(cap);
+	if (!body)
+		return -ENOMEM;
+	memcpy(body, &m, sizeof(m));
+	size_t off = sizeof(m);
+	for (uint32_t i = 0; i < count; i++) {
+		const struct kvc_meta_removal *n = &names[i];
+		struct kvc_msg_remove_record r = {.parent = n->parent, .ino = n->ino,
+		                                  .name_len = n->name_len};
+		memcpy(body + off, &r, sizeof(r));
+		memcpy(body + off + sizeof(r), n->name, n->name_len);
+		off += sizeof(r) + n->name_len;
+	}
+	uint32_t want = count * (uint32_t)sizeof(*out), len = 0;
+	int rc = call(client, KVC_MSG_REMOVE_MANY, body, (uint32_t)off, out, want, &len);
+	free(body);
+	if (rc < 0)
+		return rc; /* transport errors as they are, as adopt's */
 	return len == want ? 0 : -EIO;
 }

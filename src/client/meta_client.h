@@ -26,7 +26,7 @@ struct kvc_meta_client {
 	 * inode numbers of the only files the call concerns (GETATTR, SETATTR,
 	 * EXTEND_SIZE, OPEN, CLOSE, CLOSE_MANY, xattrs, READLINK), or NULL and
 	 * 0 for every call that concerns names (all files made before it);
-	 * RENEW, STATFS, INO_GRANT and ADOPT run without it. Its -errno fails
+	 * RENEW, STATFS, INO_GRANT, ADOPT and REMOVE_MANY run without it. Its -errno fails
 	 * the call. Set before the client is shared. */
 	int (*before_call)(void *arg, const void *inos, uint32_t count);
 	void *before_arg;
@@ -167,5 +167,16 @@ struct kvc_meta_adoption {
 int kvc_meta_client_adopt(struct kvc_meta_client *client, const uint8_t id[KVC_WIRE_CLIENT_ID],
                           const struct kvc_meta_adoption *files, uint32_t count,
                           struct kvc_msg_key_result *out);
+/* REMOVE_MANY: remove count names (1 .. KVC_WIRE_MAX_KEYS), each only while
+ * it names the given inode, in one transaction; out gets each result.
+ * Bypasses before_call; transport errors as they are. */
+struct kvc_meta_removal {
+	uint64_t parent, ino;
+	uint32_t name_len;
+	const char *name;
+};
+int kvc_meta_client_remove_many(struct kvc_meta_client *client,
+                                const struct kvc_meta_removal *names, uint32_t count,
+                                struct kvc_msg_key_result *out);
 
 #endif

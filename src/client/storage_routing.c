@@ -35,6 +35,14 @@ void kvc_storage_client_chains(struct kvc_storage_client *client, struct kvc_cha
 	pthread_rwlock_unlock(&client->chains_lock);
 }
 
+uint32_t kvc_storage_client_chain_count(struct kvc_storage_client *client)
+{
+	pthread_rwlock_rdlock(&client->chains_lock);
+	uint32_t count = client->chains.count;
+	pthread_rwlock_unlock(&client->chains_lock);
+	return count;
+}
+
 /* The servers and targets of table beyond the client's: checked against
  * those the client has, then added (pools first, counts last). Called
  * with hosts_lock held. Returns 0 or -EINVAL (the table disagrees),

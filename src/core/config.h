@@ -85,10 +85,11 @@
  *   receive_threads = auto      # threads receiving read answers in
  *                               # parallel (auto: half the cores, up to 8,
  *                               # with 4 cores or more; 0: none)
- *   early_creates = on          # new files in busy directories are made
- *                               # here and entered in kvc-meta in
- *                               # batches (fuse/early_creates.h); off:
- *                               # every create waits for kvc-meta
+ *   early_creates = on          # new files (and unlinks) in busy
+ *                               # directories are made here and entered
+ *                               # in kvc-meta in batches
+ *                               # (fuse/early_creates.h); off: each
+ *                               # waits for kvc-meta
  *   gpu_staging_mb = 128        # pinned staging per ring worker for
  *                               # device iovs (allocated on first use)
  *   usrbio_uid_iov_mb = 1048576 # USRBIO clients of one uid, all together:

@@ -95,7 +95,8 @@
  *      (KVC_CHUNK_FORWARDED); clients send them to each chain's head.
  *   13 creates made ahead: INO_GRANT (60) reserves inode numbers for a
  *      kvc-fuse, ADOPT (61) enters files it made with them (names,
- *      inodes, sizes, open sessions) in one transaction.
+ *      inodes, sizes, open sessions) in one transaction; REMOVE_MANY (62)
+ *      removes many names, each only while it names a given inode.
  */
 #ifndef KVC_WIRE_H
 #define KVC_WIRE_H
@@ -175,6 +176,7 @@ enum kvc_wire_type {
 	KVC_MSG_WATCH_DIR = 59,
 	KVC_MSG_INO_GRANT = 60,
 	KVC_MSG_ADOPT = 61,
+	KVC_MSG_REMOVE_MANY = 62,
 	/* Ring keys (80..87): fuse/ring_keys.c's batched namespace work. */
 	KVC_MSG_KEYS_LOOKUP = 80,
 	KVC_MSG_KEYS_CREATE = 81,
@@ -389,6 +391,30 @@ struct kvc_msg_adopt_record {
 	uint32_t name_len;
 };
 _Static_assert(sizeof(struct kvc_msg_adopt_record) == 96, "");
+
+/* REMOVE_MANY: count (1 .. KVC_WIRE_MAX_KEYS) removals a kvc-fuse already
+ * answered (fuse/early_creates.h), in one transaction: kvc_msg_remove_many,
+ * then count records, each a kvc_msg_remove_record and name_len name bytes.
+ * A record removes (parent, name) as UNLINK does (the inode goes to the
+ * collector, or stays an orphan while open somewhere) only while that name
+ * names inode `ino` and is not a directory: else -ENOENT (gone, or another
+ * inode now: a removal ordered before that client's change), -EISDIR.
+ * Reply: count kvc_msg_key_result in order (rc 0 or -errno per record; the
+ * removed inode's attributes after, nlink lowered); a failure of the whole
+ * transaction answers the message. */
+struct kvc_msg_remove_many {
+	uint32_t count;
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct kvc_msg_remove_many) == 8, "");
+
+struct kvc_msg_remove_record {
+	uint64_t parent;
+	uint64_t ino;
+	uint32_t name_len;
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct kvc_msg_remove_record) == 24, "");
 
 /* CLIENT_HELLO: the connection acts for the kvc-fuse client `client`
  * (sent once, right after the handshake): kvc-meta remembers the names and

@@ -25,11 +25,13 @@ def metrics_text(address):
         return r.read().decode()
 
 
-def early(cluster, state):
-    """kvc_fuse_early_creates_total{state=...} of the first kvc-fuse."""
+def early(cluster, state, what="creates"):
+    """kvc_fuse_early_{creates,removals}_total{state=...} of the first
+    kvc-fuse."""
     text = metrics_text(cluster.fuse_metrics)
-    m = re.search(r'^kvc_fuse_early_creates_total\{state="%s"\} (\S+)$' % state, text, re.M)
-    assert m, "no kvc_fuse_early_creates_total"
+    name = f"kvc_fuse_early_{what}_total"
+    m = re.search(r'^%s\{state="%s"\} (\S+)$' % (name, state), text, re.M)
+    assert m, f"no {name}"
     return float(m.group(1))
 
 
@@ -204,3 +206,46 @@ def test_a_fsynced_early_file_survives_its_client_s_death(cluster, workdir):
             assert (workdir / name).read_bytes() == data, name
     finally:
         drop_second_mount(proc, mount2)
+
+
+def test_unlinks_of_known_keys_are_answered_here(cluster, workdir, other):
+    """Keys this client made or looked up in a kept directory are removed
+    here and in kvc-meta in batches: gone at once here, within the events'
+    trip on another client, and every one of them entered."""
+    keep_names_of(cluster, workdir)
+    blobs = {f"u-{i}": os.urandom(4096) for i in range(200)}
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda kv: write_key(workdir / kv[0], kv[1]), blobs.items()))
+    for name in blobs:  # the other client caches them
+        assert seen_within(lambda: opens(os.path.join(other, name)) is not None) is not None
+    made, entered = early(cluster, "made", "removals"), early(cluster, "entered", "removals")
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda n: os.unlink(workdir / n), blobs))
+    assert early(cluster, "made", "removals") - made >= 150
+    for name in blobs:
+        assert not (workdir / name).exists()
+    assert wait_until(lambda: early(cluster, "entered", "removals") - entered ==
+                      early(cluster, "made", "removals") - made, timeout=10)
+    for name in blobs:
+        assert seen_within(lambda: not os.path.exists(os.path.join(other, name))) is not None
+    assert [n for n in os.listdir(other) if n.startswith("u-")] == []
+    assert early(cluster, "missed", "removals") == 0
+
+
+def test_an_open_file_removed_here_keeps_its_bytes(cluster, workdir, other):
+    """An unlink answered here of a file still open: the open file reads
+    back whole, fstat says no links, and the name is gone everywhere."""
+    keep_names_of(cluster, workdir)
+    data = os.urandom(200000)
+    write_key(workdir / "held", data)
+    made = early(cluster, "made", "removals")
+    with open(workdir / "held", "rb") as f:
+        os.unlink(workdir / "held")
+        assert early(cluster, "made", "removals") == made + 1
+        assert os.fstat(f.fileno()).st_nlink == 0
+        assert f.read() == data
+        assert seen_within(lambda: not os.path.exists(os.path.join(other, "held"))) is not None
+    assert not (workdir / "held").exists()
+    write_key(workdir / "held", b"again")  # the name is free again
+    assert (workdir / "held").read_bytes() == b"again"
+    assert seen_within(lambda: opens(os.path.join(other, "held")) == b"again") is not None

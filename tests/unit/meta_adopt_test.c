@@ -257,7 +257,7 @@ Test(meta_adopt, each_bad_record_fails_alone)
 	sticky.mode |= S_ISVTX;
 	chunk.layout.chunk_size = 3 << 20; /* not a power of two */
 	stripe0.layout.stripe = 0;
-	chains.layout.chain_count = 4; /* more chains than the cluster has */
+	chains.layout.chain_count = KVC_WIRE_MAX_TARGETS + 1; /* more than a table has */
 	chains.layout.stripe = 1;
 	fchain.layout.first_chain = 3;
 	wide.layout.stripe = 4;
