@@ -149,6 +149,18 @@ static void set_add(struct dir *dir, uint64_t h, uint64_t ino)
 	dir->count++;
 }
 
+/* A name a listing read: its inode only if nothing was heard of it since
+ * (a page read before a change of the name must not undo what the change
+ * told: a name heard of meanwhile keeps 0, as does one it disagrees with). */
+static void listed_add(struct dir *dir, const struct slot *listed)
+{
+	struct slot *known = set_find(dir, listed->h);
+	if (known && known->ino != listed->ino)
+		known->ino = 0;
+	else if (!known)
+		set_add(dir, listed->h, listed->ino);
+}
+
 static struct dir *find(struct kvc_dir_names *d, uint64_t ino)
 {
 	for (int i = 0; i < DIRS; i++)
@@ -383,7 +395,7 @@ static void fill(struct kvc_dir_names *d, struct dir *dir, struct kvc_meta_diren
 		pthread_mutex_lock(&d->lock);
 		bool ours = same(dir, ino, epoch) && dir->state == FILLING;
 		for (uint32_t i = 0; ours && rc == 0 && i < n && dir->state == FILLING; i++)
-			set_add(dir, listed[i].h, listed[i].ino);
+			listed_add(dir, &listed[i]);
 		more = more && same(dir, ino, epoch) && dir->state == FILLING && !d->stopping;
 		pthread_mutex_unlock(&d->lock);
 	}

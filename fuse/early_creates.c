@@ -429,7 +429,10 @@ static void *early_main(void *arg)
 		while (ready < c->count && (!c->waiting[ready].open || c->stopping ||
 		                            now - c->waiting[ready].made_ns >= OPEN_DELAY_US * 1000ll))
 			ready++;
-		int64_t due = c->waiting[0].made_ns + (ready ? BATCH_DELAY_US : OPEN_DELAY_US) * 1000ll;
+		/* A removal at the front goes at once: until kvc-meta has it,
+		 * another client still finds the name (early_creates.h). */
+		int64_t due = c->waiting[0].remove ? now
+		            : c->waiting[0].made_ns + (ready ? BATCH_DELAY_US : OPEN_DELAY_US) * 1000ll;
 		if (ready < BATCH_FULL && now < due) {
 			wait_until(c, &c->work, ready ? due : now + BATCH_DELAY_US * 1000ll);
 			continue;
@@ -485,8 +488,13 @@ void kvc_early_creates_stop(struct kvc_early_creates *c)
 	uint32_t n = c->count;
 	struct entry *dropped = c->waiting;
 	if (n > 0) { /* given up: as refused ones, and no caller waits for them */
-		kvc_log_error("%" PRIu32 " early create(s) not entered in kvc-meta: lost", n);
-		c->stats.lost += n;
+		uint32_t removes = 0;
+		for (uint32_t i = 0; i < n; i++)
+			removes += c->waiting[i].remove;
+		kvc_log_error("kvc-meta unreachable: %" PRIu32 " early create(s) lost, %" PRIu32
+		              " early removal(s) not made (those names stay)", n - removes, removes);
+		c->stats.lost += n - removes;
+		c->stats.removes_missed += removes;
 		c->entered_seq = c->next_seq - 1;
 		c->waiting = NULL;
 		c->count = c->cap = 0;

@@ -53,7 +53,10 @@
  * counted, and early creates stop for LOST_PAUSE_S so the next creates get
  * kvc-meta's answer themselves. If kvc-fuse dies, the files still waiting
  * here (at most one batch delay's worth) are lost, and their chunks stay
- * on the storage servers unreferenced.
+ * on the storage servers unreferenced. A removal answered here reaches
+ * kvc-meta a round trip later: another client that opens the name
+ * meanwhile (not exclusively) opens the file being removed, and what it
+ * writes goes with it.
  *
  * Threads: any FUSE worker, the thread here, and every caller of the meta
  * client (settle). One mutex, a leaf: never held across a kvc-meta call;

@@ -318,8 +318,10 @@ void kvc_fuse_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mod
 	kvc_dir_names_end(fs->dir_names, names);
 	if (rc == 0) /* for the kernel's permission check before the next create */
 		kvc_attr_cache_put(fs->attrs, &dir, mark);
-	if (rc == 0)
-		kvc_dir_names_named(fs->dir_names, parent, name, strlen(name), attr.ino);
+	if (rc == 0) /* (as lookup's: unless the name changed since) */
+		kvc_dir_names_named(fs->dir_names, parent, name, strlen(name),
+		                    kvc_meta_events_ttl(fs->events, mark, parent, name, 0) > 0
+		                    ? attr.ino : 0);
 	if (rc == 0)
 		rc = created ? adopt_inode(fs, &attr) : open_inode(fs, attr.ino, &attr);
 	/* An existing file (created meanwhile by another client) is opened. */

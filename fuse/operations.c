@@ -104,8 +104,12 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_entry(req, &e);
 		return;
 	}
-	if (rc == 0) /* what the kernel's entry names: an unlink of it may be early */
-		kvc_dir_names_named(fs->dir_names, parent, name, strlen(name), attr.ino);
+	/* What the kernel's entry names (an unlink of it may be early), unless
+	 * the name changed since the request (then not known). */
+	if (rc == 0)
+		kvc_dir_names_named(fs->dir_names, parent, name, strlen(name),
+		                    kvc_meta_events_ttl(fs->events, mark, parent, name, 0) > 0
+		                    ? attr.ino : 0);
 	kvc_fuse_reply_entry(req, mark, parent, name, rc, &attr);
 }
 

@@ -285,6 +285,8 @@ static int meta_call(struct kvc_fuse *fs, struct kvc_ring_keys_scratch *s, uint1
 	int rc = n ? kvc_meta_client_keys(&fs->meta, type, &m, s->mk, s->res) : 0;
 	if (makes)
 		kvc_dir_names_end(fs->dir_names, names);
+	for (int i = 0; type == KVC_MSG_KEYS_REMOVE && i < n; i++) /* (dir_names.h) */
+		kvc_dir_names_named(fs->dir_names, d->ino, s->mk[i].name, s->mk[i].name_len, 0);
 	if (n && type != KVC_MSG_KEYS_LOOKUP) /* the directory changed (attr_cache.h) */
 		kvc_meta_events_changed_here(fs->events, d->ino);
 	return rc;

@@ -600,8 +600,12 @@ static int h_remove_many(struct request *r)
 		rc = kvc_meta_remove_many_run(r->svc->store, m, recs, out);
 	for (uint32_t i = 0; rc == 0 && i < m->count; i++) {
 		const struct kvc_meta_remove_record *k = &recs[i];
-		if (out[i].rc == 0)
+		if (out[i].rc == 0) {
 			removed(r, k->rec.parent, k->name, k->rec.name_len, k->rec.ino);
+			/* The sender keeps the parent's attributes as after its
+			 * removals, as UNLINK's answer: it hears of their change. */
+			note_inode(r, k->rec.parent);
+		}
 		wake |= out[i].rc == 0;
 	}
 	if (wake && r->svc->collector)

@@ -95,8 +95,9 @@
  *      (KVC_CHUNK_FORWARDED); clients send them to each chain's head.
  *   13 creates made ahead: INO_GRANT (60) reserves inode numbers for a
  *      kvc-fuse, ADOPT (61) enters files it made with them (names,
- *      inodes, sizes, open sessions) in one transaction; REMOVE_MANY (62)
- *      removes many names, each only while it names a given inode.
+ *      inodes, sizes, open sessions) in one transaction.
+ *   14 REMOVE_MANY (62) removes many names, each only while it names a
+ *      given inode.
  */
 #ifndef KVC_WIRE_H
 #define KVC_WIRE_H
@@ -110,7 +111,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "kvcfs wire structs are little-endian in memory");
 
 #define KVC_WIRE_MAGIC 0x3143564bu /* "KVC1" */
-#define KVC_WIRE_VERSION 13
+#define KVC_WIRE_VERSION 14
 #define KVC_WIRE_MAX_BODY (1u << 20)
 #define KVC_WIRE_MAX_DATA (64u << 20)
 #define KVC_WIRE_MAX_NAME 255

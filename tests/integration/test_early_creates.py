@@ -230,6 +230,11 @@ def test_unlinks_of_known_keys_are_answered_here(cluster, workdir, other):
         assert seen_within(lambda: not os.path.exists(os.path.join(other, name))) is not None
     assert [n for n in os.listdir(other) if n.startswith("u-")] == []
     assert early(cluster, "missed", "removals") == 0
+    # The directory's attributes this client keeps as after its removals
+    # hear of another client's change (kvc-meta noted them for it).
+    os.chmod(other, 0o750)
+    assert seen_within(lambda: stat.S_IMODE(os.stat(workdir).st_mode) == 0o750) is not None
+    os.chmod(other, 0o755)
 
 
 def test_an_open_file_removed_here_keeps_its_bytes(cluster, workdir, other):
