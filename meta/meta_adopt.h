@@ -18,9 +18,9 @@
  *   (kvc-meta records no grant: a number whose adopted file went and was
  *   reclaimed could be entered again; a kvc-fuse adopts each number once.)
  * - An adopted file is a regular file (mode S_IFREG | 0..0777), nlink 1,
- *   rdev 0, with the size, times, owner and layout sent; its layout has
- *   its parent's chunk size and at most the chains new files are placed
- *   over now.
+ *   rdev 0, with the size, times, owner and layout sent; its layout is a
+ *   valid one (kvc_layout_check), of any chunk size and over as many
+ *   chains as the sender's routing table has (newer than ours, maybe).
  * - A REMOVE_MANY record (the removals a kvc-fuse answered itself) takes
  *   (parent, name) away only while that name names inode `ino` and it is
  *   no directory, as UNLINK would (kvc_meta_name_remove): a name that went
