@@ -47,7 +47,7 @@ struct kvc_early_creates {
 	bool stopping;
 	/* Numbers: [next, end) in use, then [spare_first, spare_end). */
 	uint64_t next, end, spare_first, spare_end;
-	uint32_t chain_count, rr;
+	uint32_t chain_count;
 	int64_t grant_after_ns, paused_until_ns;
 	/* Files made, by seq; those up to entered_seq are in kvc-meta (or
 	 * lost), the rest wait here or are in the ADOPT on its way. */
@@ -130,12 +130,18 @@ int kvc_early_creates_make(struct kvc_early_creates *c, uint64_t parent, const c
 		layout.chain_count = chains > c->chain_count ? chains : c->chain_count;
 		if (layout.stripe > layout.chain_count)
 			layout.stripe = layout.chain_count;
-		layout.first_chain = c->rr++ % layout.chain_count;
 		int64_t t = wall_ns();
+		uint64_t ino = c->next++;
+		/* Spread over the chains by a hash of the inode, not a counter
+		 * in step with it: readers pick a chunk's replica by (inode +
+		 * chunk), and a first chain in step with the inode would send
+		 * every read of a chain's first chunks to one of its members. */
+		layout.first_chain = (uint32_t)(((ino * 0x9E3779B97F4A7C15ull) >> 32) %
+		                                layout.chain_count);
 		struct entry *e = &c->waiting[c->count++];
 		*e = (struct entry){.seq = c->next_seq++, .parent = parent, .made_ns = now,
 		                    .ticket = ticket, .open = true, .name_len = (uint32_t)len};
-		e->attr = (struct kvc_attr){.ino = c->next++, .atime_ns = t, .mtime_ns = t,
+		e->attr = (struct kvc_attr){.ino = ino, .atime_ns = t, .mtime_ns = t,
 		                            .ctime_ns = t, .mode = S_IFREG | (mode & 0777),
 		                            .uid = uid, .gid = (d.mode & S_ISGID) ? d.gid : gid,
 		                            .nlink = 1, .layout = layout};

@@ -111,21 +111,34 @@ def differences(mh, server):
 # version, so such a request is -ESTALE there and changes nothing.
 
 
+def file_read_from(mh, server, directory):
+    """A one-chunk file of directory whose reads go to server's member of
+    its chain (src/client/storage_read.c: pick_replica starts at (inode +
+    chunk) % 251)."""
+    mine = mh.targets_of(server)
+    chains = {c["id"]: c["targets"] for c in mh.chains()}
+    for i in range(400):
+        path = os.path.join(directory, f"on-{server}-{i}")
+        with open(path, "wb") as f:
+            f.write(os.urandom(4096))
+        ino, on = layout_of(path)
+        members = chains.get(on[0], [])
+        if members and members[(ino % 251) % len(members)] in mine:
+            return path
+        os.unlink(path)
+    raise AssertionError(f"no file read from {server}")
+
+
 def check_rejoined(mh, server, stable):
     """server's targets serve in full chains again, hold exactly what the
     other members of their chains hold, and serve reads."""
     assert wait_until(mh.whole, timeout=FULL), mh.status()
     before = chunk_reads(mh, server)
-    # Reads reach server only through a file with a chunk on one of its
-    # chains: the stable files may have none (how files spread over the
-    # chains is the client's or kvc-meta's round robin, and the table may
-    # have grown), so one such file is made if needed.
-    mine = {c["id"] for c in mh.chains() if set(c["targets"]) & mh.targets_of(server)}
-    paths = list(stable)
-    if mine and not any(layout_of(p)[1][0] in mine for p in paths):
-        paths += files_on_chain(os.path.dirname(paths[0]), min(mine), 1, f"on-{server}-")
-        with open(paths[-1], "wb") as f:
-            f.write(os.urandom(4096))
+    # Reads reach server only for a chunk on one of its chains whose
+    # replica (picked by inode + chunk among the chain's members) is its
+    # member: the stable files may have none (placement is the client's or
+    # kvc-meta's and the table may have grown), so one such file is made.
+    paths = list(stable) + [file_read_from(mh, server, os.path.dirname(next(iter(stable))))]
 
     def read_all():
         for path in paths:
