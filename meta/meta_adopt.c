@@ -49,14 +49,21 @@ int kvc_meta_adopt_grant(struct kvc_meta_store *s, uint32_t count,
 
 /* ---- ADOPT: parsing ---- */
 
-static bool take(const uint8_t *in, uint32_t len, uint32_t *off, void *out, uint32_t n)
+/* One record: its fixed part (copied to rec, rec_size bytes), then the
+ * name_len name bytes its name_len field (inside rec) gives; *name points
+ * at them in the body. false when the body ends early or the name is
+ * longer than any. */
+static bool take_named(const uint8_t *in, uint32_t len, uint32_t *off, void *rec,
+                       uint32_t rec_size, const uint32_t *name_len, const char **name)
 {
-	if (len - *off < n)
+	const void *fixed = kvc_wire_body_take(in, len, off, rec_size);
+	if (!fixed)
 		return false;
-	if (out)
-		memcpy(out, in + *off, n);
-	*off += n;
-	return true;
+	memcpy(rec, fixed, rec_size);
+	if (*name_len > KVC_WIRE_MAX_NAME + 1)
+		return false;
+	*name = kvc_wire_body_take(in, len, off, *name_len);
+	return *name != NULL;
 }
 
 int kvc_meta_adopt_parse(const struct kvc_msg_adopt *m, const uint8_t *in, uint32_t len,
@@ -68,11 +75,8 @@ int kvc_meta_adopt_parse(const struct kvc_msg_adopt *m, const uint8_t *in, uint3
 	for (uint32_t i = 0; i < m->count; i++) {
 		struct kvc_meta_adopt_record *r = &recs[i];
 		*r = (struct kvc_meta_adopt_record){0};
-		if (!take(in, len, &off, &r->rec, sizeof(r->rec)) ||
-		    r->rec.name_len > KVC_WIRE_MAX_NAME + 1)
-			return -EINVAL;
-		r->name = (const char *)in + off;
-		if (!take(in, len, &off, NULL, r->rec.name_len))
+		if (!take_named(in, len, &off, &r->rec, sizeof(r->rec), &r->rec.name_len,
+		                &r->name))
 			return -EINVAL;
 	}
 	return off == len ? 0 : -EINVAL;
@@ -250,11 +254,8 @@ int kvc_meta_remove_many_parse(const struct kvc_msg_remove_many *m, const uint8_
 	for (uint32_t i = 0; i < m->count; i++) {
 		struct kvc_meta_remove_record *r = &recs[i];
 		*r = (struct kvc_meta_remove_record){0};
-		if (!take(in, len, &off, &r->rec, sizeof(r->rec)) ||
-		    r->rec.name_len > KVC_WIRE_MAX_NAME + 1)
-			return -EINVAL;
-		r->name = (const char *)in + off;
-		if (!take(in, len, &off, NULL, r->rec.name_len))
+		if (!take_named(in, len, &off, &r->rec, sizeof(r->rec), &r->rec.name_len,
+		                &r->name))
 			return -EINVAL;
 	}
 	return off == len ? 0 : -EINVAL;

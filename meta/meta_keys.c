@@ -9,14 +9,14 @@
 #include "core/lmdb_txn.h"
 #include "meta/meta_store_internal.h"
 
+/* Copy n bytes at *off to out (none when out is NULL) and step past them;
+ * false when the body ends first. */
 static bool take(const uint8_t *in, uint32_t len, uint32_t *off, void *out, uint32_t n)
 {
-	if (len - *off < n)
-		return false;
-	if (out)
-		memcpy(out, in + *off, n);
-	*off += n;
-	return true;
+	const void *p = kvc_wire_body_take(in, len, off, n);
+	if (p && out)
+		memcpy(out, p, n);
+	return p != NULL;
 }
 
 int kvc_meta_keys_parse(uint16_t type, const struct kvc_msg_keys *m, const uint8_t *in, uint32_t len,
