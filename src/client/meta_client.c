@@ -555,38 +555,77 @@ int kvc_meta_client_ino_grant(struct kvc_meta_client *client, uint32_t count,
 	return len == sizeof(*out) && out->count == count ? 0 : -EIO;
 }
 
-int kvc_meta_client_adopt(struct kvc_meta_client *client, const uint8_t id[KVC_WIRE_CLIENT_ID],
-                          const struct kvc_meta_adoption *files, uint32_t count,
-                          struct kvc_msg_key_result *out)
+/* A message of head (head_len bytes), then count records, each a fixed
+ * part of rec_size bytes that fill writes for item i (returning the
+ * item's name, its length in *name_len) followed by the name's bytes;
+ * the reply is count kvc_msg_key_result. Transport errors come back as
+ * they are: the caller decides (fuse/early_creates.c retries). */
+typedef const char *(*record_fill)(const void *items, uint32_t i, void *rec,
+                                   uint32_t *name_len);
+
+static int call_named_records(struct kvc_meta_client *client, uint16_t type, const void *head,
+                              uint32_t head_len, const void *items, uint32_t count,
+                              uint32_t rec_size, record_fill fill,
+                              struct kvc_msg_key_result *out)
 {
-	struct kvc_msg_adopt m = {.count = count};
-	if (count == 0 || count > KVC_WIRE_MAX_KEYS)
+	uint8_t rec[128];
+	uint32_t name_len;
+	if (count == 0 || count > KVC_WIRE_MAX_KEYS || rec_size > sizeof(rec))
 		return -EINVAL;
-	memcpy(m.client, id, sizeof(m.client));
-	size_t cap = sizeof(m);
-	for (uint32_t i = 0; i < count; i++)
-		cap += sizeof(struct kvc_msg_adopt_record) + files[i].name_len;
+	size_t cap = head_len;
+	for (uint32_t i = 0; i < count; i++) {
+		fill(items, i, rec, &name_len);
+		cap += rec_size + name_len;
+	}
 	if (cap > KVC_WIRE_MAX_BODY)
 		return -EINVAL;
 	uint8_t *body = malloc(cap);
 	if (!body)
 		return -ENOMEM;
-	memcpy(body, &m, sizeof(m));
-	size_t off = sizeof(m);
+	memcpy(body, head, head_len);
+	size_t off = head_len;
 	for (uint32_t i = 0; i < count; i++) {
-		const struct kvc_meta_adoption *f = &files[i];
-		struct kvc_msg_adopt_record r = {.parent = f->parent, .attr = f->attr,
-		                                 .flags = f->flags, .name_len = f->name_len};
-		memcpy(body + off, &r, sizeof(r));
-		memcpy(body + off + sizeof(r), f->name, f->name_len);
-		off += sizeof(r) + f->name_len;
+		const char *name = fill(items, i, rec, &name_len);
+		memcpy(body + off, rec, rec_size);
+		memcpy(body + off + rec_size, name, name_len);
+		off += rec_size + name_len;
 	}
 	uint32_t want = count * (uint32_t)sizeof(*out), len = 0;
-	int rc = call(client, KVC_MSG_ADOPT, body, (uint32_t)off, out, want, &len);
+	int rc = call(client, type, body, (uint32_t)off, out, want, &len);
 	free(body);
 	if (rc < 0)
-		return rc; /* transport errors as they are: the caller decides */
+		return rc;
 	return len == want ? 0 : -EIO;
+}
+
+static const char *adopt_fill(const void *items, uint32_t i, void *rec, uint32_t *name_len)
+{
+	const struct kvc_meta_adoption *f = (const struct kvc_meta_adoption *)items + i;
+	struct kvc_msg_adopt_record r = {.parent = f->parent, .attr = f->attr,
+	                                 .flags = f->flags, .name_len = f->name_len};
+	memcpy(rec, &r, sizeof(r));
+	*name_len = f->name_len;
+	return f->name;
+}
+
+int kvc_meta_client_adopt(struct kvc_meta_client *client, const uint8_t id[KVC_WIRE_CLIENT_ID],
+                          const struct kvc_meta_adoption *files, uint32_t count,
+                          struct kvc_msg_key_result *out)
+{
+	struct kvc_msg_adopt m = {.count = count};
+	memcpy(m.client, id, sizeof(m.client));
+	return call_named_records(client, KVC_MSG_ADOPT, &m, sizeof(m), files, count,
+	                          sizeof(struct kvc_msg_adopt_record), adopt_fill, out);
+}
+
+static const char *removal_fill(const void *items, uint32_t i, void *rec, uint32_t *name_len)
+{
+	const struct kvc_meta_removal *n = (const struct kvc_meta_removal *)items + i;
+	struct kvc_msg_remove_record r = {.parent = n->parent, .ino = n->ino,
+	                                  .name_len = n->name_len};
+	memcpy(rec, &r, sizeof(r));
+	*name_len = n->name_len;
+	return n->name;
 }
 
 int kvc_meta_client_remove_many(struct kvc_meta_client *client,
@@ -594,30 +633,6 @@ int kvc_meta_client_remove_many(struct kvc_meta_client *client,
                                 struct kvc_msg_key_result *out)
 {
 	struct kvc_msg_remove_many m = {.count = count};
-	if (count == 0 || count > KVC_WIRE_MAX_KEYS)
-		return -EINVAL;
-	size_t cap = sizeof(m);
-	for (uint32_t i = 0; i < count; i++)
-		cap += sizeof(struct kvc_msg_remove_record) + names[i].name_len;
-	if (cap > KVC_WIRE_MAX_BODY)
-		return -EINVAL;
-	uint8_t *body = malloc(cap);
-	if (!body)
-		return -ENOMEM;
-	memcpy(body, &m, sizeof(m));
-	size_t off = sizeof(m);
-	for (uint32_t i = 0; i < count; i++) {
-		const struct kvc_meta_removal *n = &names[i];
-		struct kvc_msg_remove_record r = {.parent = n->parent, .ino = n->ino,
-		                                  .name_len = n->name_len};
-		memcpy(body + off, &r, sizeof(r));
-		memcpy(body + off + sizeof(r), n->name, n->name_len);
-		off += sizeof(r) + n->name_len;
-	}
-	uint32_t want = count * (uint32_t)sizeof(*out), len = 0;
-	int rc = call(client, KVC_MSG_REMOVE_MANY, body, (uint32_t)off, out, want, &len);
-	free(body);
-	if (rc < 0)
-		return rc; /* transport errors as they are, as adopt's */
-	return len == want ? 0 : -EIO;
+	return call_named_records(client, KVC_MSG_REMOVE_MANY, &m, sizeof(m), names, count,
+	                          sizeof(struct kvc_msg_remove_record), removal_fill, out);
 }
