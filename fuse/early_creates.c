@@ -64,13 +64,6 @@ struct kvc_early_creates {
 	struct kvc_early_creates_stats stats;
 };
 
-static int64_t wall_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void wait_until(struct kvc_early_creates *c, pthread_cond_t *cond, int64_t at_ns)
 {
 	struct timespec t = {.tv_sec = at_ns / 1000000000, .tv_nsec = at_ns % 1000000000};
@@ -130,7 +123,7 @@ int kvc_early_creates_make(struct kvc_early_creates *c, uint64_t parent, const c
 		layout.chain_count = chains > c->chain_count ? chains : c->chain_count;
 		if (layout.stripe > layout.chain_count)
 			layout.stripe = layout.chain_count;
-		int64_t t = wall_ns();
+		int64_t t = kvc_clock_wall_ns();
 		uint64_t ino = c->next++;
 		/* Spread over the chains by a hash of the inode, not a counter
 		 * in step with it: readers pick a chunk's replica by (inode +
@@ -169,7 +162,7 @@ bool kvc_early_creates_fold_size(struct kvc_early_creates *c, uint64_t ino, uint
 	struct entry *e = find_foldable(c, ino);
 	if (e) {
 		e->attr.size = size;
-		e->attr.mtime_ns = e->attr.ctime_ns = wall_ns();
+		e->attr.mtime_ns = e->attr.ctime_ns = kvc_clock_wall_ns();
 		*attr = e->attr;
 	}
 	pthread_mutex_unlock(&c->lock);

@@ -12,6 +12,7 @@
 #include <sys/xattr.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/layout.h"
 #include "core/log.h"
 
@@ -146,13 +147,6 @@ static int64_t timespec_ns(struct timespec ts)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return timespec_ns(ts);
-}
-
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *st, int to_set,
                        struct fuse_file_info *fi)
 {
@@ -170,10 +164,10 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *st, int to_s
 		m.mask |= KVC_SETATTR_SIZE, m.size = (uint64_t)st->st_size;
 	if (to_set & FUSE_SET_ATTR_ATIME)
 		m.mask |= KVC_SETATTR_ATIME,
-			m.atime_ns = to_set & FUSE_SET_ATTR_ATIME_NOW ? now_ns() : timespec_ns(st->st_atim);
+			m.atime_ns = to_set & FUSE_SET_ATTR_ATIME_NOW ? kvc_clock_wall_ns() : timespec_ns(st->st_atim);
 	if (to_set & FUSE_SET_ATTR_MTIME)
 		m.mask |= KVC_SETATTR_MTIME,
-			m.mtime_ns = to_set & FUSE_SET_ATTR_MTIME_NOW ? now_ns() : timespec_ns(st->st_mtim);
+			m.mtime_ns = to_set & FUSE_SET_ATTR_MTIME_NOW ? kvc_clock_wall_ns() : timespec_ns(st->st_mtim);
 	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
 	int rc = kvc_fuse_commit_size(fs, ino);
 	if (rc == 0)
@@ -292,9 +286,7 @@ static int remove_early(struct kvc_fuse *fs, uint64_t parent, const char *name)
 	kvc_meta_events_changed_here(fs->events, ino);
 	kvc_meta_events_changed_here(fs->events, parent);
 	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
-	struct timespec now;
-	clock_gettime(CLOCK_REALTIME, &now);
-	dir.mtime_ns = dir.ctime_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+	dir.mtime_ns = dir.ctime_ns = kvc_clock_wall_ns();
 	kvc_attr_cache_put(fs->attrs, &dir, mark);
 	return 0;
 }

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/fsutil.h"
 #include "core/layout.h"
 #include "core/lmdb_txn.h"
@@ -21,9 +22,7 @@
 
 int64_t kvc_meta_now_ns(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+	return kvc_clock_wall_ns();
 }
 
 void kvc_meta_be64(uint8_t *out, uint64_t v)

@@ -1,7 +1,8 @@
 /*
  * clock: the one monotonic clock of kvcfs (timeouts, leases, expiries):
- * CLOCK_MONOTONIC in nanoseconds. Wall-clock times (file times) come from
- * CLOCK_REALTIME where they are made, never from here.
+ * CLOCK_MONOTONIC in nanoseconds; and the one wall clock for the times
+ * files carry (kvc_clock_wall_ns, CLOCK_REALTIME), never used for a
+ * timeout.
  */
 #ifndef KVC_CLOCK_H
 #define KVC_CLOCK_H
@@ -13,6 +14,14 @@ static inline int64_t kvc_clock_monotonic_ns(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Now as a file time: nanoseconds since the epoch. */
+static inline int64_t kvc_clock_wall_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
