@@ -226,3 +226,13 @@ def drop_second_mount(proc, mount):
     proc.wait()
     subprocess.run(["fusermount3", "-uz", mount], capture_output=True)
     os.rmdir(mount)
+
+
+@pytest.fixture
+def other(cluster, workdir):
+    """The workdir as a second kvc-fuse client (second_mount) sees it."""
+    proc, mount2 = second_mount(cluster)
+    try:
+        yield os.path.join(mount2, workdir.relative_to(cluster.mount))
+    finally:
+        drop_second_mount(proc, mount2)

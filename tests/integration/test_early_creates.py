@@ -35,16 +35,6 @@ def early(cluster, state, what="creates"):
     return float(m.group(1))
 
 
-@pytest.fixture
-def other(cluster, workdir):
-    """The workdir as a second kvc-fuse client sees it."""
-    proc, mount2 = second_mount(cluster)
-    try:
-        yield os.path.join(mount2, workdir.relative_to(cluster.mount))
-    finally:
-        drop_second_mount(proc, mount2)
-
-
 def write_key(path, data):
     with open(path, "wb") as f:  # O_WRONLY|O_CREAT|O_TRUNC, as connectors do
         f.write(data)

@@ -22,16 +22,6 @@ from conftest import drop_second_mount, second_mount, wait_until
 EVENT_BOUND = 0.5
 
 
-@pytest.fixture
-def other(cluster, workdir):
-    """The workdir as a second kvc-fuse client sees it."""
-    proc, mount2 = second_mount(cluster)
-    try:
-        yield os.path.join(mount2, workdir.relative_to(cluster.mount))
-    finally:
-        drop_second_mount(proc, mount2)
-
-
 def seen_within(predicate, bound=EVENT_BOUND * 4):
     """Seconds until predicate() holds (polled every 0.5 ms), or None."""
     start = time.monotonic()

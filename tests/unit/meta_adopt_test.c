@@ -10,44 +10,16 @@
 #include <sys/stat.h>
 
 #include "meta/meta_adopt.h"
-#include "meta/meta_store.h"
-#include "test_dir.h"
+#include "meta_fixture.h"
 
-static char dir[KVC_TEST_DIR_MAX];
-static struct kvc_meta_store *store;
-static const struct kvc_layout defaults = {.chunk_size = 1 << 20, .stripe = 1,
-                                           .chain_count = 3};
 static const uint8_t client[KVC_WIRE_CLIENT_ID] = "adopt-client-01";
 
 static void setup(void)
 {
-	kvc_test_dir_make(dir, "adopt");
-	cr_assert_eq(kvc_meta_store_open(dir, &defaults, &store), 0);
+	meta_fixture_open("adopt");
 }
 
-static void teardown(void)
-{
-	kvc_meta_store_close(store);
-	kvc_test_dir_remove(dir);
-}
-
-TestSuite(meta_adopt, .init = setup, .fini = teardown);
-
-#define N(s) (s), (uint32_t)strlen(s)
-#define MAX_RECORDS 16
-
-/* An ADOPT body being built: the records after kvc_msg_adopt. */
-struct body {
-	uint8_t bytes[MAX_RECORDS * (sizeof(struct kvc_msg_adopt_record) + 300)];
-	uint32_t len, count;
-};
-
-static void add(struct body *b, const void *p, uint32_t n)
-{
-	cr_assert_leq(b->len + n, sizeof(b->bytes));
-	memcpy(b->bytes + b->len, p, n);
-	b->len += n;
-}
+TestSuite(meta_adopt, .init = setup, .fini = meta_fixture_close);
 
 static void record(struct body *b, uint64_t parent, const struct kvc_attr *attr, uint32_t flags,
                    const char *name, uint32_t name_len)
@@ -96,27 +68,6 @@ static uint64_t grant(uint32_t count)
 	cr_assert_eq(g.count, count);
 	cr_assert_eq(g.chain_count, defaults.chain_count);
 	return g.first;
-}
-
-static struct kvc_meta_counts counts(void)
-{
-	struct kvc_meta_counts c;
-	cr_assert_eq(kvc_meta_store_counts(store, &c), 0);
-	return c;
-}
-
-static uint64_t mkdir_at(uint64_t parent, const char *name)
-{
-	struct kvc_attr a;
-	cr_assert_eq(kvc_meta_store_mkdir(store, parent, N(name), 0755, 0, 0, &a), 0);
-	return a.ino;
-}
-
-static struct kvc_attr mkfile(uint64_t parent, const char *name)
-{
-	struct kvc_attr a;
-	cr_assert_eq(kvc_meta_store_create(store, parent, N(name), 0644, 1, 1, true, &a), 0);
-	return a;
 }
 
 Test(meta_adopt, grants_are_disjoint_and_survive_reopen)

@@ -12,44 +12,16 @@
 #include <time.h>
 
 #include "meta/meta_adopt.h"
-#include "meta/meta_store.h"
-#include "test_dir.h"
+#include "meta_fixture.h"
 
-static char dir[KVC_TEST_DIR_MAX];
-static struct kvc_meta_store *store;
-static const struct kvc_layout defaults = {.chunk_size = 1 << 20, .stripe = 1,
-                                           .chain_count = 3};
 static const uint8_t client[KVC_WIRE_CLIENT_ID] = "remove-client-1";
 
 static void setup(void)
 {
-	kvc_test_dir_make(dir, "remove_many");
-	cr_assert_eq(kvc_meta_store_open(dir, &defaults, &store), 0);
+	meta_fixture_open("remove_many");
 }
 
-static void teardown(void)
-{
-	kvc_meta_store_close(store);
-	kvc_test_dir_remove(dir);
-}
-
-TestSuite(meta_remove_many, .init = setup, .fini = teardown);
-
-#define N(s) (s), (uint32_t)strlen(s)
-#define MAX_RECORDS 16
-
-/* A REMOVE_MANY body being built: the records after kvc_msg_remove_many. */
-struct body {
-	uint8_t bytes[MAX_RECORDS * (sizeof(struct kvc_msg_remove_record) + 300)];
-	uint32_t len, count;
-};
-
-static void add(struct body *b, const void *p, uint32_t n)
-{
-	cr_assert_leq(b->len + n, sizeof(b->bytes));
-	memcpy(b->bytes + b->len, p, n);
-	b->len += n;
-}
+TestSuite(meta_remove_many, .init = setup, .fini = meta_fixture_close);
 
 static void record_r(struct body *b, uint64_t parent, uint64_t ino, const char *name,
                      uint32_t name_len, uint32_t reserved)
@@ -84,53 +56,6 @@ static int remove_as(uint32_t count, uint32_t reserved, const uint8_t *bytes, ui
 static int remove_many(const struct body *b, struct kvc_msg_key_result *out)
 {
 	return remove_as(b->count, 0, b->bytes, b->len, out);
-}
-
-static struct kvc_meta_counts counts(void)
-{
-	struct kvc_meta_counts c;
-	cr_assert_eq(kvc_meta_store_counts(store, &c), 0);
-	return c;
-}
-
-static uint64_t mkdir_at(uint64_t parent, const char *name)
-{
-	struct kvc_attr a;
-	cr_assert_eq(kvc_meta_store_mkdir(store, parent, N(name), 0755, 0, 0, &a), 0);
-	return a.ino;
-}
-
-static struct kvc_attr mkfile(uint64_t parent, const char *name)
-{
-	struct kvc_attr a;
-	cr_assert_eq(kvc_meta_store_create(store, parent, N(name), 0644, 1, 1, true, &a), 0);
-	return a;
-}
-
-static struct kvc_attr attr_of(uint64_t ino)
-{
-	struct kvc_attr a;
-	cr_assert_eq(kvc_meta_store_getattr(store, ino, &a), 0);
-	return a;
-}
-
-/* Let the clock move, so that a touched time is later. */
-static void tick(void)
-{
-	nanosleep(&(struct timespec){0, 2000000}, NULL);
-}
-
-/* Whether ino waits in the collector's queue. */
-static bool in_gc(uint64_t ino)
-{
-	uint64_t inos[64];
-	struct kvc_layout layouts[64];
-	int n = kvc_meta_store_gc_list(store, inos, layouts, 64);
-	cr_assert_geq(n, 0);
-	for (int i = 0; i < n; i++)
-		if (inos[i] == ino)
-			return true;
-	return false;
 }
 
 Test(meta_remove_many, files_of_two_directories_go_in_one_message)
