@@ -17,7 +17,6 @@
 #define LOW 256             /* ask for more below this many */
 #define BATCH_DELAY_US 1000 /* a batch goes this long after its first file */
 #define BATCH_FULL 64       /* or at once with this many */
-#define OPEN_DELAY_US 5000  /* a file still open goes when this old */
 #define MAX_WAITING 4096    /* beyond, creates go to kvc-meta themselves */
 #define RETRY_MS 200        /* after an ADOPT or INO_GRANT kvc-meta did not take */
 #define LOST_PAUSE_S 10     /* no early creates after one was lost */
@@ -48,6 +47,7 @@ struct kvc_early_creates {
 	/* Numbers: [next, end) in use, then [spare_first, spare_end). */
 	uint64_t next, end, spare_first, spare_end;
 	uint32_t chain_count;
+	int64_t open_delay_ns; /* a file still open goes when this old */
 	int64_t grant_after_ns, paused_until_ns;
 	/* Files made, by seq; those up to entered_seq are in kvc-meta (or
 	 * lost), the rest wait here or are in the ADOPT on its way. */
@@ -388,7 +388,7 @@ static void ask_for_numbers(struct kvc_early_creates *c)
 	struct kvc_msg_ino_grant_reply g;
 	c->grant_after_ns = INT64_MAX; /* one request at a time */
 	pthread_mutex_unlock(&c->lock);
-	int rc = kvc_meta_client_ino_grant(&c->fs->meta, GRANT, &g);
+	int rc = kvc_meta_client_ino_grant(&c->fs->meta, c->fs->client_id, GRANT, &g);
 	pthread_mutex_lock(&c->lock);
 	c->grant_after_ns = rc < 0 ? kvc_clock_monotonic_ns() + RETRY_MS * 1000000ll : 0;
 	if (rc < 0) {
@@ -422,16 +422,16 @@ static void *early_main(void *arg)
 			continue;
 		}
 		/* The files that may go: in order, up to the first one still open
-		 * and younger than OPEN_DELAY_US (its size and close may yet fold
+		 * and younger than the open delay (its size and close may yet fold
 		 * in); they go when BATCH_FULL, or BATCH_DELAY_US after the first. */
 		uint32_t ready = 0;
 		while (ready < c->count && (!c->waiting[ready].open || c->stopping ||
-		                            now - c->waiting[ready].made_ns >= OPEN_DELAY_US * 1000ll))
+		                            now - c->waiting[ready].made_ns >= c->open_delay_ns))
 			ready++;
 		/* A removal at the front goes at once: until kvc-meta has it,
 		 * another client still finds the name (early_creates.h). */
 		int64_t due = c->waiting[0].remove ? now
-		            : c->waiting[0].made_ns + (ready ? BATCH_DELAY_US : OPEN_DELAY_US) * 1000ll;
+		            : c->waiting[0].made_ns + (ready ? BATCH_DELAY_US * 1000ll : c->open_delay_ns);
 		if (ready < BATCH_FULL && now < due) {
 			wait_until(c, &c->work, ready ? due : now + BATCH_DELAY_US * 1000ll);
 			continue;
@@ -453,6 +453,7 @@ int kvc_early_creates_start(struct kvc_fuse *fs, struct kvc_early_creates **out)
 		return -ENOMEM;
 	c->fs = fs;
 	c->next_seq = 1;
+	c->open_delay_ns = (int64_t)fs->config.early_open_delay_ms * 1000000;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -466,6 +467,27 @@ int kvc_early_creates_start(struct kvc_fuse *fs, struct kvc_early_creates **out)
 	}
 	*out = c;
 	return 0;
+}
+
+/* Give the grants back (the thread has ended): the numbers never used go,
+ * and any other one never entered (a file lost here) is reclaimed by
+ * kvc-meta. Unreachable: kvc-meta reclaims them all once it declares this
+ * client gone. */
+static void give_back(struct kvc_early_creates *c)
+{
+	struct kvc_msg_ino_range unused[2] = {
+		{.first = c->next, .count = (uint32_t)(c->end - c->next)},
+		{.first = c->spare_first, .count = (uint32_t)(c->spare_end - c->spare_first)}};
+	uint64_t reclaimed = 0;
+	if (c->end == 0 && c->spare_end == 0)
+		return; /* never granted any */
+	int rc = kvc_meta_client_ino_return(&c->fs->meta, c->fs->client_id, unused, &reclaimed);
+	if (rc < 0)
+		kvc_log_warn("returning inode numbers to kvc-meta: %s (it reclaims them once it "
+		             "declares this client gone)", strerror(-rc));
+	else if (reclaimed > 0)
+		kvc_log_warn("%" PRIu64 " file(s) made here were never entered: kvc-meta reclaims "
+		             "their chunks", reclaimed);
 }
 
 void kvc_early_creates_stop(struct kvc_early_creates *c)
@@ -509,6 +531,19 @@ void kvc_early_creates_stop(struct kvc_early_creates *c)
 	}
 	free(dropped);
 	pthread_join(c->thread, NULL);
+	give_back(c);
+}
+
+void kvc_early_creates_forget_grants(struct kvc_early_creates *c)
+{
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->lock);
+	c->next = c->end;
+	c->spare_first = c->spare_end;
+	c->grant_after_ns = 0;
+	pthread_cond_signal(&c->work);
+	pthread_mutex_unlock(&c->lock);
 }
 
 void kvc_early_creates_stats(struct kvc_early_creates *c, struct kvc_early_creates_stats *out)

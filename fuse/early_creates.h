@@ -14,7 +14,8 @@
  * answers the kernel; the file's chunks are written as any file's. A
  * thread here enters the files made in batches (ADOPT: name, inode, size,
  * open session, one transaction), in the order they were made: a file
- * may go once it is closed here or OPEN_DELAY_US old, and the files that
+ * may go once it is closed here or early_open_delay_ms old (config.h),
+ * and the files that
  * may go are sent when BATCH_FULL of them wait or BATCH_DELAY_US after the
  * first was made. A key written and closed at once (a connector's put)
  * thus reaches kvc-meta as one record of a batch, with its size and no
@@ -38,7 +39,7 @@
  * the call goes to kvc-meta after it.
  *
  * Visibility: other clients see a file when its ADOPT commits: at most
- * OPEN_DELAY_US (5 ms) plus a round trip after the create returned here,
+ * early_open_delay_ms (5 ms) plus a round trip after the create returned here,
  * BATCH_DELAY_US (1 ms) for a file closed at once, and hear of it as of
  * any create (meta_events.h). This client sees it at once. fsync,
  * fsyncdir and syncfs settle first, so what they promise holds for early
@@ -52,8 +53,11 @@
  * is lost: it turns stale here (its I/O fails with ESTALE), is logged and
  * counted, and early creates stop for LOST_PAUSE_S so the next creates get
  * kvc-meta's answer themselves. If kvc-fuse dies, the files still waiting
- * here (at most one batch delay's worth) are lost, and their chunks stay
- * on the storage servers unreferenced. A removal answered here reaches
+ * here (at most one batch delay's worth) are lost. Grants belong to this
+ * client (meta_grants.c): numbers it made files with and never entered
+ * (lost ones) are reclaimed, their chunks removed by kvc-meta's
+ * collector, when it stops (INO_RETURN) or, if it died, once kvc-meta
+ * declares it gone (client_timeout_ms). A removal answered here reaches
  * kvc-meta a round trip later: another client that opens the name
  * meanwhile (not exclusively) opens the file being removed, and what it
  * writes goes with it.
@@ -74,9 +78,14 @@ struct kvc_fuse;
 struct kvc_early_creates;
 
 /* Start the thread (it asks for the first numbers). Stop enters what is
- * still waiting, then joins it; the state lives until exit. */
+ * still waiting, joins it and gives the grants back (INO_RETURN); the
+ * state lives until exit. */
 int kvc_early_creates_start(struct kvc_fuse *fs, struct kvc_early_creates **out);
 void kvc_early_creates_stop(struct kvc_early_creates *c);
+/* kvc-meta declared this client gone (RENEW answered ESTALE): it
+ * reclaimed our grants, so ask for new numbers; files still waiting with
+ * old ones are refused when they are entered (lost, as refused ones). */
+void kvc_early_creates_forget_grants(struct kvc_early_creates *c);
 
 /* Make regular file (parent, name) here, for uid/gid with mode (umask
  * applied): 0 with *attr (the new file's) and *dir (the parent's, as it

@@ -506,6 +506,8 @@ static int renew_locked(struct kvc_fuse *fs)
 {
 	int64_t asked = lease_now_ms();
 	int rc = kvc_meta_client_renew(&fs->meta, fs->client_id, 0);
+	if (rc == -ESTALE) /* our grants went with our sessions */
+		kvc_early_creates_forget_grants(fs->creates);
 	for (int tries = 0; rc == -ESTALE && tries < 3; tries++) {
 		rc = reopen_all(fs);
 		if (rc == 0)

@@ -19,6 +19,7 @@ static uint32_t chains_now(struct kvc_meta_store *s)
 /* ---- INO_GRANT ---- */
 
 struct grant_call {
+	const uint8_t *client;
 	uint32_t count;
 	struct kvc_msg_ino_grant_reply *out;
 };
@@ -34,14 +35,15 @@ static int grant_in(struct kvc_meta_store *s, MDB_txn *txn, void *arg)
 		return rc;
 	*c->out = (struct kvc_msg_ino_grant_reply){.first = next_ino, .count = c->count,
 	                                           .chain_count = chains_now(s)};
+	rc = kvc_meta_grant_put(s, txn, c->client, next_ino, c->count);
 	next_ino += c->count;
-	return kvc_meta_state_put(s, txn, "next_ino", &next_ino, sizeof(next_ino));
+	return rc < 0 ? rc : kvc_meta_state_put(s, txn, "next_ino", &next_ino, sizeof(next_ino));
 }
 
-int kvc_meta_adopt_grant(struct kvc_meta_store *s, uint32_t count,
-                         struct kvc_msg_ino_grant_reply *out)
+int kvc_meta_adopt_grant(struct kvc_meta_store *s, const uint8_t client[KVC_WIRE_CLIENT_ID],
+                         uint32_t count, struct kvc_msg_ino_grant_reply *out)
 {
-	struct grant_call call = {count, out};
+	struct grant_call call = {client, count, out};
 	if (count < 1 || count > KVC_WIRE_MAX_GRANT)
 		return -EINVAL;
 	return kvc_meta_group_run(s, grant_in, &call);
@@ -88,32 +90,20 @@ int kvc_meta_adopt_parse(const struct kvc_msg_adopt *m, const uint8_t *in, uint3
 static bool per_record(int rc)
 {
 	return rc == -EINVAL || rc == -ENAMETOOLONG || rc == -ENOENT || rc == -ENOTDIR ||
-	       rc == -EEXIST;
+	       rc == -EEXIST || rc == -ESTALE;
 }
 
-/* 1 when table holds the key ino, 0 when not, -errno. */
-static int has_ino(MDB_txn *txn, MDB_dbi table, uint64_t ino)
+/* A number the sender may enter: granted to it and not entered yet
+ * (-ESTALE), never the root, and neither in use nor still to reclaim
+ * (-EINVAL; never, by meta_grants.c's invariant). */
+static int ino_free(struct kvc_meta_store *s, MDB_txn *txn, const uint8_t *client, uint64_t ino)
 {
-	uint8_t key[8];
-	kvc_meta_be64(key, ino);
-	MDB_val k = {8, key}, v;
-	int rc = mdb_get(txn, table, &k, &v);
-	return rc == 0 ? 1 : rc == MDB_NOTFOUND ? 0 : kvc_lmdb_errno(rc);
-}
-
-/* A number the sender may enter: granted (below next_ino, never the
- * root), and neither in use nor still to reclaim. -EINVAL or -errno. */
-static int ino_free(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino, uint64_t next_ino)
-{
-	if (ino <= KVC_META_ROOT || ino >= next_ino)
+	if (ino <= KVC_META_ROOT)
 		return -EINVAL;
-	MDB_dbi tables[3] = {s->inodes, s->gc, s->orphans};
-	for (int i = 0; i < 3; i++) {
-		int rc = has_ino(txn, tables[i], ino);
-		if (rc != 0)
-			return rc < 0 ? rc : -EINVAL;
-	}
-	return 0;
+	int rc = kvc_meta_grant_check(s, txn, client, ino);
+	if (rc == 0)
+		rc = kvc_meta_ino_known(s, txn, ino);
+	return rc > 0 ? -EINVAL : rc;
 }
 
 
@@ -122,8 +112,9 @@ static int ino_free(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino, uint64
  * Returns 0, 1 when the name is this very file already (an ADOPT sent
  * again after its answer was lost: old is it, nothing to do), a
  * per-record failure, or the transaction's -errno. */
-static int check(struct kvc_meta_store *s, MDB_txn *txn, const struct kvc_meta_adopt_record *r,
-                 uint64_t next_ino, struct kvc_inode_record *dir, struct kvc_inode_record *old)
+static int check(struct kvc_meta_store *s, MDB_txn *txn, const struct kvc_msg_adopt *m,
+                 const struct kvc_meta_adopt_record *r, struct kvc_inode_record *dir,
+                 struct kvc_inode_record *old)
 {
 	const struct kvc_attr *a = &r->rec.attr;
 	struct kvc_meta_dirent d;
@@ -148,7 +139,7 @@ static int check(struct kvc_meta_store *s, MDB_txn *txn, const struct kvc_meta_a
 	if (rc == 0)
 		rc = kvc_layout_check(&a->layout);
 	if (rc == 0)
-		rc = ino_free(s, txn, a->ino, next_ino);
+		rc = ino_free(s, txn, m->client, a->ino);
 	if (rc < 0 || !named)
 		return rc;
 	rc = kvc_meta_inode_get(s, txn, d.ino, old);
@@ -179,6 +170,8 @@ static int enter(struct kvc_meta_store *s, MDB_txn *txn, const struct kvc_msg_ad
 			rc = kvc_meta_inode_unlinked(s, txn, old);
 	}
 	if (rc == 0)
+		rc = kvc_meta_grant_use(s, txn, m->client, rec.attr.ino);
+	if (rc == 0)
 		rc = kvc_meta_inode_put(s, txn, &rec);
 	if (rc == 0)
 		rc = kvc_meta_dirent_put(s, txn, dir->attr.ino, name, len, rec.attr.ino,
@@ -208,16 +201,15 @@ static int adopt_in(struct kvc_meta_store *s, MDB_txn *txn, void *arg)
 	const struct adopt_call *c = arg;
 	uint32_t count = c->m->count;
 	int64_t now = kvc_meta_now_ns();
-	uint64_t next_ino;
+	int rc = 0;
 	for (uint32_t i = 0; i < count; i++) {
 		c->out[i] = (struct kvc_msg_key_result){0};
 		if (c->replaced)
 			c->replaced[i] = 0;
 	}
-	int rc = kvc_meta_state_get(s, txn, "next_ino", &next_ino, sizeof(next_ino));
 	for (uint32_t i = 0; rc == 0 && i < count; i++) {
 		struct kvc_inode_record dir, old;
-		int one = check(s, txn, &c->recs[i], next_ino, &dir, &old);
+		int one = check(s, txn, c->m, &c->recs[i], &dir, &old);
 		if (one == 1) {
 			c->out[i].attr = old.attr;
 			one = 0;

@@ -12,11 +12,13 @@
  *   made here (kvc_meta_new_inode) or granted: a grant moves it up by its
  *   count in one transaction, so grants never overlap each other or the
  *   numbers kvc-meta takes itself, and a number is never given out twice.
- * - An adopted record's ino is at least 2, below next_ino, has no inode
- *   record, and is in neither the gc queue nor the orphans: a client can
- *   enter no number that is in use or whose chunks are still to reclaim.
- *   (kvc-meta records no grant: a number whose adopted file went and was
- *   reclaimed could be entered again; a kvc-fuse adopts each number once.)
+ * - Grants belong to a client (meta_grants.c): an adopted record's ino
+ *   was granted to the ADOPT's client and not entered before (-ESTALE
+ *   else: another client's number, one entered already, or one of grants
+ *   reclaimed when the client returned them or was declared gone), is at
+ *   least 2, has no inode record, and is in neither the gc queue nor the
+ *   orphans: a client can enter no number that is in use, was in use, or
+ *   whose chunks are still to reclaim.
  * - An adopted file is a regular file (mode S_IFREG | 0..0777), nlink 1,
  *   rdev 0, with the size, times, owner and layout sent; its layout is a
  *   valid one (kvc_layout_check), of any chunk size and over as many
@@ -28,7 +30,7 @@
  *   left as it is.
  * - Records are parsed and bounds-checked before the transaction starts.
  *   A per-record failure (-EINVAL, -ENAMETOOLONG, -ENOENT, -ENOTDIR,
- *   -EEXIST, and REMOVE_MANY's -EISDIR) changes nothing for that record,
+ *   -EEXIST, -ESTALE, and REMOVE_MANY's -EISDIR) changes nothing for that record,
  *   and the others go on; any other failure (-EIO, -ENOSPC, -ENOMEM)
  *   aborts the whole transaction and answers the message.
  */
@@ -48,12 +50,12 @@ struct kvc_meta_adopt_record {
 	const char *name;
 };
 
-/* INO_GRANT: reserve count (1 .. KVC_WIRE_MAX_GRANT) inode numbers in one
- * transaction; out gets the first, the count and the chain count new
- * files are placed over now. Returns 0, -EINVAL (count), -ENOSPC (numbers
- * or database exhausted), -EIO. */
-int kvc_meta_adopt_grant(struct kvc_meta_store *store, uint32_t count,
-                         struct kvc_msg_ino_grant_reply *out);
+/* INO_GRANT: reserve count (1 .. KVC_WIRE_MAX_GRANT) inode numbers for
+ * client in one transaction; out gets the first, the count and the chain
+ * count new files are placed over now. Returns 0, -EINVAL (count),
+ * -ENOSPC (numbers or database exhausted), -EIO. */
+int kvc_meta_adopt_grant(struct kvc_meta_store *store, const uint8_t client[KVC_WIRE_CLIENT_ID],
+                         uint32_t count, struct kvc_msg_ino_grant_reply *out);
 
 /* Parse the m->count (1 .. KVC_WIRE_MAX_KEYS) records of an ADOPT body
  * (in, len bytes after kvc_msg_adopt) into recs (m->count entries).

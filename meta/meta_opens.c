@@ -215,10 +215,12 @@ int kvc_meta_store_client_rejoin(struct kvc_meta_store *s,
 	return kvc_lmdb_finish(txn, rc);
 }
 
-int kvc_meta_store_drop_client(struct kvc_meta_store *s, const uint8_t client[KVC_META_CLIENT_ID])
+int kvc_meta_store_drop_client(struct kvc_meta_store *s, const uint8_t client[KVC_META_CLIENT_ID],
+                               uint64_t *reclaimed)
 {
 	MDB_txn *txn;
 	MDB_cursor *cur;
+	uint64_t queued = 0;
 	int dropped = 0;
 	int rc = kvc_meta_begin(s, true, &txn);
 	if (rc < 0)
@@ -247,29 +249,40 @@ int kvc_meta_store_drop_client(struct kvc_meta_store *s, const uint8_t client[KV
 			break;
 		dropped++;
 	}
+	/* And its grants: the files it made and never entered are lost with
+	 * it (fuse/early_creates.h), their chunks reclaimed. */
+	int grants = rc == 0 ? kvc_meta_grants_reclaim(s, txn, client, &queued) : 0;
+	if (grants < 0)
+		rc = grants;
+	else
+		dropped += grants;
 	if (rc == 0 && dropped > 0)
 		rc = dropped_put(s, txn, client, (uint32_t)dropped);
 	rc = kvc_lmdb_finish(txn, rc);
+	if (reclaimed)
+		*reclaimed = rc < 0 ? 0 : queued;
 	return rc < 0 ? rc : dropped;
 }
 
-int kvc_meta_store_session_clients(struct kvc_meta_store *s, uint8_t (*out)[KVC_META_CLIENT_ID],
-                                   int max)
+/* Add to out[0 .. count) the distinct clients (up to max in all) that
+ * key table: keys of a client id and a u64, client first (`clients`,
+ * `grants`). Returns the new count or -errno. */
+static int distinct_clients(MDB_txn *txn, MDB_dbi table, uint8_t (*out)[KVC_META_CLIENT_ID],
+                            int count, int max)
 {
-	MDB_txn *txn;
 	MDB_cursor *cur;
 	MDB_val k, v;
-	int count = 0;
-	int rc = kvc_meta_begin(s, false, &txn);
+	int rc = kvc_lmdb_errno(mdb_cursor_open(txn, table, &cur));
 	if (rc < 0)
 		return rc;
-	rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->clients, &cur));
-	int got = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_FIRST) : MDB_NOTFOUND;
-	while (got == 0 && count < max) {
-		if (k.mv_size != KVC_META_CLIENT_ID + 8)
-			break; /* not ours: the index has one shape */
-		memcpy(out[count++], k.mv_data, KVC_META_CLIENT_ID);
-		/* Jump past this client's sessions: the largest key it can have. */
+	int got = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+	while (got == 0 && count < max && k.mv_size == KVC_META_CLIENT_ID + 8) {
+		bool listed = false;
+		for (int i = 0; i < count && !listed; i++)
+			listed = memcmp(out[i], k.mv_data, KVC_META_CLIENT_ID) == 0;
+		if (!listed)
+			memcpy(out[count++], k.mv_data, KVC_META_CLIENT_ID);
+		/* Jump past this client's keys: the largest key it can have. */
 		uint8_t next[KVC_META_CLIENT_ID + 8];
 		memcpy(next, k.mv_data, KVC_META_CLIENT_ID);
 		memset(next + KVC_META_CLIENT_ID, 0xff, 8);
@@ -278,8 +291,20 @@ int kvc_meta_store_session_clients(struct kvc_meta_store *s, uint8_t (*out)[KVC_
 		if (got == 0 && memcmp(k.mv_data, next, sizeof(next)) == 0)
 			got = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
 	}
-	if (rc == 0)
-		mdb_cursor_close(cur);
+	mdb_cursor_close(cur);
+	return got != 0 && got != MDB_NOTFOUND ? kvc_lmdb_errno(got) : count;
+}
+
+int kvc_meta_store_session_clients(struct kvc_meta_store *s, uint8_t (*out)[KVC_META_CLIENT_ID],
+                                   int max)
+{
+	MDB_txn *txn;
+	int rc = kvc_meta_begin(s, false, &txn);
+	if (rc < 0)
+		return rc;
+	rc = distinct_clients(txn, s->clients, out, 0, max);
+	if (rc >= 0) /* and those holding grants only */
+		rc = distinct_clients(txn, s->grants, out, rc, max);
 	mdb_txn_abort(txn);
-	return rc < 0 ? rc : count;
+	return rc;
 }

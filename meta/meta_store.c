@@ -168,6 +168,8 @@ static int open_tables(struct kvc_meta_store *s)
 		rc = kvc_lmdb_errno(mdb_dbi_open(txn, "dropped", MDB_CREATE, &s->dropped));
 	if (rc == 0)
 		rc = kvc_lmdb_errno(mdb_dbi_open(txn, "truncates", MDB_CREATE, &s->truncates));
+	if (rc == 0)
+		rc = kvc_lmdb_errno(mdb_dbi_open(txn, "grants", MDB_CREATE, &s->grants));
 	uint32_t format = 0;
 	int has = rc == 0 ? kvc_meta_state_get(s, txn, "format", &format, sizeof(format)) : rc;
 	if (has == -ENOENT)

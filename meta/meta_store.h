@@ -36,6 +36,10 @@
  *            committed this size and the chunks beyond it are still to be
  *            cut on the storage servers; until then the file does not
  *            grow (meta_sizes.c; came without a format change)
+ *   grants   key client id (16 bytes) + first ino (u64 BE), value the
+ *            count, the numbers entered, a bit per number: inode numbers
+ *            a client may still enter (meta_grants.c; came without a
+ *            format change)
  *   symlinks key ino (u64 BE), value the target (1..4095 bytes, no NUL)
  *   xattrs   key ino (u64 BE) + name ("user." ..., up to 255 bytes),
  *            value the attribute's bytes (0..65536)
@@ -239,12 +243,20 @@ int kvc_meta_store_close_session(struct kvc_meta_store *store, uint64_t ino,
 /* close_session of count files in one transaction (all or none). */
 int kvc_meta_store_close_sessions(struct kvc_meta_store *store, const uint64_t *inos,
                                   uint32_t count, const uint8_t client[KVC_META_CLIENT_ID]);
-/* Drop every session of client; returns how many. A client that had any
- * is recorded as dropped in the same transaction (its record's drops
- * counted up), so it hears of it however long it stays away and whatever
- * restarts in between. */
+/* Drop every session and every grant of client (the numbers it never
+ * entered are reclaimed: *reclaimed, may be NULL); returns the sessions
+ * and grants dropped. A client that had any is recorded as dropped in the
+ * same transaction (its record's drops counted up), so it hears of it
+ * however long it stays away and whatever restarts in between. */
 int kvc_meta_store_drop_client(struct kvc_meta_store *store,
-                               const uint8_t client[KVC_META_CLIENT_ID]);
+                               const uint8_t client[KVC_META_CLIENT_ID], uint64_t *reclaimed);
+/* A client stops making files ahead (INO_RETURN): the runs in ranges
+ * (n of them; count 0: none) it never used leave its grants, and each
+ * other number it holds and never entered is reclaimed (*reclaimed). */
+int kvc_meta_store_grants_return(struct kvc_meta_store *store,
+                                 const uint8_t client[KVC_META_CLIENT_ID],
+                                 const struct kvc_msg_ino_range *ranges, uint32_t n,
+                                 uint64_t *reclaimed);
 
 /* A dropped client's record (table `dropped`). */
 struct kvc_meta_dropped {
@@ -264,7 +276,7 @@ int kvc_meta_store_client_dropped(struct kvc_meta_store *store,
  * the record names another drop (dropped again since it heard). */
 int kvc_meta_store_client_rejoin(struct kvc_meta_store *store,
                                  const uint8_t client[KVC_META_CLIENT_ID], uint32_t drops);
-/* The distinct clients holding sessions (up to max). */
+/* The distinct clients holding sessions or grants (up to max). */
 int kvc_meta_store_session_clients(struct kvc_meta_store *store,
                                    uint8_t (*out)[KVC_META_CLIENT_ID], int max);
 

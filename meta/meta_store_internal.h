@@ -35,7 +35,7 @@ struct kvc_meta_store {
 	MDB_env *env;
 	struct kvc_lmdb_checkpoint *checkpoint;
 	MDB_dbi inodes, dirents, gc, state, opens, orphans, clients, symlinks, xattrs, dropped,
-	        truncates;
+	        truncates, grants;
 	struct kvc_layout default_layout;
 	struct kvc_lmdb_group group;
 };
@@ -98,6 +98,23 @@ int kvc_meta_new_inode(struct kvc_meta_store *s, MDB_txn *txn,
 /* Record the open session (ino, client) in txn (meta_opens.c). */
 int kvc_meta_session_put(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
                          const uint8_t client[KVC_META_CLIENT_ID]);
+
+/* meta_grants.c: inode numbers granted to clients (INO_GRANT). put
+ * records a new grant; check: 0 when client may enter ino (granted to it,
+ * not entered yet), else -ESTALE; use marks ino entered (the grant goes
+ * with its last number). */
+int kvc_meta_grant_put(struct kvc_meta_store *s, MDB_txn *txn,
+                       const uint8_t client[KVC_META_CLIENT_ID], uint64_t first, uint32_t count);
+int kvc_meta_grant_check(struct kvc_meta_store *s, MDB_txn *txn,
+                         const uint8_t client[KVC_META_CLIENT_ID], uint64_t ino);
+int kvc_meta_grant_use(struct kvc_meta_store *s, MDB_txn *txn,
+                       const uint8_t client[KVC_META_CLIENT_ID], uint64_t ino);
+/* Drop every grant of client, queueing each number not entered in gc
+ * (*queued: how many). Returns the grants dropped, or -errno. */
+int kvc_meta_grants_reclaim(struct kvc_meta_store *s, MDB_txn *txn,
+                            const uint8_t client[KVC_META_CLIENT_ID], uint64_t *queued);
+/* 1 when ino is an inode, in the gc queue or an orphan; 0 when none. */
+int kvc_meta_ino_known(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino);
 
 /* meta_sizes.c: drop ino's pending cut (its inode goes). */
 int kvc_meta_truncate_forget(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino);

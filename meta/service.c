@@ -532,11 +532,27 @@ static int h_ino_grant(struct request *r)
 {
 	const struct kvc_msg_ino_grant *m = r->msg;
 	struct kvc_msg_ino_grant_reply out = {0};
-	int rc = m->reserved ? -EINVAL : kvc_meta_adopt_grant(r->svc->store, m->count, &out);
+	int rc = m->reserved ? -EINVAL
+	                     : kvc_meta_adopt_grant(r->svc->store, m->client, m->count, &out);
+	if (rc == 0 && r->svc->sessions) /* a client holding grants is swept if silent */
+		kvc_meta_sessions_touch(r->svc->sessions, m->client, kvc_meta_sessions_now_ms());
 	/* Durable before it is used: a machine crash going back to an older
 	 * checkpoint would give these numbers out again to other files. */
 	if (rc == 0)
 		rc = kvc_meta_store_sync(r->svc->store);
+	return reply(r, rc, &out, sizeof(out));
+}
+
+/* INO_RETURN: the numbers the client made files with and never entered
+ * go to the collector. */
+static int h_ino_return(struct request *r)
+{
+	const struct kvc_msg_ino_return *m = r->msg;
+	struct kvc_msg_ino_return_reply out = {0};
+	int rc = kvc_meta_store_grants_return(r->svc->store, m->client, m->ranges, 2,
+	                                      &out.reclaimed);
+	if (rc == 0 && out.reclaimed > 0 && r->svc->collector)
+		kvc_meta_collector_wake(r->svc->collector);
 	return reply(r, rc, &out, sizeof(out));
 }
 
@@ -735,6 +751,7 @@ static const struct op ops[] = {
 	[KVC_MSG_CLOSE_MANY] = VAR(struct kvc_msg_close_many, h_close_many),
 	[KVC_MSG_WATCH_DIR] = EXACT(struct kvc_msg_ino, h_watch_dir),
 	[KVC_MSG_INO_GRANT] = EXACT(struct kvc_msg_ino_grant, h_ino_grant),
+	[KVC_MSG_INO_RETURN] = EXACT(struct kvc_msg_ino_return, h_ino_return),
 	[KVC_MSG_ADOPT] = VAR(struct kvc_msg_adopt, h_adopt),
 	[KVC_MSG_REMOVE_MANY] = VAR(struct kvc_msg_remove_many, h_remove_many),
 	[KVC_MSG_KEYS_LOOKUP] = VAR(struct kvc_msg_keys, h_keys),

@@ -2,6 +2,7 @@
 #include "meta/sessions.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,7 +164,10 @@ int kvc_meta_sessions_sweep(struct kvc_meta_sessions *s, struct kvc_meta_store *
 	int count = kvc_meta_store_session_clients(store, ids, MAX_CLIENTS), dropped = 0;
 	for (int i = 0; i < count; i++) {
 		pthread_rwlock_wrlock(&s->drop_lock);
-		int files = gone(s, ids[i], now_ms) ? kvc_meta_store_drop_client(store, ids[i]) : 0;
+		uint64_t reclaimed = 0;
+		int files = gone(s, ids[i], now_ms)
+		                    ? kvc_meta_store_drop_client(store, ids[i], &reclaimed)
+		                    : 0;
 		pthread_rwlock_unlock(&s->drop_lock);
 		if (files == 0)
 			continue;
@@ -171,8 +175,9 @@ int kvc_meta_sessions_sweep(struct kvc_meta_sessions *s, struct kvc_meta_store *
 			count = files;
 			break;
 		}
-		kvc_log_warn("a client silent for over %u ms is gone: %d open file(s) released",
-		             s->timeout_ms, files);
+		kvc_log_warn("a client silent for over %u ms is gone: %d open file(s) and grant(s) "
+		             "released, %" PRIu64 " file(s) it made and never entered reclaimed",
+		             s->timeout_ms, files, reclaimed);
 		dropped++;
 	}
 	free(ids);

@@ -544,15 +544,30 @@ int kvc_meta_client_keys(struct kvc_meta_client *client, uint16_t type,
 
 /* ---- early creates (fuse/early_creates.h) ---- */
 
-int kvc_meta_client_ino_grant(struct kvc_meta_client *client, uint32_t count,
-                              struct kvc_msg_ino_grant_reply *out)
+int kvc_meta_client_ino_grant(struct kvc_meta_client *client, const uint8_t id[KVC_WIRE_CLIENT_ID],
+                              uint32_t count, struct kvc_msg_ino_grant_reply *out)
 {
 	struct kvc_msg_ino_grant m = {.count = count};
 	uint32_t len = 0;
+	memcpy(m.client, id, sizeof(m.client));
 	int rc = call(client, KVC_MSG_INO_GRANT, &m, sizeof(m), out, sizeof(*out), &len);
 	if (rc < 0)
 		return kvc_rpc_is_transport_error(rc) ? -EIO : rc;
 	return len == sizeof(*out) && out->count == count ? 0 : -EIO;
+}
+
+int kvc_meta_client_ino_return(struct kvc_meta_client *client, const uint8_t id[KVC_WIRE_CLIENT_ID],
+                               const struct kvc_msg_ino_range ranges[2], uint64_t *reclaimed)
+{
+	struct kvc_msg_ino_return m = {.ranges = {ranges[0], ranges[1]}};
+	struct kvc_msg_ino_return_reply out = {0};
+	uint32_t len = 0;
+	memcpy(m.client, id, sizeof(m.client));
+	int rc = call(client, KVC_MSG_INO_RETURN, &m, sizeof(m), &out, sizeof(out), &len);
+	if (rc < 0)
+		return kvc_rpc_is_transport_error(rc) ? -EIO : rc;
+	*reclaimed = out.reclaimed;
+	return len == sizeof(out) ? 0 : -EIO;
 }
 
 /* A message of head (head_len bytes), then count records, each a fixed

@@ -150,13 +150,16 @@ int kvc_meta_client_keys(struct kvc_meta_client *client, uint16_t type,
                          const struct kvc_msg_keys *m, const struct kvc_meta_keyname *keys,
                          struct kvc_msg_key_result *out);
 
-/* Early creates (fuse/early_creates.h): reserve count inode numbers
- * (INO_GRANT), and enter count files made with them in one transaction
- * (ADOPT; out gets each one's result; transport errors come back as they
- * are, not as -EIO, so a caller can pass a timeout on). Both bypass
- * before_call. */
-int kvc_meta_client_ino_grant(struct kvc_meta_client *client, uint32_t count,
-                              struct kvc_msg_ino_grant_reply *out);
+/* Early creates (fuse/early_creates.h): reserve count inode numbers for
+ * client id (INO_GRANT), give them back when done (INO_RETURN: ranges
+ * never used; *reclaimed: the others never entered), and enter count
+ * files made with them in one transaction (ADOPT; out gets each one's
+ * result; transport errors come back as they are, not as -EIO, so a
+ * caller can pass a timeout on). All bypass before_call. */
+int kvc_meta_client_ino_grant(struct kvc_meta_client *client, const uint8_t id[KVC_WIRE_CLIENT_ID],
+                              uint32_t count, struct kvc_msg_ino_grant_reply *out);
+int kvc_meta_client_ino_return(struct kvc_meta_client *client, const uint8_t id[KVC_WIRE_CLIENT_ID],
+                               const struct kvc_msg_ino_range ranges[2], uint64_t *reclaimed);
 struct kvc_meta_adoption {
 	uint64_t parent;
 	struct kvc_attr attr;

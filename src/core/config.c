@@ -409,6 +409,12 @@ static int section_key(struct parser *p, const char *key, const char *value)
 			c->early_creates = strcmp(value, "on") == 0;
 			return 0;
 		}
+		if (strcmp(key, "early_open_delay_ms") == 0) {
+			rc = parse_int(p, key, value, 0, 600000, &v);
+			if (rc == 0)
+				c->early_open_delay_ms = (uint32_t)v;
+			return rc;
+		}
 		if (strcmp(key, "gpu_staging_mb") == 0) {
 			rc = parse_int(p, key, value, 2, 4096, &v);
 			if (rc == 0)
@@ -512,6 +518,7 @@ int kvc_config_parse(const char *text, const char *origin,
 	strcpy(config->mountpoint, "/mnt/kvc");
 	config->readahead_kb = 16384;
 	config->early_creates = true;
+	config->early_open_delay_ms = 5;
 	config->receive_threads = -1;
 	config->gpu_staging_mb = 128;
 	config->usrbio_uid_iov_mb = 1 << 20; /* 1 TiB */

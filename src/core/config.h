@@ -90,6 +90,9 @@
  *                               # in kvc-meta in batches
  *                               # (fuse/early_creates.h); off: each
  *                               # waits for kvc-meta
+ *   early_open_delay_ms = 5     # a file made so and still open is
+ *                               # entered when this old (0 .. 600000;
+ *                               # other clients see it then)
  *   gpu_staging_mb = 128        # pinned staging per ring worker for
  *                               # device iovs (allocated on first use)
  *   usrbio_uid_iov_mb = 1048576 # USRBIO clients of one uid, all together:
@@ -186,6 +189,7 @@ struct kvc_config {
 	uint32_t cache_ttl_ms;
 	int receive_threads; /* -1: auto */
 	bool early_creates;
+	uint32_t early_open_delay_ms;
 	uint32_t gpu_staging_mb;
 	uint64_t usrbio_uid_iov_mb;       /* per uid: fuse/usrbio_limits.h */
 	uint32_t usrbio_uid_rings;

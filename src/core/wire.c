@@ -365,6 +365,7 @@ const char *kvc_wire_type_name(uint16_t type)
 	case KVC_MSG_CLOSE_MANY: return "close_many";
 	case KVC_MSG_WATCH_DIR: return "watch_dir";
 	case KVC_MSG_INO_GRANT: return "ino_grant";
+	case KVC_MSG_INO_RETURN: return "ino_return";
 	case KVC_MSG_ADOPT: return "adopt";
 	case KVC_MSG_REMOVE_MANY: return "remove_many";
 	case KVC_MSG_KEYS_LOOKUP: return "keys_lookup";

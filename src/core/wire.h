@@ -98,6 +98,9 @@
  *      inodes, sizes, open sessions) in one transaction.
  *   14 REMOVE_MANY (62) removes many names, each only while it names a
  *      given inode.
+ *   15 grants belong to a client: INO_GRANT carries the client's id (24
+ *      bytes, was 8), ADOPT enters only numbers granted to its sender, and
+ *      INO_RETURN (63) gives a client's grants back when it stops.
  */
 #ifndef KVC_WIRE_H
 #define KVC_WIRE_H
@@ -111,7 +114,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "kvcfs wire structs are little-endian in memory");
 
 #define KVC_WIRE_MAGIC 0x3143564bu /* "KVC1" */
-#define KVC_WIRE_VERSION 14
+#define KVC_WIRE_VERSION 15
 #define KVC_WIRE_MAX_BODY (1u << 20)
 #define KVC_WIRE_MAX_DATA (64u << 20)
 #define KVC_WIRE_MAX_NAME 255
@@ -178,6 +181,7 @@ enum kvc_wire_type {
 	KVC_MSG_INO_GRANT = 60,
 	KVC_MSG_ADOPT = 61,
 	KVC_MSG_REMOVE_MANY = 62,
+	KVC_MSG_INO_RETURN = 63,
 	/* Ring keys (80..87): fuse/ring_keys.c's batched namespace work. */
 	KVC_MSG_KEYS_LOOKUP = 80,
 	KVC_MSG_KEYS_CREATE = 81,
@@ -346,17 +350,21 @@ struct kvc_msg_close_many {
 };
 _Static_assert(sizeof(struct kvc_msg_close_many) == 24, "");
 
-/* INO_GRANT: reserve count (1 .. KVC_WIRE_MAX_GRANT) inode numbers for the
- * sender, which makes files with them itself and enters them with ADOPT
- * (fuse/early_creates.h). The numbers are never given out again, used or
- * not. Reply: kvc_msg_ino_grant_reply: the first number, the count, and
- * the chain count new files are placed over now. */
+/* INO_GRANT: reserve count (1 .. KVC_WIRE_MAX_GRANT) inode numbers for
+ * client (a kvc-fuse), which makes files with them itself and enters them
+ * with ADOPT (fuse/early_creates.h). The numbers are never given out
+ * again, used or not; only that client may enter them, and those it has
+ * not entered when it returns its grants (INO_RETURN) or is declared gone
+ * (sessions.h) are reclaimed: any chunks written for them are removed.
+ * Reply: kvc_msg_ino_grant_reply: the first number, the count, and the
+ * chain count new files are placed over now. */
 #define KVC_WIRE_MAX_GRANT 4096
 struct kvc_msg_ino_grant {
+	uint8_t client[KVC_WIRE_CLIENT_ID];
 	uint32_t count;
 	uint32_t reserved;
 };
-_Static_assert(sizeof(struct kvc_msg_ino_grant) == 8, "");
+_Static_assert(sizeof(struct kvc_msg_ino_grant) == 24, "");
 
 struct kvc_msg_ino_grant_reply {
 	uint64_t first;
@@ -365,11 +373,34 @@ struct kvc_msg_ino_grant_reply {
 };
 _Static_assert(sizeof(struct kvc_msg_ino_grant_reply) == 16, "");
 
+/* INO_RETURN: client is done with its grants (it stops). ranges name up
+ * to two runs of numbers it never gave to a file (count 0: none), each
+ * the end of one of its grants; they are dropped. Every other number of
+ * its grants not entered (a file it made but never entered: lost) is
+ * reclaimed, and its grants go. Reply: kvc_msg_ino_return_reply. */
+struct kvc_msg_ino_range {
+	uint64_t first;
+	uint32_t count;
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct kvc_msg_ino_range) == 16, "");
+
+struct kvc_msg_ino_return {
+	uint8_t client[KVC_WIRE_CLIENT_ID];
+	struct kvc_msg_ino_range ranges[2];
+};
+_Static_assert(sizeof(struct kvc_msg_ino_return) == 48, "");
+
+struct kvc_msg_ino_return_reply {
+	uint64_t reclaimed; /* numbers whose chunks the collector removes */
+};
+_Static_assert(sizeof(struct kvc_msg_ino_return_reply) == 8, "");
+
 /* ADOPT: count (1 .. KVC_WIRE_MAX_KEYS) regular files a kvc-fuse made with
  * granted numbers, entered in one transaction: kvc_msg_adopt, then count
  * records, each a kvc_msg_adopt_record and name_len name bytes. A record
- * enters inode `ino` (which must be below the next number to give out and
- * unused) with attr's mode (S_IFREG, no set-id bits), uid, gid, size,
+ * enters inode `ino` (a number granted to `client` and not entered yet:
+ * else -ESTALE, as for a client whose grants were reclaimed) with attr's mode (S_IFREG, no set-id bits), uid, gid, size,
  * times and layout, links it as (parent, name), touches the parent, and
  * with KVC_ADOPT_OPEN opens it for `client`. A name that exists already
  * is replaced when it is a regular file (the older file goes as an unlink

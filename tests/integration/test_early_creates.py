@@ -4,7 +4,9 @@ kvc-meta reserved for it, and enters the files it made in batches (ADOPT).
 What must hold: every byte and size is there, for this client at once and
 for another client within milliseconds; every later call on such a file
 (stat, rename, link, chmod, unlink, readdir) finds it; fsync makes it
-survive the client's death; an exclusive create still asks kvc-meta."""
+survive the client's death; an exclusive create still asks kvc-meta; and
+the chunks of a file made so and never entered are reclaimed when its
+client stops or dies."""
 import os
 import re
 import signal
@@ -195,6 +197,96 @@ def test_a_fsynced_early_file_survives_its_client_s_death(cluster, workdir):
         for name, data in blobs.items():
             assert (workdir / name).read_bytes() == data, name
     finally:
+        drop_second_mount(proc, mount2)
+
+
+def slow_entry_mount(cluster):
+    """A second kvc-fuse whose files made here stay unentered while open
+    (early_open_delay_ms of 10 minutes): (process, mountpoint)."""
+    conf = cluster.dir / "cluster-slow-entry.conf"
+    conf.write_text(cluster.conf.read_text().replace(
+        "[fuse]\n", "[fuse]\nearly_open_delay_ms = 600000\n"))
+    return second_mount(cluster, conf)
+
+
+def chunk_files_of(cluster, ino):
+    """The chunk files of inode ino on every storage target of the cluster
+    (chunks/XX/IIIIIIIIIIIIIIII.CCCCCCCC, src/storage/chunk_store.h)."""
+    return list(cluster.dir.glob(f"**/chunks/*/{ino:016x}.*"))
+
+
+def make_unentered(cluster, workdir, mount2, name):
+    """In a new directory of workdir, through mount2: a file made there
+    (early), 1 MiB written to the storage servers, still open. Returns
+    (directory as the first client sees it, the open file, its inode)."""
+    d = workdir / name
+    d.mkdir()
+    theirs = os.path.join(mount2, d.relative_to(cluster.mount))
+    for i in range(8):  # their kvc-fuse keeps the directory's names
+        assert not os.path.exists(os.path.join(theirs, f".miss-{i}"))
+    time.sleep(0.5)
+    write_key(os.path.join(theirs, "first"), b"")  # the directory's attributes
+    os.unlink(os.path.join(theirs, "first"))       # are held from now on
+    f = open(os.path.join(theirs, "f"), "wb")
+    f.write(os.urandom(1 << 20))
+    f.flush()
+    ino = os.fstat(f.fileno()).st_ino
+    assert chunk_files_of(cluster, ino), "its bytes are on the storage servers"
+    assert not (d / "f").exists(), "made by the second client, not entered yet"
+    return d, f, ino
+
+
+def test_a_lost_file_s_chunks_are_reclaimed_when_its_client_stops(cluster, workdir):
+    """A file made early whose directory another client removed before it
+    was entered is lost (kvc-meta refuses it); when its kvc-fuse unmounts,
+    it gives its inode numbers back and kvc-meta's collector removes the
+    lost file's chunks."""
+    proc, mount2 = slow_entry_mount(cluster)
+    try:
+        d, f, ino = make_unentered(cluster, workdir, mount2, "lost-dir")
+        # The directory is empty in kvc-meta: the first client removes it.
+        assert wait_until(lambda: not d.exists() or _rmdir(d), timeout=10)
+        try:
+            f.close()  # it may go now, and is refused: its directory went
+        except OSError:
+            pass
+        subprocess.run(["fusermount3", "-u", mount2], check=True, timeout=60)
+        assert proc.wait(timeout=60) == 0
+        assert wait_until(lambda: not chunk_files_of(cluster, ino), timeout=30), \
+            "the lost file's chunks stay on the storage servers"
+        log = (cluster.dir / "fuse2.log").read_text(errors="replace")
+        assert "never entered" in log
+    finally:
+        drop_second_mount(proc, mount2)
+
+
+def _rmdir(path):
+    try:
+        os.rmdir(path)
+        return True
+    except OSError:
+        return False
+
+
+def test_an_unentered_file_s_chunks_are_reclaimed_when_its_client_dies(cluster, workdir):
+    """kill -9 of a kvc-fuse with a file made early, written and never
+    entered: once kvc-meta declares the client gone (client_timeout_ms),
+    its grants are reclaimed and the file's chunks removed; the name never
+    appears."""
+    proc, mount2 = slow_entry_mount(cluster)
+    try:
+        d, f, ino = make_unentered(cluster, workdir, mount2, "killed-dir")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert wait_until(lambda: not chunk_files_of(cluster, ino), timeout=60), \
+            "the dead client's unentered file keeps its chunks"
+        assert not (d / "f").exists()
+        assert os.listdir(d) == []
+    finally:
+        try:
+            f.close()
+        except (OSError, UnboundLocalError):
+            pass
         drop_second_mount(proc, mount2)
 
 

@@ -123,6 +123,12 @@ Test(config, fuse_early_creates)
 	cr_assert(!config.early_creates);
 	snprintf(text, sizeof(text), "%searly_creates = yes\n", good);
 	expect_error(text, "early_creates must be on or off");
+	cr_assert_eq(config.early_open_delay_ms, 5, "a file open here is entered at 5 ms");
+	snprintf(text, sizeof(text), "%searly_open_delay_ms = 60000\n", good);
+	cr_assert_eq(kvc_config_parse(text, "t", &config, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config.early_open_delay_ms, 60000);
+	snprintf(text, sizeof(text), "%searly_open_delay_ms = -1\n", good);
+	expect_error(text, "early_open_delay_ms must be an integer in [0, 600000]");
 }
 
 /* metrics = host:port in [storage NAME] and [fuse]; off or absent: none. */

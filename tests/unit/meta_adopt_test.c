@@ -64,7 +64,7 @@ static int adopt(const struct body *b, struct kvc_msg_key_result *out, uint64_t 
 static uint64_t grant(uint32_t count)
 {
 	struct kvc_msg_ino_grant_reply g;
-	cr_assert_eq(kvc_meta_adopt_grant(store, count, &g), 0);
+	cr_assert_eq(kvc_meta_adopt_grant(store, client, count, &g), 0);
 	cr_assert_eq(g.count, count);
 	cr_assert_eq(g.chain_count, defaults.chain_count);
 	return g.first;
@@ -78,15 +78,15 @@ Test(meta_adopt, grants_are_disjoint_and_survive_reopen)
 	cr_assert_eq(b, a + 10, "the next grant starts where the last ended");
 	struct kvc_attr made = mkfile(1, "made-here");
 	cr_assert_eq(made.ino, b + KVC_WIRE_MAX_GRANT, "kvc-meta takes no granted number");
-	cr_assert_eq(kvc_meta_adopt_grant(store, 0, &g), -EINVAL);
-	cr_assert_eq(kvc_meta_adopt_grant(store, KVC_WIRE_MAX_GRANT + 1, &g), -EINVAL);
+	cr_assert_eq(kvc_meta_adopt_grant(store, client, 0, &g), -EINVAL);
+	cr_assert_eq(kvc_meta_adopt_grant(store, client, KVC_WIRE_MAX_GRANT + 1, &g), -EINVAL);
 
 	kvc_meta_store_close(store);
 	store = NULL;
 	cr_assert_eq(kvc_meta_store_open(dir, &defaults, &store), 0);
 	cr_assert_eq(grant(1), made.ino + 1, "grants are durable: none is given out twice");
 	kvc_meta_store_set_chain_count(store, 5);
-	cr_assert_eq(kvc_meta_adopt_grant(store, 1, &g), 0);
+	cr_assert_eq(kvc_meta_adopt_grant(store, client, 1, &g), 0);
 	cr_assert_eq(g.chain_count, 5, "the chains new files are placed over now");
 }
 
@@ -222,12 +222,12 @@ Test(meta_adopt, each_bad_record_fails_alone)
 		int rc;
 	} cases[] = {
 		{&ok1, 0, N("ok1"), 0},
-		{&past, 0, N("past"), -EINVAL},
-		{&in_use, 0, N("in-use"), -EINVAL},
-		{&in_gc, 0, N("in-gc"), -EINVAL},
+		{&past, 0, N("past"), -ESTALE},     /* not granted */
+		{&in_use, 0, N("in-use"), -ESTALE}, /* kvc-meta's own number */
+		{&in_gc, 0, N("in-gc"), -ESTALE},
 		{&root, 0, N("root"), -EINVAL},
 		{&zero, 0, N("zero"), -EINVAL},
-		{&again, 0, N("again"), -EINVAL}, /* ok1's number, entered just before */
+		{&again, 0, N("again"), -ESTALE}, /* ok1's number, entered just before */
 		{&suid, 0, N("suid"), -EINVAL},
 		{&dirmode, 0, N("dirmode"), -EINVAL},
 		{&sticky, 0, N("sticky"), -EINVAL},
@@ -294,13 +294,115 @@ Test(meta_adopt, a_number_is_entered_once)
 	struct body again = {0};
 	record(&again, 1, &a, 0, N("twice"));
 	cr_assert_eq(adopt(&again, out, NULL), 0);
-	cr_assert_eq(out[0].rc, -EINVAL, "re-entering a number is refused");
+	cr_assert_eq(out[0].rc, -ESTALE, "re-entering a number is refused");
 	/* Removed but still open: an orphan's number is not free either. */
 	struct kvc_attr held;
 	cr_assert_eq(kvc_meta_store_open_session(store, first, client, &held), 0);
 	cr_assert_eq(kvc_meta_store_unlink(store, 1, N("once")), 0);
 	cr_assert_eq(adopt(&again, out, NULL), 0);
-	cr_assert_eq(out[0].rc, -EINVAL);
+	cr_assert_eq(out[0].rc, -ESTALE);
+}
+
+/* ---- grants belong to a client ---- */
+
+static int adopt_for(const uint8_t *who, const struct body *b, struct kvc_msg_key_result *out)
+{
+	struct kvc_msg_adopt m = {.count = b->count};
+	struct kvc_meta_adopt_record recs[MAX_RECORDS];
+	memcpy(m.client, who, sizeof(m.client));
+	int rc = kvc_meta_adopt_parse(&m, b->bytes, b->len, recs);
+	return rc < 0 ? rc : kvc_meta_adopt_run(store, &m, recs, out, NULL);
+}
+
+/* Enter number ino as (1, name) for client; the record's result. */
+static int enter_as(const uint8_t *who, uint64_t ino, const char *name)
+{
+	struct body b = {0};
+	struct kvc_attr a = file(ino, 3);
+	struct kvc_msg_key_result out[1];
+	record(&b, 1, &a, 0, name, (uint32_t)strlen(name));
+	cr_assert_eq(adopt_for(who, &b, out), 0);
+	return out[0].rc;
+}
+
+static int drop(const uint8_t *who, uint64_t *reclaimed)
+{
+	return kvc_meta_store_drop_client(store, who, reclaimed);
+}
+
+Test(meta_adopt, only_the_client_granted_a_number_enters_it)
+{
+	static const uint8_t other[KVC_WIRE_CLIENT_ID] = "adopt-client-02";
+	uint64_t first = grant(2);
+	cr_assert_eq(enter_as(other, first, "theirs"), -ESTALE, "another client's number");
+	cr_assert_eq(enter_as(client, first, "mine"), 0);
+	cr_assert_eq(enter_as(client, first + 1, "mine-too"), 0);
+	/* Every number entered: the grant is gone, so nothing is reclaimed
+	 * and the client holds nothing kvc-meta would drop. */
+	uint64_t reclaimed = 99;
+	cr_assert_eq(drop(client, &reclaimed), 0, "no grant left");
+	cr_assert_eq(reclaimed, 0);
+	cr_assert_eq(counts().gc_pending, 0);
+}
+
+Test(meta_adopt, a_return_drops_what_was_never_used_and_reclaims_what_was_lost)
+{
+	uint64_t first = grant(8), spare = grant(4);
+	cr_assert_eq(enter_as(client, first, "a"), 0);
+	cr_assert_eq(enter_as(client, first + 1, "b"), 0);
+	/* first + 2 was given to a file that was never entered (lost); the
+	 * client never used first + 3 .. 7, nor the spare grant. */
+	struct kvc_msg_ino_range bad[2] = {{.first = first + 3, .count = 4}, {0}};
+	uint64_t reclaimed = 99;
+	cr_assert_eq(kvc_meta_store_grants_return(store, client, bad, 2, &reclaimed), -EINVAL,
+	             "a run that does not end its grant");
+	bad[0] = (struct kvc_msg_ino_range){.first = first + 1, .count = 7};
+	cr_assert_eq(kvc_meta_store_grants_return(store, client, bad, 2, &reclaimed), -EINVAL,
+	             "a run holding an entered number");
+	cr_assert_eq(counts().gc_pending, 0, "a refused return changes nothing");
+
+	struct kvc_msg_ino_range unused[2] = {{.first = first + 3, .count = 5},
+	                                      {.first = spare, .count = 4}};
+	cr_assert_eq(kvc_meta_store_grants_return(store, client, unused, 2, &reclaimed), 0);
+	cr_assert_eq(reclaimed, 1, "the lost file's number only");
+	cr_assert(in_gc(first + 2));
+	cr_assert(!in_gc(first) && !in_gc(first + 3) && !in_gc(spare));
+	uint64_t inos[64];
+	struct kvc_layout layouts[64];
+	int n = kvc_meta_store_gc_list(store, inos, layouts, 64);
+	cr_assert_eq(n, 1);
+	cr_assert_eq(layouts[0].chain_count, defaults.chain_count);
+	cr_assert_eq(layouts[0].stripe, defaults.chain_count, "removed from every chain");
+	cr_assert_eq(enter_as(client, first + 4, "late"), -ESTALE, "returned numbers are gone");
+	cr_assert_eq(drop(client, &reclaimed), 0, "nothing held after a return");
+}
+
+Test(meta_adopt, a_client_declared_gone_loses_its_grants)
+{
+	uint8_t ids[4][KVC_META_CLIENT_ID];
+	uint64_t first = grant(4);
+	cr_assert_eq(enter_as(client, first, "kept"), 0);
+	cr_assert_eq(kvc_meta_store_session_clients(store, ids, 4), 1,
+	             "a client holding grants only is watched for silence");
+	cr_assert_eq(memcmp(ids[0], client, KVC_META_CLIENT_ID), 0);
+
+	/* Grants are durable: a restart keeps them. */
+	kvc_meta_store_close(store);
+	store = NULL;
+	cr_assert_eq(kvc_meta_store_open(dir, &defaults, &store), 0);
+	cr_assert_eq(enter_as(client, first + 1, "after-restart"), 0);
+
+	uint64_t reclaimed = 0;
+	cr_assert_eq(drop(client, &reclaimed), 1, "one grant dropped");
+	cr_assert_eq(reclaimed, 2, "the two numbers never entered");
+	cr_assert(in_gc(first + 2) && in_gc(first + 3));
+	struct kvc_meta_dropped d;
+	cr_assert_eq(kvc_meta_store_client_dropped(store, client, &d), 1,
+	             "it hears of the drop (RENEW: ESTALE)");
+	cr_assert_eq(kvc_meta_store_session_clients(store, ids, 4), 0);
+	cr_assert_eq(enter_as(client, first + 2, "too-late"), -ESTALE);
+	struct kvc_attr got;
+	cr_assert_eq(kvc_meta_store_lookup(store, 1, N("kept"), &got), 0, "entered files stay");
 }
 
 Test(meta_adopt, malformed_bodies_change_nothing)

@@ -241,7 +241,7 @@ Test(meta_store, a_file_removed_while_open_stays_until_its_last_close)
 	uint8_t clients[4][KVC_META_CLIENT_ID];
 	cr_assert_eq(kvc_meta_store_session_clients(store, clients, 4), 1);
 	cr_assert_eq(memcmp(clients[0], b, KVC_META_CLIENT_ID), 0);
-	cr_assert_eq(kvc_meta_store_drop_client(store, b), 1, "b is declared gone");
+	cr_assert_eq(kvc_meta_store_drop_client(store, b, NULL), 1, "b is declared gone");
 	cr_assert_eq(gc_count(), 1, "now the chunks go");
 	cr_assert_eq(kvc_meta_store_getattr(store, f, &attr), -ENOENT);
 	/* Replacing an open file by rename keeps it the same way. */
@@ -275,8 +275,8 @@ Test(meta_store, sessions_are_listed_and_dropped_per_client)
 	uint8_t got[8][KVC_META_CLIENT_ID];
 	cr_assert_eq(kvc_meta_store_session_clients(store, got, 8), 3, "each client once");
 	cr_assert_eq(kvc_meta_store_session_clients(store, got, 2), 2, "at most max");
-	cr_assert_eq(kvc_meta_store_drop_client(store, ids[1]), 3);
-	cr_assert_eq(kvc_meta_store_drop_client(store, ids[1]), 0, "nothing left of it");
+	cr_assert_eq(kvc_meta_store_drop_client(store, ids[1], NULL), 3);
+	cr_assert_eq(kvc_meta_store_drop_client(store, ids[1], NULL), 0, "nothing left of it");
 	cr_assert_eq(kvc_meta_store_session_clients(store, got, 8), 2);
 	struct kvc_meta_counts counts;
 	cr_assert_eq(kvc_meta_store_counts(store, &counts), 0);
