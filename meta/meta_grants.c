@@ -129,7 +129,7 @@ int kvc_meta_grant_put(struct kvc_meta_store *s, MDB_txn *txn,
 int kvc_meta_grant_check(struct kvc_meta_store *s, MDB_txn *txn,
                          const uint8_t client[KVC_META_CLIENT_ID], uint64_t ino)
 {
-	struct grant g;
+	struct grant g = {0};
 	int rc = grant_find(s, txn, client, ino, &g);
 	return rc == 0 && bit(&g, ino) ? -ESTALE : rc;
 }
@@ -137,7 +137,7 @@ int kvc_meta_grant_check(struct kvc_meta_store *s, MDB_txn *txn,
 int kvc_meta_grant_use(struct kvc_meta_store *s, MDB_txn *txn,
                        const uint8_t client[KVC_META_CLIENT_ID], uint64_t ino)
 {
-	struct grant g;
+	struct grant g = {0};
 	int rc = grant_find(s, txn, client, ino, &g);
 	if (rc == 0 && bit(&g, ino))
 		rc = -ESTALE;
@@ -202,7 +202,7 @@ int kvc_meta_grants_reclaim(struct kvc_meta_store *s, MDB_txn *txn,
 		uint8_t buf[KEY_LEN];
 		MDB_val k = grant_key(buf, client, 0), v;
 		MDB_cursor *cur;
-		struct grant g;
+		struct grant g = {0};
 		rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->grants, &cur));
 		if (rc < 0)
 			break;
@@ -225,7 +225,7 @@ int kvc_meta_grants_reclaim(struct kvc_meta_store *s, MDB_txn *txn,
 static int trim(struct kvc_meta_store *s, MDB_txn *txn, const uint8_t *client, uint64_t first,
                 uint32_t count)
 {
-	struct grant g;
+	struct grant g = {0};
 	int rc = grant_find(s, txn, client, first, &g);
 	if (rc < 0)
 		return rc == -ESTALE ? -EINVAL : rc;
