@@ -46,6 +46,8 @@ struct kvc_early_creates {
 	bool stopping;
 	/* Numbers: [next, end) in use, then [spare_first, spare_end). */
 	uint64_t next, end, spare_first, spare_end;
+	uint64_t grant_gen; /* +1 when kvc-meta reclaimed our grants: a grant
+	                     * asked for before is dropped when it comes */
 	uint32_t chain_count;
 	int64_t open_delay_ns; /* a file still open goes when this old */
 	int64_t grant_after_ns, paused_until_ns;
@@ -100,7 +102,11 @@ int kvc_early_creates_make(struct kvc_early_creates *c, uint64_t parent, const c
 	    len > KVC_WIRE_MAX_NAME)
 		return -EAGAIN;
 	struct kvc_attr d;
-	if (kvc_attr_cache_get(c->fs->attrs, c->fs->events, parent, &d) <= 0 || !S_ISDIR(d.mode) ||
+	/* Only while our lease is fresh: a client kvc-meta declares gone
+	 * loses the files it made and had not entered (their grants are
+	 * reclaimed), so none is made when that may be near. */
+	if (!kvc_fuse_lease_fresh(c->fs) ||
+	    kvc_attr_cache_get(c->fs->attrs, c->fs->events, parent, &d) <= 0 || !S_ISDIR(d.mode) ||
 	    d.layout.chunk_size == 0)
 		return -EAGAIN;
 	int64_t now = kvc_clock_monotonic_ns();
@@ -386,10 +392,13 @@ int kvc_early_creates_settle(void *arg, const void *inos, uint32_t count)
 static void ask_for_numbers(struct kvc_early_creates *c)
 {
 	struct kvc_msg_ino_grant_reply g;
+	uint64_t gen = c->grant_gen;
 	c->grant_after_ns = INT64_MAX; /* one request at a time */
 	pthread_mutex_unlock(&c->lock);
 	int rc = kvc_meta_client_ino_grant(&c->fs->meta, c->fs->client_id, GRANT, &g);
 	pthread_mutex_lock(&c->lock);
+	if (rc == 0 && gen != c->grant_gen)
+		rc = -ESTALE; /* granted, then reclaimed with the drop we heard of */
 	c->grant_after_ns = rc < 0 ? kvc_clock_monotonic_ns() + RETRY_MS * 1000000ll : 0;
 	if (rc < 0) {
 		kvc_log_debug("asking kvc-meta for inode numbers: %s", strerror(-rc));
@@ -541,7 +550,9 @@ void kvc_early_creates_forget_grants(struct kvc_early_creates *c)
 	pthread_mutex_lock(&c->lock);
 	c->next = c->end;
 	c->spare_first = c->spare_end;
-	c->grant_after_ns = 0;
+	c->grant_gen++;
+	if (c->grant_after_ns != INT64_MAX) /* (one in flight: it is dropped) */
+		c->grant_after_ns = 0;
 	pthread_cond_signal(&c->work);
 	pthread_mutex_unlock(&c->lock);
 }

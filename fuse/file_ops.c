@@ -5,8 +5,9 @@
  * operations.h: kvc_fuse_check_lease).
  *
  * Lock order: a session lock (by inode) before the inode table's lock;
- * renew_lock before a session lock (reopen_all); closes_lock before a
- * session lock (retry_closes). The session locks are held across
+ * renew_lock before a session lock (reopen_all) and before the early
+ * creates' lock (kvc_early_creates_forget_grants, a leaf); closes_lock
+ * before a session lock (retry_closes). The session locks are held across
  * kvc-meta's OPEN/CLOSE on purpose: a CLOSE must never overtake a newer
  * OPEN of the same file.
  */
@@ -521,6 +522,11 @@ static int renew_locked(struct kvc_fuse *fs)
 static bool lease_fresh(struct kvc_fuse *fs, int64_t now)
 {
 	return now - atomic_load(&fs->renewed_ms) <= (int64_t)fs->config.client_timeout_ms * 3 / 4;
+}
+
+bool kvc_fuse_lease_fresh(struct kvc_fuse *fs)
+{
+	return lease_fresh(fs, lease_now_ms());
 }
 
 int kvc_fuse_check_lease(struct kvc_fuse *fs)

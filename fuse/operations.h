@@ -84,6 +84,9 @@ void kvc_fuse_drop_inode(struct kvc_fuse *fs, uint64_t ino);
  * reached: past its timeout it may have given our files away, and reading
  * them could return holes where their bytes were. */
 int kvc_fuse_check_lease(struct kvc_fuse *fs);
+/* Whether the lease is fresh now (no renew: for callers that must not
+ * wait, e.g. early creates). */
+bool kvc_fuse_lease_fresh(struct kvc_fuse *fs);
 
 /* Send every dirty file size to kvc-meta, and renew this client's open
  * sessions (the background pass, every second). */

@@ -53,7 +53,11 @@ struct kvc_meta_adopt_record {
 /* INO_GRANT: reserve count (1 .. KVC_WIRE_MAX_GRANT) inode numbers for
  * client in one transaction; out gets the first, the count and the chain
  * count new files are placed over now. Returns 0, -EINVAL (count),
- * -ENOSPC (numbers or database exhausted), -EIO. */
+ * -ESTALE (the client was dropped and has not rejoined), -EBUSY (it holds
+ * KVC_META_MAX_GRANTS grants: what a return or a drop reclaims in one
+ * transaction stays bounded), -ENOSPC (numbers or database exhausted),
+ * -EIO. */
+#define KVC_META_MAX_GRANTS 16
 int kvc_meta_adopt_grant(struct kvc_meta_store *store, const uint8_t client[KVC_WIRE_CLIENT_ID],
                          uint32_t count, struct kvc_msg_ino_grant_reply *out);
 

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "core/lmdb_txn.h"
+#include "meta/meta_adopt.h"
 #include "meta/meta_store_internal.h"
 
 struct grant_head {
@@ -117,13 +118,41 @@ static int grant_store(struct kvc_meta_store *s, MDB_txn *txn, const uint8_t *cl
 	return kvc_lmdb_errno(mdb_put(txn, s->grants, &k, &v, 0));
 }
 
+/* How many grants client holds (up to KVC_META_MAX_GRANTS), or -errno. */
+static int grants_held(struct kvc_meta_store *s, MDB_txn *txn, const uint8_t *client)
+{
+	uint8_t buf[KEY_LEN];
+	MDB_val k = grant_key(buf, client, 0), v;
+	MDB_cursor *cur;
+	int held = kvc_lmdb_errno(mdb_cursor_open(txn, s->grants, &cur));
+	if (held < 0)
+		return held;
+	int got = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+	while (got == 0 && held < KVC_META_MAX_GRANTS && k.mv_size == KEY_LEN &&
+	       memcmp(k.mv_data, client, KVC_META_CLIENT_ID) == 0) {
+		held++;
+		got = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+	}
+	mdb_cursor_close(cur);
+	return got != 0 && got != MDB_NOTFOUND ? kvc_lmdb_errno(got) : held;
+}
+
 int kvc_meta_grant_put(struct kvc_meta_store *s, MDB_txn *txn,
                        const uint8_t client[KVC_META_CLIENT_ID], uint64_t first, uint32_t count)
 {
 	struct grant g = {.first = first, .head = {.count = count}};
-	if (count == 0 || count > KVC_WIRE_MAX_GRANT)
-		return -EINVAL;
-	return grant_store(s, txn, client, &g);
+	int rc = count == 0 || count > KVC_WIRE_MAX_GRANT ? -EINVAL : 0;
+	if (rc == 0) {
+		int dropped = kvc_meta_dropped_has(s, txn, client);
+		rc = dropped > 0 ? -ESTALE : dropped;
+	}
+	if (rc == 0) {
+		int held = grants_held(s, txn, client);
+		rc = held >= KVC_META_MAX_GRANTS ? -EBUSY : held < 0 ? held : 0;
+	}
+	if (rc == 0)
+		rc = grant_store(s, txn, client, &g);
+	return rc;
 }
 
 int kvc_meta_grant_check(struct kvc_meta_store *s, MDB_txn *txn,
@@ -221,14 +250,15 @@ int kvc_meta_grants_reclaim(struct kvc_meta_store *s, MDB_txn *txn,
 }
 
 /* Drop the run [first, first + count), which must end one of client's
- * grants and hold no entered number. */
+ * grants and hold no entered number; a run in no grant of the client's
+ * (reclaimed already: it was dropped before it heard) is nothing to do. */
 static int trim(struct kvc_meta_store *s, MDB_txn *txn, const uint8_t *client, uint64_t first,
                 uint32_t count)
 {
 	struct grant g = {0};
 	int rc = grant_find(s, txn, client, first, &g);
 	if (rc < 0)
-		return rc == -ESTALE ? -EINVAL : rc;
+		return rc == -ESTALE ? 0 : rc;
 	uint64_t end = g.first + g.head.count;
 	if (count > end - first || first + count != end)
 		return -EINVAL;

@@ -167,7 +167,7 @@ static int dropped_get(struct kvc_meta_store *s, MDB_txn *txn,
 	return rc;
 }
 
-/* Record that client lost `files` sessions now. */
+/* Record that client lost `files` sessions and grants now. */
 static int dropped_put(struct kvc_meta_store *s, MDB_txn *txn,
                        const uint8_t client[KVC_META_CLIENT_ID], uint32_t files)
 {
@@ -180,6 +180,14 @@ static int dropped_put(struct kvc_meta_store *s, MDB_txn *txn,
 	d.files = files;
 	MDB_val k = {KVC_META_CLIENT_ID, (void *)client}, v = {sizeof(d), &d};
 	return kvc_lmdb_errno(mdb_put(txn, s->dropped, &k, &v, 0));
+}
+
+int kvc_meta_dropped_has(struct kvc_meta_store *s, MDB_txn *txn,
+                         const uint8_t client[KVC_META_CLIENT_ID])
+{
+	struct kvc_meta_dropped d;
+	int rc = dropped_get(s, txn, client, &d);
+	return rc == 0 ? 1 : rc == -ENOENT ? 0 : rc;
 }
 
 int kvc_meta_store_client_dropped(struct kvc_meta_store *s,

@@ -262,7 +262,7 @@ int kvc_meta_store_grants_return(struct kvc_meta_store *store,
 struct kvc_meta_dropped {
 	int64_t dropped_ns; /* wall clock of the last drop, for administrators */
 	uint32_t drops;     /* times dropped since it last rejoined: names the drop */
-	uint32_t files;     /* sessions the last drop ended */
+	uint32_t files;     /* sessions and grants the last drop ended */
 };
 _Static_assert(sizeof(struct kvc_meta_dropped) == 16, "");
 

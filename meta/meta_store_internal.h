@@ -95,12 +95,18 @@ int kvc_meta_dirent_del(struct kvc_meta_store *s, MDB_txn *txn, uint64_t parent,
 int kvc_meta_new_inode(struct kvc_meta_store *s, MDB_txn *txn,
                        const struct kvc_inode_record *parent, uint32_t mode, uint32_t uid,
                        uint32_t gid, uint64_t rdev, struct kvc_inode_record *rec);
+/* 1 when client was dropped and has not rejoined since (meta_opens.c),
+ * 0 when not, -errno. */
+int kvc_meta_dropped_has(struct kvc_meta_store *s, MDB_txn *txn,
+                         const uint8_t client[KVC_META_CLIENT_ID]);
 /* Record the open session (ino, client) in txn (meta_opens.c). */
 int kvc_meta_session_put(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
                          const uint8_t client[KVC_META_CLIENT_ID]);
 
 /* meta_grants.c: inode numbers granted to clients (INO_GRANT). put
- * records a new grant; check: 0 when client may enter ino (granted to it,
+ * records a new grant (-ESTALE while the client is dropped and has not
+ * rejoined: a grant it could not hear of would be lost; -EBUSY when it
+ * holds KVC_META_MAX_GRANTS, meta_adopt.h, already); check: 0 when client may enter ino (granted to it,
  * not entered yet), else -ESTALE; use marks ino entered (the grant goes
  * with its last number). */
 int kvc_meta_grant_put(struct kvc_meta_store *s, MDB_txn *txn,

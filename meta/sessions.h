@@ -2,7 +2,8 @@
  * sessions: which clients (kvc-fuse instances, by their random 16-byte
  * id) are alive, for the open sessions of meta_store. A client renews
  * every second; one not heard from for client_timeout_ms is gone, and its
- * sessions are dropped, so files removed while it had them open are
+ * sessions and grants are dropped, so files removed while it had them
+ * open, and files it made ahead and never entered (meta_grants.c), are
  * reclaimed. The table of last contacts is in memory only: after a
  * kvc-meta restart every client holding sessions gets the whole timeout
  * again from the first sweep, so a restart never drops a live client.

@@ -345,6 +345,55 @@ Test(meta_adopt, only_the_client_granted_a_number_enters_it)
 	cr_assert_eq(counts().gc_pending, 0);
 }
 
+static uint64_t grant_to(const uint8_t *who, uint32_t count)
+{
+	struct kvc_msg_ino_grant_reply g;
+	cr_assert_eq(kvc_meta_adopt_grant(store, who, count, &g), 0);
+	return g.first;
+}
+
+Test(meta_adopt, clients_grants_side_by_side_stay_apart)
+{
+	static const uint8_t b[KVC_WIRE_CLIENT_ID] = "adopt-client-0b";
+	uint64_t a1 = grant_to(client, 4), b1 = grant_to(b, 4), a2 = grant_to(client, 4);
+	cr_assert_eq(b1, a1 + 4);
+	cr_assert_eq(a2, b1 + 4);
+	/* Each one's numbers next to the other's: the lookup of the grant
+	 * holding a number never takes a neighbour's. */
+	cr_assert_eq(enter_as(b, a1 + 3, "b-takes-a-last"), -ESTALE);
+	cr_assert_eq(enter_as(b, a2, "b-takes-a-next"), -ESTALE);
+	cr_assert_eq(enter_as(client, b1, "a-takes-b-first"), -ESTALE);
+	cr_assert_eq(enter_as(client, b1 + 3, "a-takes-b-last"), -ESTALE);
+	cr_assert_eq(enter_as(b, b1 + 3, "b-own"), 0);
+	cr_assert_eq(enter_as(client, a2 + 3, "a-own"), 0);
+
+	/* Returning a's grants reclaims a's numbers only. */
+	struct kvc_msg_ino_range none[2] = {{0}, {0}};
+	uint64_t reclaimed = 0;
+	cr_assert_eq(kvc_meta_store_grants_return(store, client, none, 2, &reclaimed), 0);
+	cr_assert_eq(reclaimed, 4 + 3);
+	cr_assert(!in_gc(b1) && in_gc(a1) && in_gc(a2) && !in_gc(a2 + 3));
+	cr_assert_eq(enter_as(b, b1, "b-still"), 0, "b's grant is untouched");
+	cr_assert_eq(drop(b, &reclaimed), 1);
+	cr_assert_eq(reclaimed, 2);
+
+	/* A dropped client gets no grant until it rejoins (it could not hear
+	 * of one reclaimed with it); none holds more than the cap. */
+	struct kvc_msg_ino_grant_reply g;
+	cr_assert_eq(kvc_meta_adopt_grant(store, b, 1, &g), -ESTALE);
+	struct kvc_meta_dropped d;
+	cr_assert_eq(kvc_meta_store_client_dropped(store, b, &d), 1);
+	cr_assert_eq(kvc_meta_store_client_rejoin(store, b, d.drops), 0);
+	cr_assert_eq(kvc_meta_adopt_grant(store, b, 1, &g), 0, "after its rejoin");
+	for (int i = 0; i < KVC_META_MAX_GRANTS; i++)
+		cr_assert_eq(kvc_meta_adopt_grant(store, client, 1, &g), 0);
+	cr_assert_eq(kvc_meta_adopt_grant(store, client, 1, &g), -EBUSY);
+	/* A return naming a run of no grant (reclaimed already) is no error. */
+	struct kvc_msg_ino_range stale[2] = {{.first = a1, .count = 4}, {0}};
+	cr_assert_eq(kvc_meta_store_grants_return(store, client, stale, 2, &reclaimed), 0);
+	cr_assert_eq(reclaimed, KVC_META_MAX_GRANTS);
+}
+
 Test(meta_adopt, a_return_drops_what_was_never_used_and_reclaims_what_was_lost)
 {
 	uint64_t first = grant(8), spare = grant(4);
