@@ -8,77 +8,64 @@
 #include <sys/stat.h>
 
 #include "core/log.h"
-#include "meta/meta_adopt.h"
-#include "meta/meta_keys.h"
 #include "meta/pool_service.h"
+#include "meta/service_internal.h"
 #include "meta/watches.h"
 
-/* A request: its fixed struct (checked to be in the body) and the offset
- * of what follows it. Handlers take their variable parts with take() and
- * must end exactly at the body's end (done()). */
-struct request {
-	struct kvc_meta_service *svc;
-	struct kvc_server_conn *conn;
-	const struct kvc_wire_header *h;
-	const void *msg;
-	uint32_t off;
-	uint64_t since; /* the watches' change count before the store was read */
-};
-
-static const void *take(struct request *r, uint32_t len)
+const void *kvc_meta_req_take(struct kvc_meta_request *r, uint32_t len)
 {
 	return kvc_wire_body_take(r->conn->body, r->h->body_len, &r->off, len);
 }
 
-static bool done(const struct request *r)
+bool kvc_meta_req_done(const struct kvc_meta_request *r)
 {
 	return r->off == r->h->body_len;
 }
 
-static int reply(struct request *r, int rc, const void *body, uint32_t len)
+int kvc_meta_req_reply(struct kvc_meta_request *r, int rc, const void *body, uint32_t len)
 {
 	return kvc_server_reply(r->conn, r->h, rc, rc < 0 ? NULL : body, rc < 0 ? 0 : len);
 }
 
-static int reply_attr(struct request *r, int rc, const struct kvc_attr *attr)
+static int reply_attr(struct kvc_meta_request *r, int rc, const struct kvc_attr *attr)
 {
-	return reply(r, rc, attr, attr ? sizeof(*attr) : 0);
+	return kvc_meta_req_reply(r, rc, attr, attr ? sizeof(*attr) : 0);
 }
 
-static int bad(struct request *r)
+int kvc_meta_req_bad(struct kvc_meta_request *r)
 {
-	return reply(r, -EINVAL, NULL, 0);
+	return kvc_meta_req_reply(r, -EINVAL, NULL, 0);
 }
 
 /* Watches (watches.h): the client this connection acts for (CLIENT_HELLO)
  * is told about what others change of what it was answered. */
-static struct kvc_meta_watcher *watcher(const struct request *r)
+static struct kvc_meta_watcher *watcher(const struct kvc_meta_request *r)
 {
 	return r->svc->watches ? r->conn->service_state : NULL;
 }
 
-static void note_name(struct request *r, uint64_t parent, const char *name, uint32_t len)
+void kvc_meta_req_note_name(struct kvc_meta_request *r, uint64_t parent, const char *name, uint32_t len)
 {
 	if (watcher(r))
 		kvc_meta_watches_note_since(r->svc->watches, watcher(r), r->since, KVC_WATCH_NAME,
 		                            parent, name, len);
 }
 
-static void note_inode(struct request *r, uint64_t ino)
+void kvc_meta_req_note_inode(struct kvc_meta_request *r, uint64_t ino)
 {
 	if (watcher(r))
 		kvc_meta_watches_note_since(r->svc->watches, watcher(r), r->since, KVC_WATCH_INODE,
 		                            ino, NULL, 0);
 }
 
-static void changed_name(struct request *r, uint64_t parent, const char *name, uint32_t len)
+static void changed_name(struct kvc_meta_request *r, uint64_t parent, const char *name, uint32_t len)
 {
 	if (r->svc->watches)
 		kvc_meta_watches_changed(r->svc->watches, watcher(r), KVC_WATCH_NAME, parent, name,
 		                         len);
 }
 
-static void changed_inode(struct request *r, uint64_t ino)
+void kvc_meta_req_changed_inode(struct kvc_meta_request *r, uint64_t ino)
 {
 	if (r->svc->watches && ino)
 		kvc_meta_watches_changed(r->svc->watches, watcher(r), KVC_WATCH_INODE, ino, NULL, 0);
@@ -87,18 +74,18 @@ static void changed_inode(struct request *r, uint64_t ino)
 /* A new name made (create, mkdir, mknod, symlink, link): others that
  * cached its absence or the parent's attributes are told; the maker's
  * kernel caches both, so it watches them. */
-static void made(struct request *r, uint64_t parent, const char *name, uint32_t len,
+void kvc_meta_req_made(struct kvc_meta_request *r, uint64_t parent, const char *name, uint32_t len,
                  uint64_t ino)
 {
 	changed_name(r, parent, name, len);
-	changed_inode(r, parent);
-	note_name(r, parent, name, len);
-	note_inode(r, ino);
-	note_inode(r, parent); /* CREATE answers its attributes after */
+	kvc_meta_req_changed_inode(r, parent);
+	kvc_meta_req_note_name(r, parent, name, len);
+	kvc_meta_req_note_inode(r, ino);
+	kvc_meta_req_note_inode(r, parent); /* CREATE answers its attributes after */
 }
 
 /* The inode a name has now, 0 when none (for the events of a removal). */
-static uint64_t ino_of(struct request *r, uint64_t parent, const char *name, uint32_t len)
+static uint64_t ino_of(struct kvc_meta_request *r, uint64_t parent, const char *name, uint32_t len)
 {
 	struct kvc_attr attr;
 	return r->svc->watches && kvc_meta_store_lookup(r->svc->store, parent, name, len,
@@ -107,51 +94,51 @@ static uint64_t ino_of(struct request *r, uint64_t parent, const char *name, uin
 
 /* A name removed (unlink, rmdir) or replaced (rename): its old inode and
  * its parent changed too. */
-static void removed(struct request *r, uint64_t parent, const char *name, uint32_t len,
+void kvc_meta_req_removed(struct kvc_meta_request *r, uint64_t parent, const char *name, uint32_t len,
                     uint64_t ino)
 {
 	changed_name(r, parent, name, len);
-	changed_inode(r, parent);
-	changed_inode(r, ino);
+	kvc_meta_req_changed_inode(r, parent);
+	kvc_meta_req_changed_inode(r, ino);
 }
 
 /* (parent, name) messages. */
-static const char *name_of(struct request *r)
+static const char *name_of(struct kvc_meta_request *r)
 {
 	const struct kvc_msg_name *m = r->msg;
-	const char *name = take(r, m->name_len);
-	return name && done(r) ? name : NULL;
+	const char *name = kvc_meta_req_take(r, m->name_len);
+	return name && kvc_meta_req_done(r) ? name : NULL;
 }
 
-static int h_lookup(struct request *r)
+static int h_lookup(struct kvc_meta_request *r)
 {
 	const struct kvc_msg_name *m = r->msg;
 	const char *name = name_of(r);
 	struct kvc_attr attr;
 	if (!name)
-		return bad(r);
+		return kvc_meta_req_bad(r);
 	int rc = kvc_meta_store_lookup(r->svc->store, m->parent, name, m->name_len, &attr);
 	if (rc == 0 || rc == -ENOENT)
-		note_name(r, m->parent, name, m->name_len);
+		kvc_meta_req_note_name(r, m->parent, name, m->name_len);
 	if (rc == 0)
-		note_inode(r, attr.ino);
+		kvc_meta_req_note_inode(r, attr.ino);
 	return reply_attr(r, rc, &attr);
 }
 
 /* UNLINK, RMDIR: the reply is the parent's attributes after it. */
-static int h_remove(struct request *r)
+static int h_remove(struct kvc_meta_request *r)
 {
 	const struct kvc_msg_name *m = r->msg;
 	const char *name = name_of(r);
 	struct kvc_attr dir;
 	uint64_t ino = 0;
 	if (!name)
-		return bad(r);
+		return kvc_meta_req_bad(r);
 	int rc = kvc_meta_store_remove_name(r->svc->store, m->parent, name, m->name_len,
 	                                    r->h->type == KVC_MSG_RMDIR, &dir, &ino);
 	if (rc == 0) {
-		removed(r, m->parent, name, m->name_len, ino);
-		note_inode(r, m->parent); /* the answer: its attributes after */
+		kvc_meta_req_removed(r, m->parent, name, m->name_len, ino);
+		kvc_meta_req_note_inode(r, m->parent); /* the answer: its attributes after */
 	}
 	if (rc == 0 && r->h->type == KVC_MSG_UNLINK && r->svc->collector)
 		kvc_meta_collector_wake(r->svc->collector);
@@ -164,12 +151,12 @@ static int h_remove(struct request *r)
  * KVC_CREATE_OPEN (CREATE): the client id follows the name; a file this
  * CREATE makes is opened for it in the same transaction, and the reply
  * says whether it made the file. */
-static int h_create(struct request *r)
+static int h_create(struct kvc_meta_request *r)
 {
 	const struct kvc_msg_create *m = r->msg;
-	const char *name = take(r, m->name_len);
+	const char *name = kvc_meta_req_take(r, m->name_len);
 	const uint8_t *client = name && (m->flags & KVC_CREATE_OPEN)
-	                      ? take(r, KVC_WIRE_CLIENT_ID) : NULL;
+	                      ? kvc_meta_req_take(r, KVC_WIRE_CLIENT_ID) : NULL;
 	struct kvc_attr attr, dir, after = {0};
 	struct kvc_meta_store *store = r->svc->store;
 	uint32_t flags = KVC_CREATE_PARENT_GID |
@@ -177,8 +164,8 @@ static int h_create(struct request *r)
 	uint32_t mode = m->mode, gid = m->gid;
 	bool created = true;
 	int rc = 0;
-	if (!name || !done(r) || (m->flags & ~flags) || ((m->flags & KVC_CREATE_OPEN) && !client))
-		return bad(r);
+	if (!name || !kvc_meta_req_done(r) || (m->flags & ~flags) || ((m->flags & KVC_CREATE_OPEN) && !client))
+		return kvc_meta_req_bad(r);
 	if (m->flags & KVC_CREATE_PARENT_GID) {
 		rc = kvc_meta_store_getattr(store, m->parent, &dir);
 		if (rc == 0 && (dir.mode & S_ISGID)) {
@@ -198,9 +185,9 @@ static int h_create(struct request *r)
 		                                m->flags & KVC_CREATE_EXCL, client, &attr, &created,
 		                                &after);
 	if (rc == 0 && created)
-		made(r, m->parent, name, m->name_len, attr.ino);
+		kvc_meta_req_made(r, m->parent, name, m->name_len, attr.ino);
 	else if (rc == 0)
-		note_inode(r, attr.ino);
+		kvc_meta_req_note_inode(r, attr.ino);
 	if (rc < 0 || !(m->flags & KVC_CREATE_OPEN))
 		return reply_attr(r, rc, &attr);
 	struct {
@@ -208,62 +195,62 @@ static int h_create(struct request *r)
 		struct kvc_msg_create_reply out;
 		struct kvc_attr parent;
 	} body = {attr, {.flags = created ? KVC_CREATED : 0}, after};
-	return reply(r, 0, &body, sizeof(body));
+	return kvc_meta_req_reply(r, 0, &body, sizeof(body));
 }
 
-static int h_symlink(struct request *r)
+static int h_symlink(struct kvc_meta_request *r)
 {
 	const struct kvc_msg_symlink *m = r->msg;
-	const char *name = take(r, m->name_len);
-	const char *target = name ? take(r, m->target_len) : NULL;
+	const char *name = kvc_meta_req_take(r, m->name_len);
+	const char *target = name ? kvc_meta_req_take(r, m->target_len) : NULL;
 	struct kvc_attr attr;
-	if (!target || !done(r))
-		return bad(r);
+	if (!target || !kvc_meta_req_done(r))
+		return kvc_meta_req_bad(r);
 	int rc = kvc_meta_store_symlink(r->svc->store, m->parent, name, m->name_len, target,
 	                                m->target_len, m->uid, m->gid, &attr);
 	if (rc == 0)
-		made(r, m->parent, name, m->name_len, attr.ino);
+		kvc_meta_req_made(r, m->parent, name, m->name_len, attr.ino);
 	return reply_attr(r, rc, &attr);
 }
 
-static int h_link(struct request *r)
+static int h_link(struct kvc_meta_request *r)
 {
 	const struct kvc_msg_link *m = r->msg;
-	const char *name = take(r, m->name_len);
+	const char *name = kvc_meta_req_take(r, m->name_len);
 	struct kvc_attr attr;
-	if (!name || !done(r))
-		return bad(r);
+	if (!name || !kvc_meta_req_done(r))
+		return kvc_meta_req_bad(r);
 	int rc = kvc_meta_store_link(r->svc->store, m->ino, m->new_parent, name, m->name_len,
 	                             &attr);
 	if (rc == 0) {
-		changed_inode(r, m->ino); /* nlink */
-		made(r, m->new_parent, name, m->name_len, m->ino);
+		kvc_meta_req_changed_inode(r, m->ino); /* nlink */
+		kvc_meta_req_made(r, m->new_parent, name, m->name_len, m->ino);
 	}
 	return reply_attr(r, rc, &attr);
 }
 
-static int h_readlink(struct request *r)
+static int h_readlink(struct kvc_meta_request *r)
 {
 	const struct kvc_msg_ino *m = r->msg;
 	char target[KVC_WIRE_MAX_SYMLINK];
 	int rc = kvc_meta_store_readlink(r->svc->store, m->ino, target, sizeof(target));
-	return reply(r, rc < 0 ? rc : 0, target, rc < 0 ? 0 : (uint32_t)rc);
+	return kvc_meta_req_reply(r, rc < 0 ? rc : 0, target, rc < 0 ? 0 : (uint32_t)rc);
 }
 
-static int h_rename(struct request *r)
+static int h_rename(struct kvc_meta_request *r)
 {
 	const struct kvc_msg_rename *m = r->msg;
-	const char *name = take(r, m->name_len);
-	const char *new_name = name ? take(r, m->new_name_len) : NULL;
-	if (!new_name || !done(r))
-		return bad(r);
+	const char *name = kvc_meta_req_take(r, m->name_len);
+	const char *new_name = name ? kvc_meta_req_take(r, m->new_name_len) : NULL;
+	if (!new_name || !kvc_meta_req_done(r))
+		return kvc_meta_req_bad(r);
 	uint64_t moved = ino_of(r, m->parent, name, m->name_len);
 	uint64_t replaced = ino_of(r, m->new_parent, new_name, m->new_name_len);
 	int rc = kvc_meta_store_rename(r->svc->store, m->parent, name, m->name_len, m->new_parent,
 	                               new_name, m->new_name_len, m->flags);
 	if (rc == 0) {
-		removed(r, m->parent, name, m->name_len, moved);
-		removed(r, m->new_parent, new_name, m->new_name_len, replaced);
+		kvc_meta_req_removed(r, m->parent, name, m->name_len, moved);
+		kvc_meta_req_removed(r, m->new_parent, new_name, m->new_name_len, replaced);
 	}
 	if (rc == 0 && r->svc->collector)
 		kvc_meta_collector_wake(r->svc->collector);
@@ -293,18 +280,18 @@ static int add_dirent(void *arg, const char *name, uint32_t name_len,
 	return 0;
 }
 
-static int h_readdir(struct request *r)
+static int h_readdir(struct kvc_meta_request *r)
 {
 	const struct kvc_msg_readdir *m = r->msg;
-	const char *after = take(r, m->after_len);
-	if (!after || !done(r) || m->after_len > KVC_WIRE_MAX_NAME)
-		return bad(r);
+	const char *after = kvc_meta_req_take(r, m->after_len);
+	if (!after || !kvc_meta_req_done(r) || m->after_len > KVC_WIRE_MAX_NAME)
+		return kvc_meta_req_bad(r);
 	uint32_t max = m->max_entries == 0 || m->max_entries > KVC_WIRE_MAX_DIRENTS
 	                       ? KVC_WIRE_MAX_DIRENTS : m->max_entries;
 	struct readdir_out out = {.cap = KVC_WIRE_MAX_BODY};
 	out.buf = malloc(out.cap);
 	if (!out.buf)
-		return reply(r, -ENOMEM, NULL, 0);
+		return kvc_meta_req_reply(r, -ENOMEM, NULL, 0);
 	out.len = sizeof(struct kvc_msg_readdir_reply);
 	bool more = false;
 	int rc = kvc_meta_store_readdir(r->svc->store, m->ino, after, m->after_len, max,
@@ -314,7 +301,7 @@ static int h_readdir(struct request *r)
 		more = true;
 	struct kvc_msg_readdir_reply head = {.count = out.count, .more = more};
 	memcpy(out.buf, &head, sizeof(head));
-	rc = reply(r, rc < 0 ? rc : 0, out.buf, out.len);
+	rc = kvc_meta_req_reply(r, rc < 0 ? rc : 0, out.buf, out.len);
 	free(out.buf);
 	return rc;
 }
@@ -324,7 +311,7 @@ static int h_readdir(struct request *r)
  * shrink commits its size (and records its cut) first, then the chunks
  * are cut here before the answer; if a storage server fails, the size
  * stands, the file cannot grow, and the collector retries the cut. */
-static int h_setattr(struct request *r)
+static int h_setattr(struct kvc_meta_request *r)
 {
 	const struct kvc_msg_setattr *m = r->msg;
 	struct kvc_meta_service *svc = r->svc;
@@ -341,23 +328,23 @@ static int h_setattr(struct request *r)
 			             "the collector retries", m->ino, m->size, strerror(-cut));
 	}
 	if (rc == 0) {
-		changed_inode(r, m->ino);
-		note_inode(r, m->ino);
+		kvc_meta_req_changed_inode(r, m->ino);
+		kvc_meta_req_note_inode(r, m->ino);
 	}
 	return reply_attr(r, rc == -EAGAIN ? -EIO : rc, &attr);
 }
 
-static int h_getattr(struct request *r)
+static int h_getattr(struct kvc_meta_request *r)
 {
 	const struct kvc_msg_ino *m = r->msg;
 	struct kvc_attr attr;
 	int rc = kvc_meta_store_getattr(r->svc->store, m->ino, &attr);
 	if (rc == 0)
-		note_inode(r, m->ino);
+		kvc_meta_req_note_inode(r, m->ino);
 	return reply_attr(r, rc, &attr);
 }
 
-static int h_extend(struct request *r)
+static int h_extend(struct kvc_meta_request *r)
 {
 	const struct kvc_msg_extend *m = r->msg;
 	struct kvc_attr attr;
@@ -371,13 +358,13 @@ static int h_extend(struct request *r)
 			             "which failed: %s", m->ino, strerror(-rc));
 	}
 	if (rc == 0) {
-		changed_inode(r, m->ino);
-		note_inode(r, m->ino); /* the committer caches this answer (attr_cache.h) */
+		kvc_meta_req_changed_inode(r, m->ino);
+		kvc_meta_req_note_inode(r, m->ino); /* the committer caches this answer (attr_cache.h) */
 	}
 	return reply_attr(r, rc == -EAGAIN ? -EIO : rc, &attr);
 }
 
-static int h_statfs(struct request *r)
+static int h_statfs(struct kvc_meta_request *r)
 {
 	struct kvc_msg_statfs_reply out = {.max_inodes = 1ull << 40};
 	struct kvc_meta_counts counts;
@@ -402,30 +389,30 @@ static int h_statfs(struct request *r)
 		out.refused = space.refused;
 		out.flags = space.refusing ? KVC_SPACE_REFUSING : 0;
 	}
-	return reply(r, rc, &out, sizeof(out));
+	return kvc_meta_req_reply(r, rc, &out, sizeof(out));
 }
 
 /* META_SYNC: a checkpoint of both stores (namespace first: fsync waits
  * on it). */
-static int h_sync(struct request *r)
+static int h_sync(struct kvc_meta_request *r)
 {
 	int rc = kvc_meta_store_sync(r->svc->store);
 	if (rc == 0 && r->svc->pools)
 		rc = kvc_pool_store_sync(r->svc->pools);
-	return reply(r, rc, NULL, 0);
+	return kvc_meta_req_reply(r, rc, NULL, 0);
 }
 
 /* OPEN, CLOSE, RENEW: every one is also a sign of life of the client. */
-static int h_session(struct request *r)
+static int h_session(struct kvc_meta_request *r)
 {
 	const struct kvc_msg_session *m = r->msg;
 	struct kvc_meta_service *svc = r->svc;
 	struct kvc_attr attr;
 	_Static_assert(KVC_WIRE_CLIENT_ID == KVC_META_CLIENT_ID, "");
 	if (r->h->type == KVC_MSG_RENEW && m->ino > UINT32_MAX)
-		return bad(r);
+		return kvc_meta_req_bad(r);
 	if (r->h->type == KVC_MSG_RENEW) /* ino: the flags */
-		return reply(r, svc->sessions ? kvc_meta_sessions_renew(
+		return kvc_meta_req_reply(r, svc->sessions ? kvc_meta_sessions_renew(
 			svc->sessions, svc->store, m->client, (uint32_t)m->ino,
 			kvc_meta_sessions_now_ms()) : 0, NULL, 0);
 	if (svc->sessions)
@@ -434,252 +421,79 @@ static int h_session(struct request *r)
 		/* kvc-fuse serves GETATTR from this answer (fuse/attr_cache.h). */
 		int rc = kvc_meta_store_open_session(svc->store, m->ino, m->client, &attr);
 		if (rc == 0)
-			note_inode(r, m->ino);
+			kvc_meta_req_note_inode(r, m->ino);
 		return reply_attr(r, rc, &attr);
 	}
 	int rc = kvc_meta_store_close_session(svc->store, m->ino, m->client);
 	if (rc == 0 && svc->collector)
 		kvc_meta_collector_wake(svc->collector); /* an orphan may be free now */
-	return reply(r, rc, NULL, 0);
+	return kvc_meta_req_reply(r, rc, NULL, 0);
 }
 
 /* SETXATTR, GETXATTR, REMOVEXATTR: the name, then SETXATTR's value. */
-static int h_xattr(struct request *r)
+static int h_xattr(struct kvc_meta_request *r)
 {
 	const struct kvc_msg_xattr *m = r->msg;
 	struct kvc_meta_store *store = r->svc->store;
-	const char *name = take(r, m->name_len);
+	const char *name = kvc_meta_req_take(r, m->name_len);
 	uint32_t value_len = r->h->type == KVC_MSG_SETXATTR ? m->value_len : 0;
-	const char *value = name ? take(r, value_len) : NULL;
-	if (!value || !done(r))
-		return bad(r);
+	const char *value = name ? kvc_meta_req_take(r, value_len) : NULL;
+	if (!value || !kvc_meta_req_done(r))
+		return kvc_meta_req_bad(r);
 	if (r->h->type == KVC_MSG_SETXATTR || r->h->type == KVC_MSG_REMOVEXATTR) {
 		int rc = r->h->type == KVC_MSG_SETXATTR
 		       ? kvc_meta_store_setxattr(store, m->ino, name, m->name_len, value, value_len,
 		                                 m->flags)
 		       : kvc_meta_store_removexattr(store, m->ino, name, m->name_len);
 		if (rc == 0)
-			changed_inode(r, m->ino); /* ctime */
-		return reply(r, rc, NULL, 0);
+			kvc_meta_req_changed_inode(r, m->ino); /* ctime */
+		return kvc_meta_req_reply(r, rc, NULL, 0);
 	}
 	char *out = malloc(KVC_WIRE_MAX_XATTR_VALUE);
 	int rc = out ? kvc_meta_store_getxattr(store, m->ino, name, m->name_len, out,
 	                                       KVC_WIRE_MAX_XATTR_VALUE) : -ENOMEM;
-	rc = reply(r, rc < 0 ? rc : 0, out, rc < 0 ? 0 : (uint32_t)rc);
+	rc = kvc_meta_req_reply(r, rc < 0 ? rc : 0, out, rc < 0 ? 0 : (uint32_t)rc);
 	free(out);
 	return rc;
 }
 
-static int h_listxattr(struct request *r)
+static int h_listxattr(struct kvc_meta_request *r)
 {
 	const struct kvc_msg_ino *m = r->msg;
 	char *out = malloc(KVC_WIRE_MAX_XATTR_VALUE);
 	int rc = out ? kvc_meta_store_listxattr(r->svc->store, m->ino, out,
 	                                        KVC_WIRE_MAX_XATTR_VALUE) : -ENOMEM;
-	rc = reply(r, rc < 0 ? rc : 0, out, rc < 0 ? 0 : (uint32_t)rc);
+	rc = kvc_meta_req_reply(r, rc < 0 ? rc : 0, out, rc < 0 ? 0 : (uint32_t)rc);
 	free(out);
 	return rc;
-}
-
-/* KEYS_* and the watches: a published or removed key is a change others
- * hear of (a USRBIO wait on another client included); a lookup notes what
- * it answered, found or not (so such a wait hears of the key's arrival).
- * Temp names (KEYS_CREATE) concern nobody. */
-static void keys_watch(struct request *r, const struct kvc_msg_keys *m, const uint8_t *records,
-                       uint32_t len, const struct kvc_msg_key_result *out)
-{
-	uint16_t type = r->h->type;
-	struct kvc_meta_key_record *recs;
-	if (!r->svc->watches || type == KVC_MSG_KEYS_CREATE || m->count == 0 ||
-	    !(recs = calloc(m->count, sizeof(*recs))))
-		return;
-	if (kvc_meta_keys_parse(type, m, records, len, recs) == 0) {
-		for (uint32_t i = 0; i < m->count; i++) {
-			const struct kvc_meta_key_record *k = &recs[i];
-			if (type == KVC_MSG_KEYS_LOOKUP && (out[i].rc == 0 || out[i].rc == -ENOENT))
-				note_name(r, m->parent, k->name, k->name_len);
-			else if (type == KVC_MSG_KEYS_PUBLISH && out[i].rc == 0)
-				made(r, m->parent, k->name, k->name_len, out[i].attr.ino);
-			else if (type == KVC_MSG_KEYS_REMOVE && out[i].rc == 0)
-				removed(r, m->parent, k->name, k->name_len, out[i].attr.ino);
-		}
-	}
-	free(recs);
-}
-
-/* KEYS_*: meta_keys.c parses the records and runs them in one transaction. */
-static int h_keys(struct request *r)
-{
-	const struct kvc_msg_keys *m = r->msg;
-	uint32_t len = r->h->body_len - r->off;
-	const uint8_t *records = take(r, len);
-	if (!records || m->count > KVC_WIRE_MAX_KEYS)
-		return bad(r);
-	struct kvc_msg_key_result *out = calloc(m->count ? m->count : 1, sizeof(*out));
-	int rc = out ? kvc_meta_keys_run(r->svc->store, r->h->type, m, records, len, out) : -ENOMEM;
-	if (rc == 0 && r->h->type != KVC_MSG_KEYS_LOOKUP && r->h->type != KVC_MSG_KEYS_CREATE &&
-	    r->svc->collector)
-		kvc_meta_collector_wake(r->svc->collector);
-	if (rc == 0)
-		keys_watch(r, m, records, len, out);
-	rc = reply(r, rc, out, m->count * (uint32_t)sizeof(*out));
-	free(out);
-	return rc;
-}
-
-/* INO_GRANT: numbers for files a kvc-fuse makes ahead (meta_adopt.h). */
-static int h_ino_grant(struct request *r)
-{
-	const struct kvc_msg_ino_grant *m = r->msg;
-	struct kvc_msg_ino_grant_reply out = {0};
-	int rc = m->reserved ? -EINVAL
-	                     : kvc_meta_adopt_grant(r->svc->store, m->client, m->count, &out);
-	if (rc == 0 && r->svc->sessions) /* a client holding grants is swept if silent */
-		kvc_meta_sessions_touch(r->svc->sessions, m->client, kvc_meta_sessions_now_ms());
-	/* Durable before it is used: a machine crash going back to an older
-	 * checkpoint would give these numbers out again to other files. */
-	if (rc == 0)
-		rc = kvc_meta_store_sync(r->svc->store);
-	return reply(r, rc, &out, sizeof(out));
-}
-
-/* INO_RETURN: the numbers the client made files with and never entered
- * go to the collector. */
-static int h_ino_return(struct request *r)
-{
-	const struct kvc_msg_ino_return *m = r->msg;
-	struct kvc_msg_ino_return_reply out = {0};
-	int rc = kvc_meta_store_grants_return(r->svc->store, m->client, m->ranges, 2,
-	                                      &out.reclaimed);
-	if (rc == 0 && out.reclaimed > 0 && r->svc->collector)
-		kvc_meta_collector_wake(r->svc->collector);
-	return reply(r, rc, &out, sizeof(out));
-}
-
-/* ADOPT: the files entered are news to other clients (and the maker's
- * kernel caches them, as a CREATE's); a replaced file may be free now. */
-static void adopt_watch(struct request *r, const struct kvc_meta_adopt_record *recs,
-                        const struct kvc_msg_key_result *out, const uint64_t *replaced)
-{
-	const struct kvc_msg_adopt *m = r->msg;
-	bool wake = false;
-	for (uint32_t i = 0; i < m->count; i++) {
-		if (out[i].rc < 0)
-			continue;
-		made(r, recs[i].rec.parent, recs[i].name, recs[i].rec.name_len, out[i].attr.ino);
-		changed_inode(r, replaced[i]);
-		wake |= replaced[i] != 0;
-	}
-	if (wake && r->svc->collector)
-		kvc_meta_collector_wake(r->svc->collector);
-}
-
-static int h_adopt(struct request *r)
-{
-	const struct kvc_msg_adopt *m = r->msg;
-	struct kvc_meta_service *svc = r->svc;
-	uint32_t len = r->h->body_len - r->off;
-	const uint8_t *records = take(r, len);
-	if (!records || m->count < 1 || m->count > KVC_WIRE_MAX_KEYS || m->reserved)
-		return bad(r);
-	struct kvc_meta_adopt_record *recs = calloc(m->count, sizeof(*recs));
-	struct kvc_msg_key_result *out = calloc(m->count, sizeof(*out));
-	uint64_t *replaced = calloc(m->count, sizeof(*replaced));
-	int rc = recs && out && replaced ? kvc_meta_adopt_parse(m, records, len, recs) : -ENOMEM;
-	if (rc == 0 && svc->sessions)
-		kvc_meta_sessions_touch(svc->sessions, m->client, kvc_meta_sessions_now_ms());
-	if (rc == 0)
-		rc = kvc_meta_adopt_run(svc->store, m, recs, out, replaced);
-	if (rc == 0)
-		adopt_watch(r, recs, out, replaced);
-	rc = reply(r, rc, out, m->count * (uint32_t)sizeof(*out));
-	free(replaced);
-	free(out);
-	free(recs);
-	return rc;
-}
-
-/* REMOVE_MANY: removals a kvc-fuse answered itself (meta_adopt.h); each is
- * news to others as an UNLINK's, and its inode may be free now. */
-static int h_remove_many(struct request *r)
-{
-	const struct kvc_msg_remove_many *m = r->msg;
-	uint32_t len = r->h->body_len - r->off;
-	const uint8_t *records = take(r, len);
-	bool wake = false;
-	if (!records || m->count < 1 || m->count > KVC_WIRE_MAX_KEYS || m->reserved)
-		return bad(r);
-	struct kvc_meta_remove_record *recs = calloc(m->count, sizeof(*recs));
-	struct kvc_msg_key_result *out = calloc(m->count, sizeof(*out));
-	int rc = recs && out ? kvc_meta_remove_many_parse(m, records, len, recs) : -ENOMEM;
-	if (rc == 0)
-		rc = kvc_meta_remove_many_run(r->svc->store, m, recs, out);
-	for (uint32_t i = 0; rc == 0 && i < m->count; i++) {
-		const struct kvc_meta_remove_record *k = &recs[i];
-		if (out[i].rc == 0) {
-			removed(r, k->rec.parent, k->name, k->rec.name_len, k->rec.ino);
-			/* The sender keeps the parent's attributes as after its
-			 * removals, as UNLINK's answer: it hears of their change. */
-			note_inode(r, k->rec.parent);
-		}
-		wake |= out[i].rc == 0;
-	}
-	if (wake && r->svc->collector)
-		kvc_meta_collector_wake(r->svc->collector);
-	rc = reply(r, rc, out, m->count * (uint32_t)sizeof(*out));
-	free(out);
-	free(recs);
-	return rc;
-}
-
-/* CLOSE_MANY: the closes a kvc-fuse gathered, one transaction. */
-static int h_close_many(struct request *r)
-{
-	const struct kvc_msg_close_many *m = r->msg;
-	struct kvc_meta_service *svc = r->svc;
-	const void *inos = m->count >= 1 && m->count <= KVC_WIRE_MAX_CLOSES
-	                 ? take(r, m->count * (uint32_t)sizeof(uint64_t)) : NULL;
-	if (!inos || !done(r))
-		return bad(r);
-	uint64_t *copy = malloc((size_t)m->count * sizeof(uint64_t));
-	if (!copy)
-		return reply(r, -ENOMEM, NULL, 0);
-	memcpy(copy, inos, (size_t)m->count * sizeof(uint64_t)); /* the body is unaligned */
-	if (svc->sessions)
-		kvc_meta_sessions_touch(svc->sessions, m->client, kvc_meta_sessions_now_ms());
-	int rc = kvc_meta_store_close_sessions(svc->store, copy, m->count, m->client);
-	free(copy);
-	if (rc == 0 && svc->collector)
-		kvc_meta_collector_wake(svc->collector); /* orphans may be free now */
-	return reply(r, rc, NULL, 0);
 }
 
 /* CLIENT_HELLO: this connection acts for a client (once). WATCH: the
  * connection becomes the client's event stream and stays in this handler
  * until it ends; then the connection is closed. */
-static int h_client_hello(struct request *r)
+static int h_client_hello(struct kvc_meta_request *r)
 {
 	const struct kvc_msg_client_hello *m = r->msg;
 	struct kvc_meta_watcher *c;
 	if (r->conn->service_state)
-		return bad(r);
+		return kvc_meta_req_bad(r);
 	int rc = r->svc->watches ? kvc_meta_watches_bind(r->svc->watches, m->client, m->ttl_ms, &c)
 	                         : 0;
 	if (rc == 0 && r->svc->watches)
 		r->conn->service_state = c;
-	return reply(r, rc, NULL, 0);
+	return kvc_meta_req_reply(r, rc, NULL, 0);
 }
 
-static int h_watch(struct request *r)
+static int h_watch(struct kvc_meta_request *r)
 {
 	const struct kvc_msg_client_hello *m = r->msg;
 	struct kvc_meta_watcher *c;
 	if (!r->svc->watches)
-		return reply(r, -EOPNOTSUPP, NULL, 0);
+		return kvc_meta_req_reply(r, -EOPNOTSUPP, NULL, 0);
 	int rc = kvc_meta_watches_bind(r->svc->watches, m->client, m->ttl_ms, &c);
 	if (rc < 0)
-		return reply(r, rc, NULL, 0);
-	rc = reply(r, 0, NULL, 0);
+		return kvc_meta_req_reply(r, rc, NULL, 0);
+	rc = kvc_meta_req_reply(r, 0, NULL, 0);
 	if (rc == 0)
 		rc = kvc_meta_watches_stream(r->svc->watches, c, r->conn->fd);
 	kvc_meta_watches_unbind(r->svc->watches, c);
@@ -687,7 +501,7 @@ static int h_watch(struct request *r)
 }
 
 /* WATCH_DIR: the client keeps the names of a directory (wire.h). */
-static int h_watch_dir(struct request *r)
+static int h_watch_dir(struct kvc_meta_request *r)
 {
 	const struct kvc_msg_ino *m = r->msg;
 	struct kvc_attr attr;
@@ -699,7 +513,7 @@ static int h_watch_dir(struct request *r)
 	if (rc == 0)
 		kvc_meta_watches_note_since(r->svc->watches, watcher(r), r->since, KVC_WATCH_DIR,
 		                            m->ino, NULL, 0);
-	return reply(r, rc, NULL, 0);
+	return kvc_meta_req_reply(r, rc, NULL, 0);
 }
 
 void kvc_meta_service_conn_cleanup(void *service, struct kvc_server_conn *conn)
@@ -716,7 +530,7 @@ void kvc_meta_service_conn_cleanup(void *service, struct kvc_server_conn *conn)
 struct op {
 	uint32_t size;
 	bool exact;
-	int (*handler)(struct request *r);
+	int (*handler)(struct kvc_meta_request *r);
 };
 
 #define VAR(type, fn) {sizeof(type), false, fn}
@@ -748,16 +562,16 @@ static const struct op ops[] = {
 	[KVC_MSG_META_SYNC] = {0, true, h_sync},
 	[KVC_MSG_CLIENT_HELLO] = EXACT(struct kvc_msg_client_hello, h_client_hello),
 	[KVC_MSG_WATCH] = EXACT(struct kvc_msg_client_hello, h_watch),
-	[KVC_MSG_CLOSE_MANY] = VAR(struct kvc_msg_close_many, h_close_many),
+	[KVC_MSG_CLOSE_MANY] = VAR(struct kvc_msg_close_many, kvc_meta_service_close_many),
 	[KVC_MSG_WATCH_DIR] = EXACT(struct kvc_msg_ino, h_watch_dir),
-	[KVC_MSG_INO_GRANT] = EXACT(struct kvc_msg_ino_grant, h_ino_grant),
-	[KVC_MSG_INO_RETURN] = EXACT(struct kvc_msg_ino_return, h_ino_return),
-	[KVC_MSG_ADOPT] = VAR(struct kvc_msg_adopt, h_adopt),
-	[KVC_MSG_REMOVE_MANY] = VAR(struct kvc_msg_remove_many, h_remove_many),
-	[KVC_MSG_KEYS_LOOKUP] = VAR(struct kvc_msg_keys, h_keys),
-	[KVC_MSG_KEYS_CREATE] = VAR(struct kvc_msg_keys, h_keys),
-	[KVC_MSG_KEYS_PUBLISH] = VAR(struct kvc_msg_keys, h_keys),
-	[KVC_MSG_KEYS_REMOVE] = VAR(struct kvc_msg_keys, h_keys),
+	[KVC_MSG_INO_GRANT] = EXACT(struct kvc_msg_ino_grant, kvc_meta_service_ino_grant),
+	[KVC_MSG_INO_RETURN] = EXACT(struct kvc_msg_ino_return, kvc_meta_service_ino_return),
+	[KVC_MSG_ADOPT] = VAR(struct kvc_msg_adopt, kvc_meta_service_adopt),
+	[KVC_MSG_REMOVE_MANY] = VAR(struct kvc_msg_remove_many, kvc_meta_service_remove_many),
+	[KVC_MSG_KEYS_LOOKUP] = VAR(struct kvc_msg_keys, kvc_meta_service_keys),
+	[KVC_MSG_KEYS_CREATE] = VAR(struct kvc_msg_keys, kvc_meta_service_keys),
+	[KVC_MSG_KEYS_PUBLISH] = VAR(struct kvc_msg_keys, kvc_meta_service_keys),
+	[KVC_MSG_KEYS_REMOVE] = VAR(struct kvc_msg_keys, kvc_meta_service_keys),
 };
 
 /* The messages that grow kvc-meta's databases (a name, an inode, an
@@ -807,7 +621,7 @@ int kvc_meta_service_handle(void *service, struct kvc_server_conn *conn,
 		return kvc_server_reply(conn, h, -EOPNOTSUPP, NULL, 0);
 	if (op->exact ? h->body_len != op->size : h->body_len < op->size)
 		return kvc_server_reply(conn, h, -EINVAL, NULL, 0);
-	struct request r = {.svc = svc, .conn = conn, .h = h, .msg = conn->body, .off = op->size};
+	struct kvc_meta_request r = {.svc = svc, .conn = conn, .h = h, .msg = conn->body, .off = op->size};
 	/* Before any read: what changes after it is what notes must catch. */
 	if (svc->watches && conn->service_state)
 		r.since = kvc_meta_watches_begin(svc->watches);
