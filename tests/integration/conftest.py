@@ -208,6 +208,13 @@ def wait_until(predicate, timeout=20.0, step=0.1):
     return predicate()
 
 
+def chunk_files_of(cluster, ino):
+    """The chunk files of inode ino on every storage target of the cluster
+    (chunks/XX/IIIIIIIIIIIIIIII.CCCCCCCC, src/storage/chunk_store.h): what
+    a test checks when other tests' removals may be under way."""
+    return list(cluster.dir.glob(f"**/chunks/*/{ino:016x}.*"))
+
+
 def second_mount(cluster, conf=None):
     """Another kvc-fuse (another client) of the same cluster, mounted on a
     new temporary directory; conf: another cluster file (default the

@@ -17,8 +17,8 @@ import urllib.request
 
 import pytest
 
-from conftest import (BUILD, CHUNK, PORT_BASE, ROOT, Cluster, drop_second_mount,
-                      second_mount, wait_until)
+from conftest import (BUILD, CHUNK, PORT_BASE, ROOT, Cluster, chunk_files_of,
+                      drop_second_mount, second_mount, wait_until)
 
 
 def post(cluster, path, body):
@@ -103,7 +103,8 @@ def test_dropped_client_hears_of_it_after_a_meta_restart(cluster, workdir):
     try:
         data = os.urandom(8 * CHUNK)
         (workdir / "frozen").write_bytes(data)
-        before = cluster.chunks()
+        ino = os.stat(workdir / "frozen").st_ino
+        assert chunk_files_of(cluster, ino)
         # Python loads a plain libkvc, also when the daemons are sanitized.
         client = os.environ.get("KVC_CLIENT_BUILD", str(BUILD))
         env = dict(os.environ, KVC_LIB=os.path.join(client, "libkvc.so"),
@@ -115,7 +116,7 @@ def test_dropped_client_hears_of_it_after_a_meta_restart(cluster, workdir):
         proc.send_signal(signal.SIGSTOP)
         try:
             os.unlink(workdir / "frozen")
-            assert wait_until(lambda: cluster.chunks() <= before - 8, timeout=30), \
+            assert wait_until(lambda: not chunk_files_of(cluster, ino), timeout=30), \
                 "kvc-meta gives the frozen client's file away"
             cluster.restart("meta", "KILL")
         finally:

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import drop_second_mount, second_mount, wait_until
+from conftest import chunk_files_of, drop_second_mount, second_mount, wait_until
 from test_keys import keep_names_of, opens, seen_within
 
 
@@ -207,12 +207,6 @@ def slow_entry_mount(cluster):
     conf.write_text(cluster.conf.read_text().replace(
         "[fuse]\n", "[fuse]\nearly_open_delay_ms = 600000\n"))
     return second_mount(cluster, conf)
-
-
-def chunk_files_of(cluster, ino):
-    """The chunk files of inode ino on every storage target of the cluster
-    (chunks/XX/IIIIIIIIIIIIIIII.CCCCCCCC, src/storage/chunk_store.h)."""
-    return list(cluster.dir.glob(f"**/chunks/*/{ino:016x}.*"))
 
 
 def make_unentered(cluster, workdir, mount2, name):

@@ -149,19 +149,21 @@ def test_file_removed_while_open_on_another_client_keeps_its_data(cluster, workd
     import json
     from conftest import CHUNK, wait_until
 
-    chunks = cluster.chunks
+    from conftest import chunk_files_of
     proc, mount2 = second_mount(cluster)
     relative = workdir.relative_to(cluster.mount)
     try:
         data = os.urandom(8 * CHUNK)
         (workdir / "shared").write_bytes(data)
-        before = chunks()
+        ino = os.stat(workdir / "shared").st_ino
+        before = len(chunk_files_of(cluster, ino))
+        assert before == 8
         fd = os.open(os.path.join(mount2, relative, "shared"), os.O_RDONLY | os.O_DIRECT)
         os.unlink(workdir / "shared")  # on the first client
         assert not (workdir / "shared").exists()
         import time
         time.sleep(2.5)  # the collector passes every second
-        assert chunks() == before, "chunks reclaimed under an open file"
+        assert len(chunk_files_of(cluster, ino)) == before, "chunks reclaimed under an open file"
         meta = json.loads(cluster.admin("--json", "status").stdout)["meta"]
         assert meta["removed_but_open"] >= 1 and meta["open_sessions"] >= 1
         import mmap
@@ -169,32 +171,33 @@ def test_file_removed_while_open_on_another_client_keeps_its_data(cluster, workd
         assert os.preadv(fd, [buf], 0) == 8 * CHUNK
         assert bytes(buf) == data, "the reader sees the file's bytes, not holes"
         os.close(fd)
-        assert wait_until(lambda: chunks() <= before - 8, timeout=30), "reclaimed at close"
+        assert wait_until(lambda: not chunk_files_of(cluster, ino), timeout=30), \
+            "reclaimed at close"
 
         # kvc-meta is down when the reader closes: the CLOSE is retried.
         (workdir / "late").write_bytes(data)
-        before = chunks()
+        ino = os.stat(workdir / "late").st_ino
+        assert chunk_files_of(cluster, ino)
         fd = os.open(os.path.join(mount2, relative, "late"), os.O_RDONLY)
         os.unlink(workdir / "late")
         subprocess.run(["kill", "-KILL", str(cluster.pid("meta"))], check=True)
         os.close(fd)
         cluster.restart("meta", "KILL")
-        assert wait_until(lambda: chunks() <= before - 8, timeout=30), "reclaimed after retry"
+        assert wait_until(lambda: not chunk_files_of(cluster, ino), timeout=30), \
+            "reclaimed after retry"
 
         # The reader's kvc-fuse is frozen past the client timeout: kvc-meta
         # gives its files away; awake again, its read fails, never zeros.
         # (No child process while it is frozen: exec closes our fd on its
         # mount, and that close would wait for the frozen daemon.)
-        def chunk_files():
-            return sum(len(files) for target in cluster.dir.glob("s*/t0/chunks")
-                       for _, _, files in os.walk(target))
         import sys
         from conftest import BUILD, LIBKVC, ROOT
         sys.path.insert(0, str(ROOT / "tools" / "python"))
         os.environ.setdefault("KVC_LIB", str(LIBKVC))
         import kvcfs
         (workdir / "frozen").write_bytes(data)
-        before = chunk_files()
+        ino = os.stat(workdir / "frozen").st_ino
+        assert chunk_files_of(cluster, ino)
         path2 = os.path.join(mount2, relative, "frozen")
         fd = os.open(path2, os.O_RDONLY | os.O_DIRECT)
         kvcfs.register_fd(fd)
@@ -204,7 +207,8 @@ def test_file_removed_while_open_on_another_client_keeps_its_data(cluster, workd
         proc.send_signal(signal.SIGSTOP)
         try:
             os.unlink(workdir / "frozen")
-            assert wait_until(lambda: chunk_files() <= before - 8, timeout=30), "given away"
+            assert wait_until(lambda: not chunk_files_of(cluster, ino), timeout=30), \
+                "given away"
         finally:
             proc.send_signal(signal.SIGCONT)
         ring.prepare(iov, True, fd, 0, 8 * CHUNK)
@@ -222,12 +226,14 @@ def test_file_removed_while_open_on_another_client_keeps_its_data(cluster, workd
 
         # The reader's kvc-fuse dies with the file open: reclaimed after the timeout.
         (workdir / "held").write_bytes(data)
-        before = chunks()
+        ino = os.stat(workdir / "held").st_ino
+        assert chunk_files_of(cluster, ino)
         fd = os.open(os.path.join(mount2, relative, "held"), os.O_RDONLY)
         os.unlink(workdir / "held")
         proc.kill()
         proc.wait()
-        assert wait_until(lambda: chunks() <= before - 8, timeout=60), "reclaimed after timeout"
+        assert wait_until(lambda: not chunk_files_of(cluster, ino), timeout=60), \
+            "reclaimed after timeout"
         try:
             os.close(fd)
         except OSError:
