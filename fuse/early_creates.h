@@ -30,9 +30,15 @@
  * client's before_call): a call about inodes (GETATTR, SETATTR, OPEN,
  * EXTEND_SIZE, CLOSE, xattrs) waits for those inodes' files and
  * removals, and for a directory the files made and names removed in it
- * (its times change with them), any other
- * (names: LOOKUP, UNLINK, RENAME, LINK, READDIR, ...; META_SYNC) for every
- * file made before it. So nothing reaches kvc-meta before the create it
+ * (its times change with them); a LOOKUP or READDIR in a directory waits
+ * for the files made and names removed in it (all it reads: a file made
+ * elsewhere gets a name here only by LINK or RENAME, which wait for
+ * everything); any other (changes of names: UNLINK, RENAME, LINK, MKDIR,
+ * ...; META_SYNC) for every file made before it. So a listing or lookup
+ * elsewhere does not send this directory's files before their time. (A
+ * LOOKUP or READDIR that answers a subdirectory's attributes does not
+ * wait for the files made in that subdirectory: its times there may be
+ * those before them, until they are entered; its GETATTR waits.) So nothing reaches kvc-meta before the create it
  * depends on. Two calls fold into a file still waiting here instead: its
  * size commit (flush: the size travels with the ADOPT) and its last close
  * (the ADOPT opens no session). A file already on its way is not folded:

@@ -11,10 +11,13 @@ static int call_attr_raw(struct kvc_meta_client *client, uint16_t type, const vo
                          uint32_t body_len, struct kvc_attr *attr);
 
 /* What a call waits for in before_call (meta_client.h): the files made
- * before it, all of them (the default: names, directories, syncs), only
- * the one its body starts with, the ones CLOSE_MANY lists, or none. */
+ * before it, all of them (the default: changes of names, syncs), only
+ * those about the inode its body starts with (a file; a directory's:
+ * those made or removed in it, which is all a LOOKUP or READDIR there
+ * reads), the ones CLOSE_MANY lists, or none. */
 enum waits_for { WAITS_FOR_ALL, WAITS_FOR_FIRST_INO, WAITS_FOR_INO_LIST, WAITS_FOR_NONE };
 static const uint8_t waits[] = {
+	[KVC_MSG_LOOKUP] = WAITS_FOR_FIRST_INO,      [KVC_MSG_READDIR] = WAITS_FOR_FIRST_INO,
 	[KVC_MSG_GETATTR] = WAITS_FOR_FIRST_INO,     [KVC_MSG_SETATTR] = WAITS_FOR_FIRST_INO,
 	[KVC_MSG_EXTEND_SIZE] = WAITS_FOR_FIRST_INO, [KVC_MSG_OPEN] = WAITS_FOR_FIRST_INO,
 	[KVC_MSG_CLOSE] = WAITS_FOR_FIRST_INO,       [KVC_MSG_READLINK] = WAITS_FOR_FIRST_INO,
@@ -23,6 +26,7 @@ static const uint8_t waits[] = {
 	[KVC_MSG_CLOSE_MANY] = WAITS_FOR_INO_LIST,   [KVC_MSG_RENEW] = WAITS_FOR_NONE,
 	[KVC_MSG_STATFS] = WAITS_FOR_NONE,           [KVC_MSG_INO_GRANT] = WAITS_FOR_NONE,
 	[KVC_MSG_ADOPT] = WAITS_FOR_NONE,            [KVC_MSG_REMOVE_MANY] = WAITS_FOR_NONE,
+	[KVC_MSG_INO_RETURN] = WAITS_FOR_NONE,
 };
 
 static int call(struct kvc_meta_client *client, uint16_t type, const void *body,

@@ -24,9 +24,10 @@ struct kvc_meta_client {
 	 * kvc-meta enters them first, so no call overtakes a create it depends
 	 * on (fuse/early_creates.h). inos: the count (unaligned, little-endian)
 	 * inode numbers of the only files the call concerns (GETATTR, SETATTR,
-	 * EXTEND_SIZE, OPEN, CLOSE, CLOSE_MANY, xattrs, READLINK), or NULL and
-	 * 0 for every call that concerns names (all files made before it);
-	 * RENEW, STATFS, INO_GRANT, ADOPT and REMOVE_MANY run without it. Its -errno fails
+	 * EXTEND_SIZE, OPEN, CLOSE, CLOSE_MANY, xattrs, READLINK; LOOKUP and
+	 * READDIR: their directory, whose files those are), or NULL and 0 for
+	 * every call that changes names (all files made before it); RENEW,
+	 * STATFS, INO_GRANT, INO_RETURN, ADOPT and REMOVE_MANY run without it. Its -errno fails
 	 * the call. Set before the client is shared. */
 	int (*before_call)(void *arg, const void *inos, uint32_t count);
 	void *before_arg;

@@ -255,6 +255,33 @@ def test_a_lost_file_s_chunks_are_reclaimed_when_its_client_stops(cluster, workd
         drop_second_mount(proc, mount2)
 
 
+def test_lookups_and_listings_elsewhere_leave_a_directory_s_files_waiting(cluster, workdir):
+    """A LOOKUP or READDIR waits only for the files made in its own
+    directory: listing or looking up names in another directory leaves a
+    file made (and still open) here unentered, and a listing of its own
+    directory enters it first (so the listing shows it)."""
+    proc, mount2 = slow_entry_mount(cluster)
+    try:
+        d, f, ino = make_unentered(cluster, workdir, mount2, "waiting-dir")
+        elsewhere = workdir / "elsewhere"
+        elsewhere.mkdir()
+        (elsewhere / "x").write_bytes(b"x")
+        theirs = os.path.join(mount2, elsewhere.relative_to(cluster.mount))
+        for i in range(20):  # lookups kvc-meta answers, and listings
+            assert os.path.exists(os.path.join(theirs, "x"))
+            assert not os.path.exists(os.path.join(theirs, f"absent-{i}"))
+            assert os.listdir(theirs) == ["x"]
+        time.sleep(0.3)
+        assert not (d / "f").exists(), "a lookup elsewhere entered this directory's file"
+        mine = os.path.join(mount2, d.relative_to(cluster.mount))
+        assert os.listdir(mine) == ["f"]
+        assert wait_until(lambda: (d / "f").exists(), timeout=5), \
+            "the listing of its directory entered it"
+        f.close()
+    finally:
+        drop_second_mount(proc, mount2)
+
+
 def _rmdir(path):
     try:
         os.rmdir(path)
