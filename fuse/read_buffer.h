@@ -1,10 +1,12 @@
 /*
- * read_buffer: the memory a FUSE read lands in before its reply. Each
- * thread serving FUSE requests keeps one shared-memory region
- * (client/transport.h kvc_transport_region_create) of
- * KVC_FUSE_READ_BUFFER bytes, so a same-host storage server places the
- * read's bytes straight into it (no loopback TCP); a read larger than
- * the region, or a thread that cannot make one, uses plain memory.
+ * read_buffer: the memory a FUSE read lands in before its reply, and the
+ * memory a FUSE write's bytes are staged in. Each thread serving FUSE
+ * requests keeps one shared-memory region (client/transport.h
+ * kvc_transport_region_create) of KVC_FUSE_READ_BUFFER bytes, so a
+ * same-host storage server places the read's bytes straight into it, or
+ * takes the write's bytes from it (no loopback TCP); a request larger
+ * than the region, or a thread that cannot make one, uses plain memory
+ * (a write: its own buffer).
  *
  * Owns: the thread's region (a thread-specific value, given back with its
  * registrations when the thread exits). Rule, as for ring keys' bounce
@@ -12,7 +14,7 @@
  * placement of the client fell back, or a placed piece failed with
  * -EIO: storage_client.h), the region is dropped
  * (kvc_fuse_read_buffer_done), never reused: a server may still place
- * into it, and must not reach a later read's bytes.
+ * into it or take bytes from it, and must not reach a later request's.
  */
 #ifndef KVC_FUSE_READ_BUFFER_H
 #define KVC_FUSE_READ_BUFFER_H

@@ -304,6 +304,26 @@ def test_fuse_reads_are_placed(cluster, workdir):
     assert after[1] - before[1] >= len(data)
 
 
+def test_fuse_writes_are_placed(cluster, workdir):
+    """A FUSE write is staged in its thread's shared memory, where a
+    same-host server takes the bytes from: counted at both ends, and the
+    file reads back byte for byte (through placement and through a
+    client that uses TCP only)."""
+    def writes():
+        return sum(value(scrape(a), "kvc_storage_place_writes_total")
+                   for a in cluster.storage_metrics)
+    data = os.urandom(3 * CHUNK + 12345)
+    before, sent = writes(), placed(cluster)[1]
+    with open(workdir / "w", "wb") as f:
+        for at in range(0, len(data), 100000):  # unaligned writes, chunk-crossing
+            f.write(data[at:at + 100000])
+            f.flush()
+    assert writes() >= before + 4, "every chunk's bytes were taken by placement"
+    assert placed(cluster)[1] - sent >= len(data)
+    assert direct_read(str(workdir / "w"), len(data)) == data
+    assert (workdir / "w").read_bytes() == data
+
+
 def test_a_placed_read_that_fails_gives_its_buffer_up(cluster, workdir):
     """A placed piece that fails with EIO (here a corrupted block) may have
     left a server's read into the buffer in flight: kvc-fuse's place epoch
