@@ -413,7 +413,7 @@ void kvc_fuse_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t s
 	/* From this thread's shared memory: a same-host server takes the
 	 * bytes from there itself (no loopback TCP); else from buf. */
 	struct kvc_fuse_read_buffer b = {0};
-	if (rc == 0)
+	if (rc == 0 && size <= KVC_FUSE_READ_BUFFER)
 		rc = kvc_fuse_read_buffer_get(&fs->storage, size, &b);
 	if (rc == 0) {
 		struct kvc_storage_io io = {.inode = ino, .layout = layout, .offset = (uint64_t)off,
