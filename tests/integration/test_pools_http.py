@@ -415,7 +415,7 @@ def test_pool_frames_must_end_where_their_parts_do(cluster):
         assert ask(confirm, body(count=1, keys=[b"k"], tail=one_page + b"\0")) == -22
         assert ask(confirm, body(count=1, keys=[b"k"], tail=one_page[:-1])) == -22
         assert ask(confirm, body(count=1, value=1, keys=[b"k"], tail=one_page)) == -22
-        assert ask(63, b"\0" * 8) == -95  # no such message
+        assert ask(100, b"\0" * 8) == -95  # no such message
         assert ask(kvcwire.POOL_STATS, body()) == 0
     finally:
         sock.close()
