@@ -113,6 +113,10 @@ void kvc_fuse_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t 
 			memcpy(cname, name, len);
 			cname[len] = '\0';
 			kvc_fuse_fill_entry(fs, &attr, &e);
+			/* Attributes an entry still waiting here may change: the
+			 * kernel asks again (GETATTR waits for it). */
+			if (kvc_early_creates_pending(fs->creates, attr.ino))
+				e.attr_timeout = 0;
 			size_t need = fuse_add_direntry_plus(req, buf + used, size - used, cname, &e,
 			                                     off + 1);
 			if (need > size - used)

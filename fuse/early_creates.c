@@ -356,6 +356,16 @@ static uint64_t seq_of(struct kvc_early_creates *c, uint64_t ino)
 	return seq;
 }
 
+bool kvc_early_creates_pending(struct kvc_early_creates *c, uint64_t ino)
+{
+	if (!c)
+		return false;
+	pthread_mutex_lock(&c->lock);
+	bool pending = seq_of(c, ino) > c->entered_seq;
+	pthread_mutex_unlock(&c->lock);
+	return pending;
+}
+
 int kvc_early_creates_settle(void *arg, const void *inos, uint32_t count)
 {
 	struct kvc_early_creates *c = arg;

@@ -35,10 +35,13 @@
  * elsewhere gets a name here only by LINK or RENAME, which wait for
  * everything); any other (changes of names: UNLINK, RENAME, LINK, MKDIR,
  * ...; META_SYNC) for every file made before it. So a listing or lookup
- * elsewhere does not send this directory's files before their time. (A
- * LOOKUP or READDIR that answers a subdirectory's attributes does not
- * wait for the files made in that subdirectory: its times there may be
- * those before them, until they are entered; its GETATTR waits.) So nothing reaches kvc-meta before the create it
+ * elsewhere does not send this directory's files before their time. The
+ * attributes such an answer carries for a name may depend on entries
+ * elsewhere (a subdirectory's times on the files made in it, a file's
+ * link count on a removal of another of its names): kvc-fuse's lookup
+ * enters those first and asks again, and its readdirplus gives such an
+ * entry's attributes no cache time (kvc_early_creates_pending), so the
+ * kernel's GETATTR, which waits for them, answers. So nothing reaches kvc-meta before the create it
  * depends on. Two calls fold into a file still waiting here instead: its
  * size commit (flush: the size travels with the ADOPT) and its last close
  * (the ADOPT opens no session). A file already on its way is not folded:
@@ -115,6 +118,11 @@ bool kvc_early_creates_fold_close(struct kvc_early_creates *c, uint64_t ino);
  * 0, or the ADOPT's -errno when kvc-meta could not be reached (they wait
  * for the next try). The meta client's before_call. */
 int kvc_early_creates_settle(void *c, const void *inos, uint32_t count);
+
+/* Whether a file or removal about inode ino (its own, or, for a
+ * directory, one made in it) still waits to be entered: an answer about
+ * ino kvc-meta gave now may predate it. NULL c: false. */
+bool kvc_early_creates_pending(struct kvc_early_creates *c, uint64_t ino);
 
 /* Remove (parent, name), which names ino as this client last heard
  * (dir_names.h), here: 0 with the removal queued in order with the files

@@ -410,22 +410,22 @@ void kvc_fuse_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t s
 		rc = kvc_inode_table_get(fs->inodes, ino, &layout, &file_size);
 	if (rc == 0 && off < 0)
 		rc = -EINVAL;
-	/* From this thread's shared memory: a same-host server takes the
-	 * bytes from there itself (no loopback TCP); else from buf. */
+	/* From this thread's shared memory when placement is on: a same-host
+	 * server takes the bytes from there itself (no loopback TCP); else
+	 * from buf. */
 	struct kvc_fuse_read_buffer b = {0};
-	if (rc == 0 && size <= KVC_FUSE_READ_BUFFER)
-		rc = kvc_fuse_read_buffer_get(&fs->storage, size, &b);
 	if (rc == 0) {
 		struct kvc_storage_io io = {.inode = ino, .layout = layout, .offset = (uint64_t)off,
 		                            .length = size, .buf = (void *)buf};
-		if (b.region) {
+		if (fs->storage.place && kvc_fuse_read_buffer_region(&fs->storage, size, &b) == 0) {
 			memcpy(b.buf, buf, size);
 			io.buf = b.buf;
 			io.region = b.region;
 		}
 		rc = kvc_storage_client_write_batch(&fs->storage, &io, 1);
 	}
-	kvc_fuse_read_buffer_done(&fs->storage, &b);
+	if (b.region)
+		kvc_fuse_read_buffer_done(&fs->storage, &b);
 	if (rc < 0) {
 		kvc_fuse_reply_error(req, rc == -ENOENT ? -EBADF : rc);
 		return;

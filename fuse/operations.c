@@ -96,6 +96,14 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	/* A name known absent from a directory whose names are kept here. */
 	double absent = kvc_dir_names_absent(fs->dir_names, parent, name);
 	int rc = absent > 0 ? -ENOENT : kvc_meta_client_lookup(&fs->meta, parent, name, &attr);
+	/* The answer's attributes may predate an entry about the inode still
+	 * waiting here (a file made in the subdirectory found, a removal of
+	 * another name of the file): enter it, ask again. */
+	if (rc == 0 && kvc_early_creates_pending(fs->creates, attr.ino)) {
+		rc = kvc_early_creates_settle(fs->creates, &attr.ino, 1);
+		if (rc == 0)
+			rc = kvc_meta_client_lookup(&fs->meta, parent, name, &attr);
+	}
 	if (rc == -ENOENT) {
 		struct fuse_entry_param e = {
 			.ino = 0, .entry_timeout = absent > 0 ? absent

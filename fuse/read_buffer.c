@@ -52,17 +52,24 @@ static struct thread_region *thread_region(struct kvc_storage_client *client)
 	return t;
 }
 
-int kvc_fuse_read_buffer_get(struct kvc_storage_client *client, size_t size,
-                             struct kvc_fuse_read_buffer *out)
+int kvc_fuse_read_buffer_region(struct kvc_storage_client *client, size_t size,
+                                struct kvc_fuse_read_buffer *out)
 {
 	struct thread_region *t = size <= KVC_FUSE_READ_BUFFER ? thread_region(client) : NULL;
 	*out = (struct kvc_fuse_read_buffer){.epoch = kvc_transport_place_epoch(client)};
 	if (t) {
 		out->buf = t->region.base;
 		out->region = &t->region;
-	} else {
-		out->buf = malloc(size ? size : 1);
 	}
+	return t ? 0 : -ENOENT;
+}
+
+int kvc_fuse_read_buffer_get(struct kvc_storage_client *client, size_t size,
+                             struct kvc_fuse_read_buffer *out)
+{
+	if (kvc_fuse_read_buffer_region(client, size, out) == 0)
+		return 0;
+	out->buf = malloc(size ? size : 1);
 	return out->buf ? 0 : -ENOMEM;
 }
 

@@ -12,7 +12,7 @@
  * registrations when the thread exits). Rule, as for ring keys' bounce
  * buffer: when the client's place_epoch moved during a read (any
  * placement of the client fell back, or a placed piece failed with
- * -EIO: storage_client.h), the region is dropped
+ * -EIO: storage_client.h) during a read or write, the region is dropped
  * (kvc_fuse_read_buffer_done), never reused: a server may still place
  * into it or take bytes from it, and must not reach a later request's.
  */
@@ -24,7 +24,7 @@
 
 #include "client/storage_client.h"
 
-#define KVC_FUSE_READ_BUFFER (1u << 20) /* FUSE's largest read (max_read) */
+#define KVC_FUSE_READ_BUFFER (1u << 20) /* FUSE's largest read and write */
 
 struct kvc_fuse_read_buffer {
 	void *buf;
@@ -36,9 +36,13 @@ struct kvc_fuse_read_buffer {
  * -ENOMEM. */
 int kvc_fuse_read_buffer_get(struct kvc_storage_client *client, size_t size,
                              struct kvc_fuse_read_buffer *out);
+/* This thread's region for a write of size bytes into out: 0, or -ENOENT
+ * (none: too big, or it cannot be made; nothing is taken). */
+int kvc_fuse_read_buffer_region(struct kvc_storage_client *client, size_t size,
+                                struct kvc_fuse_read_buffer *out);
 
-/* After the read and its reply: plain memory is freed, the region kept
- * unless the client's place_epoch moved meanwhile. */
+/* After the request (a read: and its reply): plain memory is freed, the
+ * region kept unless the client's place_epoch moved meanwhile. */
 void kvc_fuse_read_buffer_done(struct kvc_storage_client *client,
                                struct kvc_fuse_read_buffer *b);
 

@@ -13,8 +13,9 @@ static int call_attr_raw(struct kvc_meta_client *client, uint16_t type, const vo
 /* What a call waits for in before_call (meta_client.h): the files made
  * before it, all of them (the default: changes of names, syncs), only
  * those about the inode its body starts with (a file; a directory's:
- * those made or removed in it, which is all a LOOKUP or READDIR there
- * reads), the ones CLOSE_MANY lists, or none. */
+ * those made or removed in it, which are the names a LOOKUP or READDIR
+ * there reads; the attributes it answers for them kvc-fuse checks itself,
+ * kvc_early_creates_pending), the ones CLOSE_MANY lists, or none. */
 enum waits_for { WAITS_FOR_ALL, WAITS_FOR_FIRST_INO, WAITS_FOR_INO_LIST, WAITS_FOR_NONE };
 static const uint8_t waits[] = {
 	[KVC_MSG_LOOKUP] = WAITS_FOR_FIRST_INO,      [KVC_MSG_READDIR] = WAITS_FOR_FIRST_INO,

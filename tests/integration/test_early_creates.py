@@ -282,6 +282,51 @@ def test_lookups_and_listings_elsewhere_leave_a_directory_s_files_waiting(cluste
         drop_second_mount(proc, mount2)
 
 
+def keep_names_on(mount_dir):
+    """Look up absent names in a directory of a second client until its
+    kvc-fuse keeps the directory's names (fuse/dir_names.h)."""
+    for i in range(8):
+        assert not os.path.exists(os.path.join(mount_dir, f".miss-{i}"))
+    time.sleep(0.5)
+
+
+def test_a_listing_never_caches_attributes_older_than_waiting_entries(cluster, workdir):
+    """readdirplus answers a subdirectory's and a linked file's attributes
+    from kvc-meta; entries still waiting here change them (a file made in
+    the subdirectory, a removal of another name of the file). Such an
+    entry gets no cache time: a stat after the listing shows the client's
+    own changes (the later mtime, the lower link count)."""
+    proc, mount2 = slow_entry_mount(cluster)
+    try:
+        top = workdir / "listed"
+        (top / "sub").mkdir(parents=True)
+        (top / "other").mkdir()
+        theirs = os.path.join(mount2, top.relative_to(cluster.mount))
+        sub, other = os.path.join(theirs, "sub"), os.path.join(theirs, "other")
+        keep_names_on(sub)
+        keep_names_on(other)
+        write_key(os.path.join(other, "g"), b"linked")  # made here, entered at once
+        os.link(os.path.join(other, "g"), os.path.join(theirs, "h"))
+        write_key(os.path.join(sub, "first"), b"")    # the directories' attributes
+        os.unlink(os.path.join(sub, "first"))         # are held from now on
+        write_key(os.path.join(other, "first"), b"")
+        os.unlink(os.path.join(other, "first"))
+        time.sleep(0.05)
+        before = time.time_ns()
+        held = open(os.path.join(sub, "f"), "wb")       # waits (open, 10 min)
+        os.unlink(os.path.join(other, "g"))           # queued behind it
+        assert not (top / "sub" / "f").exists(), "the file waits"
+        assert os.stat(top / "h").st_nlink == 2, "and so does the removal"
+        names = os.listdir(theirs)                    # readdirplus of the parent
+        assert sorted(names) == ["h", "other", "sub"]
+        assert os.stat(sub).st_mtime_ns >= before, "the listing's older mtime was kept"
+        assert os.stat(os.path.join(theirs, "h")).st_nlink == 1, \
+            "the listing's older link count was kept"
+        held.close()
+    finally:
+        drop_second_mount(proc, mount2)
+
+
 def _rmdir(path):
     try:
         os.rmdir(path)
