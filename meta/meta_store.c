@@ -358,12 +358,13 @@ int kvc_meta_store_count_inodes(struct kvc_meta_store *s, uint64_t *inodes)
 int kvc_meta_store_counts(struct kvc_meta_store *s, struct kvc_meta_counts *out)
 {
 	MDB_txn *txn;
-	MDB_dbi tables[4] = {s->inodes, s->opens, s->orphans, s->gc};
-	uint64_t *fields[4] = {&out->inodes, &out->open_sessions, &out->orphans, &out->gc_pending};
+	MDB_dbi tables[5] = {s->inodes, s->opens, s->orphans, s->gc, s->grants};
+	uint64_t *fields[5] = {&out->inodes, &out->open_sessions, &out->orphans, &out->gc_pending,
+	                       &out->grants};
 	int rc = kvc_meta_begin(s, false, &txn);
 	if (rc < 0)
 		return rc;
-	for (int i = 0; i < 4 && rc == 0; i++) {
+	for (int i = 0; i < 5 && rc == 0; i++) {
 		MDB_stat st;
 		rc = kvc_lmdb_errno(mdb_stat(txn, tables[i], &st));
 		*fields[i] = rc == 0 ? st.ms_entries : 0;

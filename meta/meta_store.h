@@ -223,6 +223,7 @@ struct kvc_meta_counts {
 	uint64_t open_sessions; /* (file, client) pairs open */
 	uint64_t orphans;       /* removed while open somewhere: kept until closed */
 	uint64_t gc_pending;    /* removed files whose chunks are still to reclaim */
+	uint64_t grants;        /* inode-number grants clients hold */
 };
 int kvc_meta_store_counts(struct kvc_meta_store *store, struct kvc_meta_counts *out);
 

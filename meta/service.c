@@ -381,6 +381,7 @@ static int h_statfs(struct kvc_meta_request *r)
 			out.watch_events = w.events;
 		}
 		out.gc_pending = counts.gc_pending;
+		out.grants = counts.grants > UINT32_MAX ? UINT32_MAX : (uint32_t)counts.grants;
 	}
 	if (rc == 0 && r->svc->space && kvc_reserve_state(r->svc->space, &space) == 0) {
 		out.volume_total_bytes = space.total_bytes;

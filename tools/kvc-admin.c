@@ -109,13 +109,14 @@ static int cmd_status(struct admin *a)
 	if (a->json)
 		printf("{\"meta\":{\"address\":\"%s\",\"up\":%s,\"inodes\":%" PRIu64
 		       ",\"open_sessions\":%" PRIu64 ",\"removed_but_open\":%" PRIu64
-		       ",\"reclaim_pending\":%" PRIu64 ",\"volume_total_bytes\":%" PRIu64
+		       ",\"reclaim_pending\":%" PRIu64 ",\"grants\":%" PRIu32
+		       ",\"volume_total_bytes\":%" PRIu64
 		       ",\"volume_free_bytes\":%" PRIu64 ",\"reserve_bytes\":%" PRIu64
 		       ",\"refusing\":%s,\"refused\":%" PRIu64 ",\"watch_entries\":%" PRIu64
 		       ",\"watch_events\":%" PRIu64 "},\"storage\":[",
 		       JSON_STR(a->config.meta_address), rc == 0 ? "true" : "false", names.inodes,
-		       names.open_sessions, names.orphans, names.gc_pending, names.volume_total_bytes,
-		       names.volume_free_bytes, names.reserve_bytes, meta_refusing ? "true" : "false",
+		       names.open_sessions, names.orphans, names.gc_pending, names.grants,
+		       names.volume_total_bytes, names.volume_free_bytes, names.reserve_bytes, meta_refusing ? "true" : "false",
 		       names.refused, names.watch_entries, names.watch_events);
 	else
 		printf("%-8s %-10s %-22s %-6s %s\n%-8s %-10s %-22s %-6s %s\n", "ROLE", "NAME", "ADDRESS",
@@ -126,8 +127,10 @@ static int cmd_status(struct admin *a)
 		printf("%52s inodes: %" PRIu64 "; files open: %" PRIu64 " (file, client) pairs\n"
 		       "%52s removed but still open: %" PRIu64 "; removed, chunks to reclaim: %" PRIu64
 		       "\n%52s cached by clients, watched for changes: %" PRIu64 " names and inodes; "
-		       "change events sent: %" PRIu64 "\n", "", names.inodes, names.open_sessions, "",
-		       names.orphans, names.gc_pending, "", names.watch_entries, names.watch_events);
+		       "change events sent: %" PRIu64 "\n%52s inode-number grants held by clients "
+		       "(files made ahead): %" PRIu32 "\n", "", names.inodes, names.open_sessions, "",
+		       names.orphans, names.gc_pending, "", names.watch_entries, names.watch_events, "",
+		       names.grants);
 	if (!a->json && rc == 0)
 		print_space("data volume:", names.volume_free_bytes, names.volume_total_bytes,
 		            names.reserve_bytes, meta_refusing, names.refused, "new names");

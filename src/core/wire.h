@@ -634,7 +634,8 @@ struct kvc_msg_statfs_reply {
 	uint64_t reserve_bytes; /* below it, namespace growth gets -ENOSPC */
 	uint64_t refused;       /* growth refused for the reserve since start */
 	uint32_t flags;         /* KVC_SPACE_REFUSING */
-	uint32_t reserved;
+	uint32_t grants;        /* inode-number grants clients hold (meta_grants.c;
+	                         * 0 from a kvc-meta before wire version 15) */
 	uint64_t watch_entries; /* cached names and inodes tracked (watches.h) */
 	uint64_t watch_events;  /* change events sent to clients since start */
 };

@@ -7,6 +7,7 @@ for another client within milliseconds; every later call on such a file
 survive the client's death; an exclusive create still asks kvc-meta; and
 the chunks of a file made so and never entered are reclaimed when its
 client stops or dies."""
+import json
 import os
 import re
 import signal
@@ -244,8 +245,11 @@ def test_a_lost_file_s_chunks_are_reclaimed_when_its_client_stops(cluster, workd
             f.close()  # it may go now, and is refused: its directory went
         except OSError:
             pass
+        held = grants(cluster)
+        assert held >= 2, "both clients hold grants (kvc-admin status)"
         subprocess.run(["fusermount3", "-u", mount2], check=True, timeout=60)
         assert proc.wait(timeout=60) == 0
+        assert grants(cluster) < held, "the unmounted client's grants were given back"
         assert wait_until(lambda: not chunk_files_of(cluster, ino), timeout=30), \
             "the lost file's chunks stay on the storage servers"
         log = (cluster.dir / "fuse2.log").read_text(errors="replace")
@@ -325,6 +329,10 @@ def test_a_listing_never_caches_attributes_older_than_waiting_entries(cluster, w
         held.close()
     finally:
         drop_second_mount(proc, mount2)
+
+
+def grants(cluster):
+    return json.loads(cluster.admin("--json", "status").stdout)["meta"]["grants"]
 
 
 def _rmdir(path):

@@ -442,7 +442,9 @@ Test(meta_adopt, a_client_declared_gone_loses_its_grants)
 	cr_assert_eq(enter_as(client, first + 1, "after-restart"), 0);
 
 	uint64_t reclaimed = 0;
+	cr_assert_eq(counts().grants, 1, "the grant is counted (STATFS, kvc-admin status)");
 	cr_assert_eq(drop(client, &reclaimed), 1, "one grant dropped");
+	cr_assert_eq(counts().grants, 0);
 	cr_assert_eq(reclaimed, 2, "the two numbers never entered");
 	cr_assert(in_gc(first + 2) && in_gc(first + 3));
 	struct kvc_meta_dropped d;
