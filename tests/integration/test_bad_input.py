@@ -119,6 +119,58 @@ def test_watch_dir_checks_its_directory_and_its_client(cluster, workdir):
     meta.close()
 
 
+def test_grants_from_a_hostile_client(cluster, workdir):
+    """INO_GRANT (60) and INO_RETURN (63) sent by hand: malformed bodies
+    get EINVAL, a client's return touches only its own grants (another
+    id's return of them changes nothing), and kvc-meta keeps serving."""
+    INO_GRANT, INO_RETURN = 60, 63
+    import json
+    meta, status = kvcwire.connect(cluster.meta_address)
+    assert status == 0
+
+    def ask(msg_type, body):
+        meta.sendall(kvcwire.frame(msg_type, body))
+        _, st, reply, _ = kvcwire.recv_frame(meta)
+        return st, reply
+
+    def grants():
+        return json.loads(cluster.admin("--json", "status").stdout)["meta"]["grants"]
+
+    a, c = os.urandom(16), os.urandom(16)
+    assert ask(INO_GRANT, struct.pack("<II", 4, 0))[0] == -22      # the old 8 bytes
+    assert ask(INO_GRANT, a + struct.pack("<II", 0, 0))[0] == -22  # count 0
+    assert ask(INO_GRANT, a + struct.pack("<II", 4097, 0))[0] == -22
+    assert ask(INO_GRANT, a + struct.pack("<II", 4, 1))[0] == -22  # reserved word
+    held = grants()
+    st, reply = ask(INO_GRANT, a + struct.pack("<II", 4, 0))
+    assert st == 0
+    first, count, chains = struct.unpack("<QII", reply)
+    assert count == 4 and first > 1 and chains >= 1
+    assert grants() == held + 1
+
+    def ret(client, *ranges):
+        body = client
+        for r in list(ranges) + [(0, 0, 0)] * (2 - len(ranges)):
+            body += struct.pack("<QII", *r)
+        return ask(INO_RETURN, body)
+    assert ask(INO_RETURN, a + b"\0" * 31)[0] == -22              # short
+    assert ret(a, (first, 4, 1))[0] == -22                          # reserved word
+    assert ret(a, (first, 5000, 0))[0] == -22                       # over any grant
+    assert ret(a, (first + 1, 1, 0))[0] == -22                      # not its grant's end
+    assert grants() == held + 1, "a refused return changes nothing"
+    st, reply = ret(c, (first, 4, 0))                               # another id
+    assert st == 0 and struct.unpack("<Q", reply)[0] == 0
+    assert grants() == held + 1, "another client's return leaves a's grant"
+    st, reply = ret(a, (first, 4, 0))
+    assert st == 0 and struct.unpack("<Q", reply)[0] == 0, "never used: nothing reclaimed"
+    assert grants() == held
+    st, reply = ret(a)                                              # again: nothing held
+    assert st == 0 and struct.unpack("<Q", reply)[0] == 0
+    meta.close()
+    (workdir / "after").write_bytes(b"served")
+    assert (workdir / "after").read_bytes() == b"served"
+
+
 def test_version_mismatch_is_refused(cluster):
     host, port = cluster.meta_address.rsplit(":", 1)
     sock = socket.create_connection((host, int(port)), timeout=5)
