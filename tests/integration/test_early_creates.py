@@ -331,6 +331,34 @@ def test_a_listing_never_caches_attributes_older_than_waiting_entries(cluster, w
         drop_second_mount(proc, mount2)
 
 
+def test_a_client_given_up_and_back_makes_files_with_new_numbers(cluster, workdir):
+    """A kvc-fuse frozen past the client timeout (3 s here) is declared
+    gone: its grants are reclaimed. Awake again, it hears ESTALE and asks
+    for new numbers (a grant reply for the old ones would be refused), so
+    no file it makes from then on is lost: every one is entered, byte for
+    byte, and seen by the other client."""
+    proc, mount2 = second_mount(cluster)
+    try:
+        theirs = os.path.join(mount2, workdir.relative_to(cluster.mount))
+        keep_names_on(theirs)
+        write_key(os.path.join(theirs, "before"), b"before")
+        assert wait_until(lambda: (workdir / "before").exists(), timeout=5)
+        proc.send_signal(signal.SIGSTOP)  # no file of theirs is open here
+        try:
+            time.sleep(6)  # past the timeout and the next sweep
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        blobs = {f"after-{i}": os.urandom(4096 + i) for i in range(40)}
+        for name, data in blobs.items():
+            write_key(os.path.join(theirs, name), data)
+        for name, data in blobs.items():
+            assert wait_until(lambda: (workdir / name).exists(), timeout=10), name
+            assert (workdir / name).read_bytes() == data, name
+        assert (workdir / "before").read_bytes() == b"before"
+    finally:
+        drop_second_mount(proc, mount2)
+
+
 def grants(cluster):
     return json.loads(cluster.admin("--json", "status").stdout)["meta"]["grants"]
 
