@@ -193,7 +193,10 @@ static bool place_fault(int rc)
 }
 
 /* Receive a sent piece's answer; a placed one that failed for the
- * transport goes again over TCP. */
+ * transport goes again over TCP, unless its answer timed out: the server
+ * may still hold it and apply it after a later write of the same bytes'
+ * range, so it fails as a TCP write that times out does (placement to
+ * that server pauses either way). */
 static void write_finish(struct kvc_storage_client *client, struct write_piece *w)
 {
 	/* A frame that did not go out whole (e.g. EFAULT: its source
@@ -203,7 +206,9 @@ static void write_finish(struct kvc_storage_client *client, struct write_piece *
 		w->rc = kvc_transport_write_complete(&w->t);
 	kvc_transport_done(client, &w->t, sent && (w->rc == 1 || (w->rc < 0 &&
 	                                           !kvc_rpc_is_transport_error(w->rc))));
-	if (w->rc < 0 && w->t.kind != KVC_TRANSPORT_TCP && place_fault(w->rc)) {
+	if (w->rc == -ETIMEDOUT && w->t.kind != KVC_TRANSPORT_TCP)
+		kvc_transport_place_failed(client, w->server, w->rc);
+	else if (w->rc < 0 && w->t.kind != KVC_TRANSPORT_TCP && place_fault(w->rc)) {
 		kvc_transport_place_failed(client, w->server, w->rc);
 		w->t.kind = KVC_TRANSPORT_TCP;
 		w->region = NULL;

@@ -34,7 +34,9 @@
  * region, the server is not on this host after all) is the transport's
  * fault, not the data's: the request runs again over TCP and placement to
  * that server pauses for a few seconds (then reconnects and registers
- * again). Per-piece results (crc, -ESTALE, -EAGAIN) are the same for
+ * again). A placed write whose answer timed out is not sent again: the
+ * server may still apply it later, after a newer write of its range; it
+ * fails (EIO) as a TCP write that times out does. Per-piece results (crc, -ESTALE, -EAGAIN) are the same for
  * both transports and handled by the paths above as before. A piece whose
  * region memory is gone (the caller shrank it) is -EFAULT for its io.
  *
