@@ -63,10 +63,10 @@
  * counted, and early creates stop for LOST_PAUSE_S so the next creates get
  * kvc-meta's answer themselves. If kvc-fuse dies, the files still waiting
  * here (at most one batch delay's worth) are lost. Grants belong to this
- * client (meta_grants.c): numbers it made files with and never entered
- * (lost ones) are reclaimed, their chunks removed by kvc-meta's
- * collector, when it stops (INO_RETURN) or, if it died, once kvc-meta
- * declares it gone (client_timeout_ms). A removal answered here reaches
+ * client (meta_grants.c): a file kvc-meta refuses has its chunks removed
+ * at once, and numbers it made files with and never sent are reclaimed
+ * when it stops (INO_RETURN) or, if it died, once kvc-meta declares it
+ * gone (client_timeout_ms). A removal answered here reaches
  * kvc-meta a round trip later: another client that opens the name
  * meanwhile (not exclusively) opens the file being removed, and what it
  * writes goes with it.

@@ -219,6 +219,10 @@ static int adopt_in(struct kvc_meta_store *s, MDB_txn *txn, void *arg)
 				c->replaced[i] = old.attr.ino;
 		} else if (!per_record(one)) {
 			rc = one;
+		} else if (one != -ESTALE) {
+			/* Refused: the sender gives the file up (lost), so its
+			 * chunks go now, by its own layout (meta_grants.c). */
+			rc = kvc_meta_grant_refused(s, txn, c->m->client, &c->recs[i].rec.attr);
 		}
 		c->out[i].rc = one;
 	}

@@ -10,8 +10,11 @@
  * next_ino, once); a number is entered at most once (its bit); a grant
  * whose every number was entered is deleted in the transaction that
  * enters the last one. So what a grant holds is exactly the numbers its
- * client may still enter. When the client returns its grants or is
- * declared gone, each number not entered is reclaimed: queued in `gc`
+ * client may still enter. A record ADOPT refuses (its directory went, a
+ * bad name: the sender gives the file up) is settled at once: its bit
+ * set, the number queued in `gc` by the record's own layout. When the
+ * client returns its grants or is declared gone, each number not entered
+ * is reclaimed: queued in `gc`
  * with a layout over every chain (its file, if the client made one, was
  * placed by the client over chains kvc-meta never saw), so the collector
  * removes whatever chunks were written for it. A number not entered is
@@ -24,6 +27,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "core/layout.h"
 #include "core/lmdb_txn.h"
 #include "meta/meta_adopt.h"
 #include "meta/meta_store_internal.h"
@@ -193,31 +197,70 @@ int kvc_meta_ino_known(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino)
 	return 0;
 }
 
-/* Queue each number of g not entered in gc (layout over every chain);
- * count them in *queued. */
-static int reclaim_one(struct kvc_meta_store *s, MDB_txn *txn, const struct grant *g,
-                       uint64_t *queued)
+/* The layout that reaches every chain kvc-meta places over now: what a
+ * number's chunks are removed by when its file's own layout is unknown. */
+static struct kvc_layout every_chain(struct kvc_meta_store *s)
 {
 	struct kvc_layout all = s->default_layout;
 	all.chain_count = __atomic_load_n(&s->default_layout.chain_count, __ATOMIC_RELAXED);
 	all.stripe = all.chain_count;
 	all.first_chain = 0;
-	int rc = 0;
-	for (uint64_t ino = g->first; rc == 0 && ino < g->first + g->head.count; ino++) {
-		if (bit(g, ino))
-			continue;
-		int known = kvc_meta_ino_known(s, txn, ino);
-		if (known != 0) { /* (never, by the invariant) */
-			rc = known < 0 ? known : 0;
-			continue;
-		}
+	return all;
+}
+
+/* Queue number ino, never entered, for the collector with layout: 1 when
+ * queued, 0 when it is known otherwise (never, by the invariant), or
+ * -errno. */
+static int queue(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
+                 const struct kvc_layout *layout)
+{
+	int rc = kvc_meta_ino_known(s, txn, ino);
+	if (rc == 0) {
 		uint8_t key[8];
 		kvc_meta_be64(key, ino);
-		MDB_val k = {8, key}, v = {sizeof(all), &all};
+		MDB_val k = {8, key}, v = {sizeof(*layout), (void *)layout};
 		rc = kvc_lmdb_errno(mdb_put(txn, s->gc, &k, &v, 0));
-		*queued += rc == 0;
+		rc = rc < 0 ? rc : 1;
+	} else if (rc > 0) {
+		rc = 0;
+	}
+	return rc;
+}
+
+/* Queue each number of g not entered in gc (layout over every chain);
+ * count them in *queued. */
+static int reclaim_one(struct kvc_meta_store *s, MDB_txn *txn, const struct grant *g,
+                       uint64_t *queued)
+{
+	struct kvc_layout all = every_chain(s);
+	int rc = 0;
+	for (uint64_t ino = g->first; rc >= 0 && ino < g->first + g->head.count; ino++) {
+		rc = bit(g, ino) ? 0 : queue(s, txn, ino, &all);
+		*queued += rc > 0;
 	}
 	return rc < 0 ? rc : 0;
+}
+
+int kvc_meta_grant_refused(struct kvc_meta_store *s, MDB_txn *txn,
+                           const uint8_t client[KVC_META_CLIENT_ID],
+                           const struct kvc_attr *attr)
+{
+	struct grant g = {0};
+	int rc = grant_find(s, txn, client, attr->ino, &g);
+	if (rc == -ESTALE || (rc == 0 && bit(&g, attr->ino)))
+		return 0; /* not this client's to give up, or settled already */
+	if (rc == 0) {
+		struct kvc_layout layout =
+			kvc_layout_check(&attr->layout) == 0 ? attr->layout : every_chain(s);
+		rc = queue(s, txn, attr->ino, &layout);
+	}
+	if (rc >= 0) {
+		uint64_t i = attr->ino - g.first;
+		g.bits[i / 8] |= (uint8_t)(1u << (i % 8));
+		g.head.entered++;
+		rc = grant_store(s, txn, client, &g);
+	}
+	return rc;
 }
 
 int kvc_meta_grants_reclaim(struct kvc_meta_store *s, MDB_txn *txn,

@@ -115,6 +115,13 @@ int kvc_meta_grant_check(struct kvc_meta_store *s, MDB_txn *txn,
                          const uint8_t client[KVC_META_CLIENT_ID], uint64_t ino);
 int kvc_meta_grant_use(struct kvc_meta_store *s, MDB_txn *txn,
                        const uint8_t client[KVC_META_CLIENT_ID], uint64_t ino);
+/* ADOPT refused the record of attr->ino (per record): when the number is
+ * the client's and not entered, the sender gives the file up, so it is
+ * settled (its bit set) and queued in gc by attr's layout (every chain
+ * when that is not a valid one). 0 or -errno. */
+int kvc_meta_grant_refused(struct kvc_meta_store *s, MDB_txn *txn,
+                           const uint8_t client[KVC_META_CLIENT_ID],
+                           const struct kvc_attr *attr);
 /* Drop every grant of client, queueing each number not entered in gc
  * (*queued: how many). Returns the grants dropped, or -errno. */
 int kvc_meta_grants_reclaim(struct kvc_meta_store *s, MDB_txn *txn,

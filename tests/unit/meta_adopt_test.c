@@ -181,7 +181,17 @@ Test(meta_adopt, a_file_is_replaced_anything_else_exists)
 	cr_assert_eq(kvc_meta_store_getattr(store, first + 1, &got), -ENOENT,
 	             "a failed record enters nothing");
 	struct kvc_meta_counts c = counts();
-	cr_assert_eq(c.gc_pending, 1, "the replaced file goes as an unlink takes it");
+	cr_assert_eq(c.gc_pending, 2, "the replaced file goes as an unlink takes it, and the "
+	                              "refused one's chunks go at once");
+	cr_assert(in_gc(old.ino) && in_gc(first + 1));
+	uint64_t inos[8];
+	struct kvc_layout layouts[8];
+	int n = kvc_meta_store_gc_list(store, inos, layouts, 8);
+	for (int i = 0; i < n; i++)
+		if (inos[i] == first + 1)
+			cr_assert_eq(layouts[i].first_chain, a1.layout.first_chain,
+			             "removed by the refused file's own layout");
+	cr_assert_eq(counts().grants, 0, "every number settled: the grant is gone");
 	cr_assert_eq(c.orphans, 1, "the open one is kept until closed");
 	cr_assert_eq(kvc_meta_store_getattr(store, kept.ino, &got), 0);
 	cr_assert_eq(got.nlink, 0);
