@@ -108,18 +108,18 @@ static int grant_find(struct kvc_meta_store *s, MDB_txn *txn, const uint8_t *cli
 	return rc == 1 ? -ESTALE : rc;
 }
 
-/* Write g back, or delete it once every number was entered. */
+/* Write g back, or delete it once every number was entered (or none is
+ * left). */
 static int grant_store(struct kvc_meta_store *s, MDB_txn *txn, const uint8_t *client,
                        const struct grant *g)
 {
 	uint8_t buf[KEY_LEN], value[sizeof(g->head) + sizeof(g->bits)];
 	MDB_val k = grant_key(buf, client, g->first);
-	if (g->head.entered >= g->head.count)
-		return kvc_lmdb_errno(mdb_del(txn, s->grants, &k, NULL));
+	MDB_val v = {sizeof(g->head) + bits_len(g->head.count), value};
 	memcpy(value, &g->head, sizeof(g->head));
 	memcpy(value + sizeof(g->head), g->bits, bits_len(g->head.count));
-	MDB_val v = {sizeof(g->head) + bits_len(g->head.count), value};
-	return kvc_lmdb_errno(mdb_put(txn, s->grants, &k, &v, 0));
+	return kvc_lmdb_errno(g->head.entered >= g->head.count ? mdb_del(txn, s->grants, &k, NULL)
+	                                                       : mdb_put(txn, s->grants, &k, &v, 0));
 }
 
 /* How many grants client holds (up to KVC_META_MAX_GRANTS), or -errno. */
@@ -300,21 +300,16 @@ static int trim(struct kvc_meta_store *s, MDB_txn *txn, const uint8_t *client, u
 {
 	struct grant g = {0};
 	int rc = grant_find(s, txn, client, first, &g);
-	if (rc < 0)
-		return rc == -ESTALE ? 0 : rc;
-	uint64_t end = g.first + g.head.count;
-	if (count > end - first || first + count != end)
-		return -EINVAL;
-	for (uint64_t ino = first; ino < end; ino++)
-		if (bit(&g, ino))
-			return -EINVAL;
-	g.head.count -= count;
-	if (g.head.count == 0) {
-		uint8_t buf[KEY_LEN];
-		MDB_val k = grant_key(buf, client, g.first);
-		return kvc_lmdb_errno(mdb_del(txn, s->grants, &k, NULL));
+	uint64_t end = rc == 0 ? g.first + g.head.count : 0;
+	if (rc == 0 && (count > end - first || first + count != end))
+		rc = -EINVAL;
+	for (uint64_t ino = first; rc == 0 && ino < end; ino++)
+		rc = bit(&g, ino) ? -EINVAL : 0;
+	if (rc == 0) {
+		g.head.count -= count; /* none of them entered: the rest's bits stay */
+		rc = grant_store(s, txn, client, &g); /* (deleted when none is left) */
 	}
-	return grant_store(s, txn, client, &g);
+	return rc == -ESTALE ? 0 : rc;
 }
 
 int kvc_meta_store_grants_return(struct kvc_meta_store *s,
