@@ -14,6 +14,7 @@
  * told again.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -272,11 +273,17 @@ int kvc_meta_store_drop_client(struct kvc_meta_store *s, const uint8_t client[KV
 	return rc < 0 ? rc : dropped;
 }
 
+static int id_cmp(const void *a, const void *b)
+{
+	return memcmp(a, b, KVC_META_CLIENT_ID);
+}
+
 /* Add to out[0 .. count) the distinct clients (up to max in all) that
  * key table: keys of a client id and a u64, client first (`clients`,
- * `grants`). Returns the new count or -errno. */
+ * `grants`), each once and not among out[0 .. sorted) (ascending: an
+ * earlier call's). Returns the new count or -errno. */
 static int distinct_clients(MDB_txn *txn, MDB_dbi table, uint8_t (*out)[KVC_META_CLIENT_ID],
-                            int count, int max)
+                            int sorted, int count, int max)
 {
 	MDB_cursor *cur;
 	MDB_val k, v;
@@ -285,10 +292,7 @@ static int distinct_clients(MDB_txn *txn, MDB_dbi table, uint8_t (*out)[KVC_META
 		return rc;
 	int got = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
 	while (got == 0 && count < max && k.mv_size == KVC_META_CLIENT_ID + 8) {
-		bool listed = false;
-		for (int i = 0; i < count && !listed; i++)
-			listed = memcmp(out[i], k.mv_data, KVC_META_CLIENT_ID) == 0;
-		if (!listed)
+		if (!bsearch(k.mv_data, out, (size_t)sorted, KVC_META_CLIENT_ID, id_cmp))
 			memcpy(out[count++], k.mv_data, KVC_META_CLIENT_ID);
 		/* Jump past this client's keys: the largest key it can have. */
 		uint8_t next[KVC_META_CLIENT_ID + 8];
@@ -310,9 +314,9 @@ int kvc_meta_store_session_clients(struct kvc_meta_store *s, uint8_t (*out)[KVC_
 	int rc = kvc_meta_begin(s, false, &txn);
 	if (rc < 0)
 		return rc;
-	rc = distinct_clients(txn, s->clients, out, 0, max);
+	rc = distinct_clients(txn, s->clients, out, 0, 0, max); /* in key order */
 	if (rc >= 0) /* and those holding grants only */
-		rc = distinct_clients(txn, s->grants, out, rc, max);
+		rc = distinct_clients(txn, s->grants, out, rc, rc, max);
 	mdb_txn_abort(txn);
 	return rc;
 }

@@ -404,6 +404,24 @@ Test(meta_adopt, clients_grants_side_by_side_stay_apart)
 	cr_assert_eq(reclaimed, KVC_META_MAX_GRANTS);
 }
 
+Test(meta_adopt, a_client_with_sessions_and_grants_is_listed_once)
+{
+	static const uint8_t others[3][KVC_WIRE_CLIENT_ID] = {"adopt-client-00", "adopt-client-03",
+	                                                      "adopt-client-04"};
+	uint8_t ids[8][KVC_META_CLIENT_ID];
+	struct kvc_attr f = mkfile(1, "open-here"), held;
+	cr_assert_eq(kvc_meta_store_open_session(store, f.ino, client, &held), 0);
+	grant(2);
+	grant_to(others[0], 1); /* grants only, before and after client in key order */
+	grant_to(others[2], 1);
+	cr_assert_eq(kvc_meta_store_open_session(store, f.ino, others[1], &held), 0);
+	cr_assert_eq(kvc_meta_store_session_clients(store, ids, 8), 4, "each client once");
+	uint64_t reclaimed = 0;
+	cr_assert_eq(drop(client, &reclaimed), 2, "its session and its grant");
+	cr_assert_eq(reclaimed, 2);
+	cr_assert_eq(kvc_meta_store_session_clients(store, ids, 8), 3);
+}
+
 Test(meta_adopt, a_return_drops_what_was_never_used_and_reclaims_what_was_lost)
 {
 	uint64_t first = grant(8), spare = grant(4);
