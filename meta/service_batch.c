@@ -90,13 +90,15 @@ int kvc_meta_service_ino_return(struct kvc_meta_request *r)
 }
 
 /* ADOPT: the files entered are news to other clients (and the maker's
- * kernel caches them, as a CREATE's); a replaced file may be free now. */
+ * kernel caches them, as a CREATE's); a replaced file may be free now,
+ * and a refused one's chunks are queued (meta_grants.c). */
 static void adopt_watch(struct kvc_meta_request *r, const struct kvc_meta_adopt_record *recs,
                         const struct kvc_msg_key_result *out, const uint64_t *replaced)
 {
 	const struct kvc_msg_adopt *m = r->msg;
 	bool wake = false;
 	for (uint32_t i = 0; i < m->count; i++) {
+		wake |= out[i].rc < 0 && out[i].rc != -ESTALE;
 		if (out[i].rc < 0)
 			continue;
 		kvc_meta_req_made(r, recs[i].rec.parent, recs[i].name, recs[i].rec.name_len, out[i].attr.ino);
