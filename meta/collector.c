@@ -25,6 +25,7 @@ struct kvc_meta_collector {
 	struct kvc_storage_client *storage;
 	struct kvc_meta_watches *watches; /* told of punched files; may be NULL */
 	int interval_ms;
+	uint64_t gc_after; /* the next pass lists the queue from above this inode */
 	pthread_mutex_t lock; /* protects woken and cutting */
 	pthread_cond_t cond;  /* a pass is asked for */
 	bool woken;
@@ -99,7 +100,10 @@ static int collect(struct kvc_meta_collector *c)
 	uint64_t inos[BATCH];
 	struct kvc_layout layouts[BATCH];
 	int reclaimed = 0;
-	int count = kvc_meta_store_gc_list(c->store, inos, layouts, BATCH);
+	/* From where the last full batch ended: files that keep failing (a
+	 * server down, a chain not known yet) do not hold up those after. */
+	int count = kvc_meta_store_gc_list_after(c->store, c->gc_after, inos, layouts, BATCH);
+	c->gc_after = count == BATCH ? inos[BATCH - 1] : 0;
 	/* Only removals a machine crash cannot undo: a file back after one
 	 * must not have lost its chunks. */
 	int synced = count > 0 ? kvc_meta_store_sync(c->store) : 0;

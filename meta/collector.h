@@ -7,7 +7,9 @@
  * lists, punches their bytes out of the file on the storage servers, and
  * gives them back. Both queues are in LMDB, so work left by a crash or by
  * a storage server that was down is picked up again (every pass retries
- * what failed before). (3) Each pass first drops the open sessions of
+ * what failed before; a pass over the removed files goes on from where
+ * the last full batch of them ended, so files that keep failing do not
+ * hold up those after them). (3) Each pass first drops the open sessions of
  * clients gone silent (sessions.h), so the files they held are reclaimed.
  * (4) The chunks beyond the size a shrinking setattr committed
  * (meta_sizes.c): kvc-meta's request handler cuts them at once through

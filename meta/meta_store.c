@@ -376,16 +376,24 @@ int kvc_meta_store_counts(struct kvc_meta_store *s, struct kvc_meta_counts *out)
 int kvc_meta_store_gc_list(struct kvc_meta_store *s, uint64_t *inos,
                            struct kvc_layout *layouts, int max)
 {
+	return kvc_meta_store_gc_list_after(s, 0, inos, layouts, max);
+}
+
+int kvc_meta_store_gc_list_after(struct kvc_meta_store *s, uint64_t after, uint64_t *inos,
+                                 struct kvc_layout *layouts, int max)
+{
 	MDB_txn *txn;
 	MDB_cursor *cur;
 	int count = 0;
-	int rc = kvc_meta_begin(s, false, &txn);
+	int rc = after == UINT64_MAX ? -EINVAL : kvc_meta_begin(s, false, &txn);
 	if (rc < 0)
 		return rc;
 	rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->gc, &cur));
 	if (rc == 0) {
-		MDB_val k, v;
-		int got = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+		uint8_t start[8];
+		kvc_meta_be64(start, after + 1);
+		MDB_val k = {sizeof(start), start}, v;
+		int got = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
 		while (got == 0 && count < max) {
 			if (k.mv_size == 8 && v.mv_size == sizeof(layouts[0])) {
 				inos[count] = kvc_meta_from_be64(k.mv_data);

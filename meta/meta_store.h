@@ -227,9 +227,13 @@ struct kvc_meta_counts {
 };
 int kvc_meta_store_counts(struct kvc_meta_store *store, struct kvc_meta_counts *out);
 
-/* The collector's queue: up to max removed files (ino, layout). */
+/* The collector's queue: up to max removed files (ino, layout), in inode
+ * order from the first; _after: from the first inode above `after` (the
+ * collector goes on past entries that keep failing). */
 int kvc_meta_store_gc_list(struct kvc_meta_store *store, uint64_t *inos,
                            struct kvc_layout *layouts, int max);
+int kvc_meta_store_gc_list_after(struct kvc_meta_store *store, uint64_t after, uint64_t *inos,
+                                 struct kvc_layout *layouts, int max);
 int kvc_meta_store_gc_done(struct kvc_meta_store *store, uint64_t ino);
 
 /* Open sessions. A client (one kvc-fuse, by a random 16-byte id) records

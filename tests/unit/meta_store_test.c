@@ -211,6 +211,25 @@ Test(meta_store, everything_survives_reopen)
 	cr_assert_eq(count, 4);
 }
 
+Test(meta_store, the_gc_queue_lists_from_above_an_inode)
+{
+	uint64_t made[3], inos[4];
+	struct kvc_layout layouts[4];
+	const char *names[3] = {"q1", "q2", "q3"};
+	for (int i = 0; i < 3; i++) {
+		made[i] = mkfile(1, names[i]);
+		cr_assert_eq(kvc_meta_store_unlink(store, 1, names[i], 2), 0);
+	}
+	cr_assert_eq(kvc_meta_store_gc_list_after(store, made[0], inos, layouts, 4), 2,
+	             "past the first: the collector goes on past one that keeps failing");
+	cr_assert_eq(inos[0], made[1]);
+	cr_assert_eq(inos[1], made[2]);
+	cr_assert_eq(kvc_meta_store_gc_list_after(store, made[2], inos, layouts, 4), 0);
+	cr_assert_eq(kvc_meta_store_gc_list_after(store, 0, inos, layouts, 2), 2, "at most max");
+	cr_assert_eq(inos[0], made[0]);
+	cr_assert_eq(kvc_meta_store_gc_list_after(store, UINT64_MAX, inos, layouts, 4), -EINVAL);
+}
+
 static int gc_count(void)
 {
 	uint64_t inos[8];
