@@ -2,74 +2,73 @@
  * early_creates: regular files this kvc-fuse makes, and names it removes,
  * ahead of kvc-meta. The kernel holds a directory's lock across an O_CREAT
  * open's CREATE and across an UNLINK, so one directory's creates and
- * unlinks run one at a time; answered here, without kvc-meta's round
- * trip, they run at the pace of this process.
+ * unlinks run one at a time; answered here, without kvc-meta's round trip,
+ * they run at the pace of this process.
  *
  * How: kvc-meta reserves inode numbers for this client (INO_GRANT). A
- * truncating, non-exclusive create (O_CREAT|O_TRUNC) of a name this
- * client knows to be absent (dir_names.h) in a directory whose attributes
- * it holds (attr_cache.h) takes one, builds the file's attributes and
- * layout as kvc-meta would (the parent's layout over the chains of the
- * routing table, the parent's group when it is setgid) and
- * answers the kernel; the file's chunks are written as any file's. A
- * thread here enters the files made in batches (ADOPT: name, inode, size,
- * open session, one transaction), in the order they were made: a file
- * may go once it is closed here or early_open_delay_ms old (config.h),
- * and the files that
- * may go are sent when BATCH_FULL of them wait or BATCH_DELAY_US after the
- * first was made. A key written and closed at once (a connector's put)
- * thus reaches kvc-meta as one record of a batch, with its size and no
- * open session: no CREATE, EXTEND_SIZE or CLOSE of its own. An unlink of a
- * name whose inode this client knows (dir_names.h) is queued the same way
+ * truncating, non-exclusive create (O_CREAT|O_TRUNC) of a name this client
+ * knows to be absent (dir_names.h) in a directory whose attributes it holds
+ * (attr_cache.h) takes one, builds the file's attributes and layout as
+ * kvc-meta would (the parent's layout over the chains of the routing table,
+ * the parent's group when it is setgid) and answers the kernel; the file's
+ * chunks are written as any file's. A thread here enters the files made in
+ * batches (ADOPT: name, inode, size, open session, one transaction), in the
+ * order they were made: a file may go once it is closed here or
+ * early_open_delay_ms old (config.h), and the files that may go are sent
+ * when BATCH_FULL of them wait or BATCH_DELAY_US after the first was made.
+ * A key written and closed at once (a connector's put) thus reaches
+ * kvc-meta as one record of a batch, with its size and no open session: no
+ * CREATE, EXTEND_SIZE or CLOSE of its own. An unlink of a name whose inode
+ * this client knows (dir_names.h) is queued the same way
  * (kvc_early_creates_remove; REMOVE_MANY removes the name only while it
- * still names that inode), in order with the creates; a message carries
- * one kind.
+ * still names that inode), in order with the creates; a message carries one
+ * kind.
  *
  * Order: a kvc-meta call of this client first waits until the files it
  * depends on are entered (kvc_early_creates_settle, run by the meta
  * client's before_call): a call about inodes (GETATTR, SETATTR, OPEN,
- * EXTEND_SIZE, CLOSE, xattrs) waits for those inodes' files and
- * removals, and for a directory the files made and names removed in it
- * (its times change with them); a LOOKUP or READDIR in a directory waits
- * for the files made and names removed in it (all it reads: a file made
- * elsewhere gets a name here only by LINK or RENAME, which wait for
- * everything); any other (changes of names: UNLINK, RENAME, LINK, MKDIR,
- * ...; META_SYNC) for every file made before it. So a listing or lookup
- * elsewhere does not send this directory's files before their time. The
- * attributes such an answer carries for a name may depend on entries
- * elsewhere (a subdirectory's times on the files made in it, a file's
- * link count on a removal of another of its names): kvc-fuse's lookup
- * enters those first and asks again, and its readdirplus gives such an
- * entry's attributes no cache time (kvc_early_creates_pending), so the
- * kernel's GETATTR, which waits for them, answers. So nothing reaches kvc-meta before the create it
- * depends on. Two calls fold into a file still waiting here instead: its
- * size commit (flush: the size travels with the ADOPT) and its last close
- * (the ADOPT opens no session). A file already on its way is not folded:
- * the call goes to kvc-meta after it.
+ * EXTEND_SIZE, CLOSE, xattrs) waits for those inodes' files and removals,
+ * and for a directory the files made and names removed in it (its times
+ * change with them); a LOOKUP or READDIR in a directory waits for the files
+ * made and names removed in it (all it reads: a file made elsewhere gets a
+ * name here only by LINK or RENAME, which wait for everything); any other
+ * (changes of names: UNLINK, RENAME, LINK, MKDIR, ...; META_SYNC) for every
+ * file made before it. So a listing or lookup elsewhere does not send this
+ * directory's files before their time. The attributes such an answer
+ * carries for a name may depend on entries elsewhere (a subdirectory's
+ * times on the files made in it, a file's link count on a removal of
+ * another of its names): kvc-fuse's lookup enters those first and asks
+ * again, and its readdirplus gives such an entry's attributes no cache time
+ * (kvc_early_creates_pending), so the kernel's GETATTR, which waits for
+ * them, answers. So nothing reaches kvc-meta before the create it depends
+ * on. Two calls fold into a file still waiting here instead: its size
+ * commit (flush: the size travels with the ADOPT) and its last close (the
+ * ADOPT opens no session). A file already on its way is not folded: the
+ * call goes to kvc-meta after it.
  *
  * Visibility: other clients see a file when its ADOPT commits: at most
- * early_open_delay_ms (5 ms) plus a round trip after the create returned here,
- * BATCH_DELAY_US (1 ms) for a file closed at once, and hear of it as of
- * any create (meta_events.h). This client sees it at once. fsync,
+ * early_open_delay_ms (5 ms) plus a round trip after the create returned
+ * here, BATCH_DELAY_US (1 ms) for a file closed at once, and hear of it as
+ * of any create (meta_events.h). This client sees it at once. fsync,
  * fsyncdir and syncfs settle first, so what they promise holds for early
  * creates too.
  *
  * What is weaker than a create made by kvc-meta: a name another client
- * creates in the window before it hears of it is replaced by ours when
- * ours is entered (as if ours were renamed over it; an exclusive create
- * never comes here), and a file kvc-meta refuses when it is entered (its
+ * creates in the window before it hears of it is replaced by ours when ours
+ * is entered (as if ours were renamed over it; an exclusive create never
+ * comes here), and a file kvc-meta refuses when it is entered (its
  * directory was removed meanwhile, the namespace is at its space reserve)
  * is lost: it turns stale here (its I/O fails with ESTALE), is logged and
  * counted, and early creates stop for LOST_PAUSE_S so the next creates get
  * kvc-meta's answer themselves. If kvc-fuse dies, the files still waiting
  * here (at most one batch delay's worth) are lost. Grants belong to this
- * client (meta_grants.c): a file kvc-meta refuses has its chunks removed
- * at once, and numbers it made files with and never sent are reclaimed
- * when it stops (INO_RETURN) or, if it died, once kvc-meta declares it
- * gone (client_timeout_ms). A removal answered here reaches
- * kvc-meta a round trip later: another client that opens the name
- * meanwhile (not exclusively) opens the file being removed, and what it
- * writes goes with it.
+ * client (meta_grants.c): a file kvc-meta refuses has its chunks removed at
+ * once, and numbers it made files with and never sent are reclaimed when it
+ * stops (INO_RETURN) or, if it died, once kvc-meta declares it gone
+ * (client_timeout_ms). A removal answered here reaches kvc-meta a round
+ * trip later: another client that opens the name meanwhile (not
+ * exclusively) opens the file being removed, and what it writes goes with
+ * it.
  *
  * Threads: any FUSE worker, the thread here, and every caller of the meta
  * client (settle). One mutex, a leaf: never held across a kvc-meta call;

@@ -167,6 +167,17 @@ int kvc_meta_grant_check(struct kvc_meta_store *s, MDB_txn *txn,
 	return rc == 0 && bit(&g, ino) ? -ESTALE : rc;
 }
 
+/* Number ino of g is done with (entered, or given up): its bit set, g
+ * written back (deleted once every number is). */
+static int settle(struct kvc_meta_store *s, MDB_txn *txn, const uint8_t *client,
+                  struct grant *g, uint64_t ino)
+{
+	uint64_t i = ino - g->first;
+	g->bits[i / 8] |= (uint8_t)(1u << (i % 8));
+	g->head.entered++;
+	return grant_store(s, txn, client, g);
+}
+
 int kvc_meta_grant_use(struct kvc_meta_store *s, MDB_txn *txn,
                        const uint8_t client[KVC_META_CLIENT_ID], uint64_t ino)
 {
@@ -174,13 +185,7 @@ int kvc_meta_grant_use(struct kvc_meta_store *s, MDB_txn *txn,
 	int rc = grant_find(s, txn, client, ino, &g);
 	if (rc == 0 && bit(&g, ino))
 		rc = -ESTALE;
-	if (rc == 0) {
-		uint64_t i = ino - g.first;
-		g.bits[i / 8] |= (uint8_t)(1u << (i % 8));
-		g.head.entered++;
-		rc = grant_store(s, txn, client, &g);
-	}
-	return rc;
+	return rc == 0 ? settle(s, txn, client, &g, ino) : rc;
 }
 
 int kvc_meta_ino_known(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino)
@@ -247,20 +252,15 @@ int kvc_meta_grant_refused(struct kvc_meta_store *s, MDB_txn *txn,
 {
 	struct grant g = {0};
 	int rc = grant_find(s, txn, client, attr->ino, &g);
-	if (rc == -ESTALE || (rc == 0 && bit(&g, attr->ino)))
-		return 0; /* not this client's to give up, or settled already */
-	if (rc == 0) {
+	/* Not this client's to give up (-ESTALE), or settled already: 0. */
+	if (rc == 0 && !bit(&g, attr->ino)) {
 		struct kvc_layout layout =
 			kvc_layout_check(&attr->layout) == 0 ? attr->layout : every_chain(s);
 		rc = queue(s, txn, attr->ino, &layout);
+		if (rc >= 0)
+			rc = settle(s, txn, client, &g, attr->ino);
 	}
-	if (rc >= 0) {
-		uint64_t i = attr->ino - g.first;
-		g.bits[i / 8] |= (uint8_t)(1u << (i % 8));
-		g.head.entered++;
-		rc = grant_store(s, txn, client, &g);
-	}
-	return rc;
+	return rc == -ESTALE ? 0 : rc;
 }
 
 int kvc_meta_grants_reclaim(struct kvc_meta_store *s, MDB_txn *txn,

@@ -106,9 +106,9 @@ int kvc_meta_session_put(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
 /* meta_grants.c: inode numbers granted to clients (INO_GRANT). put
  * records a new grant (-ESTALE while the client is dropped and has not
  * rejoined: a grant it could not hear of would be lost; -EBUSY when it
- * holds KVC_META_MAX_GRANTS, meta_adopt.h, already); check: 0 when client may enter ino (granted to it,
- * not entered yet), else -ESTALE; use marks ino entered (the grant goes
- * with its last number). */
+ * holds KVC_META_MAX_GRANTS, meta_adopt.h, already); check: 0 when
+ * client may enter ino (granted to it, not entered yet), else -ESTALE;
+ * use marks ino entered (the grant goes with its last number). */
 int kvc_meta_grant_put(struct kvc_meta_store *s, MDB_txn *txn,
                        const uint8_t client[KVC_META_CLIENT_ID], uint64_t first, uint32_t count);
 int kvc_meta_grant_check(struct kvc_meta_store *s, MDB_txn *txn,

@@ -44,7 +44,8 @@ static struct kvc_meta_watcher *watcher(const struct kvc_meta_request *r)
 	return r->svc->watches ? r->conn->service_state : NULL;
 }
 
-void kvc_meta_req_note_name(struct kvc_meta_request *r, uint64_t parent, const char *name, uint32_t len)
+void kvc_meta_req_note_name(struct kvc_meta_request *r, uint64_t parent, const char *name,
+                            uint32_t len)
 {
 	if (watcher(r))
 		kvc_meta_watches_note_since(r->svc->watches, watcher(r), r->since, KVC_WATCH_NAME,
@@ -58,7 +59,8 @@ void kvc_meta_req_note_inode(struct kvc_meta_request *r, uint64_t ino)
 		                            ino, NULL, 0);
 }
 
-static void changed_name(struct kvc_meta_request *r, uint64_t parent, const char *name, uint32_t len)
+static void changed_name(struct kvc_meta_request *r, uint64_t parent, const char *name,
+                         uint32_t len)
 {
 	if (r->svc->watches)
 		kvc_meta_watches_changed(r->svc->watches, watcher(r), KVC_WATCH_NAME, parent, name,
@@ -74,8 +76,8 @@ void kvc_meta_req_changed_inode(struct kvc_meta_request *r, uint64_t ino)
 /* A new name made (create, mkdir, mknod, symlink, link): others that
  * cached its absence or the parent's attributes are told; the maker's
  * kernel caches both, so it watches them. */
-void kvc_meta_req_made(struct kvc_meta_request *r, uint64_t parent, const char *name, uint32_t len,
-                 uint64_t ino)
+void kvc_meta_req_made(struct kvc_meta_request *r, uint64_t parent, const char *name,
+                       uint32_t len, uint64_t ino)
 {
 	changed_name(r, parent, name, len);
 	kvc_meta_req_changed_inode(r, parent);
@@ -94,8 +96,8 @@ static uint64_t ino_of(struct kvc_meta_request *r, uint64_t parent, const char *
 
 /* A name removed (unlink, rmdir) or replaced (rename): its old inode and
  * its parent changed too. */
-void kvc_meta_req_removed(struct kvc_meta_request *r, uint64_t parent, const char *name, uint32_t len,
-                    uint64_t ino)
+void kvc_meta_req_removed(struct kvc_meta_request *r, uint64_t parent, const char *name,
+                          uint32_t len, uint64_t ino)
 {
 	changed_name(r, parent, name, len);
 	kvc_meta_req_changed_inode(r, parent);
@@ -164,7 +166,8 @@ static int h_create(struct kvc_meta_request *r)
 	uint32_t mode = m->mode, gid = m->gid;
 	bool created = true;
 	int rc = 0;
-	if (!name || !kvc_meta_req_done(r) || (m->flags & ~flags) || ((m->flags & KVC_CREATE_OPEN) && !client))
+	if (!name || !kvc_meta_req_done(r) || (m->flags & ~flags) ||
+	    ((m->flags & KVC_CREATE_OPEN) && !client))
 		return kvc_meta_req_bad(r);
 	if (m->flags & KVC_CREATE_PARENT_GID) {
 		rc = kvc_meta_store_getattr(store, m->parent, &dir);

@@ -18,8 +18,9 @@
  * hear of (a USRBIO wait on another client included); a lookup notes what
  * it answered, found or not (so such a wait hears of the key's arrival).
  * Temp names (KEYS_CREATE) concern nobody. */
-static void keys_watch(struct kvc_meta_request *r, const struct kvc_msg_keys *m, const uint8_t *records,
-                       uint32_t len, const struct kvc_msg_key_result *out)
+static void keys_watch(struct kvc_meta_request *r, const struct kvc_msg_keys *m,
+                       const uint8_t *records, uint32_t len,
+                       const struct kvc_msg_key_result *out)
 {
 	uint16_t type = r->h->type;
 	struct kvc_meta_key_record *recs;
@@ -101,7 +102,8 @@ static void adopt_watch(struct kvc_meta_request *r, const struct kvc_meta_adopt_
 		wake |= out[i].rc < 0 && out[i].rc != -ESTALE;
 		if (out[i].rc < 0)
 			continue;
-		kvc_meta_req_made(r, recs[i].rec.parent, recs[i].name, recs[i].rec.name_len, out[i].attr.ino);
+		kvc_meta_req_made(r, recs[i].rec.parent, recs[i].name, recs[i].rec.name_len,
+		                  out[i].attr.ino);
 		kvc_meta_req_changed_inode(r, replaced[i]);
 		wake |= replaced[i] != 0;
 	}

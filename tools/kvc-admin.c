@@ -116,7 +116,8 @@ static int cmd_status(struct admin *a)
 		       ",\"watch_events\":%" PRIu64 "},\"storage\":[",
 		       JSON_STR(a->config.meta_address), rc == 0 ? "true" : "false", names.inodes,
 		       names.open_sessions, names.orphans, names.gc_pending, names.grants,
-		       names.volume_total_bytes, names.volume_free_bytes, names.reserve_bytes, meta_refusing ? "true" : "false",
+		       names.volume_total_bytes, names.volume_free_bytes, names.reserve_bytes,
+		       meta_refusing ? "true" : "false",
 		       names.refused, names.watch_entries, names.watch_events);
 	else
 		printf("%-8s %-10s %-22s %-6s %s\n%-8s %-10s %-22s %-6s %s\n", "ROLE", "NAME", "ADDRESS",

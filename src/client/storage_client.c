@@ -206,10 +206,10 @@ static void write_finish(struct kvc_storage_client *client, struct write_piece *
 		w->rc = kvc_transport_write_complete(&w->t);
 	kvc_transport_done(client, &w->t, sent && (w->rc == 1 || (w->rc < 0 &&
 	                                           !kvc_rpc_is_transport_error(w->rc))));
-	if (w->rc == -ETIMEDOUT && w->t.kind != KVC_TRANSPORT_TCP)
+	bool fault = w->rc < 0 && w->t.kind != KVC_TRANSPORT_TCP && place_fault(w->rc);
+	if (fault)
 		kvc_transport_place_failed(client, w->server, w->rc);
-	else if (w->rc < 0 && w->t.kind != KVC_TRANSPORT_TCP && place_fault(w->rc)) {
-		kvc_transport_place_failed(client, w->server, w->rc);
+	if (fault && w->rc != -ETIMEDOUT) {
 		w->t.kind = KVC_TRANSPORT_TCP;
 		w->region = NULL;
 		w->rc = write_send(client, w);

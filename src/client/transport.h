@@ -36,9 +36,10 @@
  * that server pauses for a few seconds (then reconnects and registers
  * again). A placed write whose answer timed out is not sent again: the
  * server may still apply it later, after a newer write of its range; it
- * fails (EIO) as a TCP write that times out does. Per-piece results (crc, -ESTALE, -EAGAIN) are the same for
- * both transports and handled by the paths above as before. A piece whose
- * region memory is gone (the caller shrank it) is -EFAULT for its io.
+ * fails (EIO) as a TCP write that times out does. Per-piece results
+ * (crc, -ESTALE, -EAGAIN) are the same for both transports and handled
+ * by the paths above as before. A piece whose region memory is gone (the
+ * caller shrank it) is -EFAULT for its io.
  *
  * Thread-safe. Lock order: each server's placement lock is held across
  * its registration exchanges on the local Unix socket (bounded by the io

@@ -400,9 +400,10 @@ _Static_assert(sizeof(struct kvc_msg_ino_return_reply) == 8, "");
  * granted numbers, entered in one transaction: kvc_msg_adopt, then count
  * records, each a kvc_msg_adopt_record and name_len name bytes. A record
  * enters inode `ino` (a number granted to `client` and not entered yet:
- * else -ESTALE, as for a client whose grants were reclaimed) with attr's mode (S_IFREG, no set-id bits), uid, gid, size,
- * times and layout, links it as (parent, name), touches the parent, and
- * with KVC_ADOPT_OPEN opens it for `client`. A name that exists already
+ * else -ESTALE, as for a client whose grants were reclaimed) with attr's
+ * mode (S_IFREG, no set-id bits), uid, gid, size, times and layout, links
+ * it as (parent, name), touches the parent, and with KVC_ADOPT_OPEN opens
+ * it for `client`. A name that exists already
  * is replaced when it is a regular file (the older file goes as an unlink
  * or rename over it would take it: gc, or an orphan while open), else
  * -EEXIST. Reply: count kvc_msg_key_result in order (rc 0 or -errno per

@@ -457,6 +457,22 @@ def test_a_client_killed_mid_read_costs_nothing_else(cluster, workdir):
         r.close()
 
 
+def run_across_a_restart(cluster, threads, stop):
+    """Start threads, restart storage server s2 half a second in, let them
+    run a second more, then stop them (stop: their Event); none may hang."""
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(0.5)
+        cluster.restart("s2")
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads)  # no hang
+
+
 def test_a_storage_server_restarted_mid_stream(cluster, workdir):
     path = workdir / "restart"
     data = os.urandom(6 * CHUNK)
@@ -473,15 +489,7 @@ def test_a_storage_server_restarted_mid_stream(cluster, workdir):
                 results.append("wrong bytes")
 
     t = threading.Thread(target=reader)
-    t.start()
-    try:
-        time.sleep(0.5)
-        cluster.restart("s2")
-        time.sleep(1.0)
-    finally:
-        stop.set()
-        t.join(timeout=60)
-    assert not t.is_alive()  # no hang
+    run_across_a_restart(cluster, [t], stop)
     assert "wrong bytes" not in results
     # only clean errors while the server was away (one copy: EIO)
     assert set(results) <= {6 * CHUNK, -errno.EIO}, set(results)
@@ -518,17 +526,7 @@ def test_fuse_writes_across_a_storage_server_restart(cluster, workdir):
                     results.append(e.errno)
 
     threads = [threading.Thread(target=writer, args=(n,)) for n in range(1, 5)]
-    for t in threads:
-        t.start()
-    try:
-        time.sleep(0.5)
-        cluster.restart("s2")
-        time.sleep(1.0)
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(timeout=60)
-    assert not any(t.is_alive() for t in threads)  # no hang
+    run_across_a_restart(cluster, threads, stop)
     assert set(results) <= {0, errno.EIO}, set(results)
     assert results.count(0) > 0
     data = os.urandom(6 * CHUNK)
