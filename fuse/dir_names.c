@@ -213,9 +213,11 @@ static struct dir *fresh(struct kvc_dir_names *d, uint64_t parent, int64_t now, 
 double kvc_dir_names_absent(struct kvc_dir_names *d, uint64_t parent, const char *name)
 {
 	double left = 0;
-	if (!d)
+	size_t len = strlen(name);
+	/* A name no directory can hold is kvc-meta's to refuse (-ENAMETOOLONG). */
+	if (!d || len > KVC_WIRE_MAX_NAME)
 		return 0;
-	uint64_t h = name_hash(parent, name, strlen(name));
+	uint64_t h = name_hash(parent, name, len);
 	int64_t now = kvc_clock_monotonic_ns();
 	uint64_t gen = events_gen(d);
 	pthread_mutex_lock(&d->lock);

@@ -51,7 +51,8 @@ int kvc_dir_names_start(struct kvc_fuse *fs, struct kvc_dir_names **out);
 void kvc_dir_names_stop(struct kvc_dir_names *d);
 
 /* Whether (parent, name) is known to be absent: the seconds the kernel may
- * cache that (> 0), or 0 (ask kvc-meta). NULL d: 0. */
+ * cache that (> 0), or 0 (ask kvc-meta). NULL d, or a name over
+ * KVC_WIRE_MAX_NAME bytes: 0. */
 double kvc_dir_names_absent(struct kvc_dir_names *d, uint64_t parent, const char *name);
 /* kvc-meta answered ENOENT for a name of parent. */
 void kvc_dir_names_missed(struct kvc_dir_names *d, uint64_t parent);

@@ -6,6 +6,7 @@ kernel may cache names and attributes for cache_ttl_ms (10 s) and still see
 a new key within milliseconds. The bounds asserted here (0.5 s) only tell
 events from timeouts (1 s without events, 10 s with them): the measured
 times are printed."""
+import errno
 import hashlib
 import json
 import multiprocessing
@@ -377,6 +378,24 @@ def test_lookups_of_new_keys_are_answered_by_the_client(cluster, workdir):
         os.open(workdir / "key-7", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     for name, data in blobs.items():
         assert (workdir / name).read_bytes() == data
+
+
+def test_a_kept_directory_refuses_names_too_long(cluster, workdir):
+    """A name over 255 bytes is in no directory's names, yet it is not
+    "absent": every call on it fails with ENAMETOOLONG, as on a local
+    disk, while kvc-fuse keeps the directory's names."""
+    keep_names_of(cluster, workdir)
+    answered = fuse_metric(cluster, "kvc_fuse_lookups_answered_here_total")
+    assert not os.path.exists(workdir / "short")  # the names are kept
+    assert fuse_metric(cluster, "kvc_fuse_lookups_answered_here_total") > answered
+    long_name = "c" * 256
+    for call in (lambda: os.stat(workdir / long_name),
+                 lambda: os.open(workdir / long_name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+                 lambda: os.mkdir(workdir / long_name)):
+        with pytest.raises(OSError) as e:
+            call()
+        assert e.value.errno == errno.ENAMETOOLONG
+    assert long_name not in os.listdir(workdir)
 
 
 def drop_kernel_names():
