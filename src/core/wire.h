@@ -41,10 +41,11 @@
  *   2  every POSIX object type and user xattrs: kvc_attr carries rdev (80
  *      bytes), kvc_msg_create carries rdev (40 bytes); new MKNOD, SYMLINK,
  *      LINK, READLINK, SETXATTR, GETXATTR, LISTXATTR, REMOVEXATTR.
+ *      Later, with the version unchanged: META_SYNC (54), and RENEW's ino
+ *      carries flags (KVC_RENEW_REJOIN).
  *   3  connections authenticate: HELLO carries a role and a client nonce
  *      instead of a token; new AUTH (HMAC-SHA256 proofs both ways). The
  *      page-pool secret opens a connection for page-pool messages only.
- *      Also: META_SYNC (54), and RENEW's ino carries flags (KVC_RENEW_REJOIN).
  *   4  full disks: SPACE's target records carry flags (refusing), the
  *      reserve and the refused writes (56 bytes); STATFS's reply carries
  *      kvc-meta's volume, reserve and refusals (80 bytes).
