@@ -39,12 +39,13 @@ def test_bench_keys_refuses_a_directory_outside_kvcfs(local_tmp):
 def test_bench_keys_ring_keeps_several_batches_in_flight(cluster, local_tmp):
     """--depth 3 with a last batch cut short (100 keys, batches of 16):
     every operation of both runs completes every key (a lost or doubled
-    completion would fail the run or stall it), and the keys' directory
-    goes."""
+    completion would fail the run or stall it), gets and exists three
+    rounds over the same keys (--rounds), and the keys' directory goes."""
     out_json = local_tmp / "ring.json"
     out = subprocess.run([str(BUILD / "kvc-bench"), "keys", "--ring", "--mount",
                           str(cluster.mount), "--keys", "100", "--batch", "16", "--depth", "3",
-                          "--segments", "4", "--size", "4K", "--json", str(out_json)],
+                          "--segments", "4", "--size", "4K", "--rounds", "3",
+                          "--json", str(out_json)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "depth 3" in out.stderr
@@ -55,10 +56,16 @@ def test_bench_keys_ring_keeps_several_batches_in_flight(cluster, local_tmp):
     assert [n for n in os.listdir(cluster.mount) if n.startswith(".kvc-bench-ring-keys")] == []
 
 
-def test_bench_keys_ring_refuses_a_bad_depth(cluster):
+def test_bench_keys_ring_refuses_a_bad_depth_or_rounds(cluster):
     for depth in ("0", "17"):
         out = subprocess.run([str(BUILD / "kvc-bench"), "keys", "--ring", "--mount",
                               str(cluster.mount), "--depth", depth],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 2, out.stdout + out.stderr
         assert "--depth must be 1 to 16" in out.stderr
+    for rounds in ("0", "21"):
+        out = subprocess.run([str(BUILD / "kvc-bench"), "keys", "--ring", "--mount",
+                              str(cluster.mount), "--rounds", rounds],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2, out.stdout + out.stderr
+        assert "--rounds must be 1 to 20" in out.stderr

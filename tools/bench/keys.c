@@ -140,7 +140,8 @@ static const char usage[] =
 	"usage: kvc-bench keys [--mount DIR] [--local DIR] [--keys N] [--size BYTES]\n"
 	"                      [--threads N] [--json FILE]\n"
 	"       kvc-bench keys --ring [--mount DIR] [--keys N] [--size BYTES]\n"
-	"                      [--batch N] [--depth N] [--segments N] [--json FILE]\n"
+	"                      [--batch N] [--depth N] [--segments N] [--rounds N]\n"
+	"                      [--json FILE]\n"
 	"One file per key: create+write+close, read, stat and unlink of --keys\n"
 	"files of --size bytes with --threads threads, on a local directory (the\n"
 	"baseline) and then through the mount.\n"
@@ -158,6 +159,9 @@ static const char usage[] =
 	"                             1: the next is prepared when one completes)\n"
 	"  -S, --segments N           ring: segments per key of the second run\n"
 	"                             (default 16, at most 64)\n"
+	"  -R, --rounds N             ring: run get and exists N times over the\n"
+	"                             same keys and report the median (default 1,\n"
+	"                             at most 20)\n"
 	"  -h, --help                 this text\n";
 
 int bench_keys_main(int argc, char **argv)
@@ -172,11 +176,12 @@ int bench_keys_main(int argc, char **argv)
 	                                        {"batch", required_argument, 0, 'b'},
 	                                        {"segments", required_argument, 0, 'S'},
 	                                        {"depth", required_argument, 0, 'd'},
+	                                        {"rounds", required_argument, 0, 'R'},
 	                                        {0, 0, 0, 0}};
-	static const struct kvc_cli cli = {"kvc-bench keys", usage, "m:l:k:s:t:j:rb:S:d:", options,
+	static const struct kvc_cli cli = {"kvc-bench keys", usage, "m:l:k:s:t:j:rb:S:d:R:", options,
 	                                   0};
 	bool ring = false;
-	long batch = 64, segments = 16, depth = 1;
+	long batch = 64, segments = 16, depth = 1, rounds = 1;
 	const char *mount = "/mnt/kvc", *local = "/tmp", *json = NULL;
 	long keys = 4000, threads = 8;
 	uint64_t size = 64 << 10;
@@ -193,6 +198,7 @@ int bench_keys_main(int argc, char **argv)
 		case 'b': batch = strtol(optarg, NULL, 10); break;
 		case 'S': segments = strtol(optarg, NULL, 10); break;
 		case 'd': depth = strtol(optarg, NULL, 10); break;
+		case 'R': rounds = strtol(optarg, NULL, 10); break;
 		}
 	}
 	if (opt != KVC_CLI_END)
@@ -212,6 +218,8 @@ int bench_keys_main(int argc, char **argv)
 	if (ring && (depth < 1 || depth > 16 || batch * depth > 4096))
 		return kvc_cli_fail(&cli, "--depth must be 1 to 16, with --batch times --depth at "
 		                          "most 4096");
+	if (rounds < 1 || rounds > BENCH_KEYS_MAX_ROUNDS)
+		return kvc_cli_fail(&cli, "--rounds must be 1 to %d", BENCH_KEYS_MAX_ROUNDS);
 	/* A mount point with nothing mounted would run the "kvcfs" rows on
 	 * the local disk under it. */
 	char point[4096];
@@ -219,7 +227,7 @@ int bench_keys_main(int argc, char **argv)
 		return kvc_cli_fail(&cli, "%s is not in a kvcfs mount (is kvc-fuse running?)", mount);
 	if (ring)
 		return bench_keys_ring(mount, (uint64_t)keys, (size_t)size, (int)batch,
-		                       (int)depth, (int)segments, json);
+		                       (int)depth, (int)segments, (int)rounds, json);
 	const char *roots[2] = {local, mount}, *labels[2] = {"local", "kvcfs"};
 	char dirs[2][4096];
 	static struct bench_table t = {.ratio_label = "vs local"};

@@ -13,8 +13,10 @@ int bench_keys_main(int argc, char **argv);
 
 /* --ring (keys_ring.c): the keys through USRBIO ring key operations from
  * one process, batch entries a submission and depth submissions in
- * flight, with 1 and with segs segments per key. Returns the exit status. */
+ * flight, with 1 and with segs segments per key; get and exists `rounds`
+ * times each (the median round is reported). Returns the exit status. */
+#define BENCH_KEYS_MAX_ROUNDS 20
 int bench_keys_ring(const char *mount, uint64_t keys, size_t size, int batch, int depth,
-                    int segs, const char *json);
+                    int segs, int rounds, const char *json);
 
 #endif
