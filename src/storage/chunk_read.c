@@ -1,7 +1,9 @@
 /* chunk_read: batched chunk reads through io_uring; see chunk_store.h for
  * the contract and the lock order. The blocks of an inline chunk are
  * copied from its record while the piece is looked up (no ring read); its
- * crcs are checked with everyone else's.
+ * crcs are checked with everyone else's. A placed piece of an inline
+ * chunk has its blocks checked in the record and its bytes copied from
+ * there straight into place (one copy, none through a buffer).
  *
  * A batch goes in rounds of at most the ring's size. Each piece of a round
  * is looked up under its chunk lock (shared), gets a buffer covering its
@@ -29,6 +31,7 @@
 #include "core/crc32c.h"
 #include "core/log.h"
 #include "core/lmdb_txn.h"
+#include "core/mem_guard.h"
 #include "storage/chunk_store_internal.h"
 
 static int default_submit(struct io_uring *ring)
@@ -131,6 +134,57 @@ static bool place_split(struct kvc_chunk_read *r)
 	return true;
 }
 
+/* Whether the aligned blocks at `blocks` match the piece's crcs; a
+ * mismatch is logged (which block of which chunk). */
+static bool blocks_ok(const struct kvc_chunk_read *r, const uint8_t *blocks)
+{
+	for (uint32_t pos = 0; pos < r->aligned_length; pos += KVC_CHUNK_BLOCK) {
+		uint32_t len = r->aligned_length - pos < KVC_CHUNK_BLOCK ? r->aligned_length - pos
+		                                                         : KVC_CHUNK_BLOCK;
+		if (kvc_crc32c(0, blocks + pos, len) != r->block_crcs[pos / KVC_CHUNK_BLOCK]) {
+			kvc_log_error("crc mismatch: inode %" PRIu64 " chunk %u block %u of %s",
+			              r->inode, r->chunk, r->first_block + pos / KVC_CHUNK_BLOCK,
+			              r->store->path);
+			return false;
+		}
+	}
+	return true;
+}
+
+/* A placed piece of an inline chunk (read transaction and chunk lock
+ * held, so the record's bytes stay): its blocks checked in the record,
+ * its bytes copied from there into place under the memory guard. Then it
+ * is placed with nothing left to check or copy (no edges, no whole blocks
+ * in place: chunk_store.h). Returns 0, -EIO (a crc) or -EFAULT (the
+ * memory is gone). */
+static int place_inline(struct kvc_chunk_read *r, const uint8_t *bytes)
+{
+	if (!blocks_ok(r, bytes + r->aligned_start))
+		return -EIO;
+	int rc = 0;
+	if (r->scatter) {
+		uint32_t at = 0;
+		for (uint32_t i = 0; i < r->scatter_count && at < r->present && rc == 0; i++) {
+			size_t n = r->scatter[i].iov_len < r->present - at ? r->scatter[i].iov_len
+			                                                    : r->present - at;
+			rc = kvc_mem_guard_copy(r->scatter[i].iov_base, bytes + r->offset + at, n);
+			at += (uint32_t)n;
+		}
+	} else {
+		rc = kvc_mem_guard_copy(r->place, bytes + r->offset, r->present);
+	}
+	if (rc < 0)
+		return rc;
+	/* client memory (placed: never freed here), where read_verify finds
+	 * what it asks of a placed piece */
+	r->buffer = r->scatter ? (uint8_t *)r->scatter[0].iov_base : r->place;
+	r->placed = true;
+	r->io_result = (int)r->aligned_length;
+	r->head_length = r->tail_length = r->tail_copy = 0;
+	r->mid_offset = r->mid_length = 0;
+	return 0;
+}
+
 /* Give the piece a buffer for its aligned blocks. The file must hold them:
  * a read short of them means the file lost bytes its record vouches for. */
 static int open_blocks(struct kvc_chunk_read *r)
@@ -209,7 +263,8 @@ static int read_begin(struct kvc_chunk_read *r, struct kvc_chunk_ring *ring)
 	memcpy(r->block_crcs, &rec->block_crc[r->first_block],
 	       (last_block - r->first_block + 1) * 4u);
 	if (inline_data) { /* its blocks come from the record: no disk read */
-		r->status = kvc_chunk_inline_blocks(r, inline_data);
+		r->status = r->place || r->scatter ? place_inline(r, inline_data)
+		                                   : kvc_chunk_inline_blocks(r, inline_data);
 		goto out;
 	}
 	mdb_txn_abort(txn);
@@ -337,17 +392,10 @@ static void read_verify(struct kvc_chunk_read *r)
 		r->data = NULL;
 		return;
 	}
-	for (uint32_t pos = 0; pos < r->aligned_length; pos += KVC_CHUNK_BLOCK) {
-		uint32_t len = r->aligned_length - pos < KVC_CHUNK_BLOCK ? r->aligned_length - pos
-		                                                         : KVC_CHUNK_BLOCK;
-		if (kvc_crc32c(0, r->buffer + pos, len) != r->block_crcs[pos / KVC_CHUNK_BLOCK]) {
-			kvc_log_error("crc mismatch: inode %" PRIu64 " chunk %u block %u of %s",
-			              r->inode, r->chunk, r->first_block + pos / KVC_CHUNK_BLOCK,
-			              r->store->path);
-			r->status = -EIO;
-			r->present = 0;
-			return;
-		}
+	if (!blocks_ok(r, r->buffer)) {
+		r->status = -EIO;
+		r->present = 0;
+		return;
 	}
 	r->data = r->buffer + (r->offset - r->aligned_start);
 }
@@ -362,7 +410,9 @@ int kvc_chunk_store_read_batch(struct kvc_chunk_store **stores, struct kvc_chunk
 		struct kvc_chunk_read *r = &reads[i];
 		*r = (struct kvc_chunk_read){.inode = r->inode, .chunk = r->chunk,
 		                             .offset = r->offset, .length = r->length,
-		                             .place = r->place, .store = stores[i], .fd = -1};
+		                             .place = r->place, .scatter = r->scatter,
+		                             .scatter_count = r->scatter_count, .store = stores[i],
+		                             .fd = -1};
 	}
 	int round_start = 0;
 	for (int i = 0; i < count; i++) {

@@ -163,8 +163,20 @@ struct kvc_chunk_read {
 	 * block_crcs[mid_block..] under its guard and copies the edges' parts
 	 * (head: edge[offset - aligned_start, head_length) to place[0..];
 	 * tail: edge[head_length, + tail_copy) to place[tail_offset..]), all
-	 * before kvc_chunk_store_read_release. */
+	 * before kvc_chunk_store_read_release. A piece of an inline chunk is
+	 * checked in its record and copied from there into place whole (under
+	 * the memory guard), whatever its size: placed, with no edges and no
+	 * whole blocks left for the caller (head_length, tail_copy and
+	 * mid_length 0). */
 	uint8_t *place;
+	/* in, optional, instead of place: where a run of pieces goes (each
+	 * piece of a ring key's segments to its own place): the piece's bytes
+	 * in order, scatter[0].iov_len bytes to scatter[0].iov_base and so on
+	 * (the lengths add up to `length`; past the chunk's end nothing is
+	 * copied, a hole). Only an inline chunk is placed this way (as place
+	 * above); a file-backed one is read into a buffer as without. */
+	const struct iovec *scatter;
+	uint32_t scatter_count;
 	/* out: status 0 or -errno (-EIO on crc mismatch or a failed ring);
 	 * `present` bytes at `data`, the rest of length is a hole */
 	int status;

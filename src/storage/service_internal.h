@@ -38,6 +38,9 @@ struct conn_state {
 	uint32_t run_first[KVC_WIRE_MAX_PIECES + 1];
 	struct kvc_msg_piece_result piece_results[KVC_WIRE_MAX_PIECES];
 	struct iovec piece_data[KVC_WIRE_MAX_PIECES];
+	/* A placed read's runs of several pieces: each piece's place in the
+	 * region, in order (kvc_chunk_read's scatter points into it). */
+	struct iovec scatter[KVC_WIRE_MAX_PIECES];
 	/* Placement (Unix socket only): the peer process, once checked. */
 	int peer; /* 0: not checked yet; 1: a local daemon; -errno: refused */
 	pid_t peer_pid;

@@ -113,34 +113,45 @@ static int place_read_again(struct request *r, const struct kvc_msg_piece *piece
 
 struct placing {
 	struct kvc_place_region *region;
+	const struct kvc_msg_piece *pieces;
 	const uint64_t *offsets;
 };
 
 /* Before the runs are read: a piece alone places its whole blocks
- * straight from the chunk file into the region; a run of several is read
- * into a buffer of ours. */
+ * straight from the chunk file into the region; a run of several is
+ * placed piece by piece from an inline chunk's record (scatter), or else
+ * read into a buffer of ours. */
 static void place_prepare(struct conn_state *state, uint32_t runs, const void *arg)
 {
 	const struct placing *p = arg;
 	for (uint32_t i = 0; i < runs; i++) {
-		uint32_t first = state->run_first[i];
-		state->reads[i].place = state->run_first[i + 1] == first + 1
-		                                ? kvc_place_at(p->region, p->offsets[first])
-		                                : NULL;
+		uint32_t first = state->run_first[i], end = state->run_first[i + 1];
+		struct kvc_chunk_read *read = &state->reads[i];
+		if (end == first + 1) {
+			read->place = kvc_place_at(p->region, p->offsets[first]);
+			continue;
+		}
+		for (uint32_t j = first; j < end; j++)
+			state->scatter[j] = (struct iovec){kvc_place_at(p->region, p->offsets[j]),
+			                                   p->pieces[j].length};
+		read->scatter = &state->scatter[first];
+		read->scatter_count = end - first;
 	}
 }
 
-/* The pieces of a run of several (kvc_service_merge_pieces), read into a
- * buffer of ours and checked there: each piece's share copied to its
- * place in the region. Returns the bytes copied. */
+/* The pieces of a run of several (kvc_service_merge_pieces): placed
+ * already (an inline chunk's, scatter), or read into a buffer of ours and
+ * checked there, each piece's share then copied to its place in the
+ * region. Returns the bytes placed. */
 static uint64_t place_run(struct request *r, struct kvc_place_region *region,
                           const uint64_t *offsets, uint32_t run)
 {
 	struct conn_state *state = r->state;
+	bool placed = state->reads[run].placed;
 	uint64_t bytes = 0;
 	for (uint32_t j = state->run_first[run]; j < state->run_first[run + 1]; j++) {
 		struct kvc_msg_piece_result *res = &state->piece_results[j];
-		int status = res->status == 0 && res->length
+		int status = res->status == 0 && res->length && !placed
 		                     ? kvc_place_copy_out(region, offsets[j],
 		                                          state->piece_data[j].iov_base, res->length)
 		                     : res->status;
@@ -181,7 +192,7 @@ int kvc_service_place_read(struct request *r)
 			rc = -EINVAL;
 	/* Only pieces under a block make runs: a larger one keeps its whole
 	 * blocks placed straight from the chunk file. */
-	struct placing placing = {region, offsets};
+	struct placing placing = {region, pieces, offsets};
 	int read = rc == 0 ? kvc_service_read_runs(r, pieces, m->count, KVC_CHUNK_BLOCK - 1,
 	                                           place_prepare, &placing)
 	                   : rc;

@@ -237,6 +237,68 @@ def test_a_corrupted_block_is_eio_through_placement(cluster, workdir):
         r.close()
 
 
+def test_a_corrupted_inline_chunk_is_eio_through_placement(cluster, workdir):
+    """A small file's chunk lives in its target's index (an inline record),
+    whose bytes a placed read copies straight into the iov: its crcs are
+    checked in the record first. A byte flipped in the record (in the
+    index file, under LMDB, which checks nothing) fails every placed read
+    of that block with EIO and places nothing of it, while a block beside
+    it is read as before. The same for a ring key of 4 KiB segments, whose
+    pieces are placed as one run from the record: the run fails its crc
+    before anything is copied, and read again piece by piece, every
+    segment of the good blocks gets its bytes, none of the bad one's. The
+    server stays up."""
+    size = 48 << 10  # three 16 KiB blocks, under the inline limit
+    data = os.urandom(size)
+    path = workdir / "small"
+    with open(path, "wb") as f:
+        f.write(data)
+        os.fsync(f.fileno())
+    flipped = 0
+    for index in cluster.dir.glob("s*/t*/index/data.mdb"):
+        raw = bytearray(index.read_bytes())
+        at = raw.find(data[:256])
+        while at >= 0:  # every copy LMDB may still hold
+            raw[at + 1000] ^= 0xFF  # block 0
+            flipped += 1
+            at = raw.find(data[:256], at + 1)
+        if flipped:
+            with open(index, "r+b") as f:
+                f.write(raw)
+            break
+    assert flipped, "the record's bytes are not in any index"
+    r = Ring(cluster.mount, 1 << 20, True)
+    fd = open_registered(path, os.O_RDONLY)
+    try:
+        before = placed(cluster)
+        r.shm.buf[:size] = b"\xee" * size
+        assert r.run(fd, [(0, size, 0)]) == [-errno.EIO]
+        assert r.run(fd, [(0, 500, 700)]) == [-errno.EIO]
+        assert bytes(r.shm.buf[:1000]) == b"\xee" * 1000, "bad bytes were placed"
+        assert r.run(fd, [(16384, 32768, 16384)]) == [32768]
+        assert bytes(r.shm.buf[16384:49152]) == data[16384:]
+        assert placed(cluster)[2] > before[2]
+    finally:
+        close_registered(fd)
+        r.close()
+    keys = kvcfs.KeyDir(workdir)
+    ring = kvcfs.Ring(str(cluster.mount), 8, for_read=False)
+    iov = kvcfs.Iov.create(str(cluster.mount), 1 << 20)
+    try:
+        segs = [(iov, i * 8192, 4096) for i in range(size // 4096)]
+        iov.memoryview()[:len(segs) * 8192] = b"\xee" * (len(segs) * 8192)
+        assert ring.get_keys(keys, [("small", segs)]).wait() == [-errno.EIO]
+        view = iov.memoryview()
+        for i, (_, off, n) in enumerate(segs):
+            want = data[i * 4096:(i + 1) * 4096] if i >= 4 else b"\xee" * 4096  # block 0: none
+            assert bytes(view[off:off + n]) == want, i
+    finally:
+        iov.close()
+        ring.close()
+        keys.close()
+    assert (workdir / "small").stat().st_size == size  # kvc-storage is still up
+
+
 def test_a_bad_block_fails_only_its_own_pieces_of_a_run(cluster, workdir):
     """A key of 4 KiB segments whose chunk has one bad block: the server
     reads the key's pieces as one run, which fails its crc check; it reads
