@@ -1,13 +1,18 @@
 /*
  * dir_ops: directory listing in kvc-fuse: a handle per open directory
  * holds one page of kvc-meta's entries and continues by name, so a
- * listing stays correct while entries come and go.
+ * listing stays correct while entries come and go. The kernel caches the
+ * entries' names and attributes (readdirplus) as it does a lookup's:
+ * kvc-meta notes them for this client when it lists them, so another
+ * client's change to one reaches us as an event (meta_events.h), and the
+ * page's mark and age bound what the kernel may keep.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/clock.h"
 #include "fuse/ops_internal.h"
 
 #define READDIR_PAGE 512
@@ -20,6 +25,8 @@ struct dir_handle {
 	off_t page_start; /* offset of the page's first entry */
 	uint32_t page_count;
 	bool loaded;
+	struct kvc_meta_events_mark mark; /* taken before the page was asked for */
+	int64_t asked_ns;                 /* when (monotonic) */
 	char last_name[KVC_WIRE_MAX_NAME + 1];
 };
 
@@ -63,6 +70,8 @@ static int load_page(struct kvc_fuse *fs, fuse_ino_t ino, struct dir_handle *d, 
 		if (d->loaded && !d->page->more)
 			return 0; /* off is past the end */
 		off_t next_start = d->loaded ? d->page_start + d->page_count : 0;
+		d->mark = kvc_fuse_mark(fs);
+		d->asked_ns = kvc_clock_monotonic_ns();
 		int rc = kvc_meta_client_readdir(&fs->meta, ino, d->last_name, READDIR_PAGE, d->page);
 		if (rc < 0)
 			return rc;
@@ -107,12 +116,17 @@ void kvc_fuse_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t 
 		struct kvc_attr attr;
 		for (off_t i = d->page_start; rc == 0 && i <= off; i++)
 			rc = kvc_meta_client_dirent_next(d->page, &name, &len, &attr) == 1 ? 0 : -EIO;
+		double age = (double)(kvc_clock_monotonic_ns() - d->asked_ns) / 1e9;
 		while (rc == 0) {
 			char cname[KVC_WIRE_MAX_NAME + 1];
 			struct fuse_entry_param e;
 			memcpy(cname, name, len);
 			cname[len] = '\0';
-			kvc_fuse_fill_entry(fs, &attr, &e);
+			kvc_fuse_fill_entry_watched(fs, d->mark, ino, cname, &attr, &e);
+			/* kvc-meta's note of the entry lasts the ttl from when the
+			 * page was asked for, not from now. */
+			e.entry_timeout = e.entry_timeout > age ? e.entry_timeout - age : 0;
+			e.attr_timeout = e.attr_timeout > age ? e.attr_timeout - age : 0;
 			/* Attributes an entry still waiting here may change: the
 			 * kernel asks again (GETATTR waits for it). */
 			if (kvc_early_creates_pending(fs->creates, attr.ino))

@@ -95,6 +95,46 @@ def test_size_change_and_own_writes(workdir, other):
     assert opens(there) == b"x" * 100 + b"y" * 900
 
 
+def test_a_listed_file_hears_of_another_client_s_changes(workdir, other):
+    """A listing caches its entries' names and attributes (readdirplus) as
+    lookups do: another client's append, overwrite, truncate or rename over
+    the name is seen soon, and an O_APPEND on the listing client after the
+    other's close lands at the new end (close-to-open), not at the size
+    the listing cached."""
+    mine = workdir / "listed"
+    mine.mkdir()
+    theirs = os.path.join(other, "listed")
+    assert wait_until(lambda: os.path.isdir(theirs), timeout=5)
+    with open(os.path.join(theirs, "f"), "wb") as f:
+        f.write(b"a" * 822)
+    assert wait_until(lambda: "f" in os.listdir(mine), timeout=5)
+    assert os.stat(mine / "f").st_size == 822  # cached by the listing
+    with open(os.path.join(theirs, "f"), "ab") as f:
+        f.write(b"b" * 2000)
+    took = seen_within(lambda: os.stat(mine / "f").st_size == 2822)
+    assert took is not None and took < EVENT_BOUND, f"new size seen after {took}"
+    os.listdir(mine)
+    with open(os.path.join(theirs, "f"), "ab") as f:
+        f.write(b"c" * 69)
+    took = seen_within(lambda: os.stat(mine / "f").st_size == 2891)
+    assert took is not None and took < EVENT_BOUND, f"new size seen after {took}"
+    with open(mine / "f", "ab") as f:
+        f.write(b"d" * 9)
+    assert opens(os.path.join(theirs, "f")) == b"a" * 822 + b"b" * 2000 + b"c" * 69 + b"d" * 9
+    for change, size in ((lambda p: os.truncate(p, 10), 10),
+                         (lambda p: open(p, "wb").write(b"e" * 100), 100)):
+        os.listdir(mine)
+        change(os.path.join(theirs, "f"))
+        took = seen_within(lambda: os.stat(mine / "f").st_size == size)
+        assert took is not None and took < EVENT_BOUND, f"size {size} seen after {took}"
+    os.listdir(mine)
+    with open(os.path.join(theirs, "g.tmp"), "wb") as f:
+        f.write(b"g" * 5)
+    os.rename(os.path.join(theirs, "g.tmp"), os.path.join(theirs, "f"))
+    took = seen_within(lambda: opens(mine / "f") == b"g" * 5)
+    assert took is not None and took < EVENT_BOUND, f"replacement seen after {took}"
+
+
 def _writer(args):
     directory, worker, count = args
     sums = {}
