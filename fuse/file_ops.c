@@ -53,6 +53,18 @@ int kvc_fuse_commit_size(struct kvc_fuse *fs, uint64_t ino)
 	return rc;
 }
 
+int kvc_fuse_open_file(struct kvc_fuse *fs, uint64_t ino, struct kvc_layout *layout,
+                       uint64_t *size)
+{
+	if (kvc_inode_table_changed_since(fs->inodes, ino)) {
+		struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
+		struct kvc_attr attr;
+		if (kvc_meta_client_getattr(&fs->meta, ino, &attr) == 0)
+			kvc_inode_table_patch_attr(fs->inodes, &attr, mark.seq);
+	}
+	return kvc_inode_table_get(fs->inodes, ino, layout, size);
+}
+
 /* Raise the committed size of ino to at least size. */
 static int extend_to(struct kvc_fuse *fs, uint64_t ino, uint64_t size)
 {
@@ -370,7 +382,7 @@ void kvc_fuse_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	(void)fi;
 	int rc = kvc_fuse_check_lease(fs);
 	if (rc == 0)
-		rc = kvc_inode_table_get(fs->inodes, ino, &layout, &file_size);
+		rc = kvc_fuse_open_file(fs, ino, &layout, &file_size);
 	if (rc < 0 || off < 0) {
 		kvc_fuse_reply_error(req, rc == -ESTALE || rc == -EIO ? rc : rc < 0 ? -EBADF : -EINVAL);
 		return;

@@ -15,6 +15,8 @@ struct entry {
 	uint64_t written_end;    /* end of the writes since the last commit */
 	uint32_t open_count;
 	bool stale;              /* gone in kvc-meta while we were cut off */
+	bool changed;            /* by another client (an event) since we learnt the size */
+	uint64_t changed_seq;    /* the event's sequence */
 };
 
 struct kvc_inode_table {
@@ -90,6 +92,7 @@ int kvc_inode_table_open(struct kvc_inode_table *t, const struct kvc_attr *attr)
 	} else if (!dirty(*p)) {
 		/* Clean: take kvc-meta's word (another client may have grown it). */
 		(*p)->size = (*p)->committed_size = attr->size;
+		(*p)->changed = false;
 	}
 	(*p)->layout = attr->layout;
 	(*p)->open_count++;
@@ -175,18 +178,44 @@ void kvc_inode_table_set_size(struct kvc_inode_table *t, uint64_t ino, uint64_t 
 	struct entry **p = slot(t, ino);
 	if (*p) {
 		(*p)->size = (*p)->committed_size = size;
+		(*p)->changed = false;
 		drop_if_unused(p);
 	}
 	pthread_mutex_unlock(&t->lock);
 }
 
-void kvc_inode_table_patch_attr(struct kvc_inode_table *t, struct kvc_attr *attr)
+void kvc_inode_table_patch_attr(struct kvc_inode_table *t, struct kvc_attr *attr,
+                                uint64_t since)
 {
 	pthread_mutex_lock(&t->lock);
 	struct entry *e = *slot(t, attr->ino);
-	if (e && e->size > attr->size)
+	if (e && e->changed && !dirty(e) && since && since >= e->changed_seq) {
+		e->size = e->committed_size = attr->size; /* asked for after the change */
+		e->changed = false;
+	} else if (e && e->size > attr->size) {
 		attr->size = e->size;
+	}
 	pthread_mutex_unlock(&t->lock);
+}
+
+void kvc_inode_table_changed(struct kvc_inode_table *t, uint64_t ino, uint64_t seq)
+{
+	pthread_mutex_lock(&t->lock);
+	struct entry *e = *slot(t, ino);
+	if (e) {
+		e->changed = true;
+		e->changed_seq = seq;
+	}
+	pthread_mutex_unlock(&t->lock);
+}
+
+bool kvc_inode_table_changed_since(struct kvc_inode_table *t, uint64_t ino)
+{
+	pthread_mutex_lock(&t->lock);
+	struct entry *e = *slot(t, ino);
+	bool doubt = e && e->changed && !dirty(e);
+	pthread_mutex_unlock(&t->lock);
+	return doubt;
 }
 
 int kvc_inode_table_take_dirty(struct kvc_inode_table *t, uint64_t ino, uint64_t *size)
@@ -209,6 +238,8 @@ void kvc_inode_table_committed(struct kvc_inode_table *t, uint64_t ino, uint64_t
 	struct entry **p = slot(t, ino);
 	if (*p && size > (*p)->committed_size)
 		(*p)->committed_size = size;
+	if (*p)
+		(*p)->changed = false; /* kvc-meta's size is at least ours now */
 	drop_if_unused(p);
 	pthread_mutex_unlock(&t->lock);
 }

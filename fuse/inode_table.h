@@ -11,6 +11,14 @@
  * written after a shrink (bytes beyond the size must never show up when
  * the file grows again).
  *
+ * Another client's change (an event from kvc-meta) marks a clean entry
+ * changed: its size may be smaller now (a truncate, a rewrite). Then
+ * kvc-meta's next answer asked for after that event is taken as the size,
+ * down as well as up; until then reads ask kvc-meta first
+ * (kvc_inode_table_changed_since). A dirty entry keeps raising what
+ * kvc-meta says to its own size, and our own commit, open or truncate
+ * makes the entry current again.
+ *
  * An entry lives while the file has open handles or a dirty size. A file
  * kvc-meta lost while this client was cut off is marked stale: its I/O
  * fails with ESTALE.
@@ -59,8 +67,18 @@ void kvc_inode_table_wrote(struct kvc_inode_table *table, uint64_t ino, uint64_t
 /* The size was set (truncate): take it as committed. */
 void kvc_inode_table_set_size(struct kvc_inode_table *table, uint64_t ino, uint64_t size);
 
-/* Raise attr->size to the local size when this daemon knows more. */
-void kvc_inode_table_patch_attr(struct kvc_inode_table *table, struct kvc_attr *attr);
+/* Raise attr->size to the local size when this daemon knows more; or,
+ * for a clean entry another client changed, take attr->size as the size
+ * when it was asked for after that change (since: the events' sequence
+ * when the request began, meta_events.h; 0: unknown, only raise). */
+void kvc_inode_table_patch_attr(struct kvc_inode_table *table, struct kvc_attr *attr,
+                                uint64_t since);
+
+/* Another client changed ino (an event, at the events' sequence seq). */
+void kvc_inode_table_changed(struct kvc_inode_table *table, uint64_t ino, uint64_t seq);
+/* Whether ino's size here is in doubt (changed elsewhere, clean here):
+ * ask kvc-meta and patch with the answer before trusting it. */
+bool kvc_inode_table_changed_since(struct kvc_inode_table *table, uint64_t ino);
 
 /* Take what ino's size in kvc-meta must reach (1 and *size: the grown
  * size, or the end of the writes since the last commit), or 0 when clean.

@@ -102,8 +102,11 @@ static void apply(struct kvc_meta_events *ev, const struct kvc_msg_watch_event *
 		kvc_ring_keys_notify(ev->fs, e->id, name, len);
 	} else if (e->kind == KVC_WATCH_DIR) {
 		kvc_dir_names_forget(ev->fs->dir_names, e->id);
-	} else if (se) {
-		fuse_lowlevel_notify_inval_inode(se, e->id, 0, 0);
+	} else {
+		/* A file open here may have shrunk: its size is in doubt. */
+		kvc_inode_table_changed(ev->fs->inodes, e->id, seq);
+		if (se)
+			fuse_lowlevel_notify_inval_inode(se, e->id, 0, 0);
 	}
 }
 

@@ -35,14 +35,22 @@ static void attr_to_stat(const struct kvc_attr *a, struct stat *st)
 	st->st_ctim = (struct timespec){a->ctime_ns / 1000000000, a->ctime_ns % 1000000000};
 }
 
-void kvc_fuse_fill_entry(struct kvc_fuse *fs, struct kvc_attr *attr, struct fuse_entry_param *e)
+/* An entry of attr, patched by what this client knows of the file's size
+ * (inode_table.h; since: as kvc_inode_table_patch_attr). */
+static void fill_entry(struct kvc_fuse *fs, uint64_t since, struct kvc_attr *attr,
+                       struct fuse_entry_param *e)
 {
-	kvc_inode_table_patch_attr(fs->inodes, attr);
+	kvc_inode_table_patch_attr(fs->inodes, attr, since);
 	memset(e, 0, sizeof(*e));
 	e->ino = attr->ino;
 	e->attr_timeout = fs->attr_timeout;
 	e->entry_timeout = fs->attr_timeout;
 	attr_to_stat(attr, &e->attr);
+}
+
+void kvc_fuse_fill_entry(struct kvc_fuse *fs, struct kvc_attr *attr, struct fuse_entry_param *e)
+{
+	fill_entry(fs, 0, attr, e);
 }
 
 struct kvc_meta_events_mark kvc_fuse_mark(struct kvc_fuse *fs)
@@ -54,7 +62,7 @@ void kvc_fuse_fill_entry_watched(struct kvc_fuse *fs, struct kvc_meta_events_mar
                                  uint64_t parent, const char *name, struct kvc_attr *attr,
                                  struct fuse_entry_param *e)
 {
-	kvc_fuse_fill_entry(fs, attr, e);
+	fill_entry(fs, mark.seq, attr, e);
 	e->entry_timeout = kvc_meta_events_ttl(fs->events, mark, parent, name, 0);
 	e->attr_timeout = kvc_meta_events_ttl(fs->events, mark, 0, NULL, attr->ino);
 }
@@ -80,7 +88,7 @@ static void reply_attr(fuse_req_t req, struct kvc_meta_events_mark mark, int rc,
 		kvc_fuse_reply_error(req, rc);
 		return;
 	}
-	kvc_inode_table_patch_attr(fs->inodes, attr);
+	kvc_inode_table_patch_attr(fs->inodes, attr, mark.seq);
 	attr_to_stat(attr, &st);
 	fuse_reply_attr(req, &st, kvc_meta_events_ttl(fs->events, mark, 0, NULL, attr->ino));
 }
@@ -138,7 +146,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	 * asks after each of our writes): no round trip. */
 	double left = kvc_attr_cache_get(fs->attrs, fs->events, ino, &attr);
 	if (left > 0) {
-		kvc_inode_table_patch_attr(fs->inodes, &attr);
+		kvc_inode_table_patch_attr(fs->inodes, &attr, 0);
 		attr_to_stat(&attr, &st);
 		fuse_reply_attr(req, &st, left);
 		return;

@@ -38,6 +38,11 @@ uint32_t kvc_fuse_caller_gid(fuse_req_t req, const struct kvc_attr *parent);
 
 /* file_ops.c: send ino's dirty size to kvc-meta (0 when clean). */
 int kvc_fuse_commit_size(struct kvc_fuse *fs, uint64_t ino);
+/* Layout and size of a file open here (kvc_inode_table_get), the size
+ * asked of kvc-meta first when another client changed the file since
+ * (kvc_inode_table_changed_since). */
+int kvc_fuse_open_file(struct kvc_fuse *fs, uint64_t ino, struct kvc_layout *layout,
+                       uint64_t *size);
 
 void kvc_fuse_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
                         struct fuse_file_info *fi);

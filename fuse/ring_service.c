@@ -44,6 +44,7 @@
 #include "fuse/device_io.h"
 #include "fuse/fuse_metrics.h"
 #include "fuse/ring_keys.h"
+#include "fuse/ops_internal.h"
 #include "core/layout.h"
 #include "core/clock.h"
 #include "core/log.h"
@@ -252,7 +253,8 @@ static int prepare_entry(struct kvc_fuse *fs, struct kvc_ring_server_ring *ring,
 	*io = (struct kvc_storage_io){.inode = file.ino, .offset = e->file_offset,
 	                              .length = e->length, .buf = memory, .region = region,
 	                              .forbid_holes = (ring->flags & 2u) != 0};
-	rc = kvc_inode_table_get(fs->inodes, file.ino, &io->layout, &size);
+	rc = read ? kvc_fuse_open_file(fs, file.ino, &io->layout, &size)
+	          : kvc_inode_table_get(fs->inodes, file.ino, &io->layout, &size);
 	if (rc < 0) /* -ESTALE: the file went away while we were cut off */
 		return rc == -ESTALE ? rc : -EBADF;
 	*ino = file.ino;

@@ -135,6 +135,29 @@ def test_a_listed_file_hears_of_another_client_s_changes(workdir, other):
     assert took is not None and took < EVENT_BOUND, f"replacement seen after {took}"
 
 
+def test_a_file_held_open_follows_another_client_s_rewrite(workdir, other):
+    """A file this client holds open while another client rewrites it
+    shorter (O_TRUNC), truncates it, or appends to it: fstat and stat
+    follow soon, and reads on the held descriptor and on a new one return
+    the file as it is now: no stale length, no zeros past the new end."""
+    path, there = workdir / "held", os.path.join(other, "held")
+    path.write_bytes(b"a" * 3872)
+    assert wait_until(lambda: opens(there) == b"a" * 3872, timeout=5)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for change, want in ((lambda: open(there, "wb").write(b"b" * 483), b"b" * 483),
+                             (lambda: os.truncate(there, 100), b"b" * 100),
+                             (lambda: open(there, "ab").write(b"c" * 5000), b"b" * 100 + b"c" * 5000)):
+            change()
+            took = seen_within(lambda: os.fstat(fd).st_size == len(want))
+            assert took is not None and took < EVENT_BOUND, f"{len(want)} seen after {took}"
+            assert os.stat(path).st_size == len(want)
+            assert os.pread(fd, 1 << 20, 0) == want
+            assert opens(path) == want
+    finally:
+        os.close(fd)
+
+
 def _writer(args):
     directory, worker, count = args
     sums = {}

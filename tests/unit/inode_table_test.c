@@ -52,7 +52,7 @@ Test(inode_table, writes_raise_a_dirty_size_until_committed)
 	cr_assert_eq(size, 5000);
 	cr_assert_eq(kvc_inode_table_list_dirty(table, inos, 4), 1);
 	struct kvc_attr attr = file;
-	kvc_inode_table_patch_attr(table, &attr);
+	kvc_inode_table_patch_attr(table, &attr, 0);
 	cr_assert_eq(attr.size, 5000, "getattr sees the local size");
 	/* closed while dirty: kept until the size is committed */
 	kvc_inode_table_release(table, 42);
@@ -113,6 +113,47 @@ Test(inode_table, reopen_takes_the_servers_size_when_clean)
 	kvc_inode_table_open(table, &grown);
 	kvc_inode_table_get(table, 42, &layout, &size);
 	cr_assert_eq(size, 8000, "a dirty local size is not lost to a stale one");
+}
+
+/* Another client shrank a file open here: kvc-meta's answer asked for
+ * after the event is the size, down too; one asked for before it, or any
+ * answer while this client has uncommitted writes, only raises. */
+Test(inode_table, a_change_elsewhere_lets_a_later_answer_shrink_a_clean_file)
+{
+	uint64_t size;
+	struct kvc_layout layout;
+	struct kvc_attr attr = file;
+	attr.size = 3872;
+	kvc_inode_table_open(table, &attr);
+	struct kvc_attr told = attr;
+	told.size = 483;
+	kvc_inode_table_patch_attr(table, &told, 5);
+	cr_assert_eq(told.size, 3872, "no change heard: only raised");
+	cr_assert_not(kvc_inode_table_changed_since(table, 42));
+	kvc_inode_table_changed(table, 42, 10);
+	cr_assert(kvc_inode_table_changed_since(table, 42));
+	told.size = 483;
+	kvc_inode_table_patch_attr(table, &told, 9);
+	cr_assert_eq(told.size, 3872, "asked for before the event: only raised");
+	told.size = 483;
+	kvc_inode_table_patch_attr(table, &told, 10);
+	cr_assert_eq(told.size, 483);
+	cr_assert_eq(kvc_inode_table_get(table, 42, &layout, &size), 0);
+	cr_assert_eq(size, 483, "reads stop at the new end");
+	cr_assert_not(kvc_inode_table_changed_since(table, 42));
+	/* dirty here: our writes are not lost to a smaller answer */
+	kvc_inode_table_changed(table, 42, 20);
+	kvc_inode_table_wrote(table, 42, 1000);
+	cr_assert_not(kvc_inode_table_changed_since(table, 42));
+	told.size = 483;
+	kvc_inode_table_patch_attr(table, &told, 30);
+	cr_assert_eq(told.size, 1000);
+	/* our own commit makes the entry current again */
+	cr_assert_eq(kvc_inode_table_take_dirty(table, 42, &size), 1);
+	kvc_inode_table_committed(table, 42, size);
+	told.size = 483;
+	kvc_inode_table_patch_attr(table, &told, 40);
+	cr_assert_eq(told.size, 1000, "an answer from before our commit");
 }
 
 Test(inode_table, the_entry_stays_until_the_last_close)
