@@ -39,12 +39,14 @@ int kvc_fuse_commit_size(struct kvc_fuse *fs, uint64_t ino)
 	if (kvc_early_creates_fold_size(fs->creates, ino, size, &attr)) {
 		/* Not in kvc-meta yet: the size goes with the file. */
 		kvc_inode_table_committed(fs->inodes, ino, size);
+		kvc_fuse_learnt(fs, ino);
 		kvc_attr_cache_put(fs->attrs, &attr, mark);
 		return 0;
 	}
 	int rc = kvc_meta_client_extend(&fs->meta, ino, size, &attr);
 	if (rc == 0) {
 		kvc_inode_table_committed(fs->inodes, ino, size);
+		kvc_fuse_learnt(fs, ino);
 		/* Our pages are the file as committed. */
 		kvc_attr_cache_put(fs->attrs, &attr, mark);
 	}
@@ -77,6 +79,8 @@ static int extend_to(struct kvc_fuse *fs, uint64_t ino, uint64_t size)
 		rc = kvc_meta_client_setattr(&fs->meta, &m, &attr);
 	if (rc == 0)
 		kvc_inode_table_set_size(fs->inodes, ino, attr.size);
+	if (rc == 0)
+		kvc_fuse_learnt(fs, ino);
 	return rc;
 }
 
@@ -135,6 +139,8 @@ static int adopt_inode(struct kvc_fuse *fs, const struct kvc_attr *attr)
 {
 	pthread_mutex_lock(session_lock(fs, attr->ino));
 	int rc = kvc_inode_table_open(fs->inodes, attr);
+	if (rc == 0)
+		kvc_fuse_learnt(fs, attr->ino);
 	if (rc < 0 && !kvc_inode_table_is_open(fs->inodes, attr->ino))
 		kvc_meta_client_close(&fs->meta, attr->ino, fs->client_id);
 	pthread_mutex_unlock(session_lock(fs, attr->ino));
@@ -153,6 +159,8 @@ static int open_inode(struct kvc_fuse *fs, uint64_t ino, struct kvc_attr *attr)
 		rc = -EISDIR;
 	if (rc == 0)
 		rc = kvc_inode_table_open(fs->inodes, attr);
+	if (rc == 0)
+		kvc_fuse_learnt(fs, attr->ino);
 	if (rc < 0 && rc != -EISDIR && rc != -ENOENT && !kvc_inode_table_is_open(fs->inodes, ino))
 		kvc_meta_client_close(&fs->meta, ino, fs->client_id);
 	pthread_mutex_unlock(session_lock(fs, ino));
@@ -266,6 +274,8 @@ static int truncate_on_open(struct kvc_fuse *fs, uint64_t ino, struct kvc_attr *
 		kvc_log_warn("inode %" PRIu64 ": open(O_TRUNC): %s", ino, strerror(-rc));
 	if (rc == 0)
 		kvc_inode_table_set_size(fs->inodes, ino, 0);
+	if (rc == 0)
+		kvc_fuse_learnt(fs, ino);
 	return rc;
 }
 

@@ -17,6 +17,7 @@ struct entry {
 	bool stale;              /* gone in kvc-meta while we were cut off */
 	bool changed;            /* by another client (an event) since we learnt the size */
 	uint64_t changed_seq;    /* the event's sequence */
+	uint64_t learnt_seq;     /* when size became kvc-meta's (kvc_inode_table_learnt) */
 };
 
 struct kvc_inode_table {
@@ -189,12 +190,22 @@ void kvc_inode_table_patch_attr(struct kvc_inode_table *t, struct kvc_attr *attr
 {
 	pthread_mutex_lock(&t->lock);
 	struct entry *e = *slot(t, attr->ino);
-	if (e && e->changed && !dirty(e) && since && since >= e->changed_seq) {
+	if (e && !dirty(e) && since && since >= e->learnt_seq &&
+	    (!e->changed || since >= e->changed_seq)) {
 		e->size = e->committed_size = attr->size; /* asked for after the change */
 		e->changed = false;
 	} else if (e && e->size > attr->size) {
 		attr->size = e->size;
 	}
+	pthread_mutex_unlock(&t->lock);
+}
+
+void kvc_inode_table_learnt(struct kvc_inode_table *t, uint64_t ino, uint64_t seq)
+{
+	pthread_mutex_lock(&t->lock);
+	struct entry *e = *slot(t, ino);
+	if (e && seq > e->learnt_seq)
+		e->learnt_seq = seq;
 	pthread_mutex_unlock(&t->lock);
 }
 

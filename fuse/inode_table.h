@@ -11,13 +11,13 @@
  * written after a shrink (bytes beyond the size must never show up when
  * the file grows again).
  *
- * Another client's change (an event from kvc-meta) marks a clean entry
- * changed: its size may be smaller now (a truncate, a rewrite). Then
- * kvc-meta's next answer asked for after that event is taken as the size,
- * down as well as up; until then reads ask kvc-meta first
- * (kvc_inode_table_changed_since). A dirty entry keeps raising what
- * kvc-meta says to its own size, and our own commit, open or truncate
- * makes the entry current again.
+ * A clean entry takes kvc-meta's size from an answer asked for after it
+ * learnt its own (open, commit, truncate: kvc_inode_table_learnt), down as
+ * well as up: another client may have shrunk the file. Another client's
+ * change (an event from kvc-meta) marks a clean entry changed: only an
+ * answer asked for after that event counts, and until one came reads ask
+ * kvc-meta first (kvc_inode_table_changed_since). A dirty entry keeps
+ * raising what kvc-meta says to its own size.
  *
  * An entry lives while the file has open handles or a dirty size. A file
  * kvc-meta lost while this client was cut off is marked stale: its I/O
@@ -74,6 +74,10 @@ void kvc_inode_table_set_size(struct kvc_inode_table *table, uint64_t ino, uint6
 void kvc_inode_table_patch_attr(struct kvc_inode_table *table, struct kvc_attr *attr,
                                 uint64_t since);
 
+/* This client's size of ino became kvc-meta's at the events' sequence
+ * seq (an open, our commit, our truncate): an answer asked for before it
+ * may predate it and only raises the size. */
+void kvc_inode_table_learnt(struct kvc_inode_table *table, uint64_t ino, uint64_t seq);
 /* Another client changed ino (an event, at the events' sequence seq). */
 void kvc_inode_table_changed(struct kvc_inode_table *table, uint64_t ino, uint64_t seq);
 /* Whether ino's size here is in doubt (changed elsewhere, clean here):

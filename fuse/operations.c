@@ -190,6 +190,8 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *st, int to_s
 		rc = kvc_meta_client_setattr(&fs->meta, &m, &attr);
 	if (rc == 0 && (m.mask & KVC_SETATTR_SIZE))
 		kvc_inode_table_set_size(fs->inodes, ino, attr.size);
+	if (rc == 0 && (m.mask & KVC_SETATTR_SIZE))
+		kvc_fuse_learnt(fs, ino);
 	if (rc == 0 && (S_ISREG(attr.mode) || S_ISDIR(attr.mode)))
 		kvc_attr_cache_put(fs->attrs, &attr, mark);
 	else
