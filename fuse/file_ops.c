@@ -55,18 +55,6 @@ int kvc_fuse_commit_size(struct kvc_fuse *fs, uint64_t ino)
 	return rc;
 }
 
-int kvc_fuse_open_file(struct kvc_fuse *fs, uint64_t ino, struct kvc_layout *layout,
-                       uint64_t *size)
-{
-	if (kvc_inode_table_changed_since(fs->inodes, ino)) {
-		struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
-		struct kvc_attr attr;
-		if (kvc_meta_client_getattr(&fs->meta, ino, &attr) == 0)
-			kvc_inode_table_patch_attr(fs->inodes, &attr, mark.seq);
-	}
-	return kvc_inode_table_get(fs->inodes, ino, layout, size);
-}
-
 /* Raise the committed size of ino to at least size. */
 static int extend_to(struct kvc_fuse *fs, uint64_t ino, uint64_t size)
 {

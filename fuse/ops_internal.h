@@ -46,9 +46,19 @@ static inline void kvc_fuse_learnt(struct kvc_fuse *fs, uint64_t ino)
 }
 /* Layout and size of a file open here (kvc_inode_table_get), the size
  * asked of kvc-meta first when another client changed the file since
- * (kvc_inode_table_changed_since). */
-int kvc_fuse_open_file(struct kvc_fuse *fs, uint64_t ino, struct kvc_layout *layout,
-                       uint64_t *size);
+ * (kvc_inode_table_changed_since). Inline: the ring service (linked
+ * without the operations in the fuzz harnesses) reads through it too. */
+static inline int kvc_fuse_open_file(struct kvc_fuse *fs, uint64_t ino,
+                                     struct kvc_layout *layout, uint64_t *size)
+{
+	if (kvc_inode_table_changed_since(fs->inodes, ino)) {
+		struct kvc_meta_events_mark mark = kvc_meta_events_mark(fs->events);
+		struct kvc_attr attr;
+		if (kvc_meta_client_getattr(&fs->meta, ino, &attr) == 0)
+			kvc_inode_table_patch_attr(fs->inodes, &attr, mark.seq);
+	}
+	return kvc_inode_table_get(fs->inodes, ino, layout, size);
+}
 
 void kvc_fuse_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
                         struct fuse_file_info *fi);
