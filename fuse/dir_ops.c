@@ -72,7 +72,8 @@ static int load_page(struct kvc_fuse *fs, fuse_ino_t ino, struct dir_handle *d, 
 		off_t next_start = d->loaded ? d->page_start + d->page_count : 0;
 		d->mark = kvc_fuse_mark(fs);
 		d->asked_ns = kvc_clock_monotonic_ns();
-		int rc = kvc_meta_client_readdir(&fs->meta, ino, d->last_name, READDIR_PAGE, d->page);
+		int rc = kvc_meta_client_readdir(&fs->meta, ino, d->last_name,
+		                                 READDIR_PAGE | KVC_READDIR_WATCH, d->page);
 		if (rc < 0)
 			return rc;
 		d->loaded = true;
@@ -131,6 +132,12 @@ void kvc_fuse_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t 
 			 * kernel asks again (GETATTR waits for it). */
 			if (kvc_early_creates_pending(fs->creates, attr.ino))
 				e.attr_timeout = 0;
+			/* Attributes the page may hold from before a change (an
+			 * event, or this client's own commit or truncate since): the
+			 * kernel would apply them even uncached, shrinking its view
+			 * of a file; the name alone, and it looks the entry up. */
+			if (e.attr_timeout == 0 || e.entry_timeout == 0)
+				e.ino = 0;
 			size_t need = fuse_add_direntry_plus(req, buf + used, size - used, cname, &e,
 			                                     off + 1);
 			if (need > size - used)

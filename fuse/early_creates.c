@@ -167,7 +167,10 @@ bool kvc_early_creates_fold_size(struct kvc_early_creates *c, uint64_t ino, uint
 	pthread_mutex_lock(&c->lock);
 	struct entry *e = find_foldable(c, ino);
 	if (e) {
-		e->attr.size = size;
+		/* kvc-meta's size becomes max(size, ours) (inode_table.h): an
+		 * overwrite inside the file sends only its end. */
+		if (size > e->attr.size)
+			e->attr.size = size;
 		e->attr.mtime_ns = e->attr.ctime_ns = kvc_clock_wall_ns();
 		*attr = e->attr;
 	}

@@ -35,6 +35,7 @@ int kvc_fuse_commit_size(struct kvc_fuse *fs, uint64_t ino)
 	struct kvc_attr attr;
 	if (!kvc_inode_table_take_dirty(fs->inodes, ino, &size))
 		return 0;
+	kvc_meta_events_changed_here(fs->events, ino); /* ops_internal.h kvc_fuse_learnt */
 	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
 	if (kvc_early_creates_fold_size(fs->creates, ino, size, &attr)) {
 		/* Not in kvc-meta yet: the size goes with the file. */
@@ -50,8 +51,11 @@ int kvc_fuse_commit_size(struct kvc_fuse *fs, uint64_t ino)
 		/* Our pages are the file as committed. */
 		kvc_attr_cache_put(fs->attrs, &attr, mark);
 	}
-	else if (rc != -ENOENT)
-		kvc_inode_table_wrote(fs->inodes, ino, size); /* to send again */
+	else {
+		if (rc != -ENOENT)
+			kvc_inode_table_wrote(fs->inodes, ino, size); /* to send again */
+		kvc_inode_table_commit_failed(fs->inodes, ino);
+	}
 	return rc;
 }
 
@@ -256,6 +260,7 @@ static int truncate_on_open(struct kvc_fuse *fs, uint64_t ino, struct kvc_attr *
 {
 	struct kvc_msg_setattr m = {.ino = ino, .mask = KVC_SETATTR_SIZE, .size = 0};
 	int rc = kvc_fuse_commit_size(fs, ino);
+	kvc_meta_events_changed_here(fs->events, ino); /* ops_internal.h kvc_fuse_learnt */
 	if (rc == 0)
 		rc = kvc_meta_client_setattr(&fs->meta, &m, attr);
 	if (rc < 0)

@@ -18,6 +18,8 @@ struct entry {
 	bool changed;            /* by another client (an event) since we learnt the size */
 	uint64_t changed_seq;    /* the event's sequence */
 	uint64_t learnt_seq;     /* when size became kvc-meta's (kvc_inode_table_learnt) */
+	uint32_t doubt;          /* opens, commits, truncates not learnt yet */
+	uint32_t committing;     /* sizes taken (take_dirty) and not settled yet */
 };
 
 struct kvc_inode_table {
@@ -42,10 +44,17 @@ static bool dirty(const struct entry *e)
 	return e->size > e->committed_size || e->written_end > 0;
 }
 
+/* Whether e's size may be ahead of kvc-meta's: dirty, or a commit of it
+ * in flight (taken: dirty() no longer says so until it is settled). */
+static bool busy(const struct entry *e)
+{
+	return dirty(e) || e->committing > 0;
+}
+
 static void drop_if_unused(struct entry **p)
 {
 	struct entry *e = *p;
-	if (e && e->open_count == 0 && !dirty(e)) {
+	if (e && e->open_count == 0 && !busy(e)) {
 		*p = e->next;
 		free(e);
 	}
@@ -90,11 +99,12 @@ int kvc_inode_table_open(struct kvc_inode_table *t, const struct kvc_attr *attr)
 		e->ino = attr->ino;
 		e->size = e->committed_size = attr->size;
 		*p = e;
-	} else if (!dirty(*p)) {
+	} else if (!busy(*p)) {
 		/* Clean: take kvc-meta's word (another client may have grown it). */
 		(*p)->size = (*p)->committed_size = attr->size;
 		(*p)->changed = false;
 	}
+	(*p)->doubt++; /* until kvc_inode_table_learnt */
 	(*p)->layout = attr->layout;
 	(*p)->open_count++;
 out:
@@ -180,6 +190,7 @@ void kvc_inode_table_set_size(struct kvc_inode_table *t, uint64_t ino, uint64_t 
 	if (*p) {
 		(*p)->size = (*p)->committed_size = size;
 		(*p)->changed = false;
+		(*p)->doubt++; /* until kvc_inode_table_learnt */
 		drop_if_unused(p);
 	}
 	pthread_mutex_unlock(&t->lock);
@@ -190,7 +201,7 @@ void kvc_inode_table_patch_attr(struct kvc_inode_table *t, struct kvc_attr *attr
 {
 	pthread_mutex_lock(&t->lock);
 	struct entry *e = *slot(t, attr->ino);
-	if (e && !dirty(e) && since && since >= e->learnt_seq &&
+	if (e && !busy(e) && e->doubt == 0 && since && since >= e->learnt_seq &&
 	    (!e->changed || since >= e->changed_seq)) {
 		e->size = e->committed_size = attr->size; /* asked for after the change */
 		e->changed = false;
@@ -206,6 +217,8 @@ void kvc_inode_table_learnt(struct kvc_inode_table *t, uint64_t ino, uint64_t se
 	struct entry *e = *slot(t, ino);
 	if (e && seq > e->learnt_seq)
 		e->learnt_seq = seq;
+	if (e && e->doubt > 0)
+		e->doubt--;
 	pthread_mutex_unlock(&t->lock);
 }
 
@@ -224,7 +237,7 @@ bool kvc_inode_table_changed_since(struct kvc_inode_table *t, uint64_t ino)
 {
 	pthread_mutex_lock(&t->lock);
 	struct entry *e = *slot(t, ino);
-	bool doubt = e && e->changed && !dirty(e);
+	bool doubt = e && e->changed && !busy(e);
 	pthread_mutex_unlock(&t->lock);
 	return doubt;
 }
@@ -237,6 +250,7 @@ int kvc_inode_table_take_dirty(struct kvc_inode_table *t, uint64_t ino, uint64_t
 	if (e && dirty(e)) {
 		*size = e->size > e->committed_size ? e->size : e->written_end;
 		e->written_end = 0; /* taken: the caller marks it again if it fails */
+		e->committing++;    /* until committed or kvc_inode_table_commit_failed */
 		taken = 1;
 	}
 	pthread_mutex_unlock(&t->lock);
@@ -249,8 +263,24 @@ void kvc_inode_table_committed(struct kvc_inode_table *t, uint64_t ino, uint64_t
 	struct entry **p = slot(t, ino);
 	if (*p && size > (*p)->committed_size)
 		(*p)->committed_size = size;
-	if (*p)
-		(*p)->changed = false; /* kvc-meta's size is at least ours now */
+	if (*p && size > (*p)->size)
+		(*p)->size = size; /* kvc-meta's is at least that now */
+	if (*p) {
+		(*p)->changed = false;
+		(*p)->doubt++; /* until kvc_inode_table_learnt */
+		if ((*p)->committing > 0)
+			(*p)->committing--;
+	}
+	drop_if_unused(p);
+	pthread_mutex_unlock(&t->lock);
+}
+
+void kvc_inode_table_commit_failed(struct kvc_inode_table *t, uint64_t ino)
+{
+	pthread_mutex_lock(&t->lock);
+	struct entry **p = slot(t, ino);
+	if (*p && (*p)->committing > 0)
+		(*p)->committing--;
 	drop_if_unused(p);
 	pthread_mutex_unlock(&t->lock);
 }

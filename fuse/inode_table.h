@@ -12,8 +12,10 @@
  * the file grows again).
  *
  * A clean entry takes kvc-meta's size from an answer asked for after it
- * learnt its own (open, commit, truncate: kvc_inode_table_learnt), down as
- * well as up: another client may have shrunk the file. Another client's
+ * learnt its own (open, commit, truncate, each followed by
+ * kvc_inode_table_learnt; until then it only raises), down as well as up:
+ * another client may have shrunk the file. A commit in flight (taken,
+ * not settled) counts as dirty. Another client's
  * change (an event from kvc-meta) marks a clean entry changed: only an
  * answer asked for after that event counts, and until one came reads ask
  * kvc-meta first (kvc_inode_table_changed_since). A dirty entry keeps
@@ -91,6 +93,9 @@ bool kvc_inode_table_changed_since(struct kvc_inode_table *table, uint64_t ino);
  * failed. */
 int kvc_inode_table_take_dirty(struct kvc_inode_table *table, uint64_t ino, uint64_t *size);
 void kvc_inode_table_committed(struct kvc_inode_table *table, uint64_t ino, uint64_t size);
+/* A size taken with take_dirty that was not committed (the caller marked
+ * it again with kvc_inode_table_wrote, or the file is gone). */
+void kvc_inode_table_commit_failed(struct kvc_inode_table *table, uint64_t ino);
 
 /* Up to max dirty inodes (for the background pass). */
 int kvc_inode_table_list_dirty(struct kvc_inode_table *table, uint64_t *inos, int max);

@@ -176,8 +176,10 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *st, int to_s
 		m.mask |= KVC_SETATTR_UID, m.uid = st->st_uid;
 	if (to_set & FUSE_SET_ATTR_GID)
 		m.mask |= KVC_SETATTR_GID, m.gid = st->st_gid;
-	if (to_set & FUSE_SET_ATTR_SIZE)
+	if (to_set & FUSE_SET_ATTR_SIZE) {
 		m.mask |= KVC_SETATTR_SIZE, m.size = (uint64_t)st->st_size;
+		kvc_meta_events_changed_here(fs->events, ino); /* ops_internal.h kvc_fuse_learnt */
+	}
 	if (to_set & FUSE_SET_ATTR_ATIME)
 		m.mask |= KVC_SETATTR_ATIME,
 			m.atime_ns = to_set & FUSE_SET_ATTR_ATIME_NOW ? kvc_clock_wall_ns() : timespec_ns(st->st_atim);

@@ -39,7 +39,10 @@ uint32_t kvc_fuse_caller_gid(fuse_req_t req, const struct kvc_attr *parent);
 /* file_ops.c: send ino's dirty size to kvc-meta (0 when clean). */
 int kvc_fuse_commit_size(struct kvc_fuse *fs, uint64_t ino);
 /* This client's size of ino is kvc-meta's as of now (an open, a commit,
- * a truncate answered): an answer asked for before now only raises it. */
+ * a truncate answered): an answer asked for before now only raises it.
+ * (A size change made here also calls kvc_meta_events_changed_here
+ * before it asks kvc-meta, so that what was asked for before it, a
+ * listing's page say, is not cached.) */
 static inline void kvc_fuse_learnt(struct kvc_fuse *fs, uint64_t ino)
 {
 	kvc_inode_table_learnt(fs->inodes, ino, kvc_meta_events_tick(fs->events));

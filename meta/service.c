@@ -261,7 +261,7 @@ static int h_rename(struct kvc_meta_request *r)
 }
 
 struct readdir_out {
-	struct kvc_meta_request *r;
+	struct kvc_meta_request *r; /* notes the entries for its client; NULL: none */
 	uint64_t parent;
 	uint8_t *buf;
 	uint32_t len;
@@ -282,10 +282,13 @@ static int add_dirent(void *arg, const char *name, uint32_t name_len,
 	memcpy(out->buf + out->len + sizeof(d), name, name_len);
 	out->len += (uint32_t)sizeof(d) + padded;
 	out->count++;
-	/* The client caches each entry's name and attributes (readdirplus)
-	 * as it does a lookup's: told of their changes the same way. */
-	kvc_meta_req_note_name(out->r, out->parent, name, name_len);
-	kvc_meta_req_note_inode(out->r, attr->ino);
+	/* A client that caches each entry's name and attributes (readdirplus,
+	 * KVC_READDIR_WATCH) as it does a lookup's is told of their changes
+	 * the same way. */
+	if (out->r) {
+		kvc_meta_req_note_name(out->r, out->parent, name, name_len);
+		kvc_meta_req_note_inode(out->r, attr->ino);
+	}
 	return 0;
 }
 
@@ -295,9 +298,11 @@ static int h_readdir(struct kvc_meta_request *r)
 	const char *after = kvc_meta_req_take(r, m->after_len);
 	if (!after || !kvc_meta_req_done(r) || m->after_len > KVC_WIRE_MAX_NAME)
 		return kvc_meta_req_bad(r);
-	uint32_t max = m->max_entries == 0 || m->max_entries > KVC_WIRE_MAX_DIRENTS
-	                       ? KVC_WIRE_MAX_DIRENTS : m->max_entries;
-	struct readdir_out out = {.r = r, .parent = m->ino, .cap = KVC_WIRE_MAX_BODY};
+	uint32_t max = m->max_entries & ~KVC_READDIR_WATCH;
+	if (max == 0 || max > KVC_WIRE_MAX_DIRENTS)
+		max = KVC_WIRE_MAX_DIRENTS;
+	struct readdir_out out = {.r = (m->max_entries & KVC_READDIR_WATCH) ? r : NULL,
+	                          .parent = m->ino, .cap = KVC_WIRE_MAX_BODY};
 	out.buf = malloc(out.cap);
 	if (!out.buf)
 		return kvc_meta_req_reply(r, -ENOMEM, NULL, 0);

@@ -116,7 +116,8 @@ int kvc_meta_client_rmdir(struct kvc_meta_client *client, uint64_t parent,
 int kvc_meta_client_rename(struct kvc_meta_client *client, uint64_t parent,
                            const char *name, uint64_t new_parent, const char *new_name,
                            uint32_t flags);
-/* Fetch up to max entries of ino after name `after` ("" for the start). */
+/* Fetch up to max entries of ino after name `after` ("" for the start);
+ * max | KVC_READDIR_WATCH: this client caches them (core/wire_meta.h). */
 int kvc_meta_client_readdir(struct kvc_meta_client *client, uint64_t ino,
                             const char *after, uint32_t max, struct kvc_meta_dirents *out);
 /* The next entry of a page: 1 and (name, name_len, attr), 0 at the end,

@@ -274,9 +274,15 @@ _Static_assert(sizeof(struct kvc_msg_rename) == 32, "");
  * (kvc_attr, uint32 name_len, name bytes, padded to 8). */
 struct kvc_msg_readdir {
 	uint64_t ino;
-	uint32_t max_entries;
+	uint32_t max_entries; /* may carry KVC_READDIR_WATCH */
 	uint32_t after_len;
 };
+/* max_entries flag: the client caches the entries it is given
+ * (readdirplus): kvc-meta notes each one's name and inode for it, as a
+ * LOOKUP's, so it hears of their changes. Without it (a client's own
+ * name lists, tools) nothing is noted. A kvc-meta before it reads the
+ * flagged count as over the limit: a full page, no notes. */
+#define KVC_READDIR_WATCH 0x80000000u
 struct kvc_msg_readdir_reply {
 	uint32_t count;
 	uint32_t more; /* 1 when entries remain after the last one */

@@ -231,6 +231,34 @@ def make_unentered(cluster, workdir, mount2, name):
     return d, f, ino
 
 
+def test_an_overwrite_after_a_flush_never_shrinks_a_file_made_here(cluster, workdir):
+    """A file made here and not entered yet takes its size with it (the
+    flush folds it into the entry). A flush (close of a dup), then an
+    overwrite of its first bytes, then close: the second flush sends only
+    the overwrite's end, and the file stays 100 bytes, here and on another
+    client, never 10."""
+    proc, mount2 = slow_entry_mount(cluster)
+    try:
+        d = workdir / "fold"
+        d.mkdir()
+        theirs = os.path.join(mount2, d.relative_to(cluster.mount))
+        for i in range(8):  # their kvc-fuse keeps the directory's names
+            assert not os.path.exists(os.path.join(theirs, f".miss-{i}"))
+        time.sleep(0.5)
+        fd = os.open(os.path.join(theirs, "f"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.write(fd, b"a" * 100)
+        os.close(os.dup(fd))  # a flush: the size folded into the waiting entry
+        os.pwrite(fd, b"H" * 10, 0)
+        os.close(fd)
+        want = b"H" * 10 + b"a" * 90
+        assert opens(os.path.join(theirs, "f")) == want
+        assert os.stat(os.path.join(theirs, "f")).st_size == 100
+        assert wait_until(lambda: opens(d / "f") == want, timeout=10)
+        assert os.stat(d / "f").st_size == 100
+    finally:
+        drop_second_mount(proc, mount2)
+
+
 def test_a_lost_file_s_chunks_are_reclaimed_at_once(cluster, workdir):
     """A file made early whose directory another client removed before it
     was entered is lost (kvc-meta refuses it): kvc-meta settles its number

@@ -47,6 +47,7 @@ Test(inode_table, writes_raise_a_dirty_size_until_committed)
 	cr_assert_eq(kvc_inode_table_take_dirty(table, 42, &size), 1);
 	cr_assert_eq(size, 500);
 	cr_assert_eq(kvc_inode_table_take_dirty(table, 42, &size), 0, "taken");
+	kvc_inode_table_committed(table, 42, 500);
 	kvc_inode_table_wrote(table, 42, 5000);
 	cr_assert_eq(kvc_inode_table_take_dirty(table, 42, &size), 1);
 	cr_assert_eq(size, 5000);
@@ -91,6 +92,7 @@ Test(inode_table, a_failed_commit_is_sent_again)
 	cr_assert_eq(kvc_inode_table_take_dirty(table, 42, &size), 1);
 	cr_assert_eq(kvc_inode_table_list_dirty(table, inos, 4), 0, "taken");
 	kvc_inode_table_wrote(table, 42, size); /* the commit failed */
+	kvc_inode_table_commit_failed(table, 42);
 	cr_assert_eq(kvc_inode_table_list_dirty(table, inos, 4), 1);
 	kvc_inode_table_release(table, 42);
 	cr_assert_eq(kvc_inode_table_take_dirty(table, 42, &size), 1, "kept while unsent");
@@ -125,8 +127,11 @@ Test(inode_table, a_change_elsewhere_lets_a_later_answer_shrink_a_clean_file)
 	struct kvc_attr attr = file;
 	attr.size = 3872;
 	kvc_inode_table_open(table, &attr);
-	kvc_inode_table_learnt(table, 42, 4);
 	struct kvc_attr told = attr;
+	told.size = 483;
+	kvc_inode_table_patch_attr(table, &told, 100);
+	cr_assert_eq(told.size, 3872, "opened, not learnt yet: only raised");
+	kvc_inode_table_learnt(table, 42, 4);
 	told.size = 483;
 	kvc_inode_table_patch_attr(table, &told, 3);
 	cr_assert_eq(told.size, 3872, "asked for before the open: only raised");
@@ -149,9 +154,16 @@ Test(inode_table, a_change_elsewhere_lets_a_later_answer_shrink_a_clean_file)
 	told.size = 483;
 	kvc_inode_table_patch_attr(table, &told, 30);
 	cr_assert_eq(told.size, 1000);
-	/* our own commit makes the entry current again */
+	/* a commit in flight counts as dirty: no answer shrinks the file */
 	cr_assert_eq(kvc_inode_table_take_dirty(table, 42, &size), 1);
+	told.size = 483;
+	kvc_inode_table_patch_attr(table, &told, 45);
+	cr_assert_eq(told.size, 1000, "a commit in flight");
+	/* our own commit makes the entry current again, once learnt */
 	kvc_inode_table_committed(table, 42, size);
+	told.size = 483;
+	kvc_inode_table_patch_attr(table, &told, 46);
+	cr_assert_eq(told.size, 1000, "committed, not learnt yet");
 	kvc_inode_table_learnt(table, 42, 50);
 	told.size = 483;
 	kvc_inode_table_patch_attr(table, &told, 40);
