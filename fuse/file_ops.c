@@ -260,6 +260,7 @@ static int truncate_on_open(struct kvc_fuse *fs, uint64_t ino, struct kvc_attr *
 {
 	struct kvc_msg_setattr m = {.ino = ino, .mask = KVC_SETATTR_SIZE, .size = 0};
 	int rc = kvc_fuse_commit_size(fs, ino);
+	kvc_inode_table_wait_commits(fs->inodes, ino); /* another's, in flight */
 	kvc_meta_events_changed_here(fs->events, ino); /* ops_internal.h kvc_fuse_learnt */
 	if (rc == 0)
 		rc = kvc_meta_client_setattr(&fs->meta, &m, attr);

@@ -24,6 +24,7 @@ struct entry {
 
 struct kvc_inode_table {
 	pthread_mutex_t lock;
+	pthread_cond_t settled; /* a commit settled (kvc_inode_table_wait_commits) */
 	struct entry *buckets[BUCKETS];
 };
 
@@ -66,6 +67,7 @@ int kvc_inode_table_create(struct kvc_inode_table **out)
 	if (!t)
 		return -ENOMEM;
 	pthread_mutex_init(&t->lock, NULL);
+	pthread_cond_init(&t->settled, NULL);
 	*out = t;
 	return 0;
 }
@@ -81,6 +83,7 @@ void kvc_inode_table_destroy(struct kvc_inode_table *t)
 			free(e);
 		}
 	}
+	pthread_cond_destroy(&t->settled);
 	pthread_mutex_destroy(&t->lock);
 	free(t);
 }
@@ -211,6 +214,17 @@ void kvc_inode_table_patch_attr(struct kvc_inode_table *t, struct kvc_attr *attr
 	pthread_mutex_unlock(&t->lock);
 }
 
+void kvc_inode_table_wait_commits(struct kvc_inode_table *t, uint64_t ino)
+{
+	pthread_mutex_lock(&t->lock);
+	struct entry *e;
+	/* The entry cannot go while a commit is in flight (busy), and once
+	 * none is, the loop ends: no dangling pointer across the wait. */
+	while ((e = *slot(t, ino)) && e->committing > 0)
+		pthread_cond_wait(&t->settled, &t->lock);
+	pthread_mutex_unlock(&t->lock);
+}
+
 void kvc_inode_table_learnt(struct kvc_inode_table *t, uint64_t ino, uint64_t seq)
 {
 	pthread_mutex_lock(&t->lock);
@@ -271,6 +285,7 @@ void kvc_inode_table_committed(struct kvc_inode_table *t, uint64_t ino, uint64_t
 		if ((*p)->committing > 0)
 			(*p)->committing--;
 	}
+	pthread_cond_broadcast(&t->settled);
 	drop_if_unused(p);
 	pthread_mutex_unlock(&t->lock);
 }
@@ -281,6 +296,7 @@ void kvc_inode_table_commit_failed(struct kvc_inode_table *t, uint64_t ino)
 	struct entry **p = slot(t, ino);
 	if (*p && (*p)->committing > 0)
 		(*p)->committing--;
+	pthread_cond_broadcast(&t->settled);
 	drop_if_unused(p);
 	pthread_mutex_unlock(&t->lock);
 }

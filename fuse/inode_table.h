@@ -96,6 +96,11 @@ void kvc_inode_table_committed(struct kvc_inode_table *table, uint64_t ino, uint
 /* A size taken with take_dirty that was not committed (the caller marked
  * it again with kvc_inode_table_wrote, or the file is gone). */
 void kvc_inode_table_commit_failed(struct kvc_inode_table *table, uint64_t ino);
+/* Wait until no size commit of ino is in flight (another thread's, the
+ * background pass's): a truncate sent before one lands would be undone
+ * by it (kvc-meta's size becomes max(size, the commit's)). A commit is
+ * bounded by the meta client's timeouts. */
+void kvc_inode_table_wait_commits(struct kvc_inode_table *table, uint64_t ino);
 
 /* Up to max dirty inodes (for the background pass). */
 int kvc_inode_table_list_dirty(struct kvc_inode_table *table, uint64_t *inos, int max);

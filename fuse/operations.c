@@ -188,6 +188,8 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *st, int to_s
 			m.mtime_ns = to_set & FUSE_SET_ATTR_MTIME_NOW ? kvc_clock_wall_ns() : timespec_ns(st->st_mtim);
 	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
 	int rc = kvc_fuse_commit_size(fs, ino);
+	if (m.mask & KVC_SETATTR_SIZE) /* a commit in flight would undo it */
+		kvc_inode_table_wait_commits(fs->inodes, ino);
 	if (rc == 0)
 		rc = kvc_meta_client_setattr(&fs->meta, &m, &attr);
 	if (rc == 0 && (m.mask & KVC_SETATTR_SIZE))

@@ -2,6 +2,9 @@
  * their commit, and when entries go away. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
 
 #include "fuse/inode_table.h"
 
@@ -174,6 +177,42 @@ Test(inode_table, a_change_elsewhere_lets_a_later_answer_shrink_a_clean_file)
 	cr_assert_eq(told.size, 200);
 	cr_assert_eq(kvc_inode_table_get(table, 42, &layout, &size), 0);
 	cr_assert_eq(size, 200);
+}
+
+static atomic_int waited;
+
+static void *wait_for_commits(void *arg)
+{
+	(void)arg;
+	kvc_inode_table_wait_commits(table, 42);
+	atomic_store(&waited, 1);
+	return NULL;
+}
+
+/* A truncate waits for a size commit in flight elsewhere (the background
+ * pass's): sent first, it would be undone when that commit lands. */
+Test(inode_table, a_truncate_waits_for_a_commit_in_flight)
+{
+	uint64_t size;
+	pthread_t thread;
+	kvc_inode_table_open(table, &file);
+	kvc_inode_table_wait_commits(table, 42); /* none: returns */
+	kvc_inode_table_wrote(table, 42, 50);
+	cr_assert_eq(kvc_inode_table_take_dirty(table, 42, &size), 1);
+	atomic_store(&waited, 0);
+	cr_assert_eq(pthread_create(&thread, NULL, wait_for_commits, NULL), 0);
+	struct timespec pause = {0, 50 * 1000 * 1000};
+	nanosleep(&pause, NULL);
+	cr_assert_eq(atomic_load(&waited), 0, "returned with a commit in flight");
+	kvc_inode_table_committed(table, 42, size);
+	pthread_join(thread, NULL);
+	cr_assert_eq(atomic_load(&waited), 1);
+	/* a failed commit settles it too */
+	kvc_inode_table_wrote(table, 42, 60);
+	cr_assert_eq(kvc_inode_table_take_dirty(table, 42, &size), 1);
+	kvc_inode_table_wrote(table, 42, size);
+	kvc_inode_table_commit_failed(table, 42);
+	kvc_inode_table_wait_commits(table, 42);
 }
 
 Test(inode_table, the_entry_stays_until_the_last_close)
