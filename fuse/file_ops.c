@@ -252,6 +252,26 @@ static void retry_closes(struct kvc_fuse *fs)
 }
 
 
+int kvc_fuse_setattr(struct kvc_fuse *fs, const struct kvc_msg_setattr *m,
+                     struct kvc_attr *attr, struct kvc_meta_events_mark *mark)
+{
+	bool size = m->mask & KVC_SETATTR_SIZE;
+	if (size)
+		kvc_meta_events_changed_here(fs->events, m->ino);
+	if (mark)
+		*mark = kvc_fuse_mark(fs);
+	int rc = kvc_fuse_commit_size(fs, m->ino);
+	if (size)
+		kvc_inode_table_wait_commits(fs->inodes, m->ino);
+	if (rc == 0)
+		rc = kvc_meta_client_setattr(&fs->meta, m, attr);
+	if (rc == 0 && size) {
+		kvc_inode_table_set_size(fs->inodes, m->ino, attr->size);
+		kvc_fuse_learnt(fs, m->ino);
+	}
+	return rc;
+}
+
 /* open(O_TRUNC) (libfuse asks for atomic O_TRUNC, so no separate
  * truncate comes): the size goes to 0 in kvc-meta, which first drops the
  * chunks on the storage servers, and mtime and ctime change, even for a
@@ -259,17 +279,9 @@ static void retry_closes(struct kvc_fuse *fs)
 static int truncate_on_open(struct kvc_fuse *fs, uint64_t ino, struct kvc_attr *attr)
 {
 	struct kvc_msg_setattr m = {.ino = ino, .mask = KVC_SETATTR_SIZE, .size = 0};
-	int rc = kvc_fuse_commit_size(fs, ino);
-	kvc_inode_table_wait_commits(fs->inodes, ino); /* another's, in flight */
-	kvc_meta_events_changed_here(fs->events, ino); /* ops_internal.h kvc_fuse_learnt */
-	if (rc == 0)
-		rc = kvc_meta_client_setattr(&fs->meta, &m, attr);
+	int rc = kvc_fuse_setattr(fs, &m, attr, NULL);
 	if (rc < 0)
 		kvc_log_warn("inode %" PRIu64 ": open(O_TRUNC): %s", ino, strerror(-rc));
-	if (rc == 0)
-		kvc_inode_table_set_size(fs->inodes, ino, 0);
-	if (rc == 0)
-		kvc_fuse_learnt(fs, ino);
 	return rc;
 }
 

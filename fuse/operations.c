@@ -176,26 +176,16 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *st, int to_s
 		m.mask |= KVC_SETATTR_UID, m.uid = st->st_uid;
 	if (to_set & FUSE_SET_ATTR_GID)
 		m.mask |= KVC_SETATTR_GID, m.gid = st->st_gid;
-	if (to_set & FUSE_SET_ATTR_SIZE) {
+	if (to_set & FUSE_SET_ATTR_SIZE)
 		m.mask |= KVC_SETATTR_SIZE, m.size = (uint64_t)st->st_size;
-		kvc_meta_events_changed_here(fs->events, ino); /* ops_internal.h kvc_fuse_learnt */
-	}
 	if (to_set & FUSE_SET_ATTR_ATIME)
 		m.mask |= KVC_SETATTR_ATIME,
 			m.atime_ns = to_set & FUSE_SET_ATTR_ATIME_NOW ? kvc_clock_wall_ns() : timespec_ns(st->st_atim);
 	if (to_set & FUSE_SET_ATTR_MTIME)
 		m.mask |= KVC_SETATTR_MTIME,
 			m.mtime_ns = to_set & FUSE_SET_ATTR_MTIME_NOW ? kvc_clock_wall_ns() : timespec_ns(st->st_mtim);
-	struct kvc_meta_events_mark mark = kvc_fuse_mark(fs);
-	int rc = kvc_fuse_commit_size(fs, ino);
-	if (m.mask & KVC_SETATTR_SIZE) /* a commit in flight would undo it */
-		kvc_inode_table_wait_commits(fs->inodes, ino);
-	if (rc == 0)
-		rc = kvc_meta_client_setattr(&fs->meta, &m, &attr);
-	if (rc == 0 && (m.mask & KVC_SETATTR_SIZE))
-		kvc_inode_table_set_size(fs->inodes, ino, attr.size);
-	if (rc == 0 && (m.mask & KVC_SETATTR_SIZE))
-		kvc_fuse_learnt(fs, ino);
+	struct kvc_meta_events_mark mark;
+	int rc = kvc_fuse_setattr(fs, &m, &attr, &mark);
 	if (rc == 0 && (S_ISREG(attr.mode) || S_ISDIR(attr.mode)))
 		kvc_attr_cache_put(fs->attrs, &attr, mark);
 	else

@@ -38,6 +38,15 @@ uint32_t kvc_fuse_caller_gid(fuse_req_t req, const struct kvc_attr *parent);
 
 /* file_ops.c: send ino's dirty size to kvc-meta (0 when clean). */
 int kvc_fuse_commit_size(struct kvc_fuse *fs, uint64_t ino);
+/* file_ops.c: this client's setattr of m->ino (chmod, utimes, truncate,
+ * open(O_TRUNC)) sent to kvc-meta. A dirty size is committed first, so
+ * none races it; a size change marks the inode changed here before it
+ * goes (kvc_fuse_learnt below), waits for a size commit in flight
+ * (another thread's, which would undo it) and is learnt from kvc-meta's
+ * answer. *mark (may be NULL) is taken before anything is sent, for
+ * caching the answer. */
+int kvc_fuse_setattr(struct kvc_fuse *fs, const struct kvc_msg_setattr *m,
+                     struct kvc_attr *attr, struct kvc_meta_events_mark *mark);
 /* This client's size of ino is kvc-meta's as of now (an open, a commit,
  * a truncate answered): an answer asked for before now only raises it.
  * (A size change made here also calls kvc_meta_events_changed_here

@@ -161,23 +161,20 @@ static int place_inline(struct kvc_chunk_read *r, const uint8_t *bytes)
 {
 	if (!blocks_ok(r, bytes + r->aligned_start))
 		return -EIO;
+	struct iovec one = {.iov_base = r->place, .iov_len = r->present};
+	const struct iovec *to = r->scatter ? r->scatter : &one;
+	uint32_t count = r->scatter ? r->scatter_count : 1;
 	int rc = 0;
-	if (r->scatter) {
-		uint32_t at = 0;
-		for (uint32_t i = 0; i < r->scatter_count && at < r->present && rc == 0; i++) {
-			size_t n = r->scatter[i].iov_len < r->present - at ? r->scatter[i].iov_len
-			                                                    : r->present - at;
-			rc = kvc_mem_guard_copy(r->scatter[i].iov_base, bytes + r->offset + at, n);
-			at += (uint32_t)n;
-		}
-	} else {
-		rc = kvc_mem_guard_copy(r->place, bytes + r->offset, r->present);
+	for (uint32_t i = 0, at = 0; i < count && at < r->present && rc == 0; i++) {
+		size_t n = to[i].iov_len < r->present - at ? to[i].iov_len : r->present - at;
+		rc = kvc_mem_guard_copy(to[i].iov_base, bytes + r->offset + at, n);
+		at += (uint32_t)n;
 	}
 	if (rc < 0)
 		return rc;
 	/* client memory (placed: never freed here), where read_verify finds
 	 * what it asks of a placed piece */
-	r->buffer = r->scatter ? (uint8_t *)r->scatter[0].iov_base : r->place;
+	r->buffer = to[0].iov_base;
 	r->placed = true;
 	r->io_result = (int)r->aligned_length;
 	r->head_length = r->tail_length = r->tail_copy = 0;
