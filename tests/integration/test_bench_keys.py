@@ -64,6 +64,21 @@ BAD_RING_OPTIONS = [  # (option, value, what kvc-bench says)
 ]
 
 
+def test_bench_keys_ring_one_segment_twice(cluster, local_tmp):
+    """--segments 1: the second run is the first again (an A/A check of
+    the figures' noise) under keys of its own, reported as "(again)"."""
+    out_json = local_tmp / "ring1.json"
+    out = subprocess.run([str(BUILD / "kvc-bench"), "keys", "--ring", "--mount",
+                          str(cluster.mount), "--keys", "40", "--batch", "8", "--segments", "1",
+                          "--size", "4K", "--json", str(out_json)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = {r["name"]: r for r in json.loads(out_json.read_text())["results"]}
+    for op in ("put", "get", "exists", "remove"):
+        assert rows[f"ring {op} 1 seg"]["iops"] > 0, op
+        assert rows[f"ring {op} 1 seg (again)"]["iops"] > 0, op
+
+
 def test_bench_keys_ring_refuses_a_bad_depth_or_rounds(cluster):
     for option, value, said in BAD_RING_OPTIONS:
         out = subprocess.run([str(BUILD / "kvc-bench"), "keys", "--ring", "--mount",

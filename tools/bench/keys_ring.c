@@ -7,10 +7,12 @@
  * layer-major, as KV pages of one block spread across layers. A key's
  * latency is its batch's (prepare to last completion). --depth keeps that
  * many submissions in flight: one is prepared as soon as one completes.
- * --rounds runs get and exists that many times over the same keys and
- * reports the median round (the first gets may share the host with the
- * puts' writeback). The ratio column is the rate against the one-segment
- * run of the same operation.
+ * Both runs' keys are put first (one-segment keys, then the others); then
+ * they are read, then removed. --rounds runs get and exists that many
+ * times over the same keys, the two runs taking turns, and reports each
+ * run's median round (the first gets may share the host with the puts'
+ * writeback). The ratio column is the rate against the one-segment run of
+ * the same operation.
  */
 #include "keys.h"
 
@@ -36,6 +38,7 @@ struct run {
 	uint64_t keys;
 	size_t size;
 	int batch, depth, segs, rounds;
+	int run; /* 0: one segment a key, 1: segs (their keys' names differ) */
 	struct kvc_completion *done;
 };
 
@@ -72,7 +75,7 @@ static int submit(struct run *r, enum op op, int slot, struct flight *f, uint64_
 	for (int j = 0; j < n && rc >= 0; j++) {
 		if (data)
 			segments(r, slot, j, op == GET, segs);
-		snprintf(name, sizeof(name), "k%d-%" PRIu64, r->segs, first + (uint64_t)j);
+		snprintf(name, sizeof(name), "k%d-%d-%" PRIu64, r->run, r->segs, first + (uint64_t)j);
 		rc = kvc_ring_prep_key(r->ring, op_codes[op], r->dir_fd, name, segs,
 		                       data ? r->segs : 0, 0, 0, (void *)(uintptr_t)slot);
 	}
@@ -136,19 +139,26 @@ static int by_rate(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* run_op r->rounds times for a read (get, exists), once for the others;
- * row gets the median round. */
-static int run_rounds(struct run *r, enum op op, struct bench_result *row)
+/* run_op for both runs (one segment a key, then r->segs): once for put
+ * and remove, r->rounds times for a read (get, exists), the two runs'
+ * rounds taking turns so that both meet the same background work (the
+ * puts' writeback, a collector's removals); each row gets its median
+ * round. */
+static int run_both(struct run *r, enum op op, struct bench_result *rows[2])
 {
-	struct bench_result got[BENCH_KEYS_MAX_ROUNDS];
-	int n = op == GET || op == EXISTS ? r->rounds : 1, err = 0;
-	for (int i = 0; i < n && !err; i++) {
-		got[i] = *row;
-		err = run_op(r, op, &got[i]);
-	}
-	if (!err) {
-		qsort(got, (size_t)n, sizeof(got[0]), by_rate);
-		*row = got[n / 2];
+	struct bench_result got[2][BENCH_KEYS_MAX_ROUNDS];
+	int n = op == GET || op == EXISTS ? r->rounds : 1, err = 0, segs = r->segs;
+	for (int i = 0; i < n && !err; i++)
+		for (int k = 0; k < 2 && !err; k++) {
+			r->segs = k == 0 ? 1 : segs;
+			r->run = k;
+			got[k][i] = *rows[k];
+			err = run_op(r, op, &got[k][i]);
+		}
+	r->segs = segs;
+	for (int k = 0; k < 2 && !err; k++) {
+		qsort(got[k], (size_t)n, sizeof(got[k][0]), by_rate);
+		*rows[k] = got[k][n / 2];
 	}
 	return err;
 }
@@ -184,25 +194,27 @@ int bench_keys_ring(const char *mount, uint64_t keys, size_t size, int batch, in
 	for (int slot = 0; slot < depth; slot++) /* the put areas */
 		memset((char *)kvc_iov_base(r.iov) + (size_t)slot * 2 * (size_t)batch * size, 0x6b,
 		       (size_t)batch * size);
-	struct bench_result *rows[2][OPS];
-	int failed = 0, counts[2] = {1, segs};
-	for (int k = 0; k < 2; k++) {
-		r.segs = counts[k];
-		fprintf(stderr, "ring: %" PRIu64 " keys of %zu bytes, batch %d, depth %d, "
-		        "%d segment(s)...\n", keys, size, batch, depth, r.segs);
-		for (int op = 0; op < OPS; op++) {
-			rows[k][op] = bench_add(&t, "ring %s %d seg%s", op_names[op], r.segs,
-			                        r.segs > 1 ? "s" : "");
-			int err = failed ? 0 : run_rounds(&r, (enum op)op, rows[k][op]);
-			if (err) {
-				fprintf(stderr, "kvc-bench keys --ring: %s: %s\n", op_names[op], strerror(err));
-				failed = 1;
-			}
+	struct bench_result *rows[OPS][2];
+	int failed = 0;
+	fprintf(stderr, "ring: %" PRIu64 " keys of %zu bytes a run, batch %d, depth %d, "
+	        "runs of 1 and %d segments...\n", keys, size, batch, depth, segs);
+	for (int k = 0; k < 2; k++)
+		for (int op = 0; op < OPS; op++)
+			rows[op][k] = bench_add(&t, "ring %s %d seg%s%s", op_names[op], k ? segs : 1,
+			                        k && segs > 1 ? "s" : "",
+			                        k && segs == 1 ? " (again)" : "");
+	r.segs = segs;
+	for (int op = 0; op < OPS && !failed; op++) {
+		fprintf(stderr, "ring: %s...\n", op_names[op]);
+		int err = run_both(&r, (enum op)op, rows[op]);
+		if (err) {
+			fprintf(stderr, "kvc-bench keys --ring: %s: %s\n", op_names[op], strerror(err));
+			failed = 1;
 		}
 	}
 	for (int op = 0; op < OPS; op++)
-		if (rows[0][op]->iops > 0)
-			rows[1][op]->ratio = rows[1][op]->iops / rows[0][op]->iops;
+		if (rows[op][0]->iops > 0)
+			rows[op][1]->ratio = rows[op][1]->iops / rows[op][0]->iops;
 	kvc_ring_destroy(r.ring);
 	kvc_iov_destroy(r.iov);
 	kvc_fd_deregister(r.dir_fd);
