@@ -20,16 +20,21 @@ Test(crc32c, incremental_equals_whole)
 	cr_assert_eq(whole, parts);
 }
 
-/* Bit by bit, the definition. */
-static uint32_t reference(const uint8_t *p, size_t len)
+/* Bit by bit, the definition, continuing crc. */
+static uint32_t reference_from(uint32_t crc, const uint8_t *p, size_t len)
 {
-	uint32_t crc = ~0u;
+	crc = ~crc;
 	while (len--) {
 		crc ^= *p++;
 		for (int k = 0; k < 8; k++)
 			crc = (crc >> 1) ^ (0x82f63b78u & (0u - (crc & 1u)));
 	}
 	return ~crc;
+}
+
+static uint32_t reference(const uint8_t *p, size_t len)
+{
+	return reference_from(0, p, len);
 }
 
 Test(crc32c, every_length_and_alignment_equals_the_definition)
@@ -53,4 +58,25 @@ Test(crc32c, zeros_without_buffer)
 {
 	static char zeros[70000];
 	cr_assert_eq(kvc_crc32c_zeros(0, sizeof(zeros)), kvc_crc32c(0, zeros, sizeof(zeros)));
+}
+
+/* Lengths the folding path takes (1 KiB and up, where the CPU has
+ * VPCLMULQDQ): every remainder of its 256- and 64-byte rounds, any
+ * alignment, a crc continued from any value. */
+Test(crc32c, long_runs_from_any_crc_equal_the_definition)
+{
+	static uint8_t buf[70000 + 64];
+	uint32_t seed = 12345;
+	for (size_t i = 0; i < sizeof(buf); i++) {
+		seed = seed * 1103515245u + 12345u;
+		buf[i] = (uint8_t)(seed >> 16);
+	}
+	for (int round = 0; round < 400; round++) {
+		seed = seed * 1103515245u + 12345u;
+		size_t len = round < 300 ? 1000 + (size_t)round : 1024 + (seed >> 8) % 69000;
+		size_t at = (seed >> 4) % 64;
+		uint32_t from = seed * 2654435761u;
+		cr_assert_eq(kvc_crc32c(from, buf + at, len), reference_from(from, buf + at, len),
+		             "length %zu alignment %zu crc %08x", len, at, from);
+	}
 }
