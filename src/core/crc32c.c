@@ -138,16 +138,6 @@ static uint32_t crc_sse42(uint32_t crc, const uint8_t *p, size_t len)
 	return c32;
 }
 
-static int have_sse42(void)
-{
-	static int cached = -1;
-	if (cached < 0) {
-		__builtin_cpu_init();
-		cached = __builtin_cpu_supports("sse4.2") ? 1 : 0;
-	}
-	return cached;
-}
-
 /* Folding with carry-less multiplies (AVX-512 VPCLMULQDQ), after Intel's
  * "Fast CRC Computation for Generic Polynomials Using PCLMULQDQ": 16
  * streams of 16 bytes each move a register's content forward over the
@@ -248,30 +238,55 @@ FOLD_TARGET static uint32_t crc_fold(uint32_t crc, const uint8_t *p, size_t len)
 	return crc_sse42((uint32_t)c, p, len);
 }
 
-static int have_fold(void)
-{
-	static int cached = -1;
-	if (cached < 0) {
-		__builtin_cpu_init();
-		cached = have_sse42() && __builtin_cpu_supports("avx512f") &&
-		                 __builtin_cpu_supports("vpclmulqdq")
-		                 ? 1
-		                 : 0;
-	}
-	return cached;
-}
 #endif
 
-uint32_t kvc_crc32c(uint32_t crc, const void *data, size_t len)
+/* The best kind this CPU has, found once. */
+static enum kvc_crc32c_kind best = KVC_CRC32C_TABLE;
+static pthread_once_t best_once = PTHREAD_ONCE_INIT;
+
+static void best_find(void)
 {
+#if defined(__x86_64__)
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("sse4.2"))
+		best = KVC_CRC32C_SSE42;
+	/* avx512f only where the OS saves its registers (libgcc checks). */
+	if (best == KVC_CRC32C_SSE42 && __builtin_cpu_supports("pclmul") &&
+	    __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("vpclmulqdq"))
+		best = KVC_CRC32C_FOLD;
+#endif
+}
+
+bool kvc_crc32c_has(enum kvc_crc32c_kind kind)
+{
+	pthread_once(&best_once, best_find);
+	return kind <= best;
+}
+
+uint32_t kvc_crc32c_with(enum kvc_crc32c_kind kind, uint32_t crc, const void *data, size_t len)
+{
+	if (!kvc_crc32c_has(kind))
+		kind = best;
 	crc = ~crc;
 #if defined(__x86_64__)
-	if (have_fold())
+	if (kind == KVC_CRC32C_FOLD)
 		return ~crc_fold(crc, data, len);
-	if (have_sse42())
+	if (kind == KVC_CRC32C_SSE42)
 		return ~crc_sse42(crc, data, len);
 #endif
 	return ~crc_table(crc, data, len);
+}
+
+uint32_t kvc_crc32c(uint32_t crc, const void *data, size_t len)
+{
+	pthread_once(&best_once, best_find);
+	return kvc_crc32c_with(best, crc, data, len);
+}
+
+const char *kvc_crc32c_kind_name(enum kvc_crc32c_kind kind)
+{
+	static const char *const names[] = {"table", "sse4.2 crc32", "avx512 vpclmulqdq"};
+	return names[kind];
 }
 
 uint32_t kvc_crc32c_zeros(uint32_t crc, size_t len)
