@@ -26,9 +26,10 @@
  * storage io through the worker's bounce buffer (gathered and scattered by
  * guarded copies, bounce_copy; a same-host server places into it
  * and takes from it, as from an iov): one chunk piece instead of one per
- * segment. Larger keys, device segments, and gets whose segments a
- * same-host server can place go segment by segment (the server reads
- * a run of pieces of one chunk once). */
+ * segment. A get whose segments a same-host server can place (host
+ * memory of one region) is one io scattered into them (scatters): the
+ * server reads a run of pieces of one chunk once and places each. Larger
+ * keys and device segments go segment by segment. */
 #define BOUNCE_KEY (1u << 20)
 #define BOUNCE_BYTES (32u << 20)
 _Static_assert(MAX_KEYS <= KVC_WIRE_MAX_KEYS, "one message per kind and directory");
@@ -44,6 +45,7 @@ struct key {
 	int dev[KVC_RING_KEY_MAX_SEGS];
 	/* Host segments' iov regions: same-host servers place into them. */
 	const struct kvc_storage_region *region[KVC_RING_KEY_MAX_SEGS];
+	struct iovec scatter[KVC_RING_KEY_MAX_SEGS]; /* a get's places, one io */
 	uint64_t total;
 	int dir;            /* index into the batch's dirs */
 	int rc;             /* 0 while it goes on */
@@ -374,8 +376,22 @@ static bool bounce(struct kvc_ring_keys_scratch *s, struct key *k, size_t *used,
 	return true;
 }
 
+/* Whether a get of key k (not bounced) goes as one scattered io: several
+ * host segments, all in one region (a same-host server places each
+ * piece; the io is planned once, not once a segment). */
+static bool scatters(const struct key *k)
+{
+	if (k->d.nsegs < 2 || !k->region[0])
+		return false;
+	for (int i = 0; i < k->d.nsegs; i++)
+		if (k->dev[i] >= 0 || k->region[i] != k->region[0])
+			return false;
+	return true;
+}
+
 /* The storage ios of a key: its segments in order, back to back (or its
- * bounce buffer, gathered first for a put). */
+ * bounce buffer, gathered first for a put; or, for a get, one io
+ * scattered into the segments). */
 static int add_ios(struct kvc_ring_keys_scratch *s, int count, struct key *k, size_t *used,
                    bool read)
 {
@@ -389,6 +405,17 @@ static int add_ios(struct kvc_ring_keys_scratch *s, int count, struct key *k, si
 		s->dev[count++] = -1;
 		k->ios = k->rc ? 0 : 1;
 		return k->rc ? count - 1 : count;
+	}
+	if (read && scatters(k)) {
+		for (int i = 0; i < k->d.nsegs; i++)
+			k->scatter[i] = (struct iovec){k->mem[i], k->segs[i].length};
+		s->io[count] = (struct kvc_storage_io){
+			.inode = k->attr.ino, .layout = k->attr.layout, .length = k->total,
+			.buf = k->mem[0], .region = k->region[0], .scatter = k->scatter,
+			.scatter_count = (uint32_t)k->d.nsegs};
+		s->dev[count++] = -1;
+		k->ios = 1;
+		return count;
 	}
 	for (int i = 0; i < k->d.nsegs; i++) {
 		s->io[count] = (struct kvc_storage_io){.inode = k->attr.ino, .layout = k->attr.layout,

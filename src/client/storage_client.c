@@ -249,6 +249,10 @@ static int write_add_piece(void *arg, struct kvc_storage_io *io, uint32_t io_ind
 {
 	struct write_plan *plan = arg;
 	struct kvc_chain c, *chain = &c;
+	if (io->scatter) {
+		kvc_storage_io_fail(io, -EINVAL); /* scattering is for reads */
+		return 0;
+	}
 	if (!kvc_storage_client_chain(plan->client, p->chain, &c) || c.count == 0) {
 		kvc_storage_io_fail(io, -EIO); /* no member serving */
 		return 0;

@@ -30,6 +30,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "client/transport.h"
 #include "core/chains.h"
@@ -108,6 +109,13 @@ struct kvc_storage_io {
 	/* buf lies in this region (NULL: none): a same-host server may place
 	 * the bytes straight there (client/transport.h). */
 	const struct kvc_storage_region *region;
+	/* Reads, optional (NULL: buf): the io's bytes in order to these
+	 * places instead, scatter[0].iov_len bytes to scatter[0].iov_base and
+	 * so on, the lengths adding up to length (a ring key's segments: one
+	 * io, planned once, its pieces cut at the segments' edges); every
+	 * place lies in region when region is set. */
+	const struct iovec *scatter;
+	uint32_t scatter_count;
 	bool forbid_holes; /* reads: a hole fails the io with -ENODATA */
 	int result;        /* out: 0 or -errno (the io's first failure) */
 };

@@ -467,10 +467,34 @@ static int read_add_piece(void *arg, struct kvc_storage_io *io, uint32_t io_inde
 	}
 	struct kvc_msg_piece piece = {.inode = io->inode, .chain = p->chain, .chunk = p->chunk,
 	                              .offset = p->chunk_offset, .length = p->length};
-	return read_add(plan, chain, piece,
-	                (struct read_dest){.dst = (uint8_t *)io->buf + p->buffer_offset,
-	                                   .io = io_index},
-	                pos);
+	if (!io->scatter)
+		return read_add(plan, chain, piece,
+		                (struct read_dest){.dst = (uint8_t *)io->buf + p->buffer_offset,
+		                                   .io = io_index},
+		                pos);
+	/* A scattered io: the piece cut at its places' edges, one entry each
+	 * (the server reads a run of them once). */
+	uint64_t seg_start = 0, at = p->buffer_offset, end = p->buffer_offset + p->length;
+	int rc = 0;
+	for (uint32_t i = 0; i < io->scatter_count && at < end && rc == 0; i++) {
+		uint64_t seg_end = seg_start + io->scatter[i].iov_len;
+		if (seg_end > at) {
+			uint32_t n = (uint32_t)((seg_end < end ? seg_end : end) - at);
+			struct kvc_msg_piece part = piece;
+			part.offset += (uint32_t)(at - p->buffer_offset);
+			part.length = n;
+			rc = read_add(plan, chain, part,
+			              (struct read_dest){.dst = (uint8_t *)io->scatter[i].iov_base +
+			                                        (at - seg_start),
+			                                 .io = io_index},
+			              pos);
+			at += n;
+		}
+		seg_start = seg_end;
+	}
+	if (rc == 0 && at < end)
+		kvc_storage_io_fail(io, -EINVAL); /* places shorter than the io */
+	return rc;
 }
 
 /* Every open request joins the wave, and the wave runs. */

@@ -107,6 +107,48 @@ def test_round_trips_with_random_segment_layouts(ring, iovs, workdir):
     keys.close()
 
 
+def test_gets_scattered_within_one_iov(ring, iovs, workdir):
+    """Gets whose segments all lie in one iov go as one storage io cut at
+    the segments' edges (fuse/ring_keys.c scatters): 2 to 64 segments at
+    odd offsets, keys that cross a chunk's end (1 MiB chunks), and a file
+    with a hole (written through FUSE), which reads back zeros."""
+    rng = random.Random(5)
+    keys = kvcfs.KeyDir(workdir)
+    names = [f"s{i}" for i in range(12)]
+    datas = [os.urandom(rng.choice([100, 65536, 200_001, 1_500_001])) for _ in names]
+    used = {id(i): [] for i in iovs}
+    puts = []
+    for name, data in zip(names, datas):
+        segs = layout(rng, len(data), iovs, used)
+        fill(segs, data)
+        puts.append((name, segs))
+    assert ring.put_keys(keys, puts).wait() == [len(d) for d in datas]
+    with open(os.path.join(workdir, "holey"), "wb") as f:
+        f.write(b"0123456789")
+        f.truncate(300_000)
+    names.append("holey")
+    datas.append(b"0123456789" + bytes(300_000 - 10))
+    one = iovs[0]
+    at = 0
+    gets = []
+    for name, data in zip(names, datas):
+        count = rng.randint(2, min(64, len(data)))
+        cuts = sorted(rng.sample(range(1, len(data)), count - 1))
+        bounds = [0] + cuts + [len(data)]
+        segs = []
+        for a, b in zip(bounds, bounds[1:]):
+            at += rng.randrange(0, 64)  # odd gaps between the segments
+            segs.append((one, at, b - a))
+            at += b - a
+        gets.append((name, segs))
+    assert at <= one.size
+    one.memoryview()[0:at] = b"\xaa" * at
+    assert ring.get_keys(keys, gets).wait() == [len(d) for d in datas]
+    for (name, segs), data in zip(gets, datas):
+        assert collect(segs) == data, name
+    keys.close()
+
+
 def test_keys_cross_between_the_ring_and_fuse(ring, iovs, workdir):
     keys = kvcfs.KeyDir(workdir)
     data = os.urandom(3 * MiB + 17)
