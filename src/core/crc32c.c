@@ -263,6 +263,12 @@ bool kvc_crc32c_has(enum kvc_crc32c_kind kind)
 	return kind <= best;
 }
 
+enum kvc_crc32c_kind kvc_crc32c_best(void)
+{
+	pthread_once(&best_once, best_find);
+	return best;
+}
+
 uint32_t kvc_crc32c_with(enum kvc_crc32c_kind kind, uint32_t crc, const void *data, size_t len)
 {
 	if (!kvc_crc32c_has(kind))

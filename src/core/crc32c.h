@@ -18,8 +18,10 @@ uint32_t kvc_crc32c(uint32_t crc, const void *data, size_t len);
 /* The implementations, slowest first: each is the same function. */
 enum kvc_crc32c_kind { KVC_CRC32C_TABLE, KVC_CRC32C_SSE42, KVC_CRC32C_FOLD };
 
-/* Whether this CPU runs kind (the table always). */
+/* Whether this CPU runs kind (the table always); the best it runs, the
+ * one kvc_crc32c uses. */
 bool kvc_crc32c_has(enum kvc_crc32c_kind kind);
+enum kvc_crc32c_kind kvc_crc32c_best(void);
 /* kvc_crc32c by one kind (the best there is when the CPU lacks it): for
  * tests and benchmarks of each; everything else calls kvc_crc32c. */
 uint32_t kvc_crc32c_with(enum kvc_crc32c_kind kind, uint32_t crc, const void *data, size_t len);

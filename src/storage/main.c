@@ -20,6 +20,7 @@
 
 #include "core/cli.h"
 #include "core/config.h"
+#include "core/crc32c.h"
 #include "core/log.h"
 #include "core/net.h"
 #include "core/server.h"
@@ -213,6 +214,7 @@ int main(int argc, char **argv)
 			             (unsigned long long)(space.total_bytes >> 20),
 			             (unsigned long long)(space.reserve_bytes >> 20));
 	}
+	kvc_log_info("block checksums: crc32c by %s", kvc_crc32c_kind_name(kvc_crc32c_best()));
 	int listen_fd = kvc_net_listen(me->address);
 	if (listen_fd < 0) {
 		fprintf(stderr, "kvc-storage: cannot listen on %s: %s\n", me->address,

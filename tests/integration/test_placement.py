@@ -707,3 +707,12 @@ def test_ring_keys_of_host_segments_are_placed(cluster, workdir):
         for iov in iovs:
             iov.close()
         ring.close()
+
+
+def test_storage_says_how_it_checks_blocks(cluster):
+    """kvc-storage logs the crc32c kind it found on the CPU (the folding
+    kind where AVX-512 VPCLMULQDQ is there, docs/operations.md)."""
+    for name in ("s1", "s2", "s3"):
+        log = (cluster.dir / "logs" / f"{name}.log").read_text()
+        assert any(f"block checksums: crc32c by {kind}" in log
+                   for kind in ("table", "sse4.2 crc32", "avx512 vpclmulqdq")), name
