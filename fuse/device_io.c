@@ -238,6 +238,8 @@ static void fill(struct kvc_device_stager *s, struct half *h, struct kvc_storage
 		piece->offset += at->done;
 		piece->length = take;
 		piece->buf = h->memory + used;
+		piece->scatter = NULL; /* staged whole (device ios are never scattered) */
+		piece->scatter_count = 0;
 		/* Small pieces (a key's per-layer segments) by TCP: placed one
 		 * by one they ran at a third of TCP's rate on the GPU host
 		 * (2026-11-23, gpu_keys.py 32-segment gets). */

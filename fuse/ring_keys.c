@@ -363,7 +363,8 @@ static bool bounce(struct kvc_ring_keys_scratch *s, struct key *k, size_t *used,
 			return false;
 		placed &= k->region[i] != NULL;
 	}
-	/* A get of placeable segments goes segment by segment: the storage
+	/* A get of placeable segments is not bounced: it goes as one io
+	 * scattered into them (scatters) or segment by segment; the storage
 	 * server reads the chunk once for the run of pieces they make and
 	 * places each piece (kvc_service_merge_pieces), with no copy here. A
 	 * put still gathers: a piece per segment would rewrite the chunk. */

@@ -473,7 +473,9 @@ static int read_add_piece(void *arg, struct kvc_storage_io *io, uint32_t io_inde
 		                                   .io = io_index},
 		                pos);
 	/* A scattered io: the piece cut at its places' edges, one entry each
-	 * (the server reads a run of them once). */
+	 * (the server reads a run of them once). A wave run by read_add
+	 * midway leaves the later parts on the chain as looked up for the
+	 * piece: a newer table meanwhile costs them an -ESTALE and a retry. */
 	uint64_t seg_start = 0, at = p->buffer_offset, end = p->buffer_offset + p->length;
 	int rc = 0;
 	for (uint32_t i = 0; i < io->scatter_count && at < end && rc == 0; i++) {
