@@ -7,7 +7,6 @@
 #define POLY 0x82f63b78u
 
 static uint32_t table[256];
-static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 
 static void table_build(void)
 {
@@ -21,7 +20,6 @@ static void table_build(void)
 
 static uint32_t crc_table(uint32_t crc, const uint8_t *p, size_t len)
 {
-	pthread_once(&table_once, table_build);
 	while (len--)
 		crc = (crc >> 8) ^ table[(crc ^ *p++) & 0xffu];
 	return crc;
@@ -35,7 +33,6 @@ static uint32_t crc_table(uint32_t crc, const uint8_t *p, size_t len)
 #define LONG_LANE 8192
 #define SHORT_LANE 256
 static uint32_t shift_long[4][256], shift_short[4][256];
-static pthread_once_t shift_once = PTHREAD_ONCE_INIT;
 
 static uint32_t gf2_times(const uint32_t *mat, uint32_t vec)
 {
@@ -123,7 +120,6 @@ static uint64_t lanes3(uint64_t c0, const uint8_t **p, size_t *len, size_t lane,
 __attribute__((target("sse4.2")))
 static uint32_t crc_sse42(uint32_t crc, const uint8_t *p, size_t len)
 {
-	pthread_once(&shift_once, shift_build);
 	uint64_t c = crc;
 	c = lanes3(c, &p, &len, LONG_LANE, shift_long);
 	c = lanes3(c, &p, &len, SHORT_LANE, shift_short);
@@ -169,7 +165,6 @@ static uint64_t fold_constant(uint32_t n)
 
 /* Per fold distance D (bits): {x^(D+32), x^(D-32)} as above. */
 static uint64_t fold_2048[2], fold_512[2], fold_384[2], fold_256[2], fold_128[2];
-static pthread_once_t fold_once = PTHREAD_ONCE_INIT;
 
 static void fold_build(void)
 {
@@ -207,7 +202,6 @@ FOLD_TARGET static uint32_t crc_fold(uint32_t crc, const uint8_t *p, size_t len)
 {
 	if (len < FOLD_MIN)
 		return crc_sse42(crc, p, len);
-	pthread_once(&fold_once, fold_build);
 	__m512i k4 = broadcast(fold_2048), k1 = broadcast(fold_512);
 	/* The crc so far joins the first 32 bits of the message. */
 	__m512i a0 = _mm512_xor_si512(_mm512_loadu_si512(p),
@@ -240,12 +234,14 @@ FOLD_TARGET static uint32_t crc_fold(uint32_t crc, const uint8_t *p, size_t len)
 
 #endif
 
-/* The best kind this CPU has, found once. */
+/* The best kind this CPU has, found once, with the tables of every kind
+ * it has built then (the kinds' own code assumes them). */
 static enum kvc_crc32c_kind best = KVC_CRC32C_TABLE;
 static pthread_once_t best_once = PTHREAD_ONCE_INIT;
 
 static void best_find(void)
 {
+	table_build();
 #if defined(__x86_64__)
 	__builtin_cpu_init();
 	if (__builtin_cpu_supports("sse4.2"))
@@ -254,7 +250,24 @@ static void best_find(void)
 	if (best == KVC_CRC32C_SSE42 && __builtin_cpu_supports("pclmul") &&
 	    __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("vpclmulqdq"))
 		best = KVC_CRC32C_FOLD;
+	if (best >= KVC_CRC32C_SSE42)
+		shift_build();
+	if (best == KVC_CRC32C_FOLD)
+		fold_build();
 #endif
+}
+
+/* crc by kind (one best_find has found). */
+static uint32_t crc_by(enum kvc_crc32c_kind kind, uint32_t crc, const void *data, size_t len)
+{
+	crc = ~crc;
+#if defined(__x86_64__)
+	if (kind == KVC_CRC32C_FOLD)
+		return ~crc_fold(crc, data, len);
+	if (kind == KVC_CRC32C_SSE42)
+		return ~crc_sse42(crc, data, len);
+#endif
+	return ~crc_table(crc, data, len);
 }
 
 bool kvc_crc32c_has(enum kvc_crc32c_kind kind)
@@ -271,22 +284,14 @@ enum kvc_crc32c_kind kvc_crc32c_best(void)
 
 uint32_t kvc_crc32c_with(enum kvc_crc32c_kind kind, uint32_t crc, const void *data, size_t len)
 {
-	if (!kvc_crc32c_has(kind))
-		kind = best;
-	crc = ~crc;
-#if defined(__x86_64__)
-	if (kind == KVC_CRC32C_FOLD)
-		return ~crc_fold(crc, data, len);
-	if (kind == KVC_CRC32C_SSE42)
-		return ~crc_sse42(crc, data, len);
-#endif
-	return ~crc_table(crc, data, len);
+	pthread_once(&best_once, best_find);
+	return crc_by(kind <= best ? kind : best, crc, data, len);
 }
 
 uint32_t kvc_crc32c(uint32_t crc, const void *data, size_t len)
 {
 	pthread_once(&best_once, best_find);
-	return kvc_crc32c_with(best, crc, data, len);
+	return crc_by(best, crc, data, len);
 }
 
 const char *kvc_crc32c_kind_name(enum kvc_crc32c_kind kind)
