@@ -37,7 +37,7 @@ struct run {
 	int dir_fd;
 	uint64_t keys;
 	size_t size;
-	int batch, depth, segs, rounds;
+	int batch, depth, segs, rounds; /* segs: the second run's */
 	int run; /* 0: one segment a key, 1: segs (their keys' names differ) */
 	struct kvc_completion *done;
 };
@@ -45,12 +45,18 @@ struct run {
 /* Segment s of the key in slot j of in-flight submission `slot`:
  * layer-major (all keys' segment 0, then all keys' segment 1, ...); each
  * submission has a put area and a get area of its own. */
+static int run_segs(const struct run *r)
+{
+	return r->run ? r->segs : 1;
+}
+
 static void segments(const struct run *r, int slot, int j, bool get, struct kvc_key_seg *out)
 {
-	size_t seg = r->size / (size_t)r->segs, area = (size_t)r->batch * r->size;
+	int segs = run_segs(r);
+	size_t seg = r->size / (size_t)segs, area = (size_t)r->batch * r->size;
 	size_t base = (size_t)slot * 2 * area + (get ? area : 0);
-	for (int s = 0; s < r->segs; s++) {
-		size_t len = s == r->segs - 1 ? r->size - seg * (size_t)(r->segs - 1) : seg;
+	for (int s = 0; s < segs; s++) {
+		size_t len = s == segs - 1 ? r->size - seg * (size_t)(segs - 1) : seg;
 		out[s] = (struct kvc_key_seg){r->iov, base + (size_t)s * (size_t)r->batch * seg +
 		                                          (size_t)j * seg, len};
 	}
@@ -75,9 +81,9 @@ static int submit(struct run *r, enum op op, int slot, struct flight *f, uint64_
 	for (int j = 0; j < n && rc >= 0; j++) {
 		if (data)
 			segments(r, slot, j, op == GET, segs);
-		snprintf(name, sizeof(name), "k%d-%d-%" PRIu64, r->run, r->segs, first + (uint64_t)j);
+		snprintf(name, sizeof(name), "k%d-%" PRIu64, r->run, first + (uint64_t)j);
 		rc = kvc_ring_prep_key(r->ring, op_codes[op], r->dir_fd, name, segs,
-		                       data ? r->segs : 0, 0, 0, (void *)(uintptr_t)slot);
+		                       data ? run_segs(r) : 0, 0, 0, (void *)(uintptr_t)slot);
 	}
 	if (rc >= 0)
 		rc = kvc_ring_submit(r->ring);
@@ -139,23 +145,21 @@ static int by_rate(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* run_op for both runs (one segment a key, then r->segs): once for put
- * and remove, r->rounds times for a read (get, exists), the two runs'
- * rounds taking turns so that both meet the same background work (the
- * puts' writeback, a collector's removals); each row gets its median
- * round. */
+/* run_op for both runs (r->run 0: one segment a key, 1: r->segs): once
+ * for put and remove, r->rounds times for a read (get, exists), the two
+ * runs' rounds taking turns so that both meet the same background work
+ * (the puts' writeback, a collector's removals); each row gets its
+ * median round. */
 static int run_both(struct run *r, enum op op, struct bench_result *rows[2])
 {
 	struct bench_result got[2][BENCH_KEYS_MAX_ROUNDS];
-	int n = op == GET || op == EXISTS ? r->rounds : 1, err = 0, segs = r->segs;
+	int n = op == GET || op == EXISTS ? r->rounds : 1, err = 0;
 	for (int i = 0; i < n && !err; i++)
 		for (int k = 0; k < 2 && !err; k++) {
-			r->segs = k == 0 ? 1 : segs;
 			r->run = k;
 			got[k][i] = *rows[k];
 			err = run_op(r, op, &got[k][i]);
 		}
-	r->segs = segs;
 	for (int k = 0; k < 2 && !err; k++) {
 		qsort(got[k], (size_t)n, sizeof(got[k][0]), by_rate);
 		*rows[k] = got[k][n / 2];
@@ -168,7 +172,7 @@ int bench_keys_ring(const char *mount, uint64_t keys, size_t size, int batch, in
 {
 	static struct bench_table t = {.ratio_label = "vs 1 seg"};
 	struct run r = {.keys = keys, .size = size, .batch = batch, .depth = depth,
-	                .rounds = rounds, .dir_fd = -1};
+	                .segs = segs, .rounds = rounds, .dir_fd = -1};
 	char dir[4096];
 	snprintf(dir, sizeof(dir), "%s/.kvc-bench-ring-keys-%d", mount, (int)getpid());
 	int rc = mkdir(dir, 0755) == 0 ? 0 : -errno;
@@ -203,7 +207,6 @@ int bench_keys_ring(const char *mount, uint64_t keys, size_t size, int batch, in
 			rows[op][k] = bench_add(&t, "ring %s %d seg%s%s", op_names[op], k ? segs : 1,
 			                        k && segs > 1 ? "s" : "",
 			                        k && segs == 1 ? " (again)" : "");
-	r.segs = segs;
 	for (int op = 0; op < OPS && !failed; op++) {
 		fprintf(stderr, "ring: %s...\n", op_names[op]);
 		int err = run_both(&r, (enum op)op, rows[op]);
