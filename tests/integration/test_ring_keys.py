@@ -53,6 +53,19 @@ def collect(segs):
     return b"".join(bytes(iov.memoryview()[at:at + n]) for iov, at, n in segs)
 
 
+def put_from_random_layouts(rng, ring, keys, names, datas, iovs):
+    """Put each key from a random layout of segments over the iovs; every
+    put succeeds. Returns the puts (name, segments)."""
+    used = {id(i): [] for i in iovs}
+    puts = []
+    for name, data in zip(names, datas):
+        segs = layout(rng, len(data), iovs, used)
+        fill(segs, data)
+        puts.append((name, segs))
+    assert ring.put_keys(keys, puts).wait() == [len(d) for d in datas]
+    return puts
+
+
 @pytest.fixture
 def ring(cluster):
     r = kvcfs.Ring(str(cluster.mount), 64, for_read=False)
@@ -74,15 +87,9 @@ def test_round_trips_with_random_segment_layouts(ring, iovs, workdir):
     rng = random.Random(11)
     keys = kvcfs.KeyDir(workdir)
     for rnd in range(3):
-        used = {id(i): [] for i in iovs}
         names = [f"k{rnd}-{i}" for i in range(40)]
         datas = [os.urandom(rng.choice([1, 100, 4096, 65536, 200_001])) for _ in names]
-        puts = []
-        for name, data in zip(names, datas):
-            segs = layout(rng, len(data), iovs, used)
-            fill(segs, data)
-            puts.append((name, segs))
-        assert ring.put_keys(keys, puts).wait() == [len(d) for d in datas]
+        puts = put_from_random_layouts(rng, ring, keys, names, datas, iovs)
         assert ring.exists_keys(keys, names).wait() == [len(d) for d in datas]
         used = {id(i): [] for i in iovs}
         gets = [(name, layout(rng, len(d), iovs, used)) for name, d in zip(names, datas)]
@@ -116,13 +123,7 @@ def test_gets_scattered_within_one_iov(ring, iovs, workdir):
     keys = kvcfs.KeyDir(workdir)
     names = [f"s{i}" for i in range(12)]
     datas = [os.urandom(rng.choice([100, 65536, 200_001, 1_500_001])) for _ in names]
-    used = {id(i): [] for i in iovs}
-    puts = []
-    for name, data in zip(names, datas):
-        segs = layout(rng, len(data), iovs, used)
-        fill(segs, data)
-        puts.append((name, segs))
-    assert ring.put_keys(keys, puts).wait() == [len(d) for d in datas]
+    put_from_random_layouts(rng, ring, keys, names, datas, iovs)
     with open(os.path.join(workdir, "holey"), "wb") as f:
         f.write(b"0123456789")
         f.truncate(300_000)
