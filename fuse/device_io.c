@@ -240,10 +240,7 @@ static void fill(struct kvc_device_stager *s, struct half *h, struct kvc_storage
 		piece->buf = h->memory + used;
 		piece->scatter = NULL; /* staged whole (device ios are never scattered) */
 		piece->scatter_count = 0;
-		/* Small pieces (a key's per-layer segments) by TCP: placed one
-		 * by one they ran at a third of TCP's rate on the GPU host
-		 * (2026-11-23, gpu_keys.py 32-segment gets). */
-		piece->region = take >= PLACE_MIN_PIECE ? s->placed : NULL;
+		piece->region = NULL; /* merge chooses, by the storage io's size */
 		piece->result = 0;
 		h->origin[h->count] = at->io;
 		h->target[h->count++] = (char *)io->buf + at->done;
@@ -261,8 +258,14 @@ static bool continues(const struct kvc_storage_io *a, const struct kvc_storage_i
 	       (char *)a->buf + a->length == (char *)b->buf;
 }
 
-/* Build half h's storage ios from its pieces. */
-static void merge(struct half *h)
+/* Build half h's storage ios from its pieces. A storage io of
+ * PLACE_MIN_PIECE or more is placed (a same-host server moves it straight
+ * between its file and the staging memory); smaller ones go by TCP: small
+ * pieces placed one by one ran at a third of TCP's rate on the GPU host
+ * (2026-11-23). The size that counts is the merged io's: a ring key of
+ * 32 per-layer 64 KiB segments is one 2 MiB io, placed (by TCP it ran
+ * at a third of contiguous keys, 2026-11-24). */
+static void merge(const struct kvc_device_stager *s, struct half *h)
 {
 	int m = 0;
 	for (int k = 0; k < h->count; k++) {
@@ -275,6 +278,8 @@ static void merge(struct half *h)
 		h->merged_of[k] = m - 1;
 	}
 	h->merged_count = m;
+	for (int i = 0; i < m; i++)
+		h->merged[i].region = h->merged[i].length >= PLACE_MIN_PIECE ? s->placed : NULL;
 }
 
 /* Each piece gets its storage io's result. */
@@ -381,7 +386,7 @@ static void run_reads(struct kvc_device_stager *s, struct kvc_storage_client *st
 		struct half *h = &s->halves[wave & 1];
 		settle(s, h, wave & 1, ios, devices); /* its last copies are done */
 		fill(s, h, ios, count, &at);
-		merge(h);
+		merge(s, h);
 		kvc_storage_client_read_batch(storage, h->merged, h->merged_count);
 		unmerge(h);
 		collect(h, ios);
@@ -418,7 +423,7 @@ static void run_writes(struct kvc_device_stager *s, struct kvc_storage_client *s
 		copy(s, next, (wave + 1) & 1, ios, devices, false);
 		settle(s, h, wave & 1, ios, devices);
 		compact(h);
-		merge(h);
+		merge(s, h);
 		kvc_storage_client_write_batch(storage, h->merged, h->merged_count);
 		unmerge(h);
 		collect(h, ios);

@@ -172,6 +172,63 @@ def test_keys_cross_between_the_ring_and_fuse(ring, iovs, workdir):
     keys.close()
 
 
+def test_blocks_gather_and_scatter_a_block_across_layers(cluster, ring, iovs, workdir):
+    """kvcfs.Blocks: a cache of 6 layers (memoryviews of two iovs, K and V
+    of a layer in different iovs, pages of different sizes per layer) of
+    16 blocks; key b is page b of every layer in order, put from one cache
+    and got into another (blocks in reverse), byte for byte; the FUSE file
+    is the layers' pages back to back. A Segments reused for two keys;
+    bad geometry, a block out of range and a closed iov are refused in
+    Python, before anything reaches the ring."""
+    keys = kvcfs.KeyDir(workdir)
+    blocks_n, pages = 16, [4096, 4096, 1000, 1000, 65536, 3]
+    def cache(base):
+        layers, at = [], {id(i): base for i in iovs}
+        for n, page in enumerate(pages):
+            iov = iovs[n % 2]
+            view = iov.memoryview()[at[id(iov)]:at[id(iov)] + page * blocks_n]
+            at[id(iov)] += page * blocks_n + 17  # gaps between the layers
+            layers.append(view)
+        return layers
+    src, dst = cache(0), cache(8 * MiB)
+    for layer in src:
+        layer[:] = os.urandom(len(layer))
+    put = kvcfs.Blocks(src, blocks_n)
+    got = kvcfs.Blocks(dst, blocks_n)
+    assert put.key_bytes == sum(pages) and len(put) == blocks_n
+    assert ring.put_keys(keys, [(f"b{b}", put[b]) for b in range(blocks_n)]).wait() == \
+        [sum(pages)] * blocks_n
+    assert ring.get_keys(keys, [(f"b{b}", got[blocks_n - 1 - b])
+                                for b in range(blocks_n)]).wait() == [sum(pages)] * blocks_n
+    for layer_src, layer_dst, page in zip(src, dst, pages):
+        for b in range(blocks_n):
+            assert bytes(layer_dst[(blocks_n - 1 - b) * page:(blocks_n - b) * page]) == \
+                bytes(layer_src[b * page:(b + 1) * page])
+    whole = b"".join(bytes(layer[5 * page:6 * page]) for layer, page in zip(src, pages))
+    assert (workdir / "b5").read_bytes() == whole
+    assert put[-1].nbytes == sum(pages)  # negative blocks count from the end
+    # One Segments, resolved once, serves two keys
+    segs = kvcfs.Segments([(iovs[0], 20 * MiB, 5000), src[1][0:300]])
+    assert ring.put_keys(keys, [("seg1", segs), ("seg2", segs)]).wait() == [5300, 5300]
+    assert (workdir / "seg1").read_bytes() == (workdir / "seg2").read_bytes()
+    with pytest.raises(ValueError):
+        kvcfs.Blocks([src[0][:4097]], blocks_n)  # not 16 equal pages
+    with pytest.raises(ValueError):
+        kvcfs.Blocks([], blocks_n)
+    with pytest.raises(IndexError):
+        put[blocks_n]
+    lone = kvcfs.Iov.create(str(cluster.mount), MiB)
+    lone.unlink()
+    held = kvcfs.Blocks([(lone, 0, MiB)], 4)[1]
+    lone.close()
+    with pytest.raises(ValueError):
+        ring.put_keys(keys, [("after-close", held)])
+    with pytest.raises(ValueError):
+        kvcfs.Segments([(lone, 0, 10)])
+    assert ring.exists_keys(keys, ["after-close"]).wait() == [-errno.ENOENT]
+    keys.close()
+
+
 PUT_SCRIPT = textwrap.dedent("""
     import os, sys
     sys.path.insert(0, {path!r})

@@ -29,7 +29,10 @@ torch tensors (CPU or CUDA) and memoryviews lying inside a registered iov.
     ring.put_keys(keys, [("k1", [layer0_page, layer1_page]), ...])   # sizes
     ring.get_keys(keys, [("k1", [dst0, dst1]), ...]).wait()          # sizes
     ring.wait_keys(keys, ["k2", "k3"], timeout=5.0).wait()
+    cache = kvcfs.Blocks([kv[layer] for layer in range(layers)], num_blocks)
+    ring.put_keys(keys, [(f"blk-{b}", cache[b]) for b in blocks])   # resolved once
 """
+import array as _array
 import ctypes
 import errno as _errno
 import os
@@ -102,6 +105,9 @@ _ring_submit = _sig("kvc_ring_submit", _int, _vp)
 
 class _KeySeg(ctypes.Structure):
     _fields_ = [("iov", _vp), ("offset", _sz), ("length", _sz)]
+
+
+assert ctypes.sizeof(_KeySeg) == 3 * 8, "Blocks builds segments as 64-bit words"
 
 
 _ring_prep_key = _sig("kvc_ring_prep_key", _int, _vp, _int, _int, _cp, ctypes.POINTER(_KeySeg),
@@ -178,16 +184,117 @@ def _address(buffer):
     return ctypes.addressof(ctypes.c_char.from_buffer(view)), view.nbytes
 
 
+_last_iov = None  # a weak reference to the iov the last segment lay in
+
+
+def _iov_of(address, nbytes):
+    """The live iov holding [address, address + nbytes): the last one found
+    first (a key's segments mostly lie in one or a few iovs)."""
+    global _last_iov
+    iov = _last_iov() if _last_iov is not None else None
+    if iov is not None and iov._handle and iov.base <= address and \
+            address + nbytes <= iov.base + iov.size:
+        return iov
+    for iov in list(_live_iovs):
+        if iov._handle and iov.base <= address and address + nbytes <= iov.base + iov.size:
+            _last_iov = weakref.ref(iov)
+            return iov
+    raise ValueError("a key segment must lie inside a registered kvcfs.Iov")
+
+
 def _segment(seg):
     """(iov, offset, length) of a segment: a tuple, or a buffer lying in
     a registered iov."""
     if isinstance(seg, tuple):
         return seg
     address, nbytes = _address(seg)
-    for iov in list(_live_iovs):
-        if iov._handle and iov.base <= address and address + nbytes <= iov.base + iov.size:
-            return iov, address - iov.base, nbytes
-    raise ValueError("a key segment must lie inside a registered kvcfs.Iov")
+    iov = _iov_of(address, nbytes)
+    return iov, address - iov.base, nbytes
+
+
+class Segments:
+    """A key's segments resolved once: pass it where put_keys, get_keys or
+    prepare_key take a list of segments, as many times as wanted. Each
+    segment of the list is checked and its iov found here, not at every
+    submission (a few microseconds a segment for torch tensors)."""
+
+    def __init__(self, segments=(), _array=None, _count=0, _iovs=()):
+        if _array is not None:
+            self._array, self.count, self._iovs = _array, _count, _iovs
+            return
+        segs = [_segment(x) for x in segments]
+        for iov, _, _ in segs:
+            if not isinstance(iov, Iov) or not iov._handle:
+                raise ValueError("a key segment's iov is closed or not a kvcfs.Iov")
+        self.count = len(segs)
+        self._array = (_KeySeg * max(1, self.count))(
+            *[(iov._handle, offset, length) for iov, offset, length in segs])
+        # The iovs live as long as this, and are checked open at each use
+        # (the array holds their handles).
+        self._iovs = tuple({id(iov): iov for iov, _, _ in segs}.values())
+
+    def _check_open(self):
+        for iov in self._iovs:
+            if not iov._handle:
+                raise ValueError("a key segment's iov was closed")
+
+    @property
+    def nbytes(self):
+        return sum(self._array[i].length for i in range(self.count))
+
+    def __len__(self):
+        return self.count
+
+
+class Blocks:
+    """A cache's blocks laid out by layer: layers is a list of buffers (torch
+    tensors of either device, numpy arrays, memoryviews or (iov, offset,
+    length) tuples), each inside a registered iov and holding num_blocks
+    pages of one size back to back (a [num_blocks, ...] tensor per layer,
+    or per layer and K/V). blocks[b] is the Segments of block b: page b of
+    every layer, in the layers' order. Made in a few microseconds a key
+    whatever the layer count, so a batch of keys of 32 or 64 segments is
+    prepared as fast as one of whole pages.
+
+        blocks = kvcfs.Blocks([kv[layer] for layer in range(layers)], num_blocks)
+        ring.put_keys(keys, [(f"block-{b}", blocks[b]) for b in block_ids])
+    """
+
+    def __init__(self, layers, num_blocks):
+        if num_blocks < 1:
+            raise ValueError("num_blocks must be at least 1")
+        segs = [_segment(x) for x in layers]
+        if not segs:
+            raise ValueError("Blocks needs at least one layer")
+        for iov, _, _ in segs:
+            if not isinstance(iov, Iov) or not iov._handle:
+                raise ValueError("a layer's iov is closed or not a kvcfs.Iov")
+        self.num_blocks = num_blocks
+        self._iovs = tuple({id(iov): iov for iov, _, _ in segs}.values())
+        self._geometry = []
+        flat = []
+        for iov, offset, length in segs:
+            if length % num_blocks or length == 0:
+                raise ValueError(f"a layer of {length} bytes is not {num_blocks} equal pages")
+            page = length // num_blocks
+            self._geometry.append((offset, page))
+            flat += [iov._handle.value, offset, page]
+        self._flat = flat
+        self.page_bytes = [page for _, page in self._geometry]
+        self.key_bytes = sum(self.page_bytes)
+
+    def __len__(self):
+        return self.num_blocks
+
+    def __getitem__(self, block):
+        if not -self.num_blocks <= block < self.num_blocks:
+            raise IndexError(f"block {block} of {self.num_blocks}")
+        block %= self.num_blocks
+        flat = self._flat[:]
+        flat[1::3] = [offset + block * page for offset, page in self._geometry]
+        count = len(self._geometry)
+        array = (_KeySeg * count).from_buffer_copy(_array.array("Q", flat))
+        return Segments(_array=array, _count=count, _iovs=self._iovs)
 
 
 class KeyDir:
@@ -409,15 +516,17 @@ class Ring:
 
     def prepare_key(self, op, keydir, name, segments=(), flags=0, timeout_ms=0,
                     userdata=None):
-        """Queue one key entry (op: KEY_PUT ... KEY_WAIT); returns its slot."""
-        segs = [_segment(x) for x in segments]
-        array = (_KeySeg * max(1, len(segs)))()
-        for i, (iov, offset, length) in enumerate(segs):
-            array[i] = _KeySeg(iov._handle, offset, length)
+        """Queue one key entry (op: KEY_PUT ... KEY_WAIT); returns its slot.
+        segments: a list of segments, or a Segments (Blocks' items)."""
+        if isinstance(segments, Segments):
+            segments._check_open()
+        else:
+            segments = Segments(segments)
+        array, count = segments._array, segments.count
         token = self._next_token
         self._next_token += 1
         fd = keydir.fd if isinstance(keydir, KeyDir) else int(keydir)
-        rc = _ring_prep_key(self._handle, op, fd, os.fsencode(name), array, len(segs), flags,
+        rc = _ring_prep_key(self._handle, op, fd, os.fsencode(name), array, count, flags,
                             timeout_ms, token)
         _check(rc, "ring prepare key")
         self._userdata[token] = userdata
