@@ -41,11 +41,12 @@ struct key {
 	uint64_t userdata;
 	struct kvc_ring_key_desc d;
 	struct kvc_ring_key_seg segs[KVC_RING_KEY_MAX_SEGS];
-	void *mem[KVC_RING_KEY_MAX_SEGS];
+	/* Each segment's memory (kvc-fuse's address of it, its length): a
+	 * scattered get's io takes the array as it is. */
+	struct iovec place[KVC_RING_KEY_MAX_SEGS];
 	int dev[KVC_RING_KEY_MAX_SEGS];
 	/* Host segments' iov regions: same-host servers place into them. */
 	const struct kvc_storage_region *region[KVC_RING_KEY_MAX_SEGS];
-	struct iovec scatter[KVC_RING_KEY_MAX_SEGS]; /* a get's places, one io */
 	uint64_t total;
 	int dir;            /* index into the batch's dirs */
 	int rc;             /* 0 while it goes on */
@@ -189,7 +190,7 @@ int kvc_ring_keys_decode(const void *raw, size_t len, uint32_t op,
 static int resolve_segs(struct kvc_usrbio_client *c, struct key *k)
 {
 	uint64_t total = 0;
-	int rc = kvc_usrbio_resolve_segs(c, k->segs, k->d.nsegs, k->mem, k->dev, k->region);
+	int rc = kvc_usrbio_resolve_segs(c, k->segs, k->d.nsegs, k->place, k->dev, k->region);
 	if (rc < 0)
 		return rc;
 	for (int i = 0; i < k->d.nsegs; i++) {
@@ -343,8 +344,9 @@ static int bounce_copy(const struct key *k, bool in)
 	char *at = k->bounce;
 	int rc = 0;
 	for (int i = 0; i < k->d.nsegs && rc == 0; i++) {
-		size_t n = k->segs[i].length;
-		rc = in ? kvc_mem_guard_copy(at, k->mem[i], n) : kvc_mem_guard_copy(k->mem[i], at, n);
+		size_t n = k->place[i].iov_len;
+		void *mem = k->place[i].iov_base;
+		rc = in ? kvc_mem_guard_copy(at, mem, n) : kvc_mem_guard_copy(mem, at, n);
 		at += n;
 	}
 	return rc;
@@ -408,11 +410,9 @@ static int add_ios(struct kvc_ring_keys_scratch *s, int count, struct key *k, si
 		return k->rc ? count - 1 : count;
 	}
 	if (read && scatters(k)) {
-		for (int i = 0; i < k->d.nsegs; i++)
-			k->scatter[i] = (struct iovec){k->mem[i], k->segs[i].length};
 		s->io[count] = (struct kvc_storage_io){
 			.inode = k->attr.ino, .layout = k->attr.layout, .length = k->total,
-			.buf = k->mem[0], .region = k->region[0], .scatter = k->scatter,
+			.buf = k->place[0].iov_base, .region = k->region[0], .scatter = k->place,
 			.scatter_count = (uint32_t)k->d.nsegs};
 		s->dev[count++] = -1;
 		k->ios = 1;
@@ -421,7 +421,8 @@ static int add_ios(struct kvc_ring_keys_scratch *s, int count, struct key *k, si
 	for (int i = 0; i < k->d.nsegs; i++) {
 		s->io[count] = (struct kvc_storage_io){.inode = k->attr.ino, .layout = k->attr.layout,
 		                                       .offset = offset, .length = k->segs[i].length,
-		                                       .buf = k->mem[i], .region = k->region[i]};
+		                                       .buf = k->place[i].iov_base,
+		                                       .region = k->region[i]};
 		s->dev[count++] = k->dev[i];
 		offset += k->segs[i].length;
 	}

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/sysmacros.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "core/ring.h"
@@ -234,14 +235,16 @@ int kvc_usrbio_resolve_iov_region(struct kvc_usrbio_client *c, uint32_t handle,
 }
 
 int kvc_usrbio_resolve_segs(struct kvc_usrbio_client *c, const struct kvc_ring_key_seg *segs,
-                            int n, void **out, int *device,
+                            int n, struct iovec *out, int *device,
                             const struct kvc_storage_region **region)
 {
 	int rc = 0;
 	pthread_mutex_lock(&c->lock);
-	for (int i = 0; i < n && rc == 0; i++)
-		rc = resolve_locked(c, segs[i].iov_handle, segs[i].offset, segs[i].length, &out[i],
-		                    &device[i], &region[i]);
+	for (int i = 0; i < n && rc == 0; i++) {
+		out[i].iov_len = segs[i].length;
+		rc = resolve_locked(c, segs[i].iov_handle, segs[i].offset, segs[i].length,
+		                    &out[i].iov_base, &device[i], &region[i]);
+	}
 	pthread_mutex_unlock(&c->lock);
 	return rc;
 }

@@ -144,12 +144,13 @@ int kvc_usrbio_resolve_iov(struct kvc_usrbio_client *client, uint32_t handle,
 int kvc_usrbio_resolve_iov_region(struct kvc_usrbio_client *client, uint32_t handle,
                                   uint64_t offset, uint64_t length, void **out, int *device,
                                   const struct kvc_storage_region **region);
-/* The same for n ring key segments at once (one lock): out, device and
- * region get one element per segment. 0 or -EFAULT (a segment outside its
- * iov, or an unknown iov). */
+/* The same for n ring key segments at once (one lock): out (each
+ * segment's memory and length), device and region get one element per
+ * segment. 0 or -EFAULT (a segment outside its iov, or an unknown iov). */
 struct kvc_ring_key_seg;
+struct iovec;
 int kvc_usrbio_resolve_segs(struct kvc_usrbio_client *client, const struct kvc_ring_key_seg *segs,
-                            int n, void **out, int *device,
+                            int n, struct iovec *out, int *device,
                             const struct kvc_storage_region **region);
 int kvc_usrbio_resolve_file(struct kvc_usrbio_client *client, int client_fd,
                             struct kvc_usrbio_file *out);
