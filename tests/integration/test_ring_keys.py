@@ -206,15 +206,37 @@ def test_blocks_gather_and_scatter_a_block_across_layers(cluster, ring, iovs, wo
                 bytes(layer_src[b * page:(b + 1) * page])
     whole = b"".join(bytes(layer[5 * page:6 * page]) for layer, page in zip(src, pages))
     assert (workdir / "b5").read_bytes() == whole
-    assert put[-1].nbytes == sum(pages)  # negative blocks count from the end
+    # Negative blocks count from the end; layers given as tuples
+    last = b"".join(bytes(layer[(blocks_n - 1) * page:]) for layer, page in zip(src, pages))
+    assert ring.put_keys(keys, [("last", put[-1])]).wait() == [sum(pages)]
+    assert (workdir / "last").read_bytes() == last
+    tuples = kvcfs.Blocks([(iovs[1], 20 * MiB, 4 * 1000), (iovs[0], 20 * MiB + 7, 4 * 10)], 4)
+    iovs[1].memoryview()[20 * MiB:20 * MiB + 4000] = os.urandom(4000)
+    iovs[0].memoryview()[20 * MiB + 7:20 * MiB + 47] = os.urandom(40)
+    assert ring.put_keys(keys, [("t2", tuples[2])]).wait() == [1010]
+    assert (workdir / "t2").read_bytes() == \
+        bytes(iovs[1].memoryview()[20 * MiB + 2000:20 * MiB + 3000]) + \
+        bytes(iovs[0].memoryview()[20 * MiB + 27:20 * MiB + 37])
     # One Segments, resolved once, serves two keys
-    segs = kvcfs.Segments([(iovs[0], 20 * MiB, 5000), src[1][0:300]])
+    segs = kvcfs.Segments([(iovs[0], 21 * MiB, 5000), src[1][0:300]])
+    expect = bytes(iovs[0].memoryview()[21 * MiB:21 * MiB + 5000]) + bytes(src[1][0:300])
     assert ring.put_keys(keys, [("seg1", segs), ("seg2", segs)]).wait() == [5300, 5300]
-    assert (workdir / "seg1").read_bytes() == (workdir / "seg2").read_bytes()
+    assert (workdir / "seg1").read_bytes() == expect
+    assert (workdir / "seg2").read_bytes() == expect
+    # Refused in Python, before anything reaches the ring
     with pytest.raises(ValueError):
         kvcfs.Blocks([src[0][:4097]], blocks_n)  # not 16 equal pages
     with pytest.raises(ValueError):
         kvcfs.Blocks([], blocks_n)
+    with pytest.raises(ValueError):  # more segments than a key may have
+        kvcfs.Blocks([src[0]] * (kvcfs.KEY_MAX_SEGS + 1), blocks_n)
+    with pytest.raises(ValueError):  # [2, blocks, page]: K and V are not blocks
+        kvcfs.Blocks([iovs[0].memoryview()[0:2 * blocks_n * 64].cast("B", [2, blocks_n * 64])],
+                     blocks_n)
+    with pytest.raises(ValueError):  # not 64-bit (ctypes would wrap it)
+        kvcfs.Segments([(iovs[0], -1, 10)])
+    with pytest.raises(ValueError):
+        kvcfs.Segments([(iovs[0], (1 << 64) + 5, 10)])
     with pytest.raises(IndexError):
         put[blocks_n]
     lone = kvcfs.Iov.create(str(cluster.mount), MiB)
@@ -225,8 +247,62 @@ def test_blocks_gather_and_scatter_a_block_across_layers(cluster, ring, iovs, wo
         ring.put_keys(keys, [("after-close", held)])
     with pytest.raises(ValueError):
         kvcfs.Segments([(lone, 0, 10)])
+    with pytest.raises(ValueError):  # a file read into a closed iov
+        ring.prepare(lone, True, keys.fd, 0, 10)
     assert ring.exists_keys(keys, ["after-close"]).wait() == [-errno.ENOENT]
     keys.close()
+
+
+CLOSE_RACE = textwrap.dedent("""
+    import sys, threading, time
+    sys.path.insert(0, {path!r})
+    import kvcfs
+    mount, directory = sys.argv[1], sys.argv[2]
+    keys = kvcfs.KeyDir(directory)
+    ring = kvcfs.Ring(mount, 4, for_read=False)
+    iov = kvcfs.Iov.create(mount, 1 << 20)
+    iov.unlink()
+    blocks = kvcfs.Blocks([(iov, 0, 1 << 20)], 256)
+    # libkvc's prepare, slowed down: the close below comes while it runs
+    real, inside, events = kvcfs._ring_prep_key, threading.Event(), []
+    def slow(*args):
+        inside.set()
+        time.sleep(0.3)
+        rc = real(*args)
+        events.append("prepared")
+        return rc
+    kvcfs._ring_prep_key = slow
+    t = threading.Thread(target=lambda: ring.prepare_key(kvcfs.KEY_PUT, keys, "during", blocks[3]))
+    t.start()
+    inside.wait()
+    iov.close()
+    events.append("closed")
+    t.join()
+    kvcfs._ring_prep_key = real
+    ring.submit()
+    result = ring.wait(min_results=1)[0].result
+    try:
+        ring.prepare_key(kvcfs.KEY_PUT, keys, "after", blocks[4])
+        events.append("prepared after close")
+    except ValueError:
+        events.append("refused")
+    print(",".join(events), result)
+""")
+
+
+def test_closing_an_iov_under_a_prepare_in_another_thread(cluster, workdir):
+    """kvcfs: an iov closed by one thread while another thread's prepare
+    passes its handle to libkvc (slowed down to 0.3 s) is freed only after
+    that prepare returned; the entry, submitted after the close, completes
+    with -EFAULT (kvc-fuse no longer knows the iov); a prepare after the
+    close is refused (ValueError) instead of handing libkvc a freed
+    handle."""
+    script = CLOSE_RACE.format(path=str(ROOT / "tools" / "python"))
+    out = subprocess.run([sys.executable, "-c", script, str(cluster.mount), str(workdir)],
+                         capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, KVC_LIB=str(LIBKVC)))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["prepared,closed,refused", str(-errno.EFAULT)]
 
 
 PUT_SCRIPT = textwrap.dedent("""

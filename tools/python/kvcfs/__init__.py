@@ -35,6 +35,8 @@ torch tensors (CPU or CUDA) and memoryviews lying inside a registered iov.
 import array as _array
 import ctypes
 import errno as _errno
+import operator
+import threading
 import os
 import pathlib
 import time
@@ -47,6 +49,7 @@ ALLOW_READ_UNCOMMITTED = 1
 FORBID_READ_HOLES = 2
 KEY_PUT, KEY_GET, KEY_EXISTS, KEY_REMOVE, KEY_WAIT = 3, 4, 5, 6, 7
 KEY_REPLACE = 1
+KEY_MAX_SEGS = 64  # segments of one key (KVC_KEY_MAX_SEGS)
 
 
 def _find_library():
@@ -107,8 +110,6 @@ class _KeySeg(ctypes.Structure):
     _fields_ = [("iov", _vp), ("offset", _sz), ("length", _sz)]
 
 
-assert ctypes.sizeof(_KeySeg) == 3 * 8, "Blocks builds segments as 64-bit words"
-
 
 _ring_prep_key = _sig("kvc_ring_prep_key", _int, _vp, _int, _int, _cp, ctypes.POINTER(_KeySeg),
                       _int, ctypes.c_uint32, ctypes.c_uint32, _vp)
@@ -155,6 +156,27 @@ class _CudaArray:
 import weakref  # noqa: E402
 
 _live_iovs = weakref.WeakSet()  # to find the iov a buffer lies in
+# An iov's handle is in use while a prepare call passes it to libkvc:
+# close() waits for those calls to end before it frees the handle, so a
+# thread that closes an iov never frees one under another's prepare.
+_use_lock = threading.Condition()
+
+
+def _use(iovs):
+    """Mark iovs in use for a prepare call; ValueError if one is closed."""
+    with _use_lock:
+        for iov in iovs:
+            if not iov._handle:
+                raise ValueError("a segment's iov was closed")
+        for iov in iovs:
+            iov._users += 1
+
+
+def _unuse(iovs):
+    with _use_lock:
+        for iov in iovs:
+            iov._users -= 1
+        _use_lock.notify_all()
 
 
 def _address(buffer):
@@ -202,6 +224,16 @@ def _iov_of(address, nbytes):
     raise ValueError("a key segment must lie inside a registered kvcfs.Iov")
 
 
+def _check_segment(iov, offset, length):
+    """A segment (or layer) of an open iov, its numbers 64-bit (ctypes
+    would wrap them); ValueError otherwise. Whether it lies inside the iov
+    is kvc-fuse's check (-EFAULT), as for any client."""
+    if not isinstance(iov, Iov) or not iov._handle:
+        raise ValueError("a segment's iov is closed or not a kvcfs.Iov")
+    if not (0 <= offset < 1 << 64 and 0 <= length < 1 << 64):
+        raise ValueError(f"a segment of {length} bytes at {offset}: not 64-bit numbers")
+
+
 def _segment(seg):
     """(iov, offset, length) of a segment: a tuple, or a buffer lying in
     a registered iov."""
@@ -223,9 +255,8 @@ class Segments:
             self._array, self.count, self._iovs = _array, _count, _iovs
             return
         segs = [_segment(x) for x in segments]
-        for iov, _, _ in segs:
-            if not isinstance(iov, Iov) or not iov._handle:
-                raise ValueError("a key segment's iov is closed or not a kvcfs.Iov")
+        for iov, offset, length in segs:
+            _check_segment(iov, offset, length)
         self.count = len(segs)
         self._array = (_KeySeg * max(1, self.count))(
             *[(iov._handle, offset, length) for iov, offset, length in segs])
@@ -233,10 +264,6 @@ class Segments:
         # (the array holds their handles).
         self._iovs = tuple({id(iov): iov for iov, _, _ in segs}.values())
 
-    def _check_open(self):
-        for iov in self._iovs:
-            if not iov._handle:
-                raise ValueError("a key segment's iov was closed")
 
     @property
     def nbytes(self):
@@ -247,28 +274,40 @@ class Segments:
 
 
 class Blocks:
-    """A cache's blocks laid out by layer: layers is a list of buffers (torch
-    tensors of either device, numpy arrays, memoryviews or (iov, offset,
-    length) tuples), each inside a registered iov and holding num_blocks
-    pages of one size back to back (a [num_blocks, ...] tensor per layer,
-    or per layer and K/V). blocks[b] is the Segments of block b: page b of
-    every layer, in the layers' order. Made in a few microseconds a key
-    whatever the layer count, so a batch of keys of 32 or 64 segments is
-    prepared as fast as one of whole pages.
+    """A cache's blocks laid out by layer: layers is a list of up to
+    KEY_MAX_SEGS buffers (torch tensors of either device, numpy arrays,
+    memoryviews or (iov, offset, length) tuples), each inside a registered
+    iov and holding num_blocks pages of one size back to back: a
+    [num_blocks, ...] tensor per layer, or per layer and K/V (a buffer of
+    two or more dimensions must have num_blocks as its first: pass a
+    [2, num_blocks, ...] layer as its K and V halves). blocks[b] is the
+    Segments of block b: page b of every layer, in the layers' order. Made
+    in a few microseconds a key whatever the layer count, so a batch of
+    keys of 32 or 64 segments is prepared as fast as one of whole pages.
+    (Memory registered as iovs of two mounts: pass tuples, which name the
+    iov; a buffer is taken to lie in whichever of them was found.)
 
         blocks = kvcfs.Blocks([kv[layer] for layer in range(layers)], num_blocks)
         ring.put_keys(keys, [(f"block-{b}", blocks[b]) for b in block_ids])
     """
 
     def __init__(self, layers, num_blocks):
+        num_blocks = operator.index(num_blocks)
         if num_blocks < 1:
             raise ValueError("num_blocks must be at least 1")
+        if ctypes.sizeof(_KeySeg) != 3 * 8:
+            raise OSError(_errno.ENOTSUP, "kvcfs.Blocks needs 64-bit pointers")
+        layers = list(layers)
+        if not 1 <= len(layers) <= KEY_MAX_SEGS:
+            raise ValueError(f"{len(layers)} layers: a key has 1 to {KEY_MAX_SEGS} segments")
+        for layer in layers:
+            shape = getattr(layer, "shape", None)
+            if shape is not None and len(shape) >= 2 and shape[0] != num_blocks:
+                raise ValueError(f"a layer of shape {tuple(shape)} is not {num_blocks} "
+                                 "blocks along its first dimension")
         segs = [_segment(x) for x in layers]
-        if not segs:
-            raise ValueError("Blocks needs at least one layer")
-        for iov, _, _ in segs:
-            if not isinstance(iov, Iov) or not iov._handle:
-                raise ValueError("a layer's iov is closed or not a kvcfs.Iov")
+        for iov, offset, length in segs:
+            _check_segment(iov, offset, length)
         self.num_blocks = num_blocks
         self._iovs = tuple({id(iov): iov for iov, _, _ in segs}.values())
         self._geometry = []
@@ -287,6 +326,7 @@ class Blocks:
         return self.num_blocks
 
     def __getitem__(self, block):
+        block = operator.index(block)
         if not -self.num_blocks <= block < self.num_blocks:
             raise IndexError(f"block {block} of {self.num_blocks}")
         block %= self.num_blocks
@@ -359,6 +399,7 @@ class Iov:
 
     def __init__(self, handle, size, keep=None):
         self._handle = handle
+        self._users = 0  # prepare calls passing the handle now (_use)
         self.size = size
         self.base = _iov_base(handle)
         self._keep = keep  # the caller's buffer object, kept alive with us
@@ -465,9 +506,12 @@ class Iov:
         _check(_iov_unlink(self._handle), "iov unlink")
 
     def close(self):
-        if self._handle:
-            _iov_destroy(self._handle)
-            self._handle = None
+        with _use_lock:
+            while self._users:
+                _use_lock.wait()
+            handle, self._handle = self._handle, None
+        if handle:
+            _iov_destroy(handle)
             self._keep = None
 
     def __del__(self):
@@ -506,7 +550,11 @@ class Ring:
         token = self._next_token
         self._next_token += 1
         ptr = iov.base + iov_offset
-        rc = _ring_prep(self._handle, iov._handle, read, ptr, fd, offset, length, token)
+        _use((iov,))
+        try:
+            rc = _ring_prep(self._handle, iov._handle, read, ptr, fd, offset, length, token)
+        finally:
+            _unuse((iov,))
         _check(rc, "ring prepare")
         self._userdata[token] = userdata
         return rc
@@ -518,16 +566,17 @@ class Ring:
                     userdata=None):
         """Queue one key entry (op: KEY_PUT ... KEY_WAIT); returns its slot.
         segments: a list of segments, or a Segments (Blocks' items)."""
-        if isinstance(segments, Segments):
-            segments._check_open()
-        else:
+        if not isinstance(segments, Segments):
             segments = Segments(segments)
-        array, count = segments._array, segments.count
         token = self._next_token
         self._next_token += 1
         fd = keydir.fd if isinstance(keydir, KeyDir) else int(keydir)
-        rc = _ring_prep_key(self._handle, op, fd, os.fsencode(name), array, count, flags,
-                            timeout_ms, token)
+        _use(segments._iovs)  # open, and kept open until libkvc has read them
+        try:
+            rc = _ring_prep_key(self._handle, op, fd, os.fsencode(name), segments._array,
+                                segments.count, flags, timeout_ms, token)
+        finally:
+            _unuse(segments._iovs)
         _check(rc, "ring prepare key")
         self._userdata[token] = userdata
         return rc
