@@ -32,7 +32,7 @@ torch tensors (CPU or CUDA) and memoryviews lying inside a registered iov.
     cache = kvcfs.Blocks([kv[layer] for layer in range(layers)], num_blocks)
     ring.put_keys(keys, [(f"blk-{b}", cache[b]) for b in blocks])   # resolved once
 """
-import array as _array
+import array as _pyarray
 import ctypes
 import errno as _errno
 import operator
@@ -184,7 +184,9 @@ def _address(buffer):
     if hasattr(buffer, "data_ptr"):  # torch, either device
         if not buffer.is_contiguous():
             raise ValueError("a key segment must be contiguous")
-        return buffer.data_ptr(), buffer.numel() * buffer.element_size()
+        nbytes = getattr(buffer, "nbytes", None)  # torch >= 1.11: one call
+        return buffer.data_ptr(), nbytes if nbytes is not None else \
+            buffer.numel() * buffer.element_size()
     for name in ("__cuda_array_interface__", "__array_interface__"):
         face = getattr(buffer, name, None)
         if face is not None:
@@ -254,16 +256,27 @@ class Segments:
         if _array is not None:
             self._array, self.count, self._iovs = _array, _count, _iovs
             return
-        segs = [_segment(x) for x in segments]
-        for iov, offset, length in segs:
-            _check_segment(iov, offset, length)
-        self.count = len(segs)
-        self._array = (_KeySeg * max(1, self.count))(
-            *[(iov._handle, offset, length) for iov, offset, length in segs])
+        flat, iovs = [], {}
+        for seg in segments:
+            if isinstance(seg, tuple):
+                iov, offset, length = seg
+                _check_segment(iov, offset, length)
+            else:  # found inside a live iov: open, in bounds
+                address, length = _address(seg)
+                iov = _iov_of(address, length)
+                offset = address - iov.base
+            iovs[id(iov)] = iov
+            flat += (iov._handle.value, offset, length)
+        self.count = len(flat) // 3
+        if ctypes.sizeof(_KeySeg) == 3 * 8:  # the array as 64-bit words, at once
+            self._array = (_KeySeg * max(1, self.count)).from_buffer_copy(
+                _pyarray.array("Q", flat or [0, 0, 0]))
+        else:
+            self._array = (_KeySeg * max(1, self.count))(
+                *[tuple(flat[i:i + 3]) for i in range(0, len(flat), 3)])
         # The iovs live as long as this, and are checked open at each use
         # (the array holds their handles).
-        self._iovs = tuple({id(iov): iov for iov, _, _ in segs}.values())
-
+        self._iovs = tuple(iovs.values())
 
     @property
     def nbytes(self):
@@ -333,7 +346,7 @@ class Blocks:
         flat = self._flat[:]
         flat[1::3] = [offset + block * page for offset, page in self._geometry]
         count = len(self._geometry)
-        array = (_KeySeg * count).from_buffer_copy(_array.array("Q", flat))
+        array = (_KeySeg * count).from_buffer_copy(_pyarray.array("Q", flat))
         return Segments(_array=array, _count=count, _iovs=self._iovs)
 
 
