@@ -150,6 +150,31 @@ def test_gets_scattered_within_one_iov(ring, iovs, workdir):
     keys.close()
 
 
+def test_a_read_request_carries_up_to_1024_pieces(cluster, ring, iovs, workdir):
+    """32 keys of 32 segments of 100 bytes (1,024 pieces) got in one batch:
+    each storage server gets the pieces of its keys in one placed request
+    (the client's cap on pieces a request was 256 below the wire's 1,024,
+    which took 4 or more requests), bytes compared."""
+    from test_metrics import scrape, value
+    keys = kvcfs.KeyDir(workdir)
+    datas = [os.urandom(3200) for _ in range(32)]
+    iov = iovs[0]
+    puts = [(f"p{i}", [(iov, i * 3200, 3200)]) for i in range(32)]
+    for (name, [(_, at, n)]), data in zip(puts, datas):
+        iov.memoryview()[at:at + n] = data
+    assert ring.put_keys(keys, puts).wait() == [3200] * 32
+    gets = [(f"p{i}", [(iovs[1], (i * 32 + j) * 128, 100) for j in range(32)]) for i in range(32)]
+    before = value(scrape(cluster.fuse_metrics), "kvc_fuse_transport_requests_total",
+                   transport="place")
+    assert ring.get_keys(keys, gets).wait() == [3200] * 32
+    sent = value(scrape(cluster.fuse_metrics), "kvc_fuse_transport_requests_total",
+                 transport="place") - before
+    assert 1 <= sent <= 3  # one request per storage server
+    for (name, segs), data in zip(gets, datas):
+        assert collect(segs) == data, name
+    keys.close()
+
+
 def test_keys_cross_between_the_ring_and_fuse(ring, iovs, workdir):
     keys = kvcfs.KeyDir(workdir)
     data = os.urandom(3 * MiB + 17)

@@ -265,8 +265,11 @@ class Segments:
                 address, length = _address(seg)
                 iov = _iov_of(address, length)
                 offset = address - iov.base
+            handle = iov._handle  # read once: another thread may close it
+            if not handle:
+                raise ValueError("a segment's iov was closed")
             iovs[id(iov)] = iov
-            flat += (iov._handle.value, offset, length)
+            flat += (handle.value, offset, length)
         self.count = len(flat) // 3
         if ctypes.sizeof(_KeySeg) == 3 * 8:  # the array as 64-bit words, at once
             self._array = (_KeySeg * max(1, self.count)).from_buffer_copy(
@@ -330,7 +333,10 @@ class Blocks:
                 raise ValueError(f"a layer of {length} bytes is not {num_blocks} equal pages")
             page = length // num_blocks
             self._geometry.append((offset, page))
-            flat += [iov._handle.value, offset, page]
+            handle = iov._handle  # read once: another thread may close it
+            if not handle:
+                raise ValueError("a layer's iov was closed")
+            flat += [handle.value, offset, page]
         self._flat = flat
         self.page_bytes = [page for _, page in self._geometry]
         self.key_bytes = sum(self.page_bytes)
