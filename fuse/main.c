@@ -250,6 +250,8 @@ int main(int argc, char **argv)
 		rc = kvc_inode_table_create(&fs.inodes);
 	if (rc == 0)
 		rc = kvc_attr_cache_create(&fs.attrs);
+	if (rc == 0)
+		rc = kvc_known_attrs_create(&fs.known);
 	if (rc == 0) /* ring keys copy client memory under it (ring_keys.h) */
 		rc = kvc_mem_guard_init();
 	if (rc == 0)

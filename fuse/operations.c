@@ -62,6 +62,7 @@ void kvc_fuse_fill_entry_watched(struct kvc_fuse *fs, struct kvc_meta_events_mar
                                  uint64_t parent, const char *name, struct kvc_attr *attr,
                                  struct fuse_entry_param *e)
 {
+	kvc_known_attrs_note(fs->known, attr);
 	fill_entry(fs, mark.seq, attr, e);
 	e->entry_timeout = kvc_meta_events_ttl(fs->events, mark, parent, name, 0);
 	e->attr_timeout = kvc_meta_events_ttl(fs->events, mark, 0, NULL, attr->ino);
@@ -155,6 +156,16 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	int rc = kvc_meta_client_getattr(&fs->meta, ino, &attr);
 	if (rc == 0 && (S_ISREG(attr.mode) || S_ISDIR(attr.mode)))
 		kvc_attr_cache_put(fs->attrs, &attr, mark);
+	if (rc == 0)
+		kvc_known_attrs_note(fs->known, &attr);
+	/* A directory or special file removed while held here (fstat of an
+	 * open one, stat of a removed working directory): its last
+	 * attributes, nlink 0, as a local disk answers (known_attrs.h). */
+	if (rc == -ENOENT && kvc_known_attrs_gone(fs->known, ino, &attr)) {
+		attr_to_stat(&attr, &st);
+		fuse_reply_attr(req, &st, 0);
+		return;
+	}
 	reply_attr(req, mark, rc, &attr);
 }
 

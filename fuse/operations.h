@@ -21,6 +21,7 @@
 #include "fuse/dir_names.h"
 #include "fuse/early_creates.h"
 #include "fuse/inode_table.h"
+#include "fuse/known_attrs.h"
 #include "fuse/meta_events.h"
 #include "client/meta_client.h"
 #include "client/storage_client.h"
@@ -56,6 +57,8 @@ struct kvc_fuse {
 	struct kvc_close_queue *closes; /* CLOSEs off the release path */
 	/* What kvc-meta last said of our open files (attr_cache.h). */
 	struct kvc_attr_cache *attrs;
+	/* Last attributes of directories and special files (known_attrs.h). */
+	struct kvc_known_attrs *known;
 	struct kvc_dir_names *dir_names; /* names of busy directories (dir_names.h) */
 	struct kvc_early_creates *creates; /* files made ahead of kvc-meta */
 	uint64_t pending_closes[256];

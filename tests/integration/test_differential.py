@@ -119,12 +119,6 @@ class Side:
             if old is not None:
                 os.close(old)
             res = outcome(lambda: os.open(p, os.O_RDONLY))
-            if res[0] == "ok" and stat.S_ISDIR(os.fstat(res[1]).st_mode):
-                # Held directories are not compared: one removed while held
-                # answers fstat with ENOENT here (docs/operations.md "POSIX
-                # behaviour"), its attributes with nlink 0 on a local disk.
-                os.close(res[1])
-                return ("ok", "dir")
             if res[0] == "ok":
                 self.fds[(c["client"], c["slot"])] = res[1]
                 return ("ok", None)

@@ -4,6 +4,7 @@ import errno
 import os
 import pwd
 import signal
+import stat
 import subprocess
 
 import pytest
@@ -140,6 +141,50 @@ def test_file_removed_while_open_keeps_its_data_until_closed(cluster, workdir):
     assert wait_until(lambda: json.loads(cluster.admin("--json", "status").stdout)
                       ["meta"]["removed_but_open"] == 0, timeout=30), "gone at the last close"
     assert not (cluster.mount / ".kvc-orphans").exists()
+
+
+def held_after_removal(base):
+    """What a process sees of a directory, a fifo and its working directory
+    whose names were removed while it held them: (type, nlink) of fstat and
+    stat("."), the listings, and bytes through the fifo."""
+    seen = {}
+    d = base / "held-dir"
+    d.mkdir()
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    os.rmdir(d)
+    st = os.fstat(fd)
+    seen["dir"] = (stat.S_IFMT(st.st_mode), st.st_nlink, os.listdir(fd))
+    os.close(fd)
+    f = base / "held-fifo"
+    os.mkfifo(f)
+    fd = os.open(f, os.O_RDWR | os.O_NONBLOCK)
+    os.unlink(f)
+    st = os.fstat(fd)
+    os.write(fd, b"still a pipe")
+    seen["fifo"] = (stat.S_IFMT(st.st_mode), st.st_nlink, os.read(fd, 100))
+    os.close(fd)
+    cwd = base / "held-cwd"
+    cwd.mkdir()
+    back = os.getcwd()
+    os.chdir(cwd)
+    try:
+        os.rmdir(cwd)
+        st = os.stat(".")
+        seen["cwd"] = (stat.S_IFMT(st.st_mode), st.st_nlink, os.listdir("."))
+    finally:
+        os.chdir(back)
+    return seen
+
+
+def test_directory_and_fifo_removed_while_held(workdir, local_tmp):
+    """fstat of a directory and a fifo held open after their names were
+    removed, stat and ls of a removed working directory: their type with
+    nlink 0 and empty listings, exactly as on a local directory (they were
+    ENOENT: kvc-meta forgets such inodes at once; kvc-fuse answers from the
+    last attributes it was given, fuse/known_attrs.h)."""
+    local = held_after_removal(local_tmp)
+    assert local["dir"] == (stat.S_IFDIR, 0, [])
+    assert held_after_removal(workdir) == local
 
 
 def test_file_removed_while_open_on_another_client_keeps_its_data(cluster, workdir):
