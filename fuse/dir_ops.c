@@ -25,7 +25,6 @@ struct dir_handle {
 	off_t page_start; /* offset of the page's first entry */
 	uint32_t page_count;
 	bool loaded;
-	bool gone; /* removed while held: lists empty (known_attrs.h) */
 	struct kvc_meta_events_mark mark; /* taken before the page was asked for */
 	int64_t asked_ns;                 /* when (monotonic) */
 	char last_name[KVC_WIRE_MAX_NAME + 1];
@@ -37,9 +36,11 @@ void kvc_fuse_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 	struct kvc_attr attr;
 	int rc = kvc_meta_client_getattr(&fs->meta, ino, &attr);
 	/* A directory removed while held here (ls in a removed working
-	 * directory) opens and lists empty, as on a local disk. */
-	bool gone = rc == -ENOENT && kvc_known_attrs_gone(fs->known, ino, &attr);
-	if (gone)
+	 * directory) opens, as on a local disk; reading it then fails with
+	 * ENOENT, as a local disk's dead directory does (the kernel itself
+	 * answers so for one removed through this client), which the C
+	 * library's readdir takes for its end (known_attrs.h). */
+	if (rc == -ENOENT && kvc_known_attrs_gone(fs->known, ino, &attr))
 		rc = 0;
 	if (rc == 0 && !S_ISDIR(attr.mode))
 		rc = -ENOTDIR;
@@ -50,7 +51,6 @@ void kvc_fuse_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 		kvc_fuse_reply_error(req, rc);
 		return;
 	}
-	d->gone = gone;
 	pthread_mutex_init(&d->lock, NULL);
 	fi->fh = (uint64_t)(uintptr_t)d;
 	if (fuse_reply_open(req, fi) != 0) {
@@ -62,12 +62,6 @@ void kvc_fuse_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 /* Load the page that holds entry offset `off` (0-based index). */
 static int load_page(struct kvc_fuse *fs, fuse_ino_t ino, struct dir_handle *d, off_t off)
 {
-	if (d->gone) { /* no entries */
-		d->loaded = true;
-		d->page_start = 0;
-		d->page_count = 0;
-		return 0;
-	}
 	if (!d->page) {
 		d->page = malloc(sizeof(*d->page));
 		if (!d->page)
@@ -88,11 +82,6 @@ static int load_page(struct kvc_fuse *fs, fuse_ino_t ino, struct dir_handle *d, 
 		d->asked_ns = kvc_clock_monotonic_ns();
 		int rc = kvc_meta_client_readdir(&fs->meta, ino, d->last_name,
 		                                 READDIR_PAGE | KVC_READDIR_WATCH, d->page);
-		struct kvc_attr last;
-		if (rc == -ENOENT && kvc_known_attrs_gone(fs->known, ino, &last)) {
-			d->gone = true; /* removed since it was opened */
-			return load_page(fs, ino, d, off);
-		}
 		if (rc < 0)
 			return rc;
 		d->loaded = true;

@@ -90,6 +90,7 @@ static void reply_attr(fuse_req_t req, struct kvc_meta_events_mark mark, int rc,
 		return;
 	}
 	kvc_inode_table_patch_attr(fs->inodes, attr, mark.seq);
+	kvc_known_attrs_note(fs->known, attr); /* GETATTR's, SETATTR's answers */
 	attr_to_stat(attr, &st);
 	fuse_reply_attr(req, &st, kvc_meta_events_ttl(fs->events, mark, 0, NULL, attr->ino));
 }
@@ -148,6 +149,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	double left = kvc_attr_cache_get(fs->attrs, fs->events, ino, &attr);
 	if (left > 0) {
 		kvc_inode_table_patch_attr(fs->inodes, &attr, 0);
+		kvc_known_attrs_note(fs->known, &attr);
 		attr_to_stat(&attr, &st);
 		fuse_reply_attr(req, &st, left);
 		return;
@@ -156,8 +158,6 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	int rc = kvc_meta_client_getattr(&fs->meta, ino, &attr);
 	if (rc == 0 && (S_ISREG(attr.mode) || S_ISDIR(attr.mode)))
 		kvc_attr_cache_put(fs->attrs, &attr, mark);
-	if (rc == 0)
-		kvc_known_attrs_note(fs->known, &attr);
 	/* A directory or special file removed while held here (fstat of an
 	 * open one, stat of a removed working directory): its last
 	 * attributes, nlink 0, as a local disk answers (known_attrs.h). */

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import drop_second_mount, second_mount
+from conftest import drop_second_mount, second_mount, wait_until
 
 
 def run(*args, **kw):
@@ -156,12 +156,14 @@ def held_after_removal(base):
     seen["dir"] = (stat.S_IFMT(st.st_mode), st.st_nlink, os.listdir(fd))
     os.close(fd)
     f = base / "held-fifo"
-    os.mkfifo(f)
+    os.mkfifo(f, 0o644)
     fd = os.open(f, os.O_RDWR | os.O_NONBLOCK)
+    os.chmod(f, 0o600)  # what fstat shows after the removal
     os.unlink(f)
     st = os.fstat(fd)
     os.write(fd, b"still a pipe")
-    seen["fifo"] = (stat.S_IFMT(st.st_mode), st.st_nlink, os.read(fd, 100))
+    seen["fifo"] = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_nlink,
+                    os.read(fd, 100))
     os.close(fd)
     cwd = base / "held-cwd"
     cwd.mkdir()
@@ -185,6 +187,31 @@ def test_directory_and_fifo_removed_while_held(workdir, local_tmp):
     local = held_after_removal(local_tmp)
     assert local["dir"] == (stat.S_IFDIR, 0, [])
     assert held_after_removal(workdir) == local
+
+
+def test_directory_removed_by_another_client_while_held(cluster, workdir):
+    """A directory open on one kvc-fuse, removed through another: fstat
+    on the first gives nlink 0 and a listing of the open descriptor is
+    empty (kvc-meta answers ENOENT for both), as on a local disk; the path
+    is gone there too."""
+    proc, mount2 = second_mount(cluster)
+    relative = workdir.relative_to(cluster.mount)
+    try:
+        d = workdir / "shared-dir"
+        d.mkdir()
+        (d / "inside").write_bytes(b"x")
+        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+        os.unlink(os.path.join(mount2, relative, "shared-dir", "inside"))
+        os.rmdir(os.path.join(mount2, relative, "shared-dir"))
+        assert os.listdir(fd) == []
+        # fstat: nlink 0 once kvc-meta's event has dropped the kernel's
+        # cached attributes (milliseconds; the cache's ttl at most)
+        assert wait_until(lambda: os.fstat(fd).st_nlink == 0, timeout=15)
+        assert stat.S_ISDIR(os.fstat(fd).st_mode)
+        os.close(fd)
+        assert not d.exists()
+    finally:
+        drop_second_mount(proc, mount2)
 
 
 def test_file_removed_while_open_on_another_client_keeps_its_data(cluster, workdir):

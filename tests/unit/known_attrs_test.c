@@ -3,7 +3,8 @@
  * once kvc-meta says it is gone; regular files are never kept; an older
  * answer (ctime) does not replace a newer one; an inode whose slot another
  * took is not known any more, and never answered with the other's
- * attributes. */
+ * attributes; a number noted as a regular file is not known as what it
+ * was before. */
 #include <criterion/criterion.h>
 #include <sys/stat.h>
 
@@ -80,4 +81,17 @@ Test(known_attrs, an_inode_whose_slot_another_took_is_not_known)
 	cr_assert(kvc_known_attrs_gone(table, other, &out));
 	cr_assert_eq(out.ino, other);
 	cr_assert(!kvc_known_attrs_gone(table, 1, &out));
+}
+
+Test(known_attrs, a_number_handed_out_again_as_a_file_forgets_the_old_type)
+{
+	/* kvc-meta's host crashed after a checkpoint: inode 5 was a directory
+	 * here, and comes back as a regular file. */
+	struct kvc_attr out, dir = at(5, 100, S_IFDIR | 0755), file = at(5, 50, S_IFREG | 0644);
+	struct kvc_attr other = at(6, 100, S_IFIFO | 0600);
+	kvc_known_attrs_note(table, &dir);
+	kvc_known_attrs_note(table, &other);
+	kvc_known_attrs_note(table, &file);
+	cr_assert(!kvc_known_attrs_gone(table, 5, &out));
+	cr_assert(kvc_known_attrs_gone(table, 6, &out)); /* others untouched */
 }
