@@ -23,13 +23,17 @@
 #define REQUEST_BYTES (4u << 20)
 #define MAX_REQUEST_PIECES KVC_WIRE_MAX_PIECES
 #define READ_WAVE 32
+/* A piece of a scattered io goes to at most this many places (a ring
+ * key's segments: KVC_KEY_MAX_SEGS); one that covers more is cut. */
+#define PIECE_MAX_PLACES 64
 /* Tries of one piece (members, and waits for a write in flight while the
  * tail catches up) before it is -EIO. */
 #define MAX_ATTEMPTS 200
 
 struct read_dest {
-	uint8_t *dst;
+	uint8_t *dst; /* where the piece's first byte goes */
 	uint32_t io;
+	uint32_t seg; /* a scattered io: the place dst lies in (dest_places) */
 	uint8_t tried; /* chain members asked so far (bit per position) */
 	bool to_tail;  /* the last replica had a write in flight: ask the tail */
 	uint16_t attempts;
@@ -43,8 +47,10 @@ struct read_request {
 	uint64_t bytes;
 	struct kvc_msg_chunk_read head;
 	struct kvc_msg_piece pieces[MAX_REQUEST_PIECES];
-	uint64_t offsets[MAX_REQUEST_PIECES]; /* placed: each piece's place in region */
 	struct read_dest dest[MAX_REQUEST_PIECES];
+	/* placed: where in region each piece's bytes go, its spans in order */
+	uint32_t span_count;
+	struct kvc_msg_place_span spans[MAX_REQUEST_PIECES];
 };
 
 /* A piece to read again from another replica. */
@@ -82,7 +88,39 @@ static int read_send(struct kvc_storage_client *client, struct read_request *req
 	req->t.server = req->server;
 	req->t.fd = -1;
 	return kvc_transport_read_post(client, &req->t, req->pieces, req->head.count, req->region,
-	                               req->offsets);
+	                               req->spans, req->span_count);
+}
+
+/* Where bytes [from, from + len) of a piece go (d: where its first byte
+ * goes): one place, or for a scattered io the parts of the io's places
+ * the range covers (at most PIECE_MAX_PLACES: read_add_piece cuts pieces
+ * so). Empty parts are left out. Returns the count. */
+static uint32_t dest_places(const struct kvc_storage_io *io, const struct read_dest *d,
+                            uint64_t from, uint64_t len, struct iovec *out)
+{
+	if (!io->scatter) {
+		out[0] = (struct iovec){d->dst + from, len};
+		return len > 0;
+	}
+	uint32_t n = 0;
+	uint8_t *at = d->dst;
+	const struct iovec *place = &io->scatter[d->seg], *last = &io->scatter[io->scatter_count];
+	uint64_t room = (uint64_t)((uint8_t *)place->iov_base + place->iov_len - at);
+	while (len > 0 && n < PIECE_MAX_PLACES) {
+		if (from < room) {
+			uint64_t take = room - from < len ? room - from : len;
+			out[n++] = (struct iovec){at + from, take};
+			len -= take;
+			from = 0;
+		} else {
+			from -= room;
+		}
+		if (++place == last)
+			break;
+		at = place->iov_base;
+		room = place->iov_len;
+	}
+	return n;
 }
 
 static int dev_zero = -1;
@@ -182,7 +220,6 @@ static int read_receive(struct read_plan *plan, struct read_request *req)
 	                          memory_order_relaxed);
 	for (uint32_t i = 0; i < count; i++) {
 		struct kvc_storage_io *io = &ios[req->dest[i].io];
-		uint8_t *dst = req->dest[i].dst;
 		if (results[i].status == -EFAULT && !inline_data) {
 			kvc_storage_io_fail(io, -EFAULT); /* the caller's memory is gone there */
 			continue;
@@ -196,13 +233,25 @@ static int read_receive(struct read_plan *plan, struct read_request *req)
 				kvc_storage_io_fail(io, -EIO);
 			continue;
 		}
-		rc = kvc_transport_read_data(&req->t, dst, results[i].length);
+		struct iovec places[PIECE_MAX_PLACES];
+		uint32_t n = inline_data ? dest_places(io, &req->dest[i], 0, results[i].length, places)
+		                         : 0;
+		for (uint32_t j = 0; j < n && rc >= 0; j++)
+			rc = kvc_transport_read_data(&req->t, places[j].iov_base,
+			                             (uint32_t)places[j].iov_len);
 		if (rc < 0)
 			return rc;
-		if (results[i].length < req->pieces[i].length &&
-		    zero_fill(dst + results[i].length, req->pieces[i].length - results[i].length) < 0)
+		if (results[i].length == req->pieces[i].length)
+			continue;
+		/* a hole after the present bytes */
+		n = dest_places(io, &req->dest[i], results[i].length,
+		                req->pieces[i].length - results[i].length, places);
+		rc = 0;
+		for (uint32_t j = 0; j < n && rc == 0; j++)
+			rc = zero_fill(places[j].iov_base, places[j].iov_len);
+		if (rc < 0)
 			kvc_storage_io_fail(io, -EFAULT);
-		else if (io->forbid_holes && results[i].length < req->pieces[i].length)
+		else if (io->forbid_holes)
 			kvc_storage_io_fail(io, -ENODATA);
 	}
 	return 1;
@@ -421,9 +470,11 @@ static int read_add(struct read_plan *plan, const struct kvc_chain *chain,
 	}
 	if (region && !plan->ready)
 		region = NULL;
+	struct iovec places[PIECE_MAX_PLACES];
+	uint32_t n = region ? dest_places(&plan->ios[dest.io], &dest, 0, piece.length, places) : 0;
 	uint32_t slot = 2 * server + (region != NULL);
 	struct read_request *r = plan->open[slot];
-	if (r && (r->head.count == MAX_REQUEST_PIECES ||
+	if (r && (r->head.count == MAX_REQUEST_PIECES || r->span_count + n > MAX_REQUEST_PIECES ||
 	          r->bytes + piece.length >
 	                  (region ? plan->client->place_request_bytes : REQUEST_BYTES) ||
 	          r->region != region)) {
@@ -439,12 +490,16 @@ static int read_add(struct read_plan *plan, const struct kvc_chain *chain,
 			.kind = region ? KVC_TRANSPORT_PLACE : KVC_TRANSPORT_TCP, .fd = -1};
 		r->region = region;
 		r->bytes = 0;
+		r->span_count = 0;
 		r->head = (struct kvc_msg_chunk_read){0};
 		plan->open[slot] = r;
 	}
 	uint32_t k = r->head.count++;
 	r->pieces[k] = piece;
-	r->offsets[k] = region ? (uint64_t)(dest.dst - region->base) : 0;
+	for (uint32_t j = 0; j < n; j++)
+		r->spans[r->span_count++] = (struct kvc_msg_place_span){
+			.offset = (uint64_t)((uint8_t *)places[j].iov_base - region->base),
+			.length = (uint32_t)places[j].iov_len};
 	r->dest[k] = dest;
 	r->bytes += piece.length;
 	return 0;
@@ -475,27 +530,36 @@ static int read_add_piece(void *arg, struct kvc_storage_io *io, uint32_t io_inde
 		                (struct read_dest){.dst = (uint8_t *)io->buf + p->buffer_offset,
 		                                   .io = io_index},
 		                pos);
-	/* A scattered io: the piece cut at its places' edges, one entry each
-	 * (the server reads a run of them once). A wave run by read_add
-	 * midway leaves the later parts on the chain as looked up for the
-	 * piece: a newer table meanwhile costs them an -ESTALE and a retry. */
+	/* A scattered io: one piece for the places it covers (the server
+	 * cuts it at its spans and reads a run of them once), cut after
+	 * PIECE_MAX_PLACES places. A wave run by read_add midway leaves the
+	 * later parts on the chain as looked up for the piece: a newer table
+	 * meanwhile costs them an -ESTALE and a retry. */
 	uint64_t seg_start = 0, at = p->buffer_offset, end = p->buffer_offset + p->length;
+	uint32_t i = 0;
+	while (i < io->scatter_count && seg_start + io->scatter[i].iov_len <= at)
+		seg_start += io->scatter[i++].iov_len;
 	int rc = 0;
-	for (uint32_t i = 0; i < io->scatter_count && at < end && rc == 0; i++) {
-		uint64_t seg_end = seg_start + io->scatter[i].iov_len;
-		if (seg_end > at) {
-			uint32_t n = (uint32_t)((seg_end < end ? seg_end : end) - at);
-			struct kvc_msg_piece part = piece;
-			part.offset += (uint32_t)(at - p->buffer_offset);
-			part.length = n;
-			rc = read_add(plan, chain, part,
-			              (struct read_dest){.dst = (uint8_t *)io->scatter[i].iov_base +
-			                                        (at - seg_start),
-			                                 .io = io_index},
-			              pos);
-			at += n;
+	while (rc == 0 && at < end && i < io->scatter_count) {
+		struct read_dest dest = {.dst = (uint8_t *)io->scatter[i].iov_base + (at - seg_start),
+		                         .io = io_index, .seg = i};
+		uint64_t from = at;
+		for (uint32_t places = 0; i < io->scatter_count && at < end && places < PIECE_MAX_PLACES;) {
+			uint64_t seg_end = seg_start + io->scatter[i].iov_len;
+			uint64_t stop = seg_end < end ? seg_end : end;
+			places += stop > at;
+			at = stop > at ? stop : at;
+			if (at < seg_end)
+				break; /* the piece ends inside this place */
+			seg_start = seg_end;
+			i++;
 		}
-		seg_start = seg_end;
+		if (at == from)
+			break; /* places shorter than the io */
+		struct kvc_msg_piece part = piece;
+		part.offset += (uint32_t)(from - p->buffer_offset);
+		part.length = (uint32_t)(at - from);
+		rc = read_add(plan, chain, part, dest, pos);
 	}
 	if (rc == 0 && at < end)
 		kvc_storage_io_fail(io, -EINVAL); /* places shorter than the io */

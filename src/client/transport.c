@@ -77,11 +77,13 @@ static struct kvc_rpc_pool *tcp_pool(struct kvc_storage_client *client, uint32_t
 
 static int tcp_read_post(struct kvc_storage_client *client, struct kvc_transport_request *t,
                          const struct kvc_msg_piece *pieces, uint32_t count,
-                         const struct kvc_storage_region *region, const uint64_t *offsets)
+                         const struct kvc_storage_region *region,
+                         const struct kvc_msg_place_span *spans, uint32_t span_count)
 {
 	(void)client;
 	(void)region;
-	(void)offsets;
+	(void)spans;
+	(void)span_count;
 	struct kvc_msg_chunk_read head = {.count = count};
 	struct iovec body[2] = {{&head, sizeof(head)},
 	                        {(void *)pieces, count * sizeof(pieces[0])}};
@@ -124,11 +126,13 @@ static int take_connection(struct kvc_storage_client *client, struct kvc_transpo
 
 int kvc_transport_read_post(struct kvc_storage_client *client, struct kvc_transport_request *t,
                             const struct kvc_msg_piece *pieces, uint32_t count,
-                            const struct kvc_storage_region *region, const uint64_t *offsets)
+                            const struct kvc_storage_region *region,
+                            const struct kvc_msg_place_span *spans, uint32_t span_count)
 {
 	int rc = take_connection(client, t);
 	if (rc == 0)
-		rc = transports[t->kind]->read_post(client, t, pieces, count, region, offsets);
+		rc = transports[t->kind]->read_post(client, t, pieces, count, region, spans,
+		                                    span_count);
 	if (rc == 0)
 		atomic_fetch_add_explicit(&client->transport_ops[t->kind], 1, memory_order_relaxed);
 	return rc;

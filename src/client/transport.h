@@ -134,7 +134,8 @@ struct kvc_transport_ops {
 	struct kvc_rpc_pool *(*pool)(struct kvc_storage_client *client, uint32_t server);
 	int (*read_post)(struct kvc_storage_client *client, struct kvc_transport_request *t,
 	                 const struct kvc_msg_piece *pieces, uint32_t count,
-	                 const struct kvc_storage_region *region, const uint64_t *offsets);
+	                 const struct kvc_storage_region *region,
+	                 const struct kvc_msg_place_span *spans, uint32_t span_count);
 	uint16_t read_type; /* the answer's message type */
 	bool data_inline;   /* read bytes come in the answer's data section */
 	int (*write_post)(struct kvc_storage_client *client, struct kvc_transport_request *t,
@@ -156,10 +157,12 @@ struct kvc_transport_request {
 };
 
 /* post: a read of count pieces (TCP: into the data section; placement:
- * into region at offsets[i]). Returns 0 or a transport -errno. */
+ * into region at the spans, each piece's in order: wire_storage.h's
+ * PLACE_READ). Returns 0 or a transport -errno. */
 int kvc_transport_read_post(struct kvc_storage_client *client, struct kvc_transport_request *t,
                             const struct kvc_msg_piece *pieces, uint32_t count,
-                            const struct kvc_storage_region *region, const uint64_t *offsets);
+                            const struct kvc_storage_region *region,
+                            const struct kvc_msg_place_span *spans, uint32_t span_count);
 /* complete: the answer's header and piece results (count of them; a
  * whole-request error has none: *status). Returns 0 or -errno (-EBADMSG
  * for a malformed answer). */

@@ -287,16 +287,19 @@ static struct kvc_rpc_pool *place_pool(struct kvc_storage_client *client, uint32
 
 static int place_read_post(struct kvc_storage_client *client, struct kvc_transport_request *t,
                            const struct kvc_msg_piece *pieces, uint32_t count,
-                           const struct kvc_storage_region *region, const uint64_t *offsets)
+                           const struct kvc_storage_region *region,
+                           const struct kvc_msg_place_span *spans, uint32_t span_count)
 {
 	(void)client;
-	struct kvc_msg_place_read head = {.region = region->id, .count = count};
+	struct kvc_msg_place_read head = {.region = region->id, .count = count, .spans = span_count};
 	struct iovec body[3] = {{&head, sizeof(head)},
 	                        {(void *)pieces, count * sizeof(pieces[0])},
-	                        {(void *)offsets, count * sizeof(offsets[0])}};
+	                        {(void *)spans, span_count * sizeof(spans[0])}};
 	struct kvc_wire_header h;
 	kvc_wire_header_init(&h, KVC_MSG_PLACE_READ, t->id, 0,
-	                     (uint32_t)(sizeof(head) + count * (sizeof(pieces[0]) + 8)), 0);
+	                     (uint32_t)(sizeof(head) + count * sizeof(pieces[0]) +
+	                                span_count * sizeof(spans[0])),
+	                     0);
 	return kvc_wire_send_parts(t->fd, &h, body, 3);
 }
 

@@ -105,6 +105,9 @@
  *   15 grants belong to a client: INO_GRANT carries the client's id (24
  *      bytes, was 8), ADOPT enters only numbers granted to its sender, and
  *      INO_RETURN (63) gives a client's grants back when it stops.
+ *   16 PLACE_READ's pieces name their places as spans (a piece may go to
+ *      several places: a ring key's segments, one piece a chunk instead
+ *      of one a segment); its word after `count` is the span count.
  */
 #ifndef KVC_WIRE_H
 #define KVC_WIRE_H
@@ -118,7 +121,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "kvcfs wire structs are little-endian in memory");
 
 #define KVC_WIRE_MAGIC 0x3143564bu /* "KVC1" */
-#define KVC_WIRE_VERSION 15
+#define KVC_WIRE_VERSION 16
 #define KVC_WIRE_MAX_BODY (1u << 20)
 #define KVC_WIRE_MAX_DATA (64u << 20)
 #define KVC_WIRE_MAX_NAME 255

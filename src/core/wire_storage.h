@@ -88,17 +88,26 @@ struct kvc_msg_place_region {
 _Static_assert(sizeof(struct kvc_msg_place_region) == 8, "");
 
 /* PLACE_READ: kvc_msg_place_read, count pieces (as CHUNK_READ's), then
- * count u64 region offsets: piece i's bytes go to [offset_i, offset_i +
- * piece length) of the region. Reply: count kvc_msg_piece_result, no data
- * section (the bytes are in the region; past `length` a hole, which the
- * reader fills with zeros). A piece whose region bytes are gone (the
- * memory shrank) is -EFAULT. */
+ * `spans` kvc_msg_place_span, in order: piece i's bytes go to the next
+ * spans of the region, as many as add up to its length (one span for a
+ * piece whose bytes go to one place; a ring key's segments are several).
+ * count <= spans <= KVC_WIRE_MAX_PIECES, every span at least one byte,
+ * none crossing from one piece to the next. Reply: count
+ * kvc_msg_piece_result, no data section (the bytes are in the region;
+ * past `length` a hole, which the reader fills with zeros). A piece whose
+ * region bytes are gone (the memory shrank) is -EFAULT. */
 struct kvc_msg_place_read {
 	uint64_t region;
 	uint32_t count;
-	uint32_t reserved;
+	uint32_t spans;
 };
 _Static_assert(sizeof(struct kvc_msg_place_read) == 16, "");
+struct kvc_msg_place_span {
+	uint64_t offset; /* in the region */
+	uint32_t length;
+	uint32_t reserved; /* 0 */
+};
+_Static_assert(sizeof(struct kvc_msg_place_span) == 16, "");
 
 /* PLACE_WRITE: a CHUNK_WRITE whose `length` bytes are taken from
  * [region_offset, region_offset + length) of the region instead of a

@@ -45,6 +45,7 @@ struct kvc_place_table {
 	int count;                     /* under lock */
 	/* Counters (metrics): */
 	_Atomic uint64_t read_ops, read_bytes, write_ops, write_bytes, faults;
+	_Atomic uint64_t read_pieces, read_spans; /* of the PLACE_READs served */
 };
 
 /* Most regions one server keeps (all clients together). */

@@ -41,6 +41,10 @@ struct conn_state {
 	/* A placed read's runs of several pieces: each piece's place in the
 	 * region, in order (kvc_chunk_read's scatter points into it). */
 	struct iovec scatter[KVC_WIRE_MAX_PIECES];
+	/* A placed read's pieces cut at their spans (service_place.c): one
+	 * piece and one region offset a span, read as the pieces above. */
+	struct kvc_msg_piece spanned[KVC_WIRE_MAX_PIECES];
+	uint64_t span_offsets[KVC_WIRE_MAX_PIECES];
 	/* Placement (Unix socket only): the peer process, once checked. */
 	int peer; /* 0: not checked yet; 1: a local daemon; -errno: refused */
 	pid_t peer_pid;
@@ -122,6 +126,21 @@ int kvc_service_range_truncate(struct request *r);
 int kvc_service_range_punch(struct request *r);
 
 /* service_place.c */
+/* Cut each piece of a PLACE_READ at its spans (wire_storage.h): one
+ * piece of state->spanned and one offset of state->span_offsets a span,
+ * in order. Returns 0, or -EINVAL for spans that do not add up to their
+ * pieces' lengths (short, crossing into the next piece, left over, empty,
+ * reserved word set). The caller checks the spans lie in the region. */
+int kvc_service_cut_spans(struct conn_state *state, const struct kvc_msg_piece *pieces,
+                          uint32_t count, const struct kvc_msg_place_span *spans,
+                          uint32_t span_count);
+/* After the spans were read (state->piece_results are the spans'): their
+ * results folded into their pieces' (state->piece_results[0, count)),
+ * in place. A span's failure is its piece's; a piece's present bytes end
+ * where its first short span's do (a chunk's bytes are a prefix: after a
+ * short span, a hole). */
+void kvc_service_fold_spans(struct conn_state *state, const struct kvc_msg_piece *pieces,
+                            uint32_t count);
 int kvc_service_place_hello(struct request *r);
 int kvc_service_place_register(struct request *r);
 int kvc_service_place_unregister(struct request *r);

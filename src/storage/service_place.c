@@ -165,36 +165,81 @@ static uint64_t place_run(struct request *r, struct kvc_place_region *region,
 	return bytes;
 }
 
+int kvc_service_cut_spans(struct conn_state *state, const struct kvc_msg_piece *pieces,
+                          uint32_t count, const struct kvc_msg_place_span *spans,
+                          uint32_t span_count)
+{
+	uint32_t j = 0;
+	for (uint32_t i = 0; i < count; i++) {
+		uint32_t done = 0;
+		while (done < pieces[i].length) {
+			if (j == span_count || spans[j].length == 0 || spans[j].reserved ||
+			    spans[j].length > pieces[i].length - done)
+				return -EINVAL;
+			state->spanned[j] = pieces[i];
+			state->spanned[j].offset += done;
+			state->spanned[j].length = spans[j].length;
+			state->span_offsets[j] = spans[j].offset;
+			done += spans[j++].length;
+		}
+	}
+	return j == span_count ? 0 : -EINVAL;
+}
+
+void kvc_service_fold_spans(struct conn_state *state, const struct kvc_msg_piece *pieces,
+                            uint32_t count)
+{
+	struct kvc_msg_piece_result *res = state->piece_results;
+	uint32_t j = 0;
+	for (uint32_t i = 0; i < count; i++) {
+		struct kvc_msg_piece_result out = {0, 0};
+		bool short_seen = false;
+		for (uint32_t done = 0; done < pieces[i].length; done += state->spanned[j++].length) {
+			if (res[j].status < 0 && out.status == 0)
+				out.status = res[j].status;
+			if (!short_seen)
+				out.length += res[j].length;
+			short_seen = short_seen || res[j].length < state->spanned[j].length;
+		}
+		res[i] = out.status < 0 ? (struct kvc_msg_piece_result){out.status, 0} : out;
+	}
+}
+
 /* As CHUNK_READ, but each piece's bytes are copied into the region
- * (crcs checked in the server's buffers first, as for a send). A piece
- * alone in its run places its whole blocks straight from the chunk file;
- * pieces that continue each other (a ring key's segments) are read once,
- * as one run, and copied out piece by piece. */
+ * (crcs checked in the server's buffers first, as for a send), at its
+ * spans. The pieces are cut at their spans first; a span alone in its
+ * run places its whole blocks straight from the chunk file; spans that
+ * continue each other (a ring key's segments) are read once, as one run,
+ * and copied out span by span. */
 int kvc_service_place_read(struct request *r)
 {
 	const struct kvc_msg_place_read *m = r->msg;
 	struct conn_state *state = r->state;
 	int rc = place_peer(r);
-	if (rc == 0 && (m->count == 0 || m->count > KVC_WIRE_MAX_PIECES || m->reserved))
+	if (rc == 0 && (m->count == 0 || m->count > KVC_WIRE_MAX_PIECES || m->spans < m->count ||
+	                m->spans > KVC_WIRE_MAX_PIECES))
 		rc = -EINVAL;
 	const struct kvc_msg_piece *pieces =
 		rc == 0 ? kvc_service_take(r, m->count * (uint32_t)sizeof(*pieces)) : NULL;
-	const uint64_t *offsets =
-		pieces ? kvc_service_take(r, m->count * (uint32_t)sizeof(*offsets)) : NULL;
-	if (rc == 0 && (!offsets || !kvc_service_done(r)))
+	const struct kvc_msg_place_span *spans =
+		pieces ? kvc_service_take(r, m->spans * (uint32_t)sizeof(*spans)) : NULL;
+	if (rc == 0 && (!spans || !kvc_service_done(r)))
 		rc = -EINVAL;
 	struct kvc_place_region *region =
 	        rc == 0 ? kvc_place_get(r->svc->place, state->peer_pid, m->region) : NULL;
 	if (rc == 0 && !region)
 		rc = -ENOENT;
-	for (uint32_t i = 0; rc == 0 && i < m->count; i++)
-		if (!kvc_place_fits(region, offsets[i], pieces[i].length))
+	if (rc == 0)
+		rc = kvc_service_cut_spans(state, pieces, m->count, spans, m->spans);
+	for (uint32_t j = 0; rc == 0 && j < m->spans; j++)
+		if (!kvc_place_fits(region, spans[j].offset, spans[j].length))
 			rc = -EINVAL;
-	/* Only pieces under a block make runs: a larger one keeps its whole
+	/* Only spans under a block make runs: a larger one keeps its whole
 	 * blocks placed straight from the chunk file. */
-	struct placing placing = {region, pieces, offsets};
-	int read = rc == 0 ? kvc_service_read_runs(r, pieces, m->count, KVC_CHUNK_BLOCK - 1,
-	                                           place_prepare, &placing)
+	const uint64_t *offsets = state->span_offsets;
+	struct placing placing = {region, state->spanned, offsets};
+	int read = rc == 0 ? kvc_service_read_runs(r, state->spanned, m->spans,
+	                                           KVC_CHUNK_BLOCK - 1, place_prepare, &placing)
 	                   : rc;
 	if (read < 0) {
 		kvc_place_put(r->svc->place, region);
@@ -216,7 +261,7 @@ int kvc_service_place_read(struct request *r)
 		                       : kvc_place_copy_out(region, offsets[first],
 		                                            state->data[i].iov_base, res->length);
 		if (status == -EIO)
-			status = place_read_again(r, &pieces[first], region, offsets[first], res);
+			status = place_read_again(r, &state->spanned[first], region, offsets[first], res);
 		if (status < 0) {
 			*res = (struct kvc_msg_piece_result){status, 0};
 			if (status == -EFAULT)
@@ -226,8 +271,11 @@ int kvc_service_place_read(struct request *r)
 	}
 	kvc_chunk_store_read_release(state->reads, (int)runs);
 	kvc_place_put(r->svc->place, region);
+	kvc_service_fold_spans(state, pieces, m->count);
 	atomic_fetch_add(&r->svc->place->read_ops, 1);
 	atomic_fetch_add(&r->svc->place->read_bytes, bytes);
+	atomic_fetch_add(&r->svc->place->read_pieces, m->count);
+	atomic_fetch_add(&r->svc->place->read_spans, m->spans);
 	return kvc_service_reply(r, 0, state->piece_results,
 	                         m->count * (uint32_t)sizeof(state->piece_results[0]));
 }

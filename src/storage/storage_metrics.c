@@ -52,7 +52,8 @@ static struct {
 	struct kvc_storage_service *svc;
 	struct target_series targets[KVC_WIRE_MAX_TARGETS];
 	struct kvc_metrics_counter *space_errors;
-	struct kvc_metrics_counter *place[5]; /* reads, read bytes, writes, write bytes, faults */
+	/* reads, read bytes, writes, write bytes, faults, read pieces, read spans */
+	struct kvc_metrics_counter *place[7];
 	struct kvc_metrics_counter *repairs[3]; /* queued, repaired, failed */
 	struct kvc_metrics_counter *pieces_merged;
 } metrics;
@@ -77,6 +78,8 @@ static void collect_targets(void *arg)
 		kvc_metrics_counter_set(metrics.place[2], atomic_load(&place->write_ops));
 		kvc_metrics_counter_set(metrics.place[3], atomic_load(&place->write_bytes));
 		kvc_metrics_counter_set(metrics.place[4], atomic_load(&place->faults));
+		kvc_metrics_counter_set(metrics.place[5], atomic_load(&place->read_pieces));
+		kvc_metrics_counter_set(metrics.place[6], atomic_load(&place->read_spans));
 	}
 	for (uint32_t i = 0; i < svc->target_count; i++) {
 		struct kvc_chunk_space s;
@@ -159,11 +162,17 @@ static int register_targets(struct kvc_metrics *m, struct kvc_storage_service *s
 	metrics.place[4] = kvc_metrics_counter(
 		m, "kvc_storage_place_faults_total",
 		"Placed pieces whose client memory was gone (EFAULT for that piece).", NULL, 0);
+	metrics.place[5] = kvc_metrics_counter(m, "kvc_storage_place_read_pieces_total",
+	                                       "Pieces of the PLACE_READs served.", NULL, 0);
+	metrics.place[6] = kvc_metrics_counter(
+		m, "kvc_storage_place_read_spans_total",
+		"Places in client memory the PLACE_READs' pieces went to (more than their pieces: a "
+		"piece scattered, as a ring key's segments are).", NULL, 0);
 	metrics.pieces_merged = kvc_metrics_counter(
 		m, "kvc_storage_read_pieces_merged_total",
 		"Read pieces served with the piece before them by one chunk read (pieces that "
 		"continue each other in a chunk: a ring key's segments).", NULL, 0);
-	for (int i = 0; i < 5; i++)
+	for (int i = 0; i < 7; i++)
 		if (!metrics.place[i] || !metrics.pieces_merged)
 			return -ENOMEM;
 	return metrics.space_errors ? kvc_metrics_collector(m, collect_targets, svc) : -ENOMEM;

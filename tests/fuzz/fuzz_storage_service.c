@@ -9,7 +9,7 @@
  * Placement: the socket is a Unix socketpair of this process, so PLACE_*
  * messages pass the peer check, and region 1 (4 MiB of a memfd) is
  * registered for this pid on the connection: PLACE_READ / PLACE_WRITE
- * bodies with arbitrary pieces, offsets and lengths meet a real region
+ * bodies with arbitrary pieces, spans and lengths meet a real region
  * and real chunk stores. */
 #include <stdint.h>
 #include <stdlib.h>

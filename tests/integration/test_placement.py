@@ -438,6 +438,55 @@ def test_transport_tcp_in_the_cluster_file_forces_tcp(cluster, workdir, local_tm
         drop_second_mount(proc, mount)
 
 
+def test_key_segments_with_holes_placed_and_over_tcp(cluster, workdir, local_tmp):
+    """Gets of keys scattered into many segments of one iov, each key one
+    piece a chunk: the spans placed by the server, or over TCP (a second
+    kvc-fuse whose cluster file says tcp) the piece's bytes received
+    segment by segment; a key whose last bytes are a hole (a file made
+    longer by truncate) gets zeros there, across the segments the hole
+    covers. Byte for byte both ways, and no placement on the TCP mount."""
+    rng = random.Random(7)
+    files = {"full": rng.randbytes(CHUNK + 50000), "holed": rng.randbytes(30000)}
+    for name, data in files.items():
+        (workdir / name).write_bytes(data)
+    os.truncate(workdir / "holed", 70000)
+    files["holed"] += bytes(40000)
+    conf = local_tmp / "tcp.conf"
+    text = cluster.conf.read_text().replace("[meta]", "transport = tcp\n\n[meta]", 1)
+    conf.write_text("\n".join(line for line in text.splitlines()
+                              if not line.startswith(f"metrics = {cluster.fuse_metrics}")))
+    proc, mount = second_mount(cluster, conf)
+    try:
+        for where in (str(cluster.mount), mount):
+            ring = kvcfs.Ring(where, 8, for_read=False)
+            iov = kvcfs.Iov.create(where, 8 << 20)
+            keys = kvcfs.KeyDir(os.path.join(where, workdir.name))
+            try:
+                items = []
+                for k, (name, data) in enumerate(files.items()):
+                    cuts = sorted(rng.sample(range(1, len(data)), 23))
+                    lengths = [b - a for a, b in zip([0] + cuts, cuts + [len(data)])]
+                    at, segs = k * (4 << 20) + sum(lengths) + 25 * 4096, []
+                    for n in lengths:  # later segments at lower addresses
+                        at -= n + 4096
+                        segs.append((iov, at, n))
+                        iov.memoryview()[at:at + n] = b"\xee" * n
+                    items.append((name, segs))
+                before = placed(cluster)[2]
+                assert ring.get_keys(keys, items).wait() == [len(d) for d in files.values()]
+                for name, segs in items:
+                    got = b"".join(bytes(iov.memoryview()[o:o + n]) for _, o, n in segs)
+                    assert got == files[name], (where, name)
+                if where == mount:
+                    assert placed(cluster)[2] == before  # no server placed anything
+            finally:
+                keys.close()
+                iov.close()
+                ring.close()
+    finally:
+        drop_second_mount(proc, mount)
+
+
 SHRINKER = r"""
 import os, sys, time
 from multiprocessing import shared_memory
@@ -624,14 +673,15 @@ def test_admin_status_names_the_transport(cluster, local_tmp):
 
 
 def test_small_key_segments_are_read_as_one_run_and_placed(cluster, workdir):
-    """A get of keys of many small segments (KV pages per layer): the
-    segments go to the storage server as pieces of one chunk that continue
-    each other, which it reads once and places piece by piece (no bounce
-    copy in kvc-fuse); every byte lands in its segment, segments spread
-    in any order of memory, and the merged-pieces metric
-    counts it. A key whose last segments lie past a chunk boundary, one
-    that is not a whole number of 16 KiB blocks, and one whose segments
-    alternate between two iovs, too."""
+    """A get of keys of many small segments (KV pages per layer): a key's
+    segments in one chunk go to the storage server as one piece with a
+    span per segment, which it reads once and places span by span (no
+    bounce copy in kvc-fuse); every byte lands in its segment, segments
+    spread in any order of memory, and the servers' pieces, spans and
+    merged-pieces metrics count it. A key whose last segments lie past a
+    chunk boundary (a piece per chunk, the segment across it in both),
+    one that is not a whole number of 16 KiB blocks, and one whose
+    segments alternate between two iovs (a piece per segment), too."""
     ring = kvcfs.Ring(str(cluster.mount), 64, for_read=False)
     iovs = [kvcfs.Iov.create(str(cluster.mount), 16 << 20) for _ in range(2)]
     keys = kvcfs.KeyDir(workdir)
@@ -657,20 +707,37 @@ def test_small_key_segments_are_read_as_one_run_and_placed(cluster, workdir):
             items.append((f"k{k}", segs))
             want[f"k{k}"] = data
         assert ring.put_keys(keys, items).wait() == [len(want[n]) for n, _ in items]
-        for name, segs in items:
-            for iov, off, n in segs:
-                iov.memoryview()[off:off + n] = b"\xee" * n
-        merged = sum(value(scrape(a), "kvc_storage_read_pieces_merged_total")
-                     for a in cluster.storage_metrics)
-        before = placed(cluster)
-        assert ring.get_keys(keys, items).wait() == [len(want[n]) for n, _ in items]
-        for name, segs in items:
-            got = b"".join(bytes(iov.memoryview()[off:off + n]) for iov, off, n in segs)
-            assert got == want[name], name
-        assert placed(cluster)[2] > before[2], "the gets were not placed"
-        now = sum(value(scrape(a), "kvc_storage_read_pieces_merged_total")
-                  for a in cluster.storage_metrics)
-        assert now - merged >= 15 + 63, "pieces of one chunk were not read as one run"
+        # key 3: its segments before the chunk boundary, and after it
+        cut = [0]
+        for _, off, n in items[3][1]:
+            cut.append(cut[-1] + n)
+        across = sum(1 for a, b in zip(cut, cut[1:]) if a < CHUNK < b)
+        pieces = 1 + 1 + 7 + 2
+        spans = 16 + 64 + 7 + 16 + across
+
+        def counters():
+            m = [scrape(a) for a in cluster.storage_metrics]
+            return [sum(value(x, name) for x in m) for name in
+                    ("kvc_storage_place_read_pieces_total", "kvc_storage_place_read_spans_total",
+                     "kvc_storage_read_pieces_merged_total")]
+        # An earlier test's restart may have paused placement to a
+        # server for a few seconds (its reads go by TCP meanwhile)
+        deadline = time.monotonic() + 20
+        while True:
+            for name, segs in items:
+                for iov, off, n in segs:
+                    iov.memoryview()[off:off + n] = b"\xee" * n
+            before = counters()
+            assert ring.get_keys(keys, items).wait() == [len(want[n]) for n, _ in items]
+            for name, segs in items:
+                got = b"".join(bytes(iov.memoryview()[off:off + n]) for iov, off, n in segs)
+                assert got == want[name], name
+            delta = [b - a for a, b in zip(before, counters())]
+            if delta[:2] == [pieces, spans] or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert delta[:2] == [pieces, spans], "a key's segments were not one piece with spans"
+        assert delta[2] >= 15 + 63, "the spans of one chunk were not read as one run"
         assert (workdir / "k1").read_bytes() == want["k1"]
     finally:
         keys.close()

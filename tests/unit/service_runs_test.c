@@ -3,7 +3,9 @@
  * which pieces make a run, and each piece's share of its run's result:
  * a chunk shorter than the run (a hole at its end), a failed run, a
  * zero-length piece, the data section's length (the present bytes of the
- * run are the pieces' present bytes, in order). */
+ * run are the pieces' present bytes, in order); a PLACE_READ's pieces cut
+ * at their spans (kvc_service_cut_spans: bad spans refused) and the
+ * spans' results folded back into the pieces' (kvc_service_fold_spans). */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -123,4 +125,73 @@ Test(service_runs, a_failed_run_fails_its_pieces_and_asks_for_a_reread)
 	kvc_service_split_runs(state, p, runs);
 	cr_assert_eq(state->piece_results[0].length, 4096);
 	cr_assert_null(state->piece_data[0].iov_base);
+}
+
+static struct kvc_msg_place_span span(uint64_t offset, uint32_t length)
+{
+	return (struct kvc_msg_place_span){.offset = offset, .length = length};
+}
+
+Test(service_runs, pieces_are_cut_at_their_spans)
+{
+	struct kvc_msg_piece p[2] = {piece(5, 0, 100, 10000), piece(5, 1, 0, 300)};
+	struct kvc_msg_place_span s[4] = {span(9000, 4000), span(0, 96), span(70000, 5904),
+	                                  span(50, 300)};
+	cr_assert_eq(kvc_service_cut_spans(state, p, 2, s, 4), 0);
+	uint32_t offset[] = {100, 4100, 4196, 0}, length[] = {4000, 96, 5904, 300};
+	for (int j = 0; j < 4; j++) {
+		cr_assert_eq(state->spanned[j].offset, offset[j], "span %d", j);
+		cr_assert_eq(state->spanned[j].length, length[j], "span %d", j);
+		cr_assert_eq(state->spanned[j].chunk, j < 3 ? 0u : 1u);
+		cr_assert_eq(state->span_offsets[j], s[j].offset);
+	}
+	/* the cut spans continue each other: one run, as a key's segments */
+	cr_assert_eq(kvc_service_merge_pieces(state, state->spanned, 4, UINT32_MAX), 2);
+}
+
+Test(service_runs, spans_that_do_not_add_up_are_refused)
+{
+	struct kvc_msg_piece p[2] = {piece(5, 0, 0, 4096), piece(5, 0, 4096, 4096)};
+	struct kvc_msg_place_span crossing[3] = {span(0, 4000), span(8192, 200), span(0, 3992)};
+	cr_assert_eq(kvc_service_cut_spans(state, p, 2, crossing, 3), -EINVAL, "into the next piece");
+	struct kvc_msg_place_span short_[2] = {span(0, 4096), span(8192, 4095)};
+	cr_assert_eq(kvc_service_cut_spans(state, p, 2, short_, 2), -EINVAL, "too few bytes");
+	struct kvc_msg_place_span over[3] = {span(0, 4096), span(8192, 4096), span(0, 1)};
+	cr_assert_eq(kvc_service_cut_spans(state, p, 2, over, 3), -EINVAL, "one left over");
+	struct kvc_msg_place_span empty[3] = {span(0, 4096), span(8192, 0), span(8192, 4096)};
+	cr_assert_eq(kvc_service_cut_spans(state, p, 2, empty, 3), -EINVAL, "an empty span");
+	struct kvc_msg_place_span reserved[2] = {span(0, 4096), span(8192, 4096)};
+	reserved[1].reserved = 1;
+	cr_assert_eq(kvc_service_cut_spans(state, p, 2, reserved, 2), -EINVAL);
+	cr_assert_eq(kvc_service_cut_spans(state, p, 2, reserved, 1), -EINVAL, "too few spans");
+	reserved[1].reserved = 0;
+	cr_assert_eq(kvc_service_cut_spans(state, p, 2, reserved, 2), 0);
+}
+
+Test(service_runs, spans_fold_into_their_pieces_results)
+{
+	struct kvc_msg_piece p[3] = {piece(5, 0, 0, 9000), piece(5, 0, 9000, 100),
+	                             piece(5, 1, 0, 50)};
+	struct kvc_msg_place_span s[6] = {span(0, 3000), span(3000, 3000), span(6000, 3000),
+	                                  span(9000, 100), span(20000, 20), span(30000, 30)};
+	cr_assert_eq(kvc_service_cut_spans(state, p, 3, s, 6), 0);
+	/* piece 0: its chunk ends inside its second span (a hole after);
+	 * piece 1: all there; piece 2: its second span failed */
+	struct kvc_msg_piece_result r[6] = {{0, 3000}, {0, 1000}, {0, 0}, {0, 100}, {0, 20},
+	                                    {-EFAULT, 0}};
+	memcpy(state->piece_results, r, sizeof(r));
+	kvc_service_fold_spans(state, p, 3);
+	cr_assert_eq(state->piece_results[0].status, 0);
+	cr_assert_eq(state->piece_results[0].length, 4000);
+	cr_assert_eq(state->piece_results[1].status, 0);
+	cr_assert_eq(state->piece_results[1].length, 100);
+	cr_assert_eq(state->piece_results[2].status, -EFAULT);
+	cr_assert_eq(state->piece_results[2].length, 0);
+	/* a failed span fails its piece even after a short one */
+	struct kvc_msg_piece_result late[6] = {{0, 10}, {-EIO, 0}, {0, 0}, {0, 100}, {0, 20}, {0, 30}};
+	memcpy(state->piece_results, late, sizeof(late));
+	kvc_service_fold_spans(state, p, 3);
+	cr_assert_eq(state->piece_results[0].status, -EIO);
+	cr_assert_eq(state->piece_results[0].length, 0);
+	cr_assert_eq(state->piece_results[2].length, 50);
 }
