@@ -42,14 +42,29 @@ int kvc_mem_guard_init(void)
 	return init_rc;
 }
 
-/* One guarded piece of work: a copy, or a crc. */
+/* One guarded piece of work: a copy (to dst, or scattered to `places`),
+ * or a crc. */
 struct work {
 	void *dst;
+	const struct iovec *places;
+	uint32_t place_count;
 	const void *src;
 	size_t length;
 	uint32_t crc;
 	bool copy;
 };
+
+static void scatter(const struct work *w)
+{
+	const uint8_t *src = w->src;
+	size_t left = w->length;
+	for (uint32_t i = 0; i < w->place_count && left > 0; i++) {
+		size_t n = w->places[i].iov_len < left ? w->places[i].iov_len : left;
+		memcpy(w->places[i].iov_base, src, n);
+		src += n;
+		left -= n;
+	}
+}
 
 /* Run w under the guard. noinline: the jump buffer's frame must be this
  * function's, and nothing of the caller's may live in registers across
@@ -65,7 +80,9 @@ __attribute__((noinline)) static int guarded(struct work *w)
 	}
 	guard = &jump;
 	__asm__ volatile("" ::: "memory");
-	if (w->copy)
+	if (w->copy && w->places)
+		scatter(w);
+	else if (w->copy)
 		memcpy(w->dst, w->src, w->length);
 	else
 		w->crc = kvc_crc32c(0, w->src, w->length);
@@ -77,6 +94,14 @@ __attribute__((noinline)) static int guarded(struct work *w)
 int kvc_mem_guard_copy(void *dst, const void *src, size_t length)
 {
 	struct work w = {.dst = dst, .src = src, .length = length, .copy = true};
+	return guarded(&w);
+}
+
+int kvc_mem_guard_scatter(const struct iovec *places, uint32_t count, const void *src,
+                          size_t length)
+{
+	struct work w = {.places = places, .place_count = count, .src = src, .length = length,
+	                 .copy = true};
 	return guarded(&w);
 }
 

@@ -21,6 +21,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 /* Install the SIGBUS handler (idempotent, thread-safe). Returns 0 or
  * -errno. */
@@ -30,6 +31,12 @@ int kvc_mem_guard_init(void);
  * -EFAULT when the memory was gone (the bytes copied so far are
  * undefined). kvc_mem_guard_init must have succeeded. */
 int kvc_mem_guard_copy(void *dst, const void *src, size_t length);
+
+/* The first `length` bytes of src to places[0], places[1], ... in turn
+ * (each its iov_len, the last cut short; places holding fewer bytes take
+ * fewer), under one guard: as kvc_mem_guard_copy for each place. */
+int kvc_mem_guard_scatter(const struct iovec *places, uint32_t count, const void *src,
+                          size_t length);
 
 /* *crc = kvc_crc32c(0, p, length) of client memory. Returns 0 or
  * -EFAULT. */

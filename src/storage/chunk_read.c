@@ -163,13 +163,8 @@ static int place_inline(struct kvc_chunk_read *r, const uint8_t *bytes)
 		return -EIO;
 	struct iovec one = {.iov_base = r->place, .iov_len = r->present};
 	const struct iovec *to = r->scatter ? r->scatter : &one;
-	uint32_t count = r->scatter ? r->scatter_count : 1;
-	int rc = 0;
-	for (uint32_t i = 0, at = 0; i < count && at < r->present && rc == 0; i++) {
-		size_t n = to[i].iov_len < r->present - at ? to[i].iov_len : r->present - at;
-		rc = kvc_mem_guard_copy(to[i].iov_base, bytes + r->offset + at, n);
-		at += (uint32_t)n;
-	}
+	int rc = kvc_mem_guard_scatter(to, r->scatter ? r->scatter_count : 1, bytes + r->offset,
+	                               r->present);
 	if (rc < 0)
 		return rc;
 	/* client memory (placed: never freed here), where read_verify finds

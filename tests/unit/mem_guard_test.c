@@ -98,3 +98,25 @@ Test(mem_guard, each_thread_has_its_own_guard)
 	cr_assert_eq(kvc_mem_guard_copy(buf, live, sizeof(live)), 0);
 	cr_assert_eq(buf[2], 3);
 }
+
+Test(mem_guard, a_scatter_fills_its_places_in_turn_and_faults_as_a_copy)
+{
+	static unsigned char src[SIZE];
+	for (unsigned i = 0; i < SIZE; i++)
+		src[i] = (unsigned char)(i * 13 + 3);
+	memset(map, 0xee, SIZE);
+	/* places out of order in memory; the last longer than what is left */
+	struct iovec places[3] = {{map + 40000, 1000}, {map + 100, 3000}, {map + 20000, 9000}};
+	cr_assert_eq(kvc_mem_guard_scatter(places, 3, src, 6000), 0);
+	cr_assert_eq(memcmp(map + 40000, src, 1000), 0);
+	cr_assert_eq(memcmp(map + 100, src + 1000, 3000), 0);
+	cr_assert_eq(memcmp(map + 20000, src + 4000, 2000), 0);
+	cr_assert_eq(map[22000], 0xee, "nothing past the bytes given");
+	cr_assert_eq(map[99], 0xee);
+	cr_assert_eq(kvc_mem_guard_scatter(places, 0, src, 10), 0, "no places: nothing");
+	/* a place in memory that is gone: -EFAULT, and the guard let go */
+	cr_assert_eq(ftruncate(fd, 8192), 0);
+	cr_assert_eq(kvc_mem_guard_scatter(places, 3, src, 6000), -EFAULT);
+	cr_assert_eq(kvc_mem_guard_scatter(places + 1, 1, src, 3000), 0);
+	cr_assert_eq(memcmp(map + 100, src, 3000), 0);
+}
