@@ -366,10 +366,11 @@ static bool bounce(struct kvc_ring_keys_scratch *s, struct key *k, size_t *used,
 		placed &= k->region[i] != NULL;
 	}
 	/* A get of placeable segments is not bounced: it goes as one io
-	 * scattered into them (scatters) or segment by segment; the storage
-	 * server reads the chunk once for the run of pieces they make and
-	 * places each piece (kvc_service_merge_pieces), with no copy here. A
-	 * put still gathers: a piece per segment would rewrite the chunk. */
+	 * scattered into them (scatters: one piece a chunk, a span a segment)
+	 * or segment by segment; the storage server reads the chunk once for
+	 * the run of spans or pieces they make and places each one
+	 * (kvc_service_merge_pieces), with no copy here. A put still gathers:
+	 * a piece per segment would rewrite the chunk. */
 	if (read && placed)
 		return false;
 	if (!s->bounce && !bounce_make(s))

@@ -112,8 +112,8 @@ struct kvc_storage_io {
 	/* Reads, optional (NULL: buf): the io's bytes in order to these
 	 * places instead, scatter[0].iov_len bytes to scatter[0].iov_base and
 	 * so on, the lengths adding up to length (a ring key's segments: one
-	 * io, planned once, its pieces cut at the segments' edges); every
-	 * place lies in region when region is set. */
+	 * io, planned once, one piece a chunk with a span a place it covers,
+	 * storage_read.c); every place lies in region when region is set. */
 	const struct iovec *scatter;
 	uint32_t scatter_count;
 	bool forbid_holes; /* reads: a hole fails the io with -ENODATA */

@@ -15,9 +15,10 @@
 #include "core/clock.h"
 
 /* A read request to one server carries at most this much data (placed:
- * client->place_request_bytes) and as many pieces as the wire allows (a
- * key scattered into 16 segments is 16 pieces: a smaller cap made such
- * gets cost 2-4x the requests of one-segment gets of the same bytes);
+ * client->place_request_bytes) and as many pieces and spans as the wire
+ * allows (a key scattered into 16 segments is one piece of 16 spans a
+ * chunk: a smaller cap made such gets cost 2-4x the requests of
+ * one-segment gets of the same bytes);
  * up to READ_WAVE requests (each on its own connection) are in flight at
  * once. */
 #define REQUEST_BYTES (4u << 20)
@@ -246,10 +247,10 @@ static int read_receive(struct read_plan *plan, struct read_request *req)
 		/* a hole after the present bytes */
 		n = dest_places(io, &req->dest[i], results[i].length,
 		                req->pieces[i].length - results[i].length, places);
-		rc = 0;
-		for (uint32_t j = 0; j < n && rc == 0; j++)
-			rc = zero_fill(places[j].iov_base, places[j].iov_len);
-		if (rc < 0)
+		int zeroed = 0; /* the caller's memory, not the connection: this io only */
+		for (uint32_t j = 0; j < n && zeroed == 0; j++)
+			zeroed = zero_fill(places[j].iov_base, places[j].iov_len);
+		if (zeroed < 0)
 			kvc_storage_io_fail(io, -EFAULT);
 		else if (io->forbid_holes)
 			kvc_storage_io_fail(io, -ENODATA);

@@ -91,8 +91,8 @@ _Static_assert(sizeof(struct kvc_msg_place_region) == 8, "");
  * `spans` kvc_msg_place_span, in order: piece i's bytes go to the next
  * spans of the region, as many as add up to its length (one span for a
  * piece whose bytes go to one place; a ring key's segments are several).
- * count <= spans <= KVC_WIRE_MAX_PIECES, every span at least one byte,
- * none crossing from one piece to the next. Reply: count
+ * count <= spans <= KVC_WIRE_MAX_PIECES, every piece and every span at
+ * least one byte, no span crossing from one piece to the next. Reply: count
  * kvc_msg_piece_result, no data section (the bytes are in the region;
  * past `length` a hole, which the reader fills with zeros). A piece whose
  * region bytes are gone (the memory shrank) is -EFAULT. */

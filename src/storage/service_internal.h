@@ -38,7 +38,7 @@ struct conn_state {
 	uint32_t run_first[KVC_WIRE_MAX_PIECES + 1];
 	struct kvc_msg_piece_result piece_results[KVC_WIRE_MAX_PIECES];
 	struct iovec piece_data[KVC_WIRE_MAX_PIECES];
-	/* A placed read's runs of several pieces: each piece's place in the
+	/* A placed read's runs of several spans: each span's place in the
 	 * region, in order (kvc_chunk_read's scatter points into it). */
 	struct iovec scatter[KVC_WIRE_MAX_PIECES];
 	/* A placed read's pieces cut at their spans (service_place.c): one
@@ -128,9 +128,10 @@ int kvc_service_range_punch(struct request *r);
 /* service_place.c */
 /* Cut each piece of a PLACE_READ at its spans (wire_storage.h): one
  * piece of state->spanned and one offset of state->span_offsets a span,
- * in order. Returns 0, or -EINVAL for spans that do not add up to their
- * pieces' lengths (short, crossing into the next piece, left over, empty,
- * reserved word set). The caller checks the spans lie in the region. */
+ * in order. Returns 0, or -EINVAL for an empty piece or spans that do
+ * not add up to their pieces' lengths (short, crossing into the next
+ * piece, left over, empty, reserved word set). The caller checks the
+ * spans lie in the region. */
 int kvc_service_cut_spans(struct conn_state *state, const struct kvc_msg_piece *pieces,
                           uint32_t count, const struct kvc_msg_place_span *spans,
                           uint32_t span_count);

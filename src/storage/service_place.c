@@ -172,6 +172,8 @@ int kvc_service_cut_spans(struct conn_state *state, const struct kvc_msg_piece *
 	uint32_t j = 0;
 	for (uint32_t i = 0; i < count; i++) {
 		uint32_t done = 0;
+		if (pieces[i].length == 0)
+			return -EINVAL; /* every piece has a span (the fold relies on it) */
 		while (done < pieces[i].length) {
 			if (j == span_count || spans[j].length == 0 || spans[j].reserved ||
 			    spans[j].length > pieces[i].length - done)

@@ -541,6 +541,60 @@ def test_a_client_shrinking_its_iov_hurts_only_itself(cluster, workdir, op):
         r.close()
 
 
+HOLE_FAULT = r"""
+import os, sys
+from multiprocessing import shared_memory
+sys.path.insert(0, sys.argv[3])
+from hf3fs_fuse import io as h3io
+mount, path = sys.argv[1], sys.argv[2]
+size = 4 << 20
+shm = shared_memory.SharedMemory(create=True, size=size)
+try:
+    iov = h3io.make_iovec(shm, mount)
+    ring = h3io.make_ioring(mount, 8, for_read=True, timeout=1)
+    fd = os.open(path, os.O_RDONLY)
+    h3io.register_fd(fd)
+    os.ftruncate(shm._fd, (2 << 20) + 8192)  # the iov shrinks: its last 2 MiB are gone
+    for _ in range(3):
+        # first: 12 KiB of bytes then a hole, landing across the new end
+        # (the bytes placed, the hole's zeros faulting); then, in the same
+        # request to the same server, the file's first 4 KiB
+        ring.prepare(iov[(2 << 20) - 4096:(3 << 20) - 4096], True, fd, 4096)
+        ring.prepare(iov[0:4096], True, fd, 0)
+        ring.submit()
+        done = ring.wait(min_results=2)
+        print(sorted(r.result for r in done), flush=True)
+    print(bytes(shm.buf[0:16]).hex(), flush=True)
+finally:
+    shm.unlink()
+"""
+
+
+def test_a_hole_whose_zeros_fault_fails_only_its_own_read(cluster, workdir):
+    """A ring read of a file's bytes and the hole after them, into iov
+    memory the client cut off where the hole's zeros go: that read fails
+    with EFAULT, and a read of the same chunk in the same placed request
+    still succeeds (its connection and placement stay: no fallback to
+    TCP, nothing retried)."""
+    path = workdir / "holey"
+    data = os.urandom(16384)
+    path.write_bytes(data)
+    os.truncate(path, CHUNK)  # bytes 16 KiB .. 1 MiB: a hole
+    def fallbacks():
+        return value(scrape(cluster.fuse_metrics), "kvc_fuse_transport_place_fallbacks_total")
+    before = fallbacks()
+    out = subprocess.run([sys.executable, "-c", HOLE_FAULT, str(cluster.mount), str(path),
+                          str(ROOT / "tools" / "python")],
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "KVC_LIB": str(LIBKVC)})
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    for line in lines[:3]:
+        assert eval(line) == [-errno.EFAULT, 4096], lines
+    assert lines[3] == data[:16].hex()
+    assert fallbacks() == before, "the fault turned placement off"
+
+
 def test_a_client_killed_mid_read_costs_nothing_else(cluster, workdir):
     path = workdir / "k"
     data = os.urandom(8 * CHUNK)

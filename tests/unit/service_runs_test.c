@@ -166,6 +166,11 @@ Test(service_runs, spans_that_do_not_add_up_are_refused)
 	cr_assert_eq(kvc_service_cut_spans(state, p, 2, reserved, 1), -EINVAL, "too few spans");
 	reserved[1].reserved = 0;
 	cr_assert_eq(kvc_service_cut_spans(state, p, 2, reserved, 2), 0);
+	/* an empty piece (no span of its own: the fold would misplace the
+	 * next piece's results) */
+	struct kvc_msg_piece with_empty[2] = {piece(5, 0, 0, 0), piece(5, 0, 0, 200)};
+	struct kvc_msg_place_span two[2] = {span(0, 100), span(100, 100)};
+	cr_assert_eq(kvc_service_cut_spans(state, with_empty, 2, two, 2), -EINVAL);
 }
 
 Test(service_runs, spans_fold_into_their_pieces_results)
