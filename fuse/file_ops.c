@@ -589,6 +589,37 @@ int kvc_fuse_check_lease(struct kvc_fuse *fs)
 	return fresh ? 0 : -EIO;
 }
 
+/* Files held open keep hearing of other clients' changes. kvc-meta's
+ * watch of an inode lives the events' ttl (and a margin) after the answer
+ * that noted it (meta/watches.h), and a file held open and left alone
+ * asks nothing: its watch would lapse, and another client's rewrite would
+ * leave stale pages in the kernel for the holder's reads (the page cache
+ * is not dropped by a new mtime: operations.c). So every half ttl each
+ * file open here has its attributes asked again, which notes the watch
+ * anew before it lapses; an answer that is not what this client last saw
+ * (a change the watch may have missed while the stream was down, or a
+ * pass that came late) is applied as an event would have been. */
+static void watch_open_files(struct kvc_fuse *fs)
+{
+	int64_t now = lease_now_ms();
+	if (now - fs->watched_ms < (int64_t)fs->config.cache_ttl_ms / 2)
+		return;
+	fs->watched_ms = now;
+	uint64_t *inos;
+	int count = list_open(fs, &inos);
+	for (int i = 0; i < count; i++) {
+		struct kvc_meta_events_mark mark = kvc_meta_events_mark(fs->events);
+		struct kvc_attr attr;
+		if (kvc_meta_client_getattr(&fs->meta, inos[i], &attr) < 0)
+			continue; /* gone (its events say so), or kvc-meta away: next pass */
+		if (!kvc_attr_cache_same(fs->attrs, &attr))
+			kvc_meta_events_inode_changed(fs->events, inos[i]);
+		kvc_attr_cache_put(fs->attrs, &attr, mark);
+	}
+	if (count >= 0)
+		free(inos);
+}
+
 void kvc_fuse_flush_sizes(struct kvc_fuse *fs)
 {
 	/* Also the sign of life that keeps this client's open sessions. */
@@ -604,5 +635,6 @@ void kvc_fuse_flush_sizes(struct kvc_fuse *fs)
 		if (rc < 0)
 			kvc_log_warn("size of inode %" PRIu64 ": %s; will retry", inos[i], strerror(-rc));
 	}
+	watch_open_files(fs);
 }
 

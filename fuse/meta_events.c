@@ -86,6 +86,25 @@ void kvc_meta_events_changed_here(struct kvc_meta_events *ev, uint64_t ino)
 	recent_raise(&ev->recent[slot_of(KVC_WATCH_INODE, ino, NULL, 0)], seq);
 }
 
+/* Another client changed inode ino (an event's seq): a file open here
+ * may have shrunk (its size is in doubt), and the kernel's attributes and
+ * pages of it go. */
+static void inode_changed(struct kvc_meta_events *ev, uint64_t ino, uint64_t seq)
+{
+	kvc_inode_table_changed(ev->fs->inodes, ino, seq);
+	if (ev->fs->session)
+		fuse_lowlevel_notify_inval_inode(ev->fs->session, ino, 0, 0);
+}
+
+void kvc_meta_events_inode_changed(struct kvc_meta_events *ev, uint64_t ino)
+{
+	if (!ev)
+		return;
+	uint64_t seq = atomic_fetch_add(&ev->seq, 1) + 1;
+	recent_raise(&ev->recent[slot_of(KVC_WATCH_INODE, ino, NULL, 0)], seq);
+	inode_changed(ev, ino, seq);
+}
+
 /* One event: remember it, then drop what the kernel caches of it. */
 static void apply(struct kvc_meta_events *ev, const struct kvc_msg_watch_event *e,
                   const char *name)
@@ -103,10 +122,7 @@ static void apply(struct kvc_meta_events *ev, const struct kvc_msg_watch_event *
 	} else if (e->kind == KVC_WATCH_DIR) {
 		kvc_dir_names_forget(ev->fs->dir_names, e->id);
 	} else {
-		/* A file open here may have shrunk: its size is in doubt. */
-		kvc_inode_table_changed(ev->fs->inodes, e->id, seq);
-		if (se)
-			fuse_lowlevel_notify_inval_inode(se, e->id, 0, 0);
+		inode_changed(ev, e->id, seq);
 	}
 }
 

@@ -19,8 +19,10 @@
  * kvc-meta, and its answer is cached for 0 s when an event for its object
  * came since the mark (kvc_meta_events_ttl).
  *
- * Threads: one (the stream). The recent-event table is lock-free (atomic
- * sequence numbers, hashed; a collision only shortens a cache time).
+ * Threads: one (the stream), and the size flusher's pass over open files
+ * (kvc_meta_events_inode_changed). The recent-event table is lock-free
+ * (atomic sequence numbers, hashed; a collision only shortens a cache
+ * time).
  */
 #ifndef KVC_FUSE_META_EVENTS_H
 #define KVC_FUSE_META_EVENTS_H
@@ -54,6 +56,11 @@ uint64_t kvc_meta_events_tick(struct kvc_meta_events *ev);
 /* This client changed inode ino (kvc-meta tells no client of its own
  * changes): answers about it asked for before now are not cached. */
 void kvc_meta_events_changed_here(struct kvc_meta_events *ev, uint64_t ino);
+
+/* Another client changed inode ino, found without an event (an open
+ * file's attributes asked again, file_ops.c): applied as its event would
+ * have been. Thread-safe. */
+void kvc_meta_events_inode_changed(struct kvc_meta_events *ev, uint64_t ino);
 
 /* Whether the stream is up (changes reach us as events). */
 bool kvc_meta_events_up(struct kvc_meta_events *ev);

@@ -50,6 +50,7 @@ struct kvc_fuse {
 	/* The open-session lease: the last time kvc-meta took our RENEW, and
 	 * the last time I/O tried one itself (monotonic ms). */
 	_Atomic int64_t renewed_ms, renew_tried_ms;
+	int64_t watched_ms; /* the size flusher's last pass over open files' watches */
 	pthread_mutex_t renew_lock; /* one RENEW (and its reopening) at a time */
 	/* CLOSEs kvc-meta did not take (it was down): retried every second,
 	 * or a removed file would be kept for as long as we live. */

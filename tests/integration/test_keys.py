@@ -158,6 +158,39 @@ def test_a_file_held_open_follows_another_client_s_rewrite(workdir, other):
         os.close(fd)
 
 
+def test_a_file_held_open_past_the_ttl_hears_another_client_s_rewrite(cluster, workdir,
+                                                                      local_tmp):
+    """A client (cache_ttl_ms 1 s here, so kvc-meta's watch of what it
+    looked up lapses after 3 s) holds a file open and reads it, then
+    leaves it alone past the ttl; another client rewrites it in place,
+    same size: the held descriptor reads the new bytes soon (its pages
+    were dropped), not the old ones from its page cache. kvc-fuse asks an
+    open file's attributes again every half ttl, which keeps the watch."""
+    conf = local_tmp / "short-ttl.conf"
+    text = cluster.conf.read_text().replace("[fuse]\n", "[fuse]\ncache_ttl_ms = 1000\n", 1)
+    conf.write_text("\n".join(line for line in text.splitlines()
+                              if not line.startswith(f"metrics = {cluster.fuse_metrics}")))
+    proc, mount = second_mount(cluster, conf)
+    try:
+        path = workdir / "held-long"
+        path.write_bytes(b"a" * 100000)
+        there = os.path.join(mount, workdir.name, "held-long")
+        fd = os.open(there, os.O_RDONLY)
+        try:
+            assert os.pread(fd, 100000, 0) == b"a" * 100000  # in its page cache now
+            time.sleep(4.5)  # past the watch's life (ttl + 2 s) without a look
+            for n, byte in enumerate((b"b", b"c")):
+                with open(path, "r+b") as f:
+                    f.write(byte * 100000)
+                took = seen_within(lambda: os.pread(fd, 100000, 0) == byte * 100000)
+                assert took is not None and took < EVENT_BOUND, f"rewrite {n} seen after {took}"
+                time.sleep(4.5)
+        finally:
+            os.close(fd)
+    finally:
+        drop_second_mount(proc, mount)
+
+
 def _writer(args):
     directory, worker, count = args
     sums = {}
