@@ -50,6 +50,7 @@ int kvc_fuse_commit_size(struct kvc_fuse *fs, uint64_t ino)
 		kvc_fuse_learnt(fs, ino);
 		/* Our pages are the file as committed. */
 		kvc_attr_cache_put(fs->attrs, &attr, mark);
+		kvc_inode_table_saw(fs->inodes, &attr);
 	}
 	else {
 		if (rc != -ENOENT)
@@ -71,8 +72,10 @@ static int extend_to(struct kvc_fuse *fs, uint64_t ino, uint64_t size)
 		rc = kvc_meta_client_setattr(&fs->meta, &m, &attr);
 	if (rc == 0)
 		kvc_inode_table_set_size(fs->inodes, ino, attr.size);
-	if (rc == 0)
+	if (rc == 0) {
 		kvc_fuse_learnt(fs, ino);
+		kvc_inode_table_saw(fs->inodes, &attr);
+	}
 	return rc;
 }
 
@@ -95,9 +98,11 @@ void kvc_fuse_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offse
 	/* The data changed: EXTEND_SIZE stamps mtime (so other clients'
 	 * opens drop their cached pages) and kvc-meta tells those that have
 	 * the file open. */
-	if (rc == 0 && mode == (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE))
+	if (rc == 0 && mode == (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)) {
 		rc = kvc_meta_client_extend(&fs->meta, ino, 0, &attr);
-	else if (rc == 0 && mode == 0)
+		if (rc == 0) /* the kernel dropped the punched range itself */
+			kvc_inode_table_saw(fs->inodes, &attr);
+	} else if (rc == 0 && mode == 0)
 		rc = (uint64_t)offset + (uint64_t)length > size
 		   ? extend_to(fs, ino, (uint64_t)offset + (uint64_t)length) : 0;
 	else if (rc == 0 && mode != FALLOC_FL_KEEP_SIZE)
@@ -269,6 +274,8 @@ int kvc_fuse_setattr(struct kvc_fuse *fs, const struct kvc_msg_setattr *m,
 		kvc_inode_table_set_size(fs->inodes, m->ino, attr->size);
 		kvc_fuse_learnt(fs, m->ino);
 	}
+	if (rc == 0) /* the kernel changed its pages as we did */
+		kvc_inode_table_saw(fs->inodes, attr);
 	return rc;
 }
 
@@ -596,31 +603,40 @@ int kvc_fuse_check_lease(struct kvc_fuse *fs)
  * leave stale pages in the kernel for the holder's reads (the page cache
  * is not dropped by a new mtime: operations.c). So every half ttl each
  * file open here has its attributes asked again, which notes the watch
- * anew before it lapses; an answer that is not what this client last saw
- * (a change the watch may have missed while the stream was down, or a
- * pass that came late) is applied as an event would have been. */
-static void watch_open_files(struct kvc_fuse *fs)
+ * anew before it lapses; an answer that is not what the kernel's pages
+ * are of (kvc_inode_table_saw: a change the watch may have missed while
+ * the stream was down, or one after an event ended the watch) is applied
+ * as an event would have been. The size flusher's thread only, after a
+ * renew that worked: a pass stops after WATCH_PASS_MS, or at kvc-meta's
+ * first failure, and the next second goes on from there (the lease's
+ * renewal never waits long behind it). */
+#define WATCH_PASS_MS 1000
+void kvc_fuse_watch_open_files(struct kvc_fuse *fs)
 {
-	int64_t now = lease_now_ms();
-	if (now - fs->watched_ms < (int64_t)fs->config.cache_ttl_ms / 2)
+	int64_t start = lease_now_ms();
+	if (fs->watch_next == 0 && start - fs->watched_ms < (int64_t)fs->config.cache_ttl_ms / 2)
 		return;
-	fs->watched_ms = now;
-	uint64_t *inos;
-	int count = list_open(fs, &inos);
-	for (int i = 0; i < count; i++) {
+	if (fs->watch_next == 0)
+		fs->watched_ms = start; /* a sweep begins */
+	uint64_t *inos = NULL;
+	int count = list_open(fs, &inos), i = fs->watch_next;
+	for (; i < count && lease_now_ms() - start < WATCH_PASS_MS; i++) {
 		struct kvc_meta_events_mark mark = kvc_meta_events_mark(fs->events);
 		struct kvc_attr attr;
-		if (kvc_meta_client_getattr(&fs->meta, inos[i], &attr) < 0)
-			continue; /* gone (its events say so), or kvc-meta away: next pass */
-		if (!kvc_attr_cache_same(fs->attrs, &attr))
+		int rc = kvc_meta_client_getattr(&fs->meta, inos[i], &attr);
+		if (rc == -ENOENT)
+			continue; /* gone: its events say so */
+		if (rc < 0)
+			break; /* kvc-meta away: from this file on, next second */
+		if (!kvc_inode_table_saw(fs->inodes, &attr))
 			kvc_meta_events_inode_changed(fs->events, inos[i]);
 		kvc_attr_cache_put(fs->attrs, &attr, mark);
 	}
-	if (count >= 0)
-		free(inos);
+	fs->watch_next = i < count ? i : 0;
+	free(inos);
 }
 
-void kvc_fuse_flush_sizes(struct kvc_fuse *fs)
+int kvc_fuse_flush_sizes(struct kvc_fuse *fs)
 {
 	/* Also the sign of life that keeps this client's open sessions. */
 	pthread_mutex_lock(&fs->renew_lock);
@@ -635,6 +651,6 @@ void kvc_fuse_flush_sizes(struct kvc_fuse *fs)
 		if (rc < 0)
 			kvc_log_warn("size of inode %" PRIu64 ": %s; will retry", inos[i], strerror(-rc));
 	}
-	watch_open_files(fs);
+	return renewed;
 }
 

@@ -20,6 +20,8 @@ struct entry {
 	uint64_t learnt_seq;     /* when size became kvc-meta's (kvc_inode_table_learnt) */
 	uint32_t doubt;          /* opens, commits, truncates not learnt yet */
 	uint32_t committing;     /* sizes taken (take_dirty) and not settled yet */
+	int64_t seen_mtime_ns;   /* kvc_inode_table_saw: what the kernel's pages are of */
+	uint64_t seen_size;
 };
 
 struct kvc_inode_table {
@@ -110,9 +112,25 @@ int kvc_inode_table_open(struct kvc_inode_table *t, const struct kvc_attr *attr)
 	(*p)->doubt++; /* until kvc_inode_table_learnt */
 	(*p)->layout = attr->layout;
 	(*p)->open_count++;
+	/* the open kept the pages only when they are of this (file_ops.c) */
+	(*p)->seen_mtime_ns = attr->mtime_ns;
+	(*p)->seen_size = attr->size;
 out:
 	pthread_mutex_unlock(&t->lock);
 	return rc;
+}
+
+bool kvc_inode_table_saw(struct kvc_inode_table *t, const struct kvc_attr *attr)
+{
+	pthread_mutex_lock(&t->lock);
+	struct entry *e = *slot(t, attr->ino);
+	bool same = !e || (e->seen_mtime_ns == attr->mtime_ns && e->seen_size == attr->size);
+	if (e) {
+		e->seen_mtime_ns = attr->mtime_ns;
+		e->seen_size = attr->size;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return same;
 }
 
 void kvc_inode_table_release(struct kvc_inode_table *t, uint64_t ino)

@@ -45,6 +45,12 @@ int kvc_inode_table_open(struct kvc_inode_table *table, const struct kvc_attr *a
 /* Record a release; the entry goes when unused and clean. */
 void kvc_inode_table_release(struct kvc_inode_table *table, uint64_t ino);
 
+/* kvc-meta answered attr about an open file (our commit or truncate, a
+ * check of open files; an open sets it too): returns whether its (mtime,
+ * size) is the one last seen, the one the kernel's pages are of, and
+ * takes it as the new one. true for a file not in the table. */
+bool kvc_inode_table_saw(struct kvc_inode_table *table, const struct kvc_attr *attr);
+
 /* Whether a file has open handles here. */
 bool kvc_inode_table_is_open(struct kvc_inode_table *table, uint64_t ino);
 

@@ -48,13 +48,37 @@ static int receive_threads(int configured)
 	return cores / 2 > 8 ? 8 : (int)(cores / 2);
 }
 
+/* Every second until stopped (stop_flusher): sizes and the lease, then
+ * the open files' watches. */
 static void *size_flusher(void *arg)
 {
-	for (;;) {
-		sleep(1);
-		kvc_fuse_flush_sizes(arg);
+	struct kvc_fuse *fs = arg;
+	pthread_mutex_lock(&fs->flusher_lock);
+	while (!fs->flusher_stop) {
+		struct timespec until;
+		clock_gettime(CLOCK_MONOTONIC, &until);
+		until.tv_sec += 1;
+		while (!fs->flusher_stop &&
+		       pthread_cond_timedwait(&fs->flusher_wake, &fs->flusher_lock, &until) == 0)
+			;
+		if (fs->flusher_stop)
+			break;
+		pthread_mutex_unlock(&fs->flusher_lock);
+		if (kvc_fuse_flush_sizes(fs) == 0)
+			kvc_fuse_watch_open_files(fs);
+		pthread_mutex_lock(&fs->flusher_lock);
 	}
+	pthread_mutex_unlock(&fs->flusher_lock);
 	return NULL;
+}
+
+static void stop_flusher(struct kvc_fuse *fs)
+{
+	pthread_mutex_lock(&fs->flusher_lock);
+	fs->flusher_stop = true;
+	pthread_cond_signal(&fs->flusher_wake);
+	pthread_mutex_unlock(&fs->flusher_lock);
+	pthread_join(fs->flusher, NULL);
 }
 
 /* The device ("major:minor") of the newest mount at mountpoint, from
@@ -175,6 +199,7 @@ static int mount_and_serve(struct kvc_fuse *fs, const char *mountpoint, bool deb
 	kvc_log_info("mounted at %s", mountpoint);
 	rc = fuse_session_loop_mt(se, loop) ? 1 : 0;
 	fuse_loop_cfg_destroy(loop);
+	stop_flusher(fs); /* nothing but this thread uses the state from here */
 	kvc_fuse_flush_sizes(fs);
 	kvc_early_creates_stop(fs->creates); /* enters what still waits; the
 	                                      * hook stays (nothing waits) */
@@ -280,9 +305,14 @@ int main(int argc, char **argv)
 		pthread_mutex_init(&fs.session_locks[i], NULL);
 	kvc_fuse_clean_orphans(&fs);
 	signal(SIGPIPE, SIG_IGN);
-	pthread_t flusher;
-	pthread_create(&flusher, NULL, size_flusher, &fs);
-	pthread_detach(flusher);
-	/* The state lives until exit: the size flusher thread still uses it. */
+	pthread_mutex_init(&fs.flusher_lock, NULL);
+	pthread_condattr_t monotonic;
+	pthread_condattr_init(&monotonic);
+	pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
+	pthread_cond_init(&fs.flusher_wake, &monotonic);
+	pthread_condattr_destroy(&monotonic);
+	pthread_create(&fs.flusher, NULL, size_flusher, &fs);
+	/* The state lives until exit: the size flusher is stopped once the
+	 * mount is served (mount_and_serve), and runs until exit otherwise. */
 	return mount_and_serve(&fs, mountpoint, debug);
 }

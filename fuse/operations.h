@@ -50,7 +50,16 @@ struct kvc_fuse {
 	/* The open-session lease: the last time kvc-meta took our RENEW, and
 	 * the last time I/O tried one itself (monotonic ms). */
 	_Atomic int64_t renewed_ms, renew_tried_ms;
-	int64_t watched_ms; /* the size flusher's last pass over open files' watches */
+	/* The size flusher (fuse/main.c): stopped and joined before the
+	 * state it uses goes; its passes over open files' watches
+	 * (kvc_fuse_watch_open_files, that thread only): when the last sweep
+	 * began, and where an unfinished one goes on. */
+	pthread_t flusher;
+	pthread_mutex_t flusher_lock;
+	pthread_cond_t flusher_wake;
+	bool flusher_stop; /* flusher_lock */
+	int64_t watched_ms;
+	int watch_next;
 	pthread_mutex_t renew_lock; /* one RENEW (and its reopening) at a time */
 	/* CLOSEs kvc-meta did not take (it was down): retried every second,
 	 * or a removed file would be kept for as long as we live. */
@@ -93,7 +102,11 @@ int kvc_fuse_check_lease(struct kvc_fuse *fs);
 bool kvc_fuse_lease_fresh(struct kvc_fuse *fs);
 
 /* Send every dirty file size to kvc-meta, and renew this client's open
- * sessions (the background pass, every second). */
-void kvc_fuse_flush_sizes(struct kvc_fuse *fs);
+ * sessions (the background pass, every second). Returns the renew's 0 or
+ * -errno. */
+int kvc_fuse_flush_sizes(struct kvc_fuse *fs);
+/* Keep kvc-meta watching the files open here (file_ops.c): the size
+ * flusher's thread only, after a renew that worked. */
+void kvc_fuse_watch_open_files(struct kvc_fuse *fs);
 
 #endif

@@ -240,3 +240,25 @@ Test(inode_table, a_stale_file_fails_its_io)
 	kvc_inode_table_release(table, 42);
 	cr_assert_not(kvc_inode_table_is_open(table, 42));
 }
+
+Test(inode_table, what_the_pages_of_an_open_file_are_of)
+{
+	struct kvc_attr a = file;
+	a.mtime_ns = 5000;
+	cr_assert(kvc_inode_table_saw(table, &a), "not open: nothing to drop");
+	cr_assert_eq(kvc_inode_table_open(table, &a), 0);
+	cr_assert(kvc_inode_table_saw(table, &a), "as opened");
+	struct kvc_attr rewritten = a;
+	rewritten.mtime_ns = 6000; /* another client rewrote it, same size */
+	cr_assert_not(kvc_inode_table_saw(table, &rewritten));
+	cr_assert(kvc_inode_table_saw(table, &rewritten), "taken as the new one");
+	struct kvc_attr shorter = rewritten;
+	shorter.size = 10;
+	cr_assert_not(kvc_inode_table_saw(table, &shorter));
+	/* a second open takes its answer: the open kept the pages only when
+	 * they were of it */
+	cr_assert_eq(kvc_inode_table_open(table, &a), 0);
+	cr_assert(kvc_inode_table_saw(table, &a));
+	kvc_inode_table_release(table, 42);
+	kvc_inode_table_release(table, 42);
+}
