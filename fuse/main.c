@@ -187,6 +187,10 @@ static int mount_and_serve(struct kvc_fuse *fs, const char *mountpoint, bool deb
 	if (events_rc < 0)
 		kvc_log_warn("no change events from kvc-meta (%s): names and attributes are cached "
 		             "for 1 s", strerror(-events_rc));
+	int aliases_rc = kvc_dir_aliases_start(&fs->session, &fs->aliases);
+	if (aliases_rc < 0)
+		kvc_log_warn("directories moved by other clients may leave stale names here: %s",
+		             strerror(-aliases_rc));
 	int names_rc = kvc_dir_names_start(fs, &fs->dir_names);
 	if (names_rc < 0)
 		kvc_log_warn("every lookup asks kvc-meta: %s", strerror(-names_rc));
@@ -208,6 +212,8 @@ static int mount_and_serve(struct kvc_fuse *fs, const char *mountpoint, bool deb
 	metrics = NULL;
 	kvc_dir_names_stop(fs->dir_names);
 	fs->dir_names = NULL;
+	kvc_dir_aliases_stop(fs->aliases);
+	fs->aliases = NULL;
 	kvc_meta_events_stop(fs->events);
 	fs->events = NULL;
 unmount:

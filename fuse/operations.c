@@ -63,6 +63,8 @@ void kvc_fuse_fill_entry_watched(struct kvc_fuse *fs, struct kvc_meta_events_mar
                                  struct fuse_entry_param *e)
 {
 	kvc_known_attrs_note(fs->known, attr);
+	if (S_ISDIR(attr->mode))
+		kvc_dir_aliases_note(fs->aliases, attr->ino, parent, name, strlen(name));
 	fill_entry(fs, mark.seq, attr, e);
 	e->entry_timeout = kvc_meta_events_ttl(fs->events, mark, parent, name, 0);
 	e->attr_timeout = kvc_meta_events_ttl(fs->events, mark, 0, NULL, attr->ino);
@@ -396,6 +398,9 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	                                kvc_flags);
 	kvc_dir_names_end(d, names);
 	kvc_dir_names_named(d, parent, name, strlen(name), 0); /* renamed away */
+	if (rc == 0)
+		kvc_dir_aliases_renamed(kvc_fuse_of(req)->aliases, parent, name, strlen(name),
+		                        new_parent, new_name, strlen(new_name));
 	/* ctime, a replaced file's nlink */
 	kvc_attr_cache_forget(kvc_fuse_of(req)->attrs, kvc_fuse_of(req)->events);
 	kvc_meta_events_changed_here(kvc_fuse_of(req)->events, parent);

@@ -21,6 +21,7 @@
 #include "fuse/dir_names.h"
 #include "fuse/early_creates.h"
 #include "fuse/inode_table.h"
+#include "fuse/dir_aliases.h"
 #include "fuse/known_attrs.h"
 #include "fuse/meta_events.h"
 #include "client/meta_client.h"
@@ -69,6 +70,9 @@ struct kvc_fuse {
 	struct kvc_attr_cache *attrs;
 	/* Last attributes of directories and special files (known_attrs.h). */
 	struct kvc_known_attrs *known;
+	/* The name each directory was last given to the kernel under
+	 * (dir_aliases.h); NULL: not kept. */
+	struct kvc_dir_aliases *aliases;
 	struct kvc_dir_names *dir_names; /* names of busy directories (dir_names.h) */
 	struct kvc_early_creates *creates; /* files made ahead of kvc-meta */
 	uint64_t pending_closes[256];

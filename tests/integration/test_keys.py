@@ -191,6 +191,47 @@ def test_a_file_held_open_past_the_ttl_hears_another_client_s_rewrite(cluster, w
         drop_second_mount(proc, mount)
 
 
+def test_a_directory_moved_by_another_client_past_the_ttl_is_renamed_here(cluster, workdir,
+                                                                         local_tmp):
+    """A client (cache_ttl_ms 1 s) looks a directory up, then leaves it
+    alone past its watch's life (3 s); another client moves the directory
+    into another parent. Renames here across directories that meet it by
+    its new name answer as on a local disk: ENOTDIR over a file, success to
+    a new name (the kernel had kept the old name, and the rename failed
+    with ESTALE at every try: fuse/dir_aliases.h); at most the first try may
+    still see ESTALE."""
+    conf = local_tmp / "short-ttl.conf"
+    text = cluster.conf.read_text().replace("[fuse]\n", "[fuse]\ncache_ttl_ms = 1000\n", 1)
+    conf.write_text("\n".join(line for line in text.splitlines()
+                              if not line.startswith(f"metrics = {cluster.fuse_metrics}")))
+    proc, mount = second_mount(cluster, conf)
+    try:
+        here = os.path.join(mount, workdir.name)
+        (workdir / "d0").mkdir()
+        (workdir / "d1" / "n2").mkdir(parents=True)
+        (workdir / "d1" / "n0").write_bytes(b"x")
+        (workdir / "d1" / "n2" / "inside").write_bytes(b"y")
+        assert wait_until(lambda: os.path.isdir(os.path.join(here, "d1", "n2")), timeout=5)
+        time.sleep(4.5)  # the name's watch lapses; the kernel keeps the name
+        os.rename(workdir / "d1" / "n2", workdir / "d0" / "n1")
+        time.sleep(0.1)
+        errors = []
+        for attempt in range(2):
+            time.sleep(0.2 * attempt)  # a retry, as a user's
+            try:
+                os.rename(os.path.join(here, "d0", "n1"), os.path.join(here, "d1", "n0"))
+                errors.append(0)
+            except OSError as e:
+                errors.append(e.errno)
+        assert errors[-1] == errno.ENOTDIR and errors[0] in (errno.ENOTDIR, errno.ESTALE), \
+            [errno.errorcode.get(e, e) for e in errors]
+        os.rename(os.path.join(here, "d0", "n1"), os.path.join(here, "d1", "n9"))
+        assert (workdir / "d1" / "n9" / "inside").read_bytes() == b"y"
+        assert not (workdir / "d0" / "n1").exists()
+    finally:
+        drop_second_mount(proc, mount)
+
+
 def _writer(args):
     directory, worker, count = args
     sums = {}

@@ -1,0 +1,152 @@
+/* dir_aliases: see dir_aliases.h. */
+#define FUSE_USE_VERSION 312
+#include "fuse/dir_aliases.h"
+
+#include <errno.h>
+#include <fuse_lowlevel.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/wire.h"
+
+#define SLOTS 4096 /* power of two; about 1.1 MiB */
+#define QUEUE 256
+
+struct name {
+	uint64_t parent;
+	uint16_t len;
+	char bytes[KVC_WIRE_MAX_NAME];
+};
+
+struct slot {
+	uint64_t ino; /* 0: empty */
+	struct name name;
+};
+
+struct kvc_dir_aliases {
+	struct fuse_session *const *session;
+	pthread_t thread;
+	pthread_mutex_t lock; /* everything below */
+	pthread_cond_t work;
+	bool stop;
+	uint32_t head, count; /* the queue of old names to drop */
+	struct name queue[QUEUE];
+	struct slot slots[SLOTS];
+	_Atomic uint64_t dropped;
+};
+
+static struct slot *slot_of(struct kvc_dir_aliases *a, uint64_t ino)
+{
+	return &a->slots[(ino * 0x9e3779b97f4a7c15ull) >> 52 & (SLOTS - 1)];
+}
+
+static void *drop_main(void *arg)
+{
+	struct kvc_dir_aliases *a = arg;
+	pthread_mutex_lock(&a->lock);
+	for (;;) {
+		while (!a->stop && a->count == 0)
+			pthread_cond_wait(&a->work, &a->lock);
+		if (a->stop)
+			break;
+		struct name old = a->queue[a->head];
+		a->head = (a->head + 1) % QUEUE;
+		a->count--;
+		pthread_mutex_unlock(&a->lock);
+		struct fuse_session *se = *a->session;
+		/* Waits for the parent's lock: a rename holding it ends first. */
+		if (se)
+			fuse_lowlevel_notify_inval_entry(se, old.parent, old.bytes, old.len);
+		atomic_fetch_add(&a->dropped, 1);
+		pthread_mutex_lock(&a->lock);
+	}
+	pthread_mutex_unlock(&a->lock);
+	return NULL;
+}
+
+int kvc_dir_aliases_start(struct fuse_session *const *session, struct kvc_dir_aliases **out)
+{
+	struct kvc_dir_aliases *a = calloc(1, sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	a->session = session;
+	pthread_mutex_init(&a->lock, NULL);
+	pthread_cond_init(&a->work, NULL);
+	int rc = pthread_create(&a->thread, NULL, drop_main, a);
+	if (rc) {
+		pthread_cond_destroy(&a->work);
+		pthread_mutex_destroy(&a->lock);
+		free(a);
+		return -rc;
+	}
+	*out = a;
+	return 0;
+}
+
+void kvc_dir_aliases_stop(struct kvc_dir_aliases *a)
+{
+	if (!a)
+		return;
+	pthread_mutex_lock(&a->lock);
+	a->stop = true;
+	pthread_cond_signal(&a->work);
+	pthread_mutex_unlock(&a->lock);
+	pthread_join(a->thread, NULL);
+	pthread_cond_destroy(&a->work);
+	pthread_mutex_destroy(&a->lock);
+	free(a);
+}
+
+void kvc_dir_aliases_note(struct kvc_dir_aliases *a, uint64_t ino, uint64_t parent,
+                          const char *name, size_t len)
+{
+	if (!a || ino == 0 || len == 0 || len > KVC_WIRE_MAX_NAME)
+		return;
+	struct slot *s = slot_of(a, ino);
+	pthread_mutex_lock(&a->lock);
+	bool moved = s->ino == ino && (s->name.parent != parent || s->name.len != len ||
+	                               memcmp(s->name.bytes, name, len) != 0);
+	if (moved) {
+		if (a->count == QUEUE) { /* full: the oldest goes */
+			a->head = (a->head + 1) % QUEUE;
+			a->count--;
+		}
+		a->queue[(a->head + a->count++) % QUEUE] = s->name;
+		pthread_cond_signal(&a->work);
+	}
+	s->ino = ino;
+	s->name.parent = parent;
+	s->name.len = (uint16_t)len;
+	memcpy(s->name.bytes, name, len);
+	pthread_mutex_unlock(&a->lock);
+}
+
+void kvc_dir_aliases_renamed(struct kvc_dir_aliases *a, uint64_t parent, const char *name,
+                             size_t len, uint64_t new_parent, const char *new_name,
+                             size_t new_len)
+{
+	if (!a || len == 0 || len > KVC_WIRE_MAX_NAME || new_len == 0 ||
+	    new_len > KVC_WIRE_MAX_NAME)
+		return;
+	/* By name, not number (a rename answers no inode): every slot, a
+	 * few microseconds a rename. */
+	pthread_mutex_lock(&a->lock);
+	for (uint32_t i = 0; i < SLOTS; i++) {
+		struct name *n = &a->slots[i].name;
+		if (a->slots[i].ino && n->parent == parent && n->len == len &&
+		    memcmp(n->bytes, name, len) == 0) {
+			n->parent = new_parent;
+			n->len = (uint16_t)new_len;
+			memcpy(n->bytes, new_name, new_len);
+		}
+	}
+	pthread_mutex_unlock(&a->lock);
+}
+
+uint64_t kvc_dir_aliases_dropped(struct kvc_dir_aliases *a)
+{
+	return a ? atomic_load(&a->dropped) : 0;
+}

@@ -1,0 +1,59 @@
+/*
+ * dir_aliases: the name under which kvc-fuse last gave the kernel each
+ * directory, so that the kernel drops an old name of a directory another
+ * client moved.
+ *
+ * Why: a directory inode has one dentry in the kernel. The kernel keeps a
+ * dentry past its entry timeout (it only looks again at the next use),
+ * and kvc-meta's watch of the name lapses a ttl and a margin after this
+ * client last asked (meta/watches.h): a directory another client moved
+ * after that leaves its old name in this client's dcache, unannounced.
+ * When a lookup inside a rename across directories then meets the
+ * directory under its new name, the kernel cannot move the old dentry
+ * while the rename holds the filesystem's rename lock, and the rename
+ * fails with ESTALE (VFS __d_unalias), again at every retry.
+ *
+ * So every entry answered for a directory (LOOKUP, MKDIR, READDIRPLUS) is
+ * noted here, and this client's own renames move what was noted (the
+ * kernel moves its dentry without asking); one that names a directory under another (parent, name)
+ * than the last one noted queues the old name to be dropped
+ * (fuse_lowlevel_notify_inval_entry) by this module's thread: never from
+ * the request itself, whose parent may be locked by the very rename
+ * waiting for the answer. That rename may still fail once; the kernel
+ * retries it (LOOKUP_REVAL), and a later one finds the old name gone.
+ *
+ * The table is direct-mapped (a slot taken by another directory only
+ * forgets a name: as without this module), the queue bounded (a full one
+ * drops the oldest name: the same). Thread-safe: one mutex, a leaf (no
+ * call into the kernel or kvc-meta under it).
+ */
+#ifndef KVC_FUSE_DIR_ALIASES_H
+#define KVC_FUSE_DIR_ALIASES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct fuse_session;
+struct kvc_dir_aliases;
+
+/* *session is read by the thread at each drop (NULL: not mounted yet,
+ * nothing dropped). Returns 0 or -errno. */
+int kvc_dir_aliases_start(struct fuse_session *const *session, struct kvc_dir_aliases **out);
+/* Stops the thread (drops not made yet are forgotten) and frees. */
+void kvc_dir_aliases_stop(struct kvc_dir_aliases *aliases);
+
+/* kvc-fuse answers the kernel that directory ino is name in parent. */
+void kvc_dir_aliases_note(struct kvc_dir_aliases *aliases, uint64_t ino, uint64_t parent,
+                          const char *name, size_t len);
+
+/* This client renamed (parent, name) to (new_parent, new_name): the
+ * kernel moved its dentry itself (no entry answered), so a directory
+ * noted under the old name is under the new one now. */
+void kvc_dir_aliases_renamed(struct kvc_dir_aliases *aliases, uint64_t parent, const char *name,
+                             size_t len, uint64_t new_parent, const char *new_name,
+                             size_t new_len);
+
+/* Old names queued and dropped since start (tests, metrics). */
+uint64_t kvc_dir_aliases_dropped(struct kvc_dir_aliases *aliases);
+
+#endif

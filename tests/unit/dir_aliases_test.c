@@ -1,0 +1,58 @@
+/* Unit tests of kvc-fuse's directory names given to the kernel
+ * (fuse/dir_aliases.h): a directory answered under the name it had queues
+ * nothing; under a new name, its old name is queued to be dropped (no
+ * session here: the drop is counted only); this client's own rename moves
+ * what was noted, so the name after it is no move. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "fuse/dir_aliases.h"
+
+static struct fuse_session *no_session;
+
+/* The thread's count of drops, once it has caught up (at most 2 s). */
+static uint64_t dropped_after(struct kvc_dir_aliases *a, uint64_t want)
+{
+	for (int i = 0; i < 2000 && kvc_dir_aliases_dropped(a) < want; i++)
+		nanosleep(&(struct timespec){0, 1000000}, NULL);
+	return kvc_dir_aliases_dropped(a);
+}
+
+Test(dir_aliases, a_directory_under_a_new_name_drops_the_old_one)
+{
+	struct kvc_dir_aliases *a;
+	cr_assert_eq(kvc_dir_aliases_start(&no_session, &a), 0);
+	kvc_dir_aliases_note(a, 77, 1, "d1", 2);
+	kvc_dir_aliases_note(a, 77, 1, "d1", 2);
+	kvc_dir_aliases_note(a, 78, 1, "other", 5);
+	cr_assert_eq(dropped_after(a, 0), 0, "the same name: nothing");
+	kvc_dir_aliases_note(a, 77, 5, "d1", 2); /* moved into 5 by another client */
+	cr_assert_eq(dropped_after(a, 1), 1);
+	kvc_dir_aliases_note(a, 77, 5, "n2", 2); /* renamed there */
+	cr_assert_eq(dropped_after(a, 2), 2);
+	/* our own rename: the kernel moved the name itself */
+	kvc_dir_aliases_renamed(a, 5, "n2", 2, 9, "n3", 2);
+	kvc_dir_aliases_note(a, 77, 9, "n3", 2);
+	cr_assert_eq(dropped_after(a, 3), 2, "our own rename is no move");
+	/* bad names are ignored */
+	kvc_dir_aliases_note(a, 77, 9, "", 0);
+	kvc_dir_aliases_note(a, 0, 9, "x", 1);
+	cr_assert_eq(dropped_after(a, 3), 2);
+	kvc_dir_aliases_stop(a);
+}
+
+Test(dir_aliases, a_flood_of_moves_keeps_the_latest)
+{
+	struct kvc_dir_aliases *a;
+	cr_assert_eq(kvc_dir_aliases_start(&no_session, &a), 0);
+	char name[16];
+	for (int i = 0; i < 1000; i++) {
+		int n = snprintf(name, sizeof(name), "n%d", i);
+		kvc_dir_aliases_note(a, 42, 1, name, (size_t)n);
+	}
+	uint64_t got = dropped_after(a, 999);
+	cr_assert(got > 0 && got <= 999, "%llu", (unsigned long long)got);
+	kvc_dir_aliases_stop(a);
+}
