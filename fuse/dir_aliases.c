@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/wire.h"
 
@@ -18,7 +19,7 @@
 struct name {
 	uint64_t parent;
 	uint16_t len;
-	char bytes[KVC_WIRE_MAX_NAME];
+	char bytes[KVC_WIRE_MAX_NAME + 1]; /* NUL-terminated (libfuse sends len + 1) */
 };
 
 struct slot {
@@ -35,12 +36,32 @@ struct kvc_dir_aliases {
 	uint32_t head, count; /* the queue of old names to drop */
 	struct name queue[QUEUE];
 	struct slot slots[SLOTS];
+	uint32_t hashes[SLOTS]; /* of each slot's name: a rename scans these */
 	_Atomic uint64_t dropped;
 };
 
-static struct slot *slot_of(struct kvc_dir_aliases *a, uint64_t ino)
+static uint32_t slot_of(uint64_t ino)
 {
-	return &a->slots[(ino * 0x9e3779b97f4a7c15ull) >> 52 & (SLOTS - 1)];
+	return (uint32_t)((ino * 0x9e3779b97f4a7c15ull) >> 52 & (SLOTS - 1));
+}
+
+/* FNV-1a of (parent, name); never 0 (an empty slot's). */
+static uint32_t name_hash(uint64_t parent, const char *name, size_t len)
+{
+	uint32_t h = 2166136261u;
+	for (int i = 0; i < 8; i++)
+		h = (h ^ (uint8_t)(parent >> (8 * i))) * 16777619u;
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ (uint8_t)name[i]) * 16777619u;
+	return h ? h : 1;
+}
+
+static void set_name(struct name *n, uint64_t parent, const char *name, size_t len)
+{
+	n->parent = parent;
+	n->len = (uint16_t)len;
+	memcpy(n->bytes, name, len);
+	n->bytes[len] = '\0';
 }
 
 static void *drop_main(void *arg)
@@ -57,8 +78,9 @@ static void *drop_main(void *arg)
 		a->count--;
 		pthread_mutex_unlock(&a->lock);
 		struct fuse_session *se = *a->session;
-		/* Waits for the parent's lock: a rename holding it ends first. */
-		if (se)
+		/* Waits for the parent's lock: a rename holding it ends first.
+		 * Not once the session ended (nobody answers the kernel then). */
+		if (se && !fuse_session_exited(se))
 			fuse_lowlevel_notify_inval_entry(se, old.parent, old.bytes, old.len);
 		atomic_fetch_add(&a->dropped, 1);
 		pthread_mutex_lock(&a->lock);
@@ -94,7 +116,17 @@ void kvc_dir_aliases_stop(struct kvc_dir_aliases *a)
 	a->stop = true;
 	pthread_cond_signal(&a->work);
 	pthread_mutex_unlock(&a->lock);
-	pthread_join(a->thread, NULL);
+	/* A drop may wait in the kernel for a parent that an operation holds
+	 * while it waits for an answer nobody reads now: give the thread 2 s,
+	 * then leave it (and the table it uses) to the process's exit, so the
+	 * unmount that ends such waits is not held up. */
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 2;
+	if (pthread_timedjoin_np(a->thread, NULL, &until) != 0) {
+		pthread_detach(a->thread);
+		return;
+	}
 	pthread_cond_destroy(&a->work);
 	pthread_mutex_destroy(&a->lock);
 	free(a);
@@ -105,7 +137,8 @@ void kvc_dir_aliases_note(struct kvc_dir_aliases *a, uint64_t ino, uint64_t pare
 {
 	if (!a || ino == 0 || len == 0 || len > KVC_WIRE_MAX_NAME)
 		return;
-	struct slot *s = slot_of(a, ino);
+	uint32_t i = slot_of(ino);
+	struct slot *s = &a->slots[i];
 	pthread_mutex_lock(&a->lock);
 	bool moved = s->ino == ino && (s->name.parent != parent || s->name.len != len ||
 	                               memcmp(s->name.bytes, name, len) != 0);
@@ -118,9 +151,8 @@ void kvc_dir_aliases_note(struct kvc_dir_aliases *a, uint64_t ino, uint64_t pare
 		pthread_cond_signal(&a->work);
 	}
 	s->ino = ino;
-	s->name.parent = parent;
-	s->name.len = (uint16_t)len;
-	memcpy(s->name.bytes, name, len);
+	set_name(&s->name, parent, name, len);
+	a->hashes[i] = name_hash(parent, name, len);
 	pthread_mutex_unlock(&a->lock);
 }
 
@@ -131,16 +163,16 @@ void kvc_dir_aliases_renamed(struct kvc_dir_aliases *a, uint64_t parent, const c
 	if (!a || len == 0 || len > KVC_WIRE_MAX_NAME || new_len == 0 ||
 	    new_len > KVC_WIRE_MAX_NAME)
 		return;
-	/* By name, not number (a rename answers no inode): every slot, a
-	 * few microseconds a rename. */
+	/* By name, not number (a rename answers no inode): the names'
+	 * hashes (16 KiB) first, a slot only where one matches. */
+	uint32_t h = name_hash(parent, name, len);
 	pthread_mutex_lock(&a->lock);
 	for (uint32_t i = 0; i < SLOTS; i++) {
 		struct name *n = &a->slots[i].name;
-		if (a->slots[i].ino && n->parent == parent && n->len == len &&
+		if (a->hashes[i] == h && a->slots[i].ino && n->parent == parent && n->len == len &&
 		    memcmp(n->bytes, name, len) == 0) {
-			n->parent = new_parent;
-			n->len = (uint16_t)new_len;
-			memcpy(n->bytes, new_name, new_len);
+			set_name(n, new_parent, new_name, new_len);
+			a->hashes[i] = name_hash(new_parent, new_name, new_len);
 		}
 	}
 	pthread_mutex_unlock(&a->lock);

@@ -13,14 +13,20 @@
  * while the rename holds the filesystem's rename lock, and the rename
  * fails with ESTALE (VFS __d_unalias), again at every retry.
  *
- * So every entry answered for a directory (LOOKUP, MKDIR, READDIRPLUS) is
- * noted here, and this client's own renames move what was noted (the
- * kernel moves its dentry without asking); one that names a directory under another (parent, name)
- * than the last one noted queues the old name to be dropped
+ * So every entry given to the kernel for a directory (LOOKUP and MKDIR
+ * answers, READDIRPLUS entries sent with their inode) is noted here, and
+ * this client's own renames move what was noted (the kernel moves its
+ * dentry without asking); one that names a directory under another
+ * (parent, name) than the last one noted queues the old name to be dropped
  * (fuse_lowlevel_notify_inval_entry) by this module's thread: never from
  * the request itself, whose parent may be locked by the very rename
- * waiting for the answer. That rename may still fail once; the kernel
- * retries it (LOOKUP_REVAL), and a later one finds the old name gone.
+ * waiting for the answer. That rename may still fail once (the kernel's
+ * own retry comes at once, often before the drop); the caller's next try
+ * finds the old name gone. Not when the old dentry is pinned (a process's
+ * working directory inside it, a file open under it): the kernel only
+ * unhashes it then, and renames meeting the directory fail until a
+ * lookup of its new name outside a rename moves the dentry. A drop is
+ * what a removal of the old name would do: a mount under it is detached.
  *
  * The table is direct-mapped (a slot taken by another directory only
  * forgets a name: as without this module), the queue bounded (a full one

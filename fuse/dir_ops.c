@@ -152,6 +152,8 @@ void kvc_fuse_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t 
 				goto full;
 			used += need;
 			off++;
+			if (e.ino && S_ISDIR(attr.mode)) /* given to the kernel with its inode */
+				kvc_dir_aliases_note(fs->aliases, attr.ino, ino, cname, len);
 			int more = kvc_meta_client_dirent_next(d->page, &name, &len, &attr);
 			if (more <= 0) {
 				rc = more < 0 ? -EIO : 0;

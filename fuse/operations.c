@@ -63,8 +63,6 @@ void kvc_fuse_fill_entry_watched(struct kvc_fuse *fs, struct kvc_meta_events_mar
                                  struct fuse_entry_param *e)
 {
 	kvc_known_attrs_note(fs->known, attr);
-	if (S_ISDIR(attr->mode))
-		kvc_dir_aliases_note(fs->aliases, attr->ino, parent, name, strlen(name));
 	fill_entry(fs, mark.seq, attr, e);
 	e->entry_timeout = kvc_meta_events_ttl(fs->events, mark, parent, name, 0);
 	e->attr_timeout = kvc_meta_events_ttl(fs->events, mark, 0, NULL, attr->ino);
@@ -79,6 +77,9 @@ void kvc_fuse_reply_entry(fuse_req_t req, struct kvc_meta_events_mark mark, uint
 		return;
 	}
 	kvc_fuse_fill_entry_watched(kvc_fuse_of(req), mark, parent, name, attr, &e);
+	if (S_ISDIR(attr->mode)) /* the kernel's name of it from now on */
+		kvc_dir_aliases_note(kvc_fuse_of(req)->aliases, attr->ino, parent, name,
+		                     strlen(name));
 	fuse_reply_entry(req, &e);
 }
 

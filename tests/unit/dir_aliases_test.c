@@ -36,10 +36,19 @@ Test(dir_aliases, a_directory_under_a_new_name_drops_the_old_one)
 	kvc_dir_aliases_renamed(a, 5, "n2", 2, 9, "n3", 2);
 	kvc_dir_aliases_note(a, 77, 9, "n3", 2);
 	cr_assert_eq(dropped_after(a, 3), 2, "our own rename is no move");
+	/* the longest name, moved by our rename and then by another client */
+	char longest[255];
+	memset(longest, 'x', sizeof(longest));
+	kvc_dir_aliases_note(a, 90, 9, longest, sizeof(longest));
+	kvc_dir_aliases_renamed(a, 9, longest, sizeof(longest), 3, longest, sizeof(longest));
+	kvc_dir_aliases_note(a, 90, 3, longest, sizeof(longest));
+	cr_assert_eq(dropped_after(a, 3), 2);
+	kvc_dir_aliases_note(a, 90, 4, longest, sizeof(longest));
+	cr_assert_eq(dropped_after(a, 3), 3);
 	/* bad names are ignored */
 	kvc_dir_aliases_note(a, 77, 9, "", 0);
 	kvc_dir_aliases_note(a, 0, 9, "x", 1);
-	cr_assert_eq(dropped_after(a, 3), 2);
+	cr_assert_eq(dropped_after(a, 4), 3);
 	kvc_dir_aliases_stop(a);
 }
 
