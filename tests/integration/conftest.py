@@ -215,6 +215,16 @@ def chunk_files_of(cluster, ino):
     return list(cluster.dir.glob(f"**/chunks/*/{ino:016x}.*"))
 
 
+def client_conf(cluster, path, old, new):
+    """The cluster's file with its first `old` replaced by `new`, for a
+    second kvc-fuse (second_mount): without the first's metrics listener
+    (that port is taken). Written to path; returns path."""
+    text = cluster.conf.read_text().replace(old, new, 1)
+    path.write_text("\n".join(line for line in text.splitlines()
+                              if not line.startswith(f"metrics = {cluster.fuse_metrics}")))
+    return path
+
+
 def second_mount(cluster, conf=None):
     """Another kvc-fuse (another client) of the same cluster, mounted on a
     new temporary directory; conf: another cluster file (default the

@@ -158,41 +158,30 @@ def test_a_file_held_open_follows_another_client_s_rewrite(workdir, other):
         os.close(fd)
 
 
-def test_a_file_held_open_past_the_ttl_hears_another_client_s_rewrite(cluster, workdir,
-                                                                      local_tmp):
+def test_a_file_held_open_past_the_ttl_hears_another_client_s_rewrite(workdir, other_short):
     """A client (cache_ttl_ms 1 s here, so kvc-meta's watch of what it
     looked up lapses after 3 s) holds a file open and reads it, then
     leaves it alone past the ttl; another client rewrites it in place,
     same size: the held descriptor reads the new bytes soon (its pages
     were dropped), not the old ones from its page cache. kvc-fuse asks an
     open file's attributes again every half ttl, which keeps the watch."""
-    conf = local_tmp / "short-ttl.conf"
-    text = cluster.conf.read_text().replace("[fuse]\n", "[fuse]\ncache_ttl_ms = 1000\n", 1)
-    conf.write_text("\n".join(line for line in text.splitlines()
-                              if not line.startswith(f"metrics = {cluster.fuse_metrics}")))
-    proc, mount = second_mount(cluster, conf)
+    path = workdir / "held-long"
+    path.write_bytes(b"a" * 100000)
+    fd = os.open(os.path.join(other_short, "held-long"), os.O_RDONLY)
     try:
-        path = workdir / "held-long"
-        path.write_bytes(b"a" * 100000)
-        there = os.path.join(mount, workdir.name, "held-long")
-        fd = os.open(there, os.O_RDONLY)
-        try:
-            assert os.pread(fd, 100000, 0) == b"a" * 100000  # in its page cache now
-            time.sleep(4.5)  # past the watch's life (ttl + 2 s) without a look
-            for n, byte in enumerate((b"b", b"c")):
-                with open(path, "r+b") as f:
-                    f.write(byte * 100000)
-                took = seen_within(lambda: os.pread(fd, 100000, 0) == byte * 100000)
-                assert took is not None and took < EVENT_BOUND, f"rewrite {n} seen after {took}"
-                time.sleep(4.5)
-        finally:
-            os.close(fd)
+        assert os.pread(fd, 100000, 0) == b"a" * 100000  # in its page cache now
+        time.sleep(4.5)  # past the watch's life (ttl + 2 s) without a look
+        for n, byte in enumerate((b"b", b"c")):
+            with open(path, "r+b") as f:
+                f.write(byte * 100000)
+            took = seen_within(lambda: os.pread(fd, 100000, 0) == byte * 100000)
+            assert took is not None and took < EVENT_BOUND, f"rewrite {n} seen after {took}"
+            time.sleep(4.5)
     finally:
-        drop_second_mount(proc, mount)
+        os.close(fd)
 
 
-def test_a_directory_moved_by_another_client_past_the_ttl_is_renamed_here(cluster, workdir,
-                                                                         local_tmp):
+def test_a_directory_moved_by_another_client_past_the_ttl_is_renamed_here(workdir, other_short):
     """A client (cache_ttl_ms 1 s) looks a directory up, then leaves it
     alone past its watch's life (3 s); another client moves the directory
     into another parent. Renames here across directories that meet it by
@@ -200,36 +189,28 @@ def test_a_directory_moved_by_another_client_past_the_ttl_is_renamed_here(cluste
     a new name (the kernel had kept the old name, and the rename failed
     with ESTALE at every try: fuse/dir_aliases.h); at most the first try may
     still see ESTALE."""
-    conf = local_tmp / "short-ttl.conf"
-    text = cluster.conf.read_text().replace("[fuse]\n", "[fuse]\ncache_ttl_ms = 1000\n", 1)
-    conf.write_text("\n".join(line for line in text.splitlines()
-                              if not line.startswith(f"metrics = {cluster.fuse_metrics}")))
-    proc, mount = second_mount(cluster, conf)
-    try:
-        here = os.path.join(mount, workdir.name)
-        (workdir / "d0").mkdir()
-        (workdir / "d1" / "n2").mkdir(parents=True)
-        (workdir / "d1" / "n0").write_bytes(b"x")
-        (workdir / "d1" / "n2" / "inside").write_bytes(b"y")
-        assert wait_until(lambda: os.path.isdir(os.path.join(here, "d1", "n2")), timeout=5)
-        time.sleep(4.5)  # the name's watch lapses; the kernel keeps the name
-        os.rename(workdir / "d1" / "n2", workdir / "d0" / "n1")
-        time.sleep(0.1)
-        errors = []
-        for attempt in range(2):
-            time.sleep(0.2 * attempt)  # a retry, as a user's
-            try:
-                os.rename(os.path.join(here, "d0", "n1"), os.path.join(here, "d1", "n0"))
-                errors.append(0)
-            except OSError as e:
-                errors.append(e.errno)
-        assert errors[-1] == errno.ENOTDIR and errors[0] in (errno.ENOTDIR, errno.ESTALE), \
-            [errno.errorcode.get(e, e) for e in errors]
-        os.rename(os.path.join(here, "d0", "n1"), os.path.join(here, "d1", "n9"))
-        assert (workdir / "d1" / "n9" / "inside").read_bytes() == b"y"
-        assert not (workdir / "d0" / "n1").exists()
-    finally:
-        drop_second_mount(proc, mount)
+    here = other_short
+    (workdir / "d0").mkdir()
+    (workdir / "d1" / "n2").mkdir(parents=True)
+    (workdir / "d1" / "n0").write_bytes(b"x")
+    (workdir / "d1" / "n2" / "inside").write_bytes(b"y")
+    assert wait_until(lambda: os.path.isdir(os.path.join(here, "d1", "n2")), timeout=5)
+    time.sleep(4.5)  # the name's watch lapses; the kernel keeps the name
+    os.rename(workdir / "d1" / "n2", workdir / "d0" / "n1")
+    time.sleep(0.1)
+    errors = []
+    for attempt in range(2):
+        time.sleep(0.2 * attempt)  # a retry, as a user's
+        try:
+            os.rename(os.path.join(here, "d0", "n1"), os.path.join(here, "d1", "n0"))
+            errors.append(0)
+        except OSError as e:
+            errors.append(e.errno)
+    assert errors[-1] == errno.ENOTDIR and errors[0] in (errno.ENOTDIR, errno.ESTALE), \
+        [errno.errorcode.get(e, e) for e in errors]
+    os.rename(os.path.join(here, "d0", "n1"), os.path.join(here, "d1", "n9"))
+    assert (workdir / "d1" / "n9" / "inside").read_bytes() == b"y"
+    assert not (workdir / "d0" / "n1").exists()
 
 
 def _writer(args):

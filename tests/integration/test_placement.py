@@ -17,7 +17,8 @@ from multiprocessing import shared_memory
 
 import pytest
 
-from conftest import BUILD, CHUNK, ROOT, LIBKVC, drop_second_mount, second_mount, wait_until
+from conftest import (BUILD, CHUNK, ROOT, LIBKVC, client_conf, drop_second_mount, second_mount,
+                      wait_until)
 from test_metrics import scrape, value
 
 sys.path.insert(0, str(ROOT / "tools" / "python"))
@@ -413,11 +414,7 @@ def test_a_placed_read_that_fails_gives_its_buffer_up(cluster, workdir):
 
 
 def test_transport_tcp_in_the_cluster_file_forces_tcp(cluster, workdir, local_tmp):
-    conf = local_tmp / "tcp.conf"
-    text = cluster.conf.read_text().replace("[meta]", "transport = tcp\n\n[meta]", 1)
-    # the second kvc-fuse serves no metrics (the first has the address)
-    conf.write_text("\n".join(line for line in text.splitlines()
-                              if not line.startswith(f"metrics = {cluster.fuse_metrics}")))
+    conf = client_conf(cluster, local_tmp / "tcp.conf", "[meta]", "transport = tcp\n\n[meta]")
     data = os.urandom(3 * CHUNK + 99)
     (workdir / "t").write_bytes(data)
     proc, mount = second_mount(cluster, conf)
@@ -451,10 +448,7 @@ def test_key_segments_with_holes_placed_and_over_tcp(cluster, workdir, local_tmp
         (workdir / name).write_bytes(data)
     os.truncate(workdir / "holed", 70000)
     files["holed"] += bytes(40000)
-    conf = local_tmp / "tcp.conf"
-    text = cluster.conf.read_text().replace("[meta]", "transport = tcp\n\n[meta]", 1)
-    conf.write_text("\n".join(line for line in text.splitlines()
-                              if not line.startswith(f"metrics = {cluster.fuse_metrics}")))
+    conf = client_conf(cluster, local_tmp / "tcp.conf", "[meta]", "transport = tcp\n\n[meta]")
     proc, mount = second_mount(cluster, conf)
     try:
         for where in (str(cluster.mount), mount):
