@@ -25,6 +25,7 @@
  * submission.
  */
 #include "fuse/ring_service.h"
+#include "fuse/ring_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -50,7 +51,6 @@
 #include "core/log.h"
 #include "core/ring.h"
 
-#define MAX_BATCH 256
 #define MAX_RINGS 65536
 /* After a batch, a worker watches its ring this long for the next
  * submission before going back to sleep in epoll: a client at depth 1
@@ -69,35 +69,6 @@
  * one ring at once": 32 MiB batches ran lock-step again). */
 #define BATCH_BYTES (8ull << 20)
 
-struct kvc_ring_server_ring {
-	struct kvc_usrbio_client *client;
-	struct kvc_ring_shared *shared;
-	size_t bytes;
-	uint32_t entries;
-	uint32_t mask;
-	bool for_read;
-	int io_depth;
-	int timeout_ms;
-	uint64_t flags;
-	int bell;  /* kvc-fuse's end of the doorbell: in epoll, drained here */
-	int poke;  /* the client's end (a copy): the timer writes to it */
-	uint32_t slot;
-	uint32_t generation;
-	atomic_int refs;
-	atomic_bool dead;
-	/* io_depth > 0: when fewer entries than io_depth started waiting */
-	_Atomic int64_t partial_since_ns;
-	/* Entries are taken (sq_head advanced, completion room reserved) by
-	 * one worker at a time. A leaf lock, never held with post_lock. */
-	pthread_mutex_t take_lock;
-	uint32_t reserved; /* completions owed by batches running; take_lock */
-	atomic_int running; /* batches of this ring running; raised under take_lock */
-	bool ordered; /* a layout-1 client: one batch at a time, in order */
-	/* Completions are posted by the workers running the ring and by the
-	 * key waits (ring_keys_wait.c): one at a time. A leaf lock. */
-	pthread_mutex_t post_lock;
-	atomic_int parked; /* key waits parked on this ring */
-};
 
 struct kvc_ring_service {
 	struct kvc_fuse *fs;
@@ -175,8 +146,13 @@ static uint32_t batch_size(struct kvc_ring_service *svc, struct kvc_ring_server_
 		return 0;
 	uint32_t tail = atomic_load_explicit(&sh->sq_tail, memory_order_acquire);
 	uint32_t pending = tail - head;
-	uint32_t cq_used = atomic_load_explicit(&sh->cq_tail, memory_order_relaxed) -
-	                   atomic_load_explicit(&sh->cq_head, memory_order_acquire);
+	/* The client's head before our tail: completions are posted by other
+	 * threads meanwhile (entry_landed, other batches), and a tail read
+	 * first could be passed by a head the client moved over newer ones,
+	 * which would look like corrupt indices. Read this way, cq_used is at
+	 * worst too high (less taken now), never wrapped. */
+	uint32_t cq_head = atomic_load_explicit(&sh->cq_head, memory_order_acquire);
+	uint32_t cq_used = atomic_load_explicit(&sh->cq_tail, memory_order_acquire) - cq_head;
 	if (pending > ring->entries || cq_used > ring->entries) {
 		kvc_log_warn("usrbio: ring of pid %d has corrupt indices; stopping it",
 		             (int)ring->client->pid);
@@ -203,67 +179,6 @@ static uint32_t batch_size(struct kvc_ring_service *svc, struct kvc_ring_server_
 	return n < MAX_BATCH ? n : MAX_BATCH;
 }
 
-_Static_assert(MAX_BATCH <= KVC_DEVICE_MAX_IOS, "a batch must fit device_io");
-
-/* A worker's batch: its entries, and the ios of those that run. */
-struct batch {
-	struct kvc_ring_sqe sqe[MAX_BATCH];
-	struct kvc_storage_io io[MAX_BATCH];
-	uint64_t ino[MAX_BATCH];
-	int device[MAX_BATCH];     /* per io: the GPU of its iov, or -1 */
-	int64_t result[MAX_BATCH]; /* set early for refused entries */
-	int runnable[MAX_BATCH];   /* index into io of each runnable entry, or -1 */
-	/* A batch mixing device and host iovs: each kind gathered, and
-	 * where each io came from in io[]. */
-	struct kvc_storage_io device_io[MAX_BATCH], host_io[MAX_BATCH];
-	int device_of[MAX_BATCH];
-	int device_from[MAX_BATCH], host_from[MAX_BATCH];
-	struct kvc_device_stager *stager; /* the worker's, made on first use */
-	uint32_t key_index[MAX_BATCH];     /* the key entries (ring_keys) */
-	struct kvc_ring_keys_scratch *keys; /* the worker's, made on first use */
-};
-
-/* Check one entry against the client's registrations; fill its io. */
-static int prepare_entry(struct kvc_fuse *fs, struct kvc_ring_server_ring *ring,
-                         const struct kvc_ring_sqe *e, struct kvc_storage_io *io,
-                         uint64_t *ino, int *device)
-{
-	bool read = e->op == KVC_RING_READ;
-	if ((e->op != KVC_RING_READ && e->op != KVC_RING_WRITE) || read != ring->for_read)
-		return -EINVAL;
-	if (e->length == 0)
-		return -EINVAL; /* any other length the iov holds: see run_ios */
-	if (e->file_offset > KVC_LAYOUT_MAX_FILE_SIZE ||
-	    e->length > KVC_LAYOUT_MAX_FILE_SIZE - e->file_offset)
-		return -EFBIG;
-	struct kvc_usrbio_file file;
-	void *memory;
-	const struct kvc_storage_region *region = NULL;
-	int rc = kvc_usrbio_resolve_iov_region(ring->client, e->iov_handle, e->iov_offset,
-	                                       e->length, &memory, device, &region);
-	if (rc == 0)
-		rc = kvc_usrbio_resolve_file(ring->client, e->fd, &file);
-	if (rc == 0 && file.dir)
-		rc = -EISDIR; /* a key directory: for key ops only */
-	if (rc < 0)
-		return rc;
-	if ((read && file.access == O_WRONLY) || (!read && file.access == O_RDONLY))
-		return -EACCES;
-	uint64_t size;
-	*io = (struct kvc_storage_io){.inode = file.ino, .offset = e->file_offset,
-	                              .length = e->length, .buf = memory, .region = region,
-	                              .forbid_holes = (ring->flags & 2u) != 0};
-	rc = read ? kvc_fuse_open_file(fs, file.ino, &io->layout, &size)
-	          : kvc_inode_table_get(fs->inodes, file.ino, &io->layout, &size);
-	if (rc < 0) /* -ESTALE: the file went away while we were cut off */
-		return rc == -ESTALE ? rc : -EBADF;
-	*ino = file.ino;
-	if (read) /* a read stops at the end of the file, like pread */
-		io->length = e->file_offset >= size ? 0
-		           : (e->length < size - e->file_offset ? e->length : size - e->file_offset);
-	return 0;
-}
-
 static void post(struct kvc_ring_server_ring *ring, uint32_t slot, const struct kvc_ring_sqe *e,
                  int64_t result)
 {
@@ -276,94 +191,17 @@ static void post(struct kvc_ring_server_ring *ring, uint32_t slot, const struct 
 	atomic_store_explicit(&sh->cq_tail, tail + 1, memory_order_release);
 }
 
-static void run_storage(struct kvc_ring_service *svc, bool read, struct kvc_storage_io *ios,
-                        int count)
+void kvc_ring_service_landed(struct kvc_ring_server_ring *ring, uint32_t slot,
+                             const struct kvc_ring_sqe *e, int64_t result)
 {
-	if (count > 0 && read)
-		kvc_storage_client_read_batch(&svc->fs->storage, ios, count);
-	else if (count > 0)
-		kvc_storage_client_write_batch(&svc->fs->storage, ios, count);
-}
-
-/* Run a batch's ios: those of device iovs through device_io (the storage
- * client cannot address GPU memory), the others straight. An entry may be
- * as long as its iov (3FS has no limit either): both cut each io into
- * chunk pieces and move them in requests of at most a few MiB per server
- * (device_io through its staging halves), so no frame nears the wire's
- * KVC_WIRE_MAX_DATA, and the entry completes once, with its total. */
-_Static_assert(KVC_LAYOUT_MAX_CHUNK <= KVC_WIRE_MAX_DATA, "a chunk piece fits one frame");
-static void run_ios(struct kvc_ring_service *svc, struct kvc_ring_server_ring *ring,
-                    struct batch *b, int count)
-{
-	int host = 0, gpu = 0;
-	for (int k = 0; k < count; k++)
-		gpu += b->device[k] >= 0;
-	if (gpu == 0) {
-		run_storage(svc, ring->for_read, b->io, count);
-		return;
-	}
-	gpu = 0;
-	for (int k = 0; k < count; k++) {
-		if (b->device[k] < 0) {
-			b->host_io[host] = b->io[k];
-			b->host_from[host++] = k;
-		} else {
-			b->device_io[gpu] = b->io[k];
-			b->device_of[gpu] = b->device[k];
-			b->device_from[gpu++] = k;
-		}
-	}
-	kvc_device_io_run(&b->stager, (size_t)svc->fs->config.gpu_staging_mb << 20,
-	                  &svc->fs->storage, b->device_io, b->device_of, gpu, ring->for_read);
-	run_storage(svc, ring->for_read, b->host_io, host);
-	for (int j = 0; j < gpu; j++)
-		b->io[b->device_from[j]].result = b->device_io[j].result;
-	for (int j = 0; j < host; j++)
-		b->io[b->host_from[j]].result = b->host_io[j].result;
-}
-
-/* Run the checked entries of a batch and record each one's result. */
-static void execute(struct kvc_ring_service *svc, struct kvc_ring_server_ring *ring,
-                    struct batch *b, uint32_t head, uint32_t n)
-{
-	int count = 0, keys = 0;
-	int lease = kvc_fuse_check_lease(svc->fs); /* sessions held: no holes to read */
-	for (uint32_t i = 0; i < n; i++) {
-		if (kvc_ring_keys_is_key_op(b->sqe[i].op)) { /* ring_keys runs those */
-			b->runnable[i] = -1;
-			b->key_index[keys++] = i;
-			continue;
-		}
-		int rc = lease < 0 ? lease
-		       : prepare_entry(svc->fs, ring, &b->sqe[i], &b->io[count], &b->ino[count],
-		                       &b->device[count]);
-		b->result[i] = rc;
-		b->runnable[i] = rc == 0 && b->io[count].length > 0 ? count++ : -1;
-	}
-	if (count > 0)
-		run_ios(svc, ring, b, count);
-	if (keys > 0)
-		kvc_ring_keys_execute(&(struct kvc_ring_keys_batch){
-			.fs = svc->fs, .ring = ring, .client = ring->client, .scratch = &b->keys,
-			.stager = &b->stager, .sqes = b->sqe, .head = head, .mask = ring->mask,
-			.index = b->key_index, .count = keys, .results = b->result});
-	uint64_t moved = 0;
-	for (uint32_t i = 0; i < n; i++) {
-		int k = b->runnable[i];
-		if (k < 0) /* refused (negative) or a read at/after the end (0) */
-			continue;
-		struct kvc_storage_io *io = &b->io[k];
-		b->result[i] = io->result < 0 ? io->result : (int64_t)io->length;
-		moved += io->result < 0 ? 0 : io->length;
-		if (!ring->for_read && io->result == 0) {
-			kvc_inode_table_wrote(svc->fs->inodes, b->ino[k], io->offset + io->length);
-			/* The kernel's cached pages and size of this file are stale
-			 * now: FUSE reads and stat must see what the ring wrote. */
-			fuse_lowlevel_notify_inval_inode(svc->fs->session, b->ino[k],
-			                                 (off_t)io->offset, (off_t)io->length);
-		}
-	}
-	kvc_fuse_metrics_ring_bytes(ring->for_read, moved);
+	pthread_mutex_lock(&ring->post_lock);
+	post(ring, slot, e, result);
+	pthread_mutex_unlock(&ring->post_lock);
+	pthread_mutex_lock(&ring->take_lock);
+	ring->reserved--;
+	pthread_mutex_unlock(&ring->take_lock);
+	kvc_fuse_metrics_ring_completed(1);
+	syscall(SYS_futex, &ring->shared->cq_tail, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
 /* Let another worker take the ring's next submissions while this one
@@ -378,7 +216,7 @@ static void rearm(struct kvc_ring_service *svc, struct kvc_ring_server_ring *rin
  * which lets another worker take the next entries meanwhile. Returns the
  * entries taken. */
 static uint32_t run_batch(struct kvc_ring_service *svc, struct kvc_ring_server_ring *ring,
-                          struct batch *b, bool overlap)
+                          struct kvc_ring_batch *b, bool overlap)
 {
 	struct kvc_ring_shared *sh = ring->shared;
 	struct kvc_usrbio_client *client = ring->client;
@@ -429,18 +267,21 @@ static uint32_t run_batch(struct kvc_ring_service *svc, struct kvc_ring_server_r
 	if (others + 1 < limit && !atomic_load(&ring->dead))
 		rearm(svc, ring);
 
-	execute(svc, ring, b, head, n);
+	kvc_ring_batch_execute(svc->fs, ring, b, head, n);
 	kvc_usrbio_client_leave(client);
-	uint32_t posted = 0;
+	uint32_t posted = 0, landed = 0;
 	pthread_mutex_lock(&ring->post_lock);
-	for (uint32_t i = 0; i < n; i++)
-		if (b->result[i] != KVC_RING_KEYS_PARKED) { /* a wait: completed later */
+	for (uint32_t i = 0; i < n; i++) {
+		if (b->posted[i]) /* by entry_landed, room and all */
+			landed++;
+		else if (b->result[i] != KVC_RING_KEYS_PARKED) { /* a wait: completed later */
 			post(ring, (head + i) & ring->mask, &b->sqe[i], b->result[i]);
 			posted++;
 		}
+	}
 	pthread_mutex_unlock(&ring->post_lock);
 	pthread_mutex_lock(&ring->take_lock);
-	ring->reserved -= n; /* posted, or parked (they find room later) */
+	ring->reserved -= n - landed; /* posted, or parked (they find room later) */
 	pthread_mutex_unlock(&ring->take_lock);
 	atomic_fetch_sub(&ring->running, 1);
 	kvc_fuse_metrics_ring_completed(posted);
@@ -505,7 +346,7 @@ static int drain(struct kvc_ring_server_ring *ring)
 static void *worker_main(void *arg)
 {
 	struct kvc_ring_service *svc = arg;
-	struct batch *b = calloc(1, sizeof(*b));
+	struct kvc_ring_batch *b = calloc(1, sizeof(*b));
 	if (!b)
 		return NULL;
 	for (;;) {
@@ -723,7 +564,7 @@ void kvc_ring_service_remove(struct kvc_ring_service *svc, struct kvc_ring_serve
 
 int kvc_ring_service_run(struct kvc_ring_service *svc, struct kvc_ring_server_ring *ring)
 {
-	struct batch *b = calloc(1, sizeof(*b));
+	struct kvc_ring_batch *b = calloc(1, sizeof(*b));
 	int taken = 0;
 	if (!b)
 		return -ENOMEM;

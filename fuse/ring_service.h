@@ -5,8 +5,9 @@
  * from the ring (io_depth rules), copies and checks each entry, runs the
  * whole batch through the storage client (pieces of all entries grouped
  * per server, bytes received straight into the client's iov and sent
- * straight from it), then posts the completions and wakes the client's
- * futex. Different rings run on different workers in parallel. A timer
+ * straight from it; fuse/ring_batch.c), then posts the completions and
+ * wakes the client's futex. A host read completes as soon as its own
+ * bytes landed, before the rest of its batch (ring_internal.h). Different rings run on different workers in parallel. A timer
  * thread, asleep unless a ring waits on an io_depth timeout, rings the
  * doorbell of rings whose timeout passed.
  *

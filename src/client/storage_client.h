@@ -118,6 +118,15 @@ struct kvc_storage_io {
 	uint32_t scatter_count;
 	bool forbid_holes; /* reads: a hole fails the io with -ENODATA */
 	int result;        /* out: 0 or -errno (the io's first failure) */
+	/* Reads, optional (NULL: none): called once, on any of the batch's
+	 * threads, as soon as the io's last piece has landed and the io
+	 * succeeded, while the rest of the batch may still run (a ring entry
+	 * completes then, not with the batch's slowest request). Never for an
+	 * io that failed: its result stands when the batch returns. It must
+	 * not block; done_arg is the caller's (an io may be a copy). */
+	void (*done)(struct kvc_storage_io *io);
+	void *done_arg;
+	int pending; /* the batch's own: pieces not landed yet, while done is set */
 };
 
 struct kvc_storage_space {

@@ -84,6 +84,23 @@ struct read_plan {
 	bool ready;
 };
 
+/* An io that wants `done` counts its pieces in requests or queued again,
+ * plus one while the batch plans (read_batch_once): the last release of a
+ * successful io calls done. Acquire-release: the releasing thread sees
+ * every other thread's writes to the io's memory and result. */
+static void io_hold(struct kvc_storage_io *io)
+{
+	if (io->done)
+		__atomic_fetch_add(&io->pending, 1, __ATOMIC_RELAXED);
+}
+
+static void io_release(struct kvc_storage_io *io)
+{
+	if (io->done && __atomic_sub_fetch(&io->pending, 1, __ATOMIC_ACQ_REL) == 0 &&
+	    __atomic_load_n(&io->result, __ATOMIC_RELAXED) == 0)
+		io->done(io);
+}
+
 static int read_send(struct kvc_storage_client *client, struct read_request *req)
 {
 	req->t.server = req->server;
@@ -175,6 +192,7 @@ static void read_again(struct read_plan *plan, const struct read_request *req, u
 		r->piece = req->pieces[k];
 		r->dest = req->dest[k];
 		r->dest.to_tail = to_tail;
+		io_hold(&plan->ios[r->dest.io]); /* released when read_retries takes it */
 	} else {
 		kvc_storage_io_fail(&plan->ios[req->dest[k].io], -ENOMEM);
 	}
@@ -295,6 +313,8 @@ static void read_finish(struct read_plan *plan, struct read_request *r)
 		for (uint32_t k = 0; k < r->head.count; k++)
 			read_again(plan, r, k, false);
 	}
+	for (uint32_t k = 0; k < r->head.count; k++)
+		io_release(&plan->ios[r->dest[k].io]);
 	free(r);
 }
 
@@ -503,6 +523,7 @@ static int read_add(struct read_plan *plan, const struct kvc_chain *chain,
 			.length = (uint32_t)places[j].iov_len};
 	r->dest[k] = dest;
 	r->bytes += piece.length;
+	io_hold(&plan->ios[dest.io]); /* released by read_finish */
 	return 0;
 }
 
@@ -586,24 +607,27 @@ static int read_retries(struct read_plan *plan)
 		plan->retries = NULL;
 		plan->retry_count = plan->retry_cap = 0;
 		bool pause = false;
-		for (int i = 0; i < count && rc == 0; i++) {
+		for (int i = 0; i < count; i++) {
 			struct read_retry *r = &list[i];
+			struct kvc_storage_io *io = &plan->ios[r->dest.io];
 			struct kvc_chain chain;
-			int pos = r->dest.attempts < MAX_ATTEMPTS &&
+			int pos = rc == 0 && r->dest.attempts < MAX_ATTEMPTS &&
 			                  kvc_storage_client_chain(plan->client, r->piece.chain, &chain)
 			        ? pick_replica(plan->client, &chain, 0, r->dest.tried, r->dest.to_tail,
 			                       &pause)
 			        : -1;
-			if (pos < 0)
-				kvc_storage_io_fail(&plan->ios[r->dest.io], -EIO); /* no replica could serve it */
+			if (pos < 0) /* no replica could serve it, or out of memory */
+				kvc_storage_io_fail(io, rc < 0 ? rc : -EIO);
 			else
 				rc = read_add(plan, &chain, r->piece, r->dest, pos);
+			if (rc < 0)
+				kvc_storage_io_fail(io, rc);
+			io_release(io);
 		}
 		free(list);
 		if (pause)
 			kvc_clock_sleep_ms(1);
-		if (rc == 0)
-			read_flush(plan);
+		read_flush(plan); /* what was planned goes out even after an ENOMEM */
 	}
 	return rc;
 }
@@ -619,7 +643,14 @@ static int read_batch_once(struct kvc_storage_client *client, struct kvc_storage
 	if (!plan.open)
 		return -ENOMEM;
 	pthread_mutex_init(&plan.retry_lock, NULL);
+	for (int i = 0; i < count; i++)
+		ios[i].pending = 1; /* the planning's hold (io_hold) */
 	int rc = kvc_storage_client_for_each_piece(client, ios, count, read_add_piece, &plan);
+	for (int i = 0; i < count; i++) {
+		if (rc < 0) /* not every piece planned: no io may pass for read */
+			kvc_storage_io_fail(&ios[i], rc);
+		io_release(&ios[i]);
+	}
 	read_flush(&plan); /* what was planned goes out even after an ENOMEM */
 	if (rc == 0)
 		rc = read_retries(&plan);

@@ -496,3 +496,64 @@ def test_an_fd_number_registers_once(cluster, workdir):
         kvcfs.deregister_fd(again)
     finally:
         os.close(again)
+
+
+def test_a_ring_read_completes_without_waiting_for_its_batch(cluster, workdir):
+    """Two reads submitted together, one of a chunk on a frozen storage
+    server: the other completes as soon as its bytes land, not with its
+    batch's slowest request (ring_service.c's entry_landed), and the
+    frozen one completes once its server runs again. The frozen server is
+    the later of the two in the cluster file: a kvc-fuse without receiving
+    threads (under 4 cores) takes a wave's answers in server order."""
+    from conftest import CHUNK
+    data = os.urandom(2 * CHUNK)
+    path = workdir / "two-chunks"
+    path.write_bytes(data)
+    inode = os.stat(path).st_ino
+
+    def server_of(chunk):
+        found = list(cluster.dir.glob(f"s*/t*/chunks/{inode & 0xff:02x}/"
+                                      f"{inode:016x}.{chunk:08x}"))
+        assert len(found) == 1
+        return found[0].relative_to(cluster.dir).parts[0]
+
+    servers = [server_of(0), server_of(1)]
+    assert servers[0] != servers[1]
+    late = 0 if int(servers[0][1:]) > int(servers[1][1:]) else 1
+    shm = shared_memory.SharedMemory(create=True, size=2 * CHUNK)
+    iov = h3io.make_iovec(shm, cluster.mount)
+    ior = h3io.make_ioring(cluster.mount, 8, for_read=True)
+    fd = os.open(path, os.O_RDONLY)
+    h3io.register_fd(fd)
+    try:
+        for c in (0, 1):  # both servers know the iov and have a connection
+            ior.prepare(iov[c * CHUNK:(c + 1) * CHUNK], True, fd, c * CHUNK)
+        assert [c.result for c in ior.submit().wait(min_results=2)] == [CHUNK, CHUNK]
+        shm.buf[:] = bytes(2 * CHUNK)
+        pid = cluster.pid(servers[late])
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            for c in (0, 1):
+                ior.prepare(iov[c * CHUNK:(c + 1) * CHUNK], True, fd, c * CHUNK, userdata=c)
+            first = ior.submit().wait(min_results=1, timeout=20)
+            assert [(c.userdata, c.result) for c in first] == [(1 - late, CHUNK)]
+            at = (1 - late) * CHUNK
+            assert bytes(shm.buf[at:at + CHUNK]) == data[at:at + CHUNK]
+            more = ior.wait(min_results=0, timeout=0.2)
+            assert [(c.userdata, c.result) for c in more] == []  # still waiting on its server
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        rest = ior.wait(min_results=1, timeout=60)
+        assert [c.userdata for c in rest] == [late]
+        # back in time, or past the storage client's timeout: never wrong bytes
+        assert rest[0].result in (CHUNK, -errno.EIO)
+        if rest[0].result == CHUNK:
+            assert bytes(shm.buf[late * CHUNK:(late + 1) * CHUNK]) == \
+                data[late * CHUNK:(late + 1) * CHUNK]
+    finally:
+        h3io.deregister_fd(fd)
+        os.close(fd)
+        ior.close()
+        iov.close()
+        shm.close()
+        shm.unlink()
