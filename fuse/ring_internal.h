@@ -45,7 +45,8 @@ struct kvc_ring_server_ring {
 	/* io_depth > 0: when fewer entries than io_depth started waiting */
 	_Atomic int64_t partial_since_ns;
 	/* Entries are taken (sq_head advanced, completion room reserved) by
-	 * one worker at a time. A leaf lock, never held with post_lock. */
+	 * one worker at a time. Never held with post_lock; the service's
+	 * timer_lock may be taken under it (set_partial). */
 	pthread_mutex_t take_lock;
 	uint32_t reserved; /* completions owed by batches running; take_lock */
 	atomic_int running; /* batches of this ring running; raised under take_lock */

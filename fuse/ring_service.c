@@ -28,7 +28,6 @@
 #include "fuse/ring_internal.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <stdatomic.h>
@@ -42,11 +41,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fuse/device_io.h"
 #include "fuse/fuse_metrics.h"
 #include "fuse/ring_keys.h"
-#include "fuse/ops_internal.h"
-#include "core/layout.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/ring.h"

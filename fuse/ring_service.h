@@ -7,9 +7,10 @@
  * per server, bytes received straight into the client's iov and sent
  * straight from it; fuse/ring_batch.c), then posts the completions and
  * wakes the client's futex. A host read completes as soon as its own
- * bytes landed, before the rest of its batch (ring_internal.h). Different rings run on different workers in parallel. A timer
- * thread, asleep unless a ring waits on an io_depth timeout, rings the
- * doorbell of rings whose timeout passed.
+ * bytes landed, before the rest of its batch (ring_internal.h).
+ * Different rings run on different workers in parallel. A timer thread,
+ * asleep unless a ring waits on an io_depth timeout, rings the doorbell
+ * of rings whose timeout passed.
  *
  * Doorbells are kvc-fuse's: a Unix socket pair per ring, made at
  * registration. kvc-fuse keeps one end (in epoll, read only here, with

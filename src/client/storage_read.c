@@ -616,12 +616,10 @@ static int read_retries(struct read_plan *plan)
 			        ? pick_replica(plan->client, &chain, 0, r->dest.tried, r->dest.to_tail,
 			                       &pause)
 			        : -1;
-			if (pos < 0) /* no replica could serve it, or out of memory */
-				kvc_storage_io_fail(io, rc < 0 ? rc : -EIO);
-			else
+			if (pos >= 0)
 				rc = read_add(plan, &chain, r->piece, r->dest, pos);
-			if (rc < 0)
-				kvc_storage_io_fail(io, rc);
+			if (pos < 0 || rc < 0) /* no replica could serve it, or out of memory */
+				kvc_storage_io_fail(io, rc < 0 ? rc : -EIO);
 			io_release(io);
 		}
 		free(list);
@@ -630,6 +628,18 @@ static int read_retries(struct read_plan *plan)
 		read_flush(plan); /* what was planned goes out even after an ENOMEM */
 	}
 	return rc;
+}
+
+/* After an ENOMEM: pieces still queued to be read again are not, and
+ * their ios fail with rc (none may pass for read). */
+static void read_drop_retries(struct read_plan *plan, int rc)
+{
+	for (int i = 0; i < plan->retry_count; i++) {
+		struct kvc_storage_io *io = &plan->ios[plan->retries[i].dest.io];
+		kvc_storage_io_fail(io, rc);
+		io_release(io);
+	}
+	plan->retry_count = 0;
 }
 
 static int read_batch_once(struct kvc_storage_client *client, struct kvc_storage_io *ios,
@@ -654,6 +664,8 @@ static int read_batch_once(struct kvc_storage_client *client, struct kvc_storage
 	read_flush(&plan); /* what was planned goes out even after an ENOMEM */
 	if (rc == 0)
 		rc = read_retries(&plan);
+	if (rc < 0)
+		read_drop_retries(&plan, rc);
 	for (uint32_t s = 0; s < 2 * KVC_CONFIG_MAX_SERVERS; s++)
 		free(plan.open[s]);
 	free(plan.retries);

@@ -501,7 +501,7 @@ def test_an_fd_number_registers_once(cluster, workdir):
 def test_a_ring_read_completes_without_waiting_for_its_batch(cluster, workdir):
     """Two reads submitted together, one of a chunk on a frozen storage
     server: the other completes as soon as its bytes land, not with its
-    batch's slowest request (ring_service.c's entry_landed), and the
+    batch's slowest request (fuse/ring_batch.c's entry_landed), and the
     frozen one completes once its server runs again. The frozen server is
     the later of the two in the cluster file: a kvc-fuse without receiving
     threads (under 4 cores) takes a wave's answers in server order."""
