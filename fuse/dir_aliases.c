@@ -64,6 +64,17 @@ static void set_name(struct name *n, uint64_t parent, const char *name, size_t l
 	n->bytes[len] = '\0';
 }
 
+/* Queue name to be dropped from the kernel (a->lock held). */
+static void queue_drop(struct kvc_dir_aliases *a, const struct name *name)
+{
+	if (a->count == QUEUE) { /* full: the oldest goes */
+		a->head = (a->head + 1) % QUEUE;
+		a->count--;
+	}
+	a->queue[(a->head + a->count++) % QUEUE] = *name;
+	pthread_cond_signal(&a->work);
+}
+
 static void *drop_main(void *arg)
 {
 	struct kvc_dir_aliases *a = arg;
@@ -142,14 +153,8 @@ void kvc_dir_aliases_note(struct kvc_dir_aliases *a, uint64_t ino, uint64_t pare
 	pthread_mutex_lock(&a->lock);
 	bool moved = s->ino == ino && (s->name.parent != parent || s->name.len != len ||
 	                               memcmp(s->name.bytes, name, len) != 0);
-	if (moved) {
-		if (a->count == QUEUE) { /* full: the oldest goes */
-			a->head = (a->head + 1) % QUEUE;
-			a->count--;
-		}
-		a->queue[(a->head + a->count++) % QUEUE] = s->name;
-		pthread_cond_signal(&a->work);
-	}
+	if (moved)
+		queue_drop(a, &s->name);
 	s->ino = ino;
 	set_name(&s->name, parent, name, len);
 	a->hashes[i] = name_hash(parent, name, len);
@@ -181,4 +186,59 @@ void kvc_dir_aliases_renamed(struct kvc_dir_aliases *a, uint64_t parent, const c
 uint64_t kvc_dir_aliases_dropped(struct kvc_dir_aliases *a)
 {
 	return a ? atomic_load(&a->dropped) : 0;
+}
+
+void kvc_dir_aliases_forget(struct kvc_dir_aliases *a, uint64_t ino)
+{
+	if (!a || ino == 0)
+		return;
+	uint32_t i = slot_of(ino);
+	pthread_mutex_lock(&a->lock);
+	if (a->slots[i].ino == ino) {
+		a->slots[i].ino = 0;
+		a->hashes[i] = 0;
+	}
+	pthread_mutex_unlock(&a->lock);
+}
+
+int kvc_dir_aliases_list(struct kvc_dir_aliases *a, uint32_t *cursor,
+                         struct kvc_dir_alias *out, int max)
+{
+	int n = 0;
+	if (!a) {
+		*cursor = 0;
+		return 0;
+	}
+	uint32_t i = *cursor < SLOTS ? *cursor : 0;
+	pthread_mutex_lock(&a->lock);
+	for (; i < SLOTS && n < max; i++) {
+		const struct slot *s = &a->slots[i];
+		if (!s->ino)
+			continue;
+		out[n].ino = s->ino;
+		out[n].parent = s->name.parent;
+		out[n].len = s->name.len;
+		memcpy(out[n].name, s->name.bytes, (size_t)s->name.len + 1);
+		n++;
+	}
+	pthread_mutex_unlock(&a->lock);
+	*cursor = i < SLOTS ? i : 0;
+	return n;
+}
+
+void kvc_dir_aliases_stale(struct kvc_dir_aliases *a, const struct kvc_dir_alias *alias)
+{
+	if (!a || alias->len == 0 || alias->len > KVC_WIRE_MAX_NAME)
+		return;
+	uint32_t i = slot_of(alias->ino);
+	struct slot *s = &a->slots[i];
+	pthread_mutex_lock(&a->lock);
+	/* Only the name as listed: a lookup or rename since noted a newer one. */
+	if (s->ino == alias->ino && s->name.parent == alias->parent && s->name.len == alias->len &&
+	    memcmp(s->name.bytes, alias->name, alias->len) == 0) {
+		queue_drop(a, &s->name);
+		s->ino = 0;
+		a->hashes[i] = 0;
+	}
+	pthread_mutex_unlock(&a->lock);
 }

@@ -28,6 +28,14 @@
  * lookup of its new name outside a rename moves the dentry. A drop is
  * what a removal of the old name would do: a mount under it is detached.
  *
+ * Mostly, though, the old name goes before any rename meets it: the
+ * names noted here are asked of kvc-meta again every half ttl
+ * (kvc_fuse_watch_dir_names, from kvc_dir_aliases_list), which keeps
+ * their watches alive, so another client's move comes as an event and
+ * the event drops the old name; a name found no longer naming its
+ * directory is dropped then (kvc_dir_aliases_stale). A directory the
+ * kernel forgot (FORGET) is no longer noted (kvc_dir_aliases_forget).
+ *
  * The table is direct-mapped (a slot taken by another directory only
  * forgets a name: as without this module), the queue bounded (a full one
  * drops the oldest name: the same). Thread-safe: one mutex, a leaf (no
@@ -38,6 +46,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "core/wire.h"
 
 struct fuse_session;
 struct kvc_dir_aliases;
@@ -58,6 +68,31 @@ void kvc_dir_aliases_note(struct kvc_dir_aliases *aliases, uint64_t ino, uint64_
 void kvc_dir_aliases_renamed(struct kvc_dir_aliases *aliases, uint64_t parent, const char *name,
                              size_t len, uint64_t new_parent, const char *new_name,
                              size_t new_len);
+
+/* The kernel forgot directory ino (FORGET): its name is not noted any
+ * more (a slot holding another inode is left). */
+void kvc_dir_aliases_forget(struct kvc_dir_aliases *aliases, uint64_t ino);
+
+/* A noted directory, copied out. */
+struct kvc_dir_alias {
+	uint64_t ino, parent;
+	uint16_t len;
+	char name[KVC_WIRE_MAX_NAME + 1];
+};
+
+/* Copy out up to max noted directories from slot *cursor on, and move
+ * *cursor past them (0: the table's end was reached). Returns the count.
+ * What keeps the names' watches in kvc-meta alive (kvc_fuse_watch_dir_names
+ * asks each name again every half ttl, so another client's move of a
+ * directory this kernel holds comes as an event, which drops the old name
+ * before any rename meets it). */
+int kvc_dir_aliases_list(struct kvc_dir_aliases *aliases, uint32_t *cursor,
+                         struct kvc_dir_alias *out, int max);
+
+/* alias (as listed) no longer names its directory in kvc-meta: the old
+ * name is queued to be dropped from the kernel and forgotten here,
+ * unless a newer name was noted since. */
+void kvc_dir_aliases_stale(struct kvc_dir_aliases *aliases, const struct kvc_dir_alias *alias);
 
 /* Old names queued and dropped since start (tests, metrics). */
 uint64_t kvc_dir_aliases_dropped(struct kvc_dir_aliases *aliases);

@@ -180,3 +180,44 @@ void kvc_fuse_op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_inf
 	fuse_reply_err(req, 0);
 }
 
+
+/* Directory names this kernel holds (fuse/dir_aliases.h), asked again
+ * every half ttl as open files' attributes are (file_ops.c): each LOOKUP
+ * notes kvc-meta's watch of the name anew before it lapses, so another
+ * client's move or removal of a directory held here comes as an event,
+ * which drops the old name from the kernel before a rename here can meet
+ * the directory under its new one (that rename would fail with ESTALE).
+ * A name that no longer names its directory is dropped here at once. The
+ * size flusher's thread only, after the open files' pass: at most
+ * DIR_PASS_MS a pass (the lease's renewal waits behind it), stopping at
+ * kvc-meta's first failure; the next second goes on from there. */
+#define DIR_PASS_MS 250
+#define DIR_STEP 32
+void kvc_fuse_watch_dir_names(struct kvc_fuse *fs)
+{
+	int64_t start = kvc_clock_monotonic_ns();
+	if (fs->dir_watch_next == 0 &&
+	    start - fs->dir_watched_ns < (int64_t)fs->config.cache_ttl_ms * 500000)
+		return;
+	if (fs->dir_watch_next == 0)
+		fs->dir_watched_ns = start; /* a sweep begins */
+	struct kvc_dir_alias *step = malloc(DIR_STEP * sizeof(*step));
+	uint32_t cursor = fs->dir_watch_next;
+	bool away = step == NULL;
+	do {
+		uint32_t at = cursor;
+		int n = away ? 0 : kvc_dir_aliases_list(fs->aliases, &cursor, step, DIR_STEP);
+		for (int i = 0; i < n && !away; i++) {
+			struct kvc_attr attr;
+			int rc = kvc_meta_client_lookup(&fs->meta, step[i].parent, step[i].name, &attr);
+			if (rc == -ENOENT || (rc == 0 && attr.ino != step[i].ino))
+				kvc_dir_aliases_stale(fs->aliases, &step[i]);
+			away = rc < 0 && rc != -ENOENT;
+		}
+		if (away)
+			cursor = at; /* kvc-meta away: this step again, next second */
+	} while (!away && cursor != 0 &&
+	         kvc_clock_monotonic_ns() - start < (int64_t)DIR_PASS_MS * 1000000);
+	fs->dir_watch_next = cursor;
+	free(step);
+}

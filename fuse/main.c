@@ -64,8 +64,10 @@ static void *size_flusher(void *arg)
 		if (fs->flusher_stop)
 			break;
 		pthread_mutex_unlock(&fs->flusher_lock);
-		if (kvc_fuse_flush_sizes(fs) == 0)
+		if (kvc_fuse_flush_sizes(fs) == 0) {
 			kvc_fuse_watch_open_files(fs);
+			kvc_fuse_watch_dir_names(fs);
+		}
 		pthread_mutex_lock(&fs->flusher_lock);
 	}
 	pthread_mutex_unlock(&fs->flusher_lock);

@@ -135,9 +135,14 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	kvc_fuse_reply_entry(req, mark, parent, name, rc, &attr);
 }
 
+/* The kernel forgets an inode whole when it evicts it (every lookup it
+ * holds at once): a directory's noted name is not kept alive after. (A
+ * forget of one answer the kernel could not use only costs a name held
+ * otherwise its renewal: as before dir_aliases kept names alive.) */
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
-	(void)ino, (void)nlookup;
+	(void)nlookup;
+	kvc_dir_aliases_forget(kvc_fuse_of(req)->aliases, ino);
 	fuse_reply_none(req);
 }
 

@@ -61,6 +61,11 @@ struct kvc_fuse {
 	bool flusher_stop; /* flusher_lock */
 	int64_t watched_ms;
 	int watch_next;
+	/* its passes over directory names held by the kernel
+	 * (kvc_fuse_watch_dir_names): when the last began (monotonic), and
+	 * the dir_aliases slot an unfinished one goes on from */
+	int64_t dir_watched_ns;
+	uint32_t dir_watch_next;
 	pthread_mutex_t renew_lock; /* one RENEW (and its reopening) at a time */
 	/* CLOSEs kvc-meta did not take (it was down): retried every second,
 	 * or a removed file would be kept for as long as we live. */
@@ -112,5 +117,8 @@ int kvc_fuse_flush_sizes(struct kvc_fuse *fs);
 /* Keep kvc-meta watching the files open here (file_ops.c): the size
  * flusher's thread only, after a renew that worked. */
 void kvc_fuse_watch_open_files(struct kvc_fuse *fs);
+/* Keep kvc-meta watching the directory names the kernel holds (dir_ops.c,
+ * fuse/dir_aliases.h): the same thread, after the open files. */
+void kvc_fuse_watch_dir_names(struct kvc_fuse *fs);
 
 #endif

@@ -213,6 +213,46 @@ def test_a_directory_moved_by_another_client_past_the_ttl_is_renamed_here(workdi
     assert not (workdir / "d0" / "n1").exists()
 
 
+def test_a_directory_held_here_hears_another_client_move_it_past_the_ttl(cluster, workdir):
+    """A client (cache_ttl_ms 1 s) looks a directory up and leaves it alone
+    past the ttl and the watches' margin; kvc-fuse asks the directory names
+    its kernel holds again every half ttl (fuse/dir_aliases.h), which keeps
+    kvc-meta's watch of them: another client's move of the directory then
+    comes here as an event at once (none came before: the watch had
+    lapsed), the old name is dropped, and a rename here that meets the
+    directory by its new name answers as a local disk at the first try."""
+    from test_metrics import scrape, value
+    port = int(cluster.fuse_metrics.rsplit(":", 1)[1])
+    metrics = f"127.0.0.1:{port + 85}"
+    conf = cluster.dir / "cluster-short-ttl-metrics.conf"
+    conf.write_text(cluster.conf.read_text()
+                    .replace("[fuse]\n", "[fuse]\ncache_ttl_ms = 1000\n")
+                    .replace(f"metrics = {cluster.fuse_metrics}\n", f"metrics = {metrics}\n"))
+    proc, mount2 = second_mount(cluster, conf)
+    try:
+        here = os.path.join(mount2, workdir.relative_to(cluster.mount))
+        (workdir / "d0").mkdir()
+        (workdir / "d1" / "n2").mkdir(parents=True)
+        (workdir / "d1" / "n0").write_bytes(b"x")
+        assert wait_until(lambda: os.path.isdir(os.path.join(here, "d1", "n2")), timeout=5)
+        time.sleep(4.5)  # past the watches' life (ttl + 2 s) without a look from here
+
+        def events():
+            return value(scrape(metrics), "kvc_fuse_meta_events_total")
+
+        before = events()
+        os.rename(workdir / "d1" / "n2", workdir / "d0" / "n1")
+        took = seen_within(lambda: events() > before)
+        assert took is not None and took < EVENT_BOUND, f"the move heard after {took}"
+        time.sleep(0.2)  # the event's drop of the old name (after its count)
+        with pytest.raises(NotADirectoryError):
+            os.rename(os.path.join(here, "d0", "n1"), os.path.join(here, "d1", "n0"))
+        os.rename(os.path.join(here, "d0", "n1"), os.path.join(here, "d1", "n9"))
+        assert sorted(os.listdir(workdir / "d1")) == ["n0", "n9"]
+    finally:
+        drop_second_mount(proc, mount2)
+
+
 def _writer(args):
     directory, worker, count = args
     sums = {}

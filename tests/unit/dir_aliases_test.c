@@ -65,3 +65,63 @@ Test(dir_aliases, a_flood_of_moves_keeps_the_latest)
 	cr_assert(got > 0 && got <= 999, "%llu", (unsigned long long)got);
 	kvc_dir_aliases_stop(a);
 }
+
+Test(dir_aliases, listed_names_go_stale_or_are_forgotten)
+{
+	struct kvc_dir_aliases *a;
+	cr_assert_eq(kvc_dir_aliases_start(&no_session, &a), 0);
+	for (uint64_t ino = 100; ino < 140; ino++) {
+		char name[8];
+		int n = snprintf(name, sizeof(name), "d%u", (unsigned)ino);
+		kvc_dir_aliases_note(a, ino, 1, name, (size_t)n);
+	}
+	/* in steps of 16: every noted directory once, then the cursor is 0 */
+	struct kvc_dir_alias step[16];
+	uint32_t cursor = 0;
+	int seen = 0, steps = 0;
+	do {
+		int n = kvc_dir_aliases_list(a, &cursor, step, 16);
+		for (int i = 0; i < n; i++) {
+			cr_assert(step[i].ino >= 100 && step[i].ino < 140);
+			cr_assert_eq(step[i].parent, 1);
+			char want[8];
+			snprintf(want, sizeof(want), "d%u", (unsigned)step[i].ino);
+			cr_assert_str_eq(step[i].name, want);
+			cr_assert_eq(step[i].len, strlen(want));
+		}
+		seen += n;
+		steps++;
+	} while (cursor != 0 && steps < 100);
+	cr_assert_eq(seen, 40);
+	cr_assert_eq(cursor, 0);
+	/* a forgotten directory is not listed; another's forget changes nothing */
+	kvc_dir_aliases_forget(a, 100);
+	kvc_dir_aliases_forget(a, 999);
+	/* a stale name is dropped once, and not if a newer name was noted */
+	struct kvc_dir_alias old = {.ino = 101, .parent = 1, .len = 4};
+	memcpy(old.name, "d101", 5);
+	struct kvc_dir_alias moved = {.ino = 102, .parent = 1, .len = 4};
+	memcpy(moved.name, "d102", 5);
+	kvc_dir_aliases_note(a, 102, 7, "elsewhere", 9); /* noted anew (and its old name dropped) */
+	cr_assert_eq(dropped_after(a, 1), 1);
+	kvc_dir_aliases_stale(a, &old);
+	kvc_dir_aliases_stale(a, &old);
+	kvc_dir_aliases_stale(a, &moved);
+	cr_assert_eq(dropped_after(a, 2), 2, "one drop for d101, none for the renoted d102");
+	cursor = 0;
+	seen = 0;
+	steps = 0;
+	bool found_102_elsewhere = false;
+	do {
+		int n = kvc_dir_aliases_list(a, &cursor, step, 16);
+		for (int i = 0; i < n; i++) {
+			cr_assert(step[i].ino != 100 && step[i].ino != 101);
+			found_102_elsewhere |= step[i].ino == 102 && step[i].parent == 7;
+		}
+		seen += n;
+		steps++;
+	} while (cursor != 0 && steps < 100);
+	cr_assert_eq(seen, 38);
+	cr_assert(found_102_elsewhere);
+	kvc_dir_aliases_stop(a);
+}
