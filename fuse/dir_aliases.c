@@ -226,7 +226,15 @@ int kvc_dir_aliases_list(struct kvc_dir_aliases *a, uint32_t *cursor,
 	return n;
 }
 
-void kvc_dir_aliases_stale(struct kvc_dir_aliases *a, const struct kvc_dir_alias *alias)
+static bool slot_names(const struct slot *s, uint64_t ino, uint64_t parent, const char *name,
+                       size_t len)
+{
+	return s->ino == ino && s->name.parent == parent && s->name.len == len &&
+	       memcmp(s->name.bytes, name, len) == 0;
+}
+
+void kvc_dir_aliases_drop(struct kvc_dir_aliases *a, const struct kvc_dir_alias *alias,
+                          uint64_t now_ino)
 {
 	if (!a || alias->len == 0 || alias->len > KVC_WIRE_MAX_NAME)
 		return;
@@ -234,9 +242,13 @@ void kvc_dir_aliases_stale(struct kvc_dir_aliases *a, const struct kvc_dir_alias
 	struct slot *s = &a->slots[i];
 	pthread_mutex_lock(&a->lock);
 	/* Only the name as listed: a lookup or rename since noted a newer one. */
-	if (s->ino == alias->ino && s->name.parent == alias->parent && s->name.len == alias->len &&
-	    memcmp(s->name.bytes, alias->name, alias->len) == 0) {
-		queue_drop(a, &s->name);
+	if (slot_names(s, alias->ino, alias->parent, alias->name, alias->len)) {
+		/* The directory now under the name was given to the kernel
+		 * under it (noted): that entry is right, and stays. */
+		if (!now_ino || now_ino == alias->ino ||
+		    !slot_names(&a->slots[slot_of(now_ino)], now_ino, alias->parent, alias->name,
+		                alias->len))
+			queue_drop(a, &s->name);
 		s->ino = 0;
 		a->hashes[i] = 0;
 	}

@@ -33,7 +33,7 @@
  * (kvc_fuse_watch_dir_names, from kvc_dir_aliases_list), which keeps
  * their watches alive, so another client's move comes as an event and
  * the event drops the old name; a name found no longer naming its
- * directory is dropped then (kvc_dir_aliases_stale). A directory the
+ * directory is dropped then (kvc_dir_aliases_drop). A directory the
  * kernel forgot (FORGET) is no longer noted (kvc_dir_aliases_forget).
  *
  * The table is direct-mapped (a slot taken by another directory only
@@ -89,10 +89,13 @@ struct kvc_dir_alias {
 int kvc_dir_aliases_list(struct kvc_dir_aliases *aliases, uint32_t *cursor,
                          struct kvc_dir_alias *out, int max);
 
-/* alias (as listed) no longer names its directory in kvc-meta: the old
- * name is queued to be dropped from the kernel and forgotten here,
- * unless a newer name was noted since. */
-void kvc_dir_aliases_stale(struct kvc_dir_aliases *aliases, const struct kvc_dir_alias *alias);
+/* alias (as listed) no longer names its directory in kvc-meta, which
+ * names now_ino there (0: nothing): alias is forgotten here, and its
+ * name queued to be dropped from the kernel, unless now_ino is noted
+ * under that very name (given to the kernel so: that entry is right).
+ * Nothing when a newer name of the directory was noted since listed. */
+void kvc_dir_aliases_drop(struct kvc_dir_aliases *aliases, const struct kvc_dir_alias *alias,
+                          uint64_t now_ino);
 
 /* Old names queued and dropped since start (tests, metrics). */
 uint64_t kvc_dir_aliases_dropped(struct kvc_dir_aliases *aliases);

@@ -180,7 +180,6 @@ void kvc_fuse_op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_inf
 	fuse_reply_err(req, 0);
 }
 
-
 /* Directory names this kernel holds (fuse/dir_aliases.h), asked again
  * every half ttl as open files' attributes are (file_ops.c): each LOOKUP
  * notes kvc-meta's watch of the name anew before it lapses, so another
@@ -188,9 +187,14 @@ void kvc_fuse_op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_inf
  * which drops the old name from the kernel before a rename here can meet
  * the directory under its new one (that rename would fail with ESTALE).
  * A name that no longer names its directory is dropped here at once. The
- * size flusher's thread only, after the open files' pass: at most
- * DIR_PASS_MS a pass (the lease's renewal waits behind it), stopping at
- * kvc-meta's first failure; the next second goes on from there. */
+ * size flusher's thread only, after the open files' pass: a pass stops
+ * after the step (DIR_STEP lookups) that passes DIR_PASS_MS (the lease's
+ * renewal waits behind it), or at kvc-meta's first failure; the next
+ * second goes on from there. A name whose directory another did not
+ * change costs one LOOKUP each half ttl: at most 4,096 (the table), 820
+ * a second at the default 10 s ttl. A race with this client's own rename
+ * of the directory (the LOOKUP answered after the rename, noted before
+ * it) only forgets the name: unrenewed until its next lookup. */
 #define DIR_PASS_MS 250
 #define DIR_STEP 32
 void kvc_fuse_watch_dir_names(struct kvc_fuse *fs)
@@ -199,6 +203,7 @@ void kvc_fuse_watch_dir_names(struct kvc_fuse *fs)
 	if (fs->dir_watch_next == 0 &&
 	    start - fs->dir_watched_ns < (int64_t)fs->config.cache_ttl_ms * 500000)
 		return;
+	int64_t last = fs->dir_watched_ns;
 	if (fs->dir_watch_next == 0)
 		fs->dir_watched_ns = start; /* a sweep begins */
 	struct kvc_dir_alias *step = malloc(DIR_STEP * sizeof(*step));
@@ -211,7 +216,7 @@ void kvc_fuse_watch_dir_names(struct kvc_fuse *fs)
 			struct kvc_attr attr;
 			int rc = kvc_meta_client_lookup(&fs->meta, step[i].parent, step[i].name, &attr);
 			if (rc == -ENOENT || (rc == 0 && attr.ino != step[i].ino))
-				kvc_dir_aliases_stale(fs->aliases, &step[i]);
+				kvc_dir_aliases_drop(fs->aliases, &step[i], rc == 0 ? attr.ino : 0);
 			away = rc < 0 && rc != -ENOENT;
 		}
 		if (away)
@@ -219,5 +224,7 @@ void kvc_fuse_watch_dir_names(struct kvc_fuse *fs)
 	} while (!away && cursor != 0 &&
 	         kvc_clock_monotonic_ns() - start < (int64_t)DIR_PASS_MS * 1000000);
 	fs->dir_watch_next = cursor;
+	if (away && cursor == 0)
+		fs->dir_watched_ns = last; /* not begun after all: again next second */
 	free(step);
 }

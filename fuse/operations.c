@@ -135,10 +135,12 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	kvc_fuse_reply_entry(req, mark, parent, name, rc, &attr);
 }
 
-/* The kernel forgets an inode whole when it evicts it (every lookup it
- * holds at once): a directory's noted name is not kept alive after. (A
- * forget of one answer the kernel could not use only costs a name held
- * otherwise its renewal: as before dir_aliases kept names alive.) */
+/* The kernel forgets an inode whole when it evicts it (all its lookups at
+ * once): a directory's noted name is no longer kept alive then. The
+ * kernel also forgets a single answer it could not use, and a forget may
+ * pass a newer lookup's note: the directory's name then goes unrenewed
+ * until its next lookup, which is how every name was before
+ * kvc_fuse_watch_dir_names. */
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
 	(void)nlookup;

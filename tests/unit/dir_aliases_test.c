@@ -104,10 +104,22 @@ Test(dir_aliases, listed_names_go_stale_or_are_forgotten)
 	memcpy(moved.name, "d102", 5);
 	kvc_dir_aliases_note(a, 102, 7, "elsewhere", 9); /* noted anew (and its old name dropped) */
 	cr_assert_eq(dropped_after(a, 1), 1);
-	kvc_dir_aliases_stale(a, &old);
-	kvc_dir_aliases_stale(a, &old);
-	kvc_dir_aliases_stale(a, &moved);
-	cr_assert_eq(dropped_after(a, 2), 2, "one drop for d101, none for the renoted d102");
+	kvc_dir_aliases_drop(a, &old, 0);
+	kvc_dir_aliases_drop(a, &old, 0);
+	kvc_dir_aliases_drop(a, &moved, 0);
+	cr_assert_eq(dropped_after(a, 3), 2, "one drop for d101, none for the renoted d102");
+	/* the name now names another directory the kernel was given under it
+	 * (rmdir and mkdir while the old one is held): only forgotten */
+	kvc_dir_aliases_note(a, 500, 1, "d103", 4);
+	struct kvc_dir_alias replaced = {.ino = 103, .parent = 1, .len = 4};
+	memcpy(replaced.name, "d103", 5);
+	kvc_dir_aliases_drop(a, &replaced, 500);
+	cr_assert_eq(dropped_after(a, 3), 2, "the new directory's entry stays");
+	/* ... and not given to it so: the kernel's entry is stale, dropped */
+	struct kvc_dir_alias stale = {.ino = 104, .parent = 1, .len = 4};
+	memcpy(stale.name, "d104", 5);
+	kvc_dir_aliases_drop(a, &stale, 600);
+	cr_assert_eq(dropped_after(a, 3), 3);
 	cursor = 0;
 	seen = 0;
 	steps = 0;
@@ -115,13 +127,14 @@ Test(dir_aliases, listed_names_go_stale_or_are_forgotten)
 	do {
 		int n = kvc_dir_aliases_list(a, &cursor, step, 16);
 		for (int i = 0; i < n; i++) {
-			cr_assert(step[i].ino != 100 && step[i].ino != 101);
+			cr_assert(step[i].ino != 100 && step[i].ino != 101 && step[i].ino != 103 &&
+			          step[i].ino != 104);
 			found_102_elsewhere |= step[i].ino == 102 && step[i].parent == 7;
 		}
 		seen += n;
 		steps++;
 	} while (cursor != 0 && steps < 100);
-	cr_assert_eq(seen, 38);
+	cr_assert_eq(seen, 37); /* 100, 101, 103, 104 gone; 500 came */
 	cr_assert(found_102_elsewhere);
 	kvc_dir_aliases_stop(a);
 }
