@@ -32,7 +32,8 @@ static struct {
 	struct kvc_metrics_counter *ops[KVC_FUSE_OPS];
 	struct kvc_metrics_histogram *op_seconds[KVC_FUSE_OPS];
 	struct kvc_metrics_counter *bytes[2]; /* [read] */
-	struct kvc_metrics_counter *ring_taken[2], *ring_bytes[2], *ring_completed, *ring_overlapped;
+	struct kvc_metrics_counter *ring_taken[2], *ring_batches[2], *ring_bytes[2], *ring_completed,
+		*ring_overlapped;
 	struct kvc_metrics_gauge *ring_depth, *rings, *usrbio_clients, *events_up, *names_dirs;
 	struct kvc_metrics_counter *events, *names_answered, *names_fills;
 	struct kvc_metrics_counter *early[3];   /* made, entered, lost */
@@ -66,8 +67,10 @@ void kvc_fuse_metrics_rings(struct kvc_ring_service *rings)
 
 void kvc_fuse_metrics_ring_taken(bool read, uint32_t entries)
 {
-	if (m.registry)
+	if (m.registry) {
 		kvc_metrics_add(m.ring_taken[read], entries);
+		kvc_metrics_add(m.ring_batches[read], 1);
+	}
 }
 
 void kvc_fuse_metrics_ring_completed(uint32_t entries)
@@ -132,9 +135,13 @@ static int register_all(struct kvc_metrics *r, struct kvc_fuse *fs)
 		m.ring_taken[d] = kvc_metrics_counter(
 			r, "kvc_fuse_ring_entries_submitted_total",
 			"USRBIO ring entries taken from rings, by the ring's direction.", &dir[d], 1);
+		m.ring_batches[d] = kvc_metrics_counter(
+			r, "kvc_fuse_ring_batches_total",
+			"USRBIO ring batches taken (entries taken at once), by the ring's direction.",
+			&dir[d], 1);
 		m.ring_bytes[d] = kvc_metrics_counter(r, "kvc_fuse_ring_bytes_total",
 		                                      "Bytes moved by USRBIO ring entries.", &dir[d], 1);
-		if (!m.bytes[d] || !m.ring_taken[d] || !m.ring_bytes[d])
+		if (!m.bytes[d] || !m.ring_taken[d] || !m.ring_batches[d] || !m.ring_bytes[d])
 			return -ENOMEM;
 	}
 	m.ring_completed = kvc_metrics_counter(r, "kvc_fuse_ring_entries_completed_total",

@@ -114,6 +114,35 @@ def test_round_trips_with_random_segment_layouts(ring, iovs, workdir):
     keys.close()
 
 
+def test_a_batch_of_64_keys_is_taken_in_parts(cluster, ring, iovs, workdir):
+    """kvc-fuse takes at most 16 key puts, and 32 other key operations, at
+    once (fuse/ring_service.c: BATCH_PUTS, BATCH_KEYS): a client's batch of
+    64 runs as several batches, on several workers, each with its own round
+    trips to kvc-meta; every key's result and bytes are still its own."""
+    from test_metrics import scrape, value
+
+    def batches():
+        return value(scrape(cluster.fuse_metrics), "kvc_fuse_ring_batches_total", dir="write")
+
+    rng = random.Random(5)
+    keys = kvcfs.KeyDir(workdir)
+    names = [f"part-{i}" for i in range(64)]
+    datas = [os.urandom(4096 + 37 * i) for i in range(64)]
+    before = batches()
+    put_from_random_layouts(rng, ring, keys, names, datas, iovs)
+    assert batches() - before >= 4
+    used = {id(i): [] for i in iovs}
+    gets = [(name, layout(rng, len(d), iovs, used)) for name, d in zip(names, datas)]
+    before = batches()
+    assert ring.get_keys(keys, gets).wait() == [len(d) for d in datas]
+    assert batches() - before >= 2
+    for (name, segs), data in zip(gets, datas):
+        assert collect(segs) == data, name
+    for name, data in zip(names, datas):
+        assert (workdir / name).read_bytes() == data
+    keys.close()
+
+
 def test_gets_scattered_within_one_iov(ring, iovs, workdir):
     """Gets whose segments all lie in one iov go as one storage io cut at
     the segments' edges (fuse/ring_keys.c scatters): 2 to 64 segments at
