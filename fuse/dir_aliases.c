@@ -64,6 +64,19 @@ static void set_name(struct name *n, uint64_t parent, const char *name, size_t l
 	n->bytes[len] = '\0';
 }
 
+/* Whether n is name in parent. */
+static bool name_is(const struct name *n, uint64_t parent, const char *name, size_t len)
+{
+	return n->parent == parent && n->len == len && memcmp(n->bytes, name, len) == 0;
+}
+
+/* Slot i noted nothing any more (a->lock held). */
+static void clear_slot(struct kvc_dir_aliases *a, uint32_t i)
+{
+	a->slots[i].ino = 0;
+	a->hashes[i] = 0;
+}
+
 /* Queue name to be dropped from the kernel (a->lock held). */
 static void queue_drop(struct kvc_dir_aliases *a, const struct name *name)
 {
@@ -151,9 +164,7 @@ void kvc_dir_aliases_note(struct kvc_dir_aliases *a, uint64_t ino, uint64_t pare
 	uint32_t i = slot_of(ino);
 	struct slot *s = &a->slots[i];
 	pthread_mutex_lock(&a->lock);
-	bool moved = s->ino == ino && (s->name.parent != parent || s->name.len != len ||
-	                               memcmp(s->name.bytes, name, len) != 0);
-	if (moved)
+	if (s->ino == ino && !name_is(&s->name, parent, name, len)) /* moved */
 		queue_drop(a, &s->name);
 	s->ino = ino;
 	set_name(&s->name, parent, name, len);
@@ -174,8 +185,7 @@ void kvc_dir_aliases_renamed(struct kvc_dir_aliases *a, uint64_t parent, const c
 	pthread_mutex_lock(&a->lock);
 	for (uint32_t i = 0; i < SLOTS; i++) {
 		struct name *n = &a->slots[i].name;
-		if (a->hashes[i] == h && a->slots[i].ino && n->parent == parent && n->len == len &&
-		    memcmp(n->bytes, name, len) == 0) {
+		if (a->hashes[i] == h && a->slots[i].ino && name_is(n, parent, name, len)) {
 			set_name(n, new_parent, new_name, new_len);
 			a->hashes[i] = name_hash(new_parent, new_name, new_len);
 		}
@@ -194,10 +204,8 @@ void kvc_dir_aliases_forget(struct kvc_dir_aliases *a, uint64_t ino)
 		return;
 	uint32_t i = slot_of(ino);
 	pthread_mutex_lock(&a->lock);
-	if (a->slots[i].ino == ino) {
-		a->slots[i].ino = 0;
-		a->hashes[i] = 0;
-	}
+	if (a->slots[i].ino == ino)
+		clear_slot(a, i);
 	pthread_mutex_unlock(&a->lock);
 }
 
@@ -226,13 +234,6 @@ int kvc_dir_aliases_list(struct kvc_dir_aliases *a, uint32_t *cursor,
 	return n;
 }
 
-static bool slot_names(const struct slot *s, uint64_t ino, uint64_t parent, const char *name,
-                       size_t len)
-{
-	return s->ino == ino && s->name.parent == parent && s->name.len == len &&
-	       memcmp(s->name.bytes, name, len) == 0;
-}
-
 void kvc_dir_aliases_drop(struct kvc_dir_aliases *a, const struct kvc_dir_alias *alias,
                           uint64_t now_ino)
 {
@@ -242,15 +243,14 @@ void kvc_dir_aliases_drop(struct kvc_dir_aliases *a, const struct kvc_dir_alias 
 	struct slot *s = &a->slots[i];
 	pthread_mutex_lock(&a->lock);
 	/* Only the name as listed: a lookup or rename since noted a newer one. */
-	if (slot_names(s, alias->ino, alias->parent, alias->name, alias->len)) {
+	if (s->ino == alias->ino && name_is(&s->name, alias->parent, alias->name, alias->len)) {
 		/* The directory now under the name was given to the kernel
 		 * under it (noted): that entry is right, and stays. */
-		if (!now_ino || now_ino == alias->ino ||
-		    !slot_names(&a->slots[slot_of(now_ino)], now_ino, alias->parent, alias->name,
-		                alias->len))
+		const struct slot *now = &a->slots[slot_of(now_ino)];
+		if (!now_ino || now_ino == alias->ino || now->ino != now_ino ||
+		    !name_is(&now->name, alias->parent, alias->name, alias->len))
 			queue_drop(a, &s->name);
-		s->ino = 0;
-		a->hashes[i] = 0;
+		clear_slot(a, i);
 	}
 	pthread_mutex_unlock(&a->lock);
 }

@@ -195,17 +195,30 @@ static void post(struct kvc_ring_server_ring *ring, uint32_t slot, const struct 
 	atomic_store_explicit(&sh->cq_tail, tail + 1, memory_order_release);
 }
 
+/* n completions' room, reserved when their entries were taken, is the
+ * queue's again (posted, or parked: those find room later). */
+static void give_back(struct kvc_ring_server_ring *ring, uint32_t n)
+{
+	pthread_mutex_lock(&ring->take_lock);
+	ring->reserved -= n;
+	pthread_mutex_unlock(&ring->take_lock);
+}
+
+/* `posted` completions were posted: the client's futex on cq_tail wakes. */
+static void wake(struct kvc_ring_server_ring *ring, uint32_t posted)
+{
+	kvc_fuse_metrics_ring_completed(posted);
+	syscall(SYS_futex, &ring->shared->cq_tail, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
 void kvc_ring_service_landed(struct kvc_ring_server_ring *ring, uint32_t slot,
                              const struct kvc_ring_sqe *e, int64_t result)
 {
 	pthread_mutex_lock(&ring->post_lock);
 	post(ring, slot, e, result);
 	pthread_mutex_unlock(&ring->post_lock);
-	pthread_mutex_lock(&ring->take_lock);
-	ring->reserved--;
-	pthread_mutex_unlock(&ring->take_lock);
-	kvc_fuse_metrics_ring_completed(1);
-	syscall(SYS_futex, &ring->shared->cq_tail, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+	give_back(ring, 1);
+	wake(ring, 1);
 }
 
 /* Let another worker take the ring's next submissions while this one
@@ -288,12 +301,9 @@ static uint32_t run_batch(struct kvc_ring_service *svc, struct kvc_ring_server_r
 		}
 	}
 	pthread_mutex_unlock(&ring->post_lock);
-	pthread_mutex_lock(&ring->take_lock);
-	ring->reserved -= n - landed; /* posted, or parked (they find room later) */
-	pthread_mutex_unlock(&ring->take_lock);
+	give_back(ring, n - landed); /* the landed ones gave theirs back */
 	atomic_fetch_sub(&ring->running, 1);
-	kvc_fuse_metrics_ring_completed(posted);
-	syscall(SYS_futex, &sh->cq_tail, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+	wake(ring, posted);
 	return n;
 }
 
@@ -623,10 +633,8 @@ int kvc_ring_service_complete(struct kvc_ring_server_ring *ring, uint32_t slot,
 	else
 		post(ring, slot, &(struct kvc_ring_sqe){.userdata = userdata}, result);
 	pthread_mutex_unlock(&ring->post_lock);
-	if (rc == 0) {
-		kvc_fuse_metrics_ring_completed(1);
-		syscall(SYS_futex, &sh->cq_tail, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-	}
+	if (rc == 0)
+		wake(ring, 1);
 	return rc;
 }
 
