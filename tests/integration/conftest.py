@@ -208,6 +208,12 @@ def wait_until(predicate, timeout=20.0, step=0.1):
     return predicate()
 
 
+def chunk_name(ino, chunk):
+    """Where chunk `chunk` of inode ino lies under a target's directory,
+    when it is a file (src/storage/chunk_store.h)."""
+    return f"chunks/{ino & 0xff:02x}/{ino:016x}.{chunk:08x}"
+
+
 def chunk_files_of(cluster, ino):
     """The chunk files of inode ino on every storage target of the cluster
     (chunks/XX/IIIIIIIIIIIIIIII.CCCCCCCC, src/storage/chunk_store.h): what

@@ -224,11 +224,7 @@ def test_a_directory_held_here_hears_another_client_move_it_past_the_ttl(cluster
     from test_metrics import scrape, value
     port = int(cluster.fuse_metrics.rsplit(":", 1)[1])
     metrics = f"127.0.0.1:{port + 85}"
-    conf = cluster.dir / "cluster-short-ttl-metrics.conf"
-    conf.write_text(cluster.conf.read_text()
-                    .replace("[fuse]\n", "[fuse]\ncache_ttl_ms = 1000\n")
-                    .replace(f"metrics = {cluster.fuse_metrics}\n", f"metrics = {metrics}\n"))
-    proc, mount2 = second_mount(cluster, conf)
+    proc, mount2 = second_mount(cluster, short_ttl_conf(cluster, metrics))
     try:
         here = os.path.join(mount2, workdir.relative_to(cluster.mount))
         (workdir / "d0").mkdir()
@@ -328,14 +324,23 @@ def test_an_unchanged_file_is_read_from_the_page_cache(cluster, workdir):
     assert out.stdout.split()[0] == hashlib.sha256(data).hexdigest()
 
 
+def short_ttl_conf(cluster, metrics=None):
+    """The cluster file of a second kvc-fuse client that caches for 1 s
+    only (cache_ttl_ms), so kvc-meta forgets what it cached 3 s after it
+    asked (ttl + the margin); metrics: that client's own metrics listener
+    (the first client's port is taken). Returns its path."""
+    text = cluster.conf.read_text().replace("[fuse]\n", "[fuse]\ncache_ttl_ms = 1000\n")
+    if metrics:
+        text = text.replace(f"metrics = {cluster.fuse_metrics}\n", f"metrics = {metrics}\n")
+    conf = cluster.dir / ("cluster-short-ttl-metrics.conf" if metrics else "cluster-short-ttl.conf")
+    conf.write_text(text)
+    return conf
+
+
 @pytest.fixture
 def other_short(cluster, workdir):
-    """A second kvc-fuse client that caches for 1 s only (cache_ttl_ms), so
-    kvc-meta forgets what it cached 3 s after it asked (ttl + the margin)."""
-    conf = cluster.dir / "cluster-short-ttl.conf"
-    conf.write_text(cluster.conf.read_text().replace(
-        "[fuse]\n", "[fuse]\ncache_ttl_ms = 1000\n"))
-    proc, mount2 = second_mount(cluster, conf)
+    """A second kvc-fuse client that caches for 1 s only (short_ttl_conf)."""
+    proc, mount2 = second_mount(cluster, short_ttl_conf(cluster))
     try:
         yield os.path.join(mount2, workdir.relative_to(cluster.mount))
     finally:

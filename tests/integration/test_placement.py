@@ -17,8 +17,8 @@ from multiprocessing import shared_memory
 
 import pytest
 
-from conftest import (BUILD, CHUNK, ROOT, LIBKVC, client_conf, drop_second_mount, second_mount,
-                      wait_until)
+from conftest import (BUILD, CHUNK, ROOT, LIBKVC, chunk_name, client_conf, drop_second_mount,
+                      second_mount, wait_until)
 from test_metrics import scrape, value
 
 sys.path.insert(0, str(ROOT / "tools" / "python"))
@@ -205,7 +205,7 @@ def write_with_a_bad_block(cluster, path):
         os.fsync(f.fileno())
     inode = int(subprocess.run(["getfattr", "-n", "user.kvc.inode", "--only-values", str(path)],
                                capture_output=True, text=True, check=True).stdout)
-    name = f"chunks/{inode & 0xff:02x}/{inode:016x}.{0:08x}"
+    name = chunk_name(inode, 0)
     chunk = [p for p in cluster.dir.glob(f"s*/t*/{name}")]
     assert len(chunk) == 1
     raw = bytearray(chunk[0].read_bytes())
@@ -315,7 +315,7 @@ def test_a_bad_block_fails_only_its_own_pieces_of_a_run(cluster, workdir):
         inode = int(subprocess.run(["getfattr", "-n", "user.kvc.inode", "--only-values",
                                     str(workdir / "bad-key")],
                                    capture_output=True, text=True, check=True).stdout)
-        name = f"chunks/{inode & 0xff:02x}/{inode:016x}.{0:08x}"
+        name = chunk_name(inode, 0)
         chunk = list(cluster.dir.glob(f"s*/t*/{name}"))
         assert len(chunk) == 1
         raw = bytearray(chunk[0].read_bytes())

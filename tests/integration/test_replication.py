@@ -16,7 +16,7 @@ import time
 import pytest
 
 import kvcwire
-from conftest import CHUNK, PORT_BASE, _drop_caches, wait_until, chained_cluster
+from conftest import CHUNK, PORT_BASE, _drop_caches, chained_cluster, chunk_name, wait_until
 from chain_helpers import (call, chain_table, check_files, kill, layout_of, listing,
                            ring_read_all, server_of_target, sock_for, status, target_dir,
                            write_files)
@@ -115,7 +115,7 @@ def test_a_corrupted_replica_is_read_from_another_and_repaired(rcluster):
     inode, chains = layout_of(path)
     table = chain_table(rcluster)
     members = table[chains[0]]["targets"]
-    name = f"chunks/{inode & 0xff:02x}/{inode:016x}.{0:08x}"
+    name = chunk_name(inode, 0)
 
     def corrupt(target):
         chunk = target_dir(rcluster, target) / name

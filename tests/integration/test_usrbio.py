@@ -505,15 +505,14 @@ def test_a_ring_read_completes_without_waiting_for_its_batch(cluster, workdir):
     frozen one completes once its server runs again. The frozen server is
     the later of the two in the cluster file: a kvc-fuse without receiving
     threads (under 4 cores) takes a wave's answers in server order."""
-    from conftest import CHUNK
+    from conftest import CHUNK, chunk_name
     data = os.urandom(2 * CHUNK)
     path = workdir / "two-chunks"
     path.write_bytes(data)
     inode = os.stat(path).st_ino
 
     def server_of(chunk):
-        found = list(cluster.dir.glob(f"s*/t*/chunks/{inode & 0xff:02x}/"
-                                      f"{inode:016x}.{chunk:08x}"))
+        found = list(cluster.dir.glob(f"s*/t*/{chunk_name(inode, chunk)}"))
         assert len(found) == 1
         return found[0].relative_to(cluster.dir).parts[0]
 
