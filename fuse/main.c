@@ -23,6 +23,7 @@
 #include "fuse/op_metrics.h"
 #include "core/mem_guard.h"
 #include "core/metrics_http.h"
+#include "core/server.h"
 #include "core/cli.h"
 #include "core/log.h"
 
@@ -321,6 +322,8 @@ int main(int argc, char **argv)
 	pthread_condattr_destroy(&monotonic);
 	pthread_create(&fs.flusher, NULL, size_flusher, &fs);
 	/* The state lives until exit: the size flusher is stopped once the
-	 * mount is served (mount_and_serve), and runs until exit otherwise. */
-	return mount_and_serve(&fs, mountpoint, debug);
+	 * mount is served (mount_and_serve), and runs until exit otherwise.
+	 * Ring workers and storage receivers still run then: no exit
+	 * handlers (kvc_server_exit). */
+	kvc_server_exit(mount_and_serve(&fs, mountpoint, debug));
 }

@@ -425,7 +425,13 @@ static void *signal_main(void *arg)
 	kvc_log_info("signal %d: stopping", sig);
 	if (w->on_stop)
 		w->on_stop(w->arg);
-	exit(0);
+	kvc_server_exit(0);
+}
+
+_Noreturn void kvc_server_exit(int status)
+{
+	fflush(NULL);
+	_exit(status);
 }
 
 int kvc_server_handle_signals(void (*on_stop)(void *), void *arg)

@@ -120,8 +120,16 @@ int kvc_server_send(struct kvc_server_conn *conn, const struct kvc_wire_header *
                     const void *body, const struct iovec *data, int data_count);
 
 /* Block SIGINT/SIGTERM/SIGHUP in the calling thread (call before creating
- * threads) and start a thread that calls on_stop(arg) then exits the
- * process with status 0 when one arrives. Returns 0 or -errno. */
+ * threads) and start a thread that calls on_stop(arg) then ends the
+ * process with status 0 (kvc_server_exit) when one arrives. Returns 0 or
+ * -errno. */
 int kvc_server_handle_signals(void (*on_stop)(void *), void *arg);
+
+/* End a daemon whose other threads still run: stdio flushed, then _exit,
+ * with no exit handlers. exit() would run the libraries' handlers and
+ * destructors (libcurl's OpenSSL, libmicrohttpd, libfuse) under threads
+ * still using what they free and unmap. What must reach the disk is
+ * synced before (the on_stop hooks). */
+_Noreturn void kvc_server_exit(int status);
 
 #endif
