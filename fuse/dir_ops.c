@@ -215,6 +215,7 @@ void kvc_fuse_watch_dir_names(struct kvc_fuse *fs)
 		for (int i = 0; i < n && !away; i++) {
 			struct kvc_attr attr;
 			int rc = kvc_meta_client_lookup(&fs->meta, step[i].parent, step[i].name, &attr);
+			atomic_fetch_add_explicit(&fs->dir_watch_lookups, 1, memory_order_relaxed);
 			if (rc == -ENOENT || (rc == 0 && attr.ino != step[i].ino))
 				kvc_dir_aliases_drop(fs->aliases, &step[i], rc == 0 ? attr.ino : 0);
 			away = rc < 0 && rc != -ENOENT;

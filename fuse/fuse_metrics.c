@@ -35,7 +35,7 @@ static struct {
 	struct kvc_metrics_counter *ring_taken[2], *ring_batches[2], *ring_bytes[2], *ring_completed,
 		*ring_overlapped;
 	struct kvc_metrics_gauge *ring_depth, *rings, *usrbio_clients, *events_up, *names_dirs;
-	struct kvc_metrics_counter *events, *names_answered, *names_fills;
+	struct kvc_metrics_counter *events, *names_answered, *names_fills, *dir_watch_lookups;
 	struct kvc_metrics_counter *early[3];   /* made, entered, lost */
 	struct kvc_metrics_counter *removes[3]; /* made, entered, missed */
 	_Atomic(struct kvc_ring_service *) ring_service;
@@ -106,6 +106,7 @@ static void collect(void *arg)
 	kvc_metrics_counter_set(m.names_answered, names.answered);
 	kvc_metrics_counter_set(m.names_fills, names.fills);
 	kvc_metrics_set(m.names_dirs, names.dirs_complete);
+	kvc_metrics_counter_set(m.dir_watch_lookups, atomic_load(&fs->dir_watch_lookups));
 	struct kvc_early_creates_stats early;
 	kvc_early_creates_stats(fs->creates, &early);
 	kvc_metrics_counter_set(m.early[0], early.made);
@@ -167,6 +168,10 @@ static int register_all(struct kvc_metrics *r, struct kvc_fuse *fs)
 	                                    NULL, 0);
 	m.names_dirs = kvc_metrics_gauge(r, "kvc_fuse_dir_names_directories",
 	                                 "Directories whose names are kept now.", NULL, 0);
+	m.dir_watch_lookups = kvc_metrics_counter(
+		r, "kvc_fuse_dir_watch_lookups_total",
+		"Lookups sent to kvc-meta to keep its watch of the directory names the kernel "
+		"holds (one per name every half ttl).", NULL, 0);
 	static const struct kvc_metrics_label state[3] = {
 		{"state", "made"}, {"state", "entered"}, {"state", "lost"}};
 	for (int i = 0; i < 3; i++)
@@ -187,7 +192,7 @@ static int register_all(struct kvc_metrics *r, struct kvc_fuse *fs)
 			return -ENOMEM;
 	if (!m.ring_completed || !m.ring_overlapped || !m.ring_depth || !m.rings ||
 	    !m.usrbio_clients || !m.events_up || !m.events || !m.names_answered ||
-	    !m.names_fills || !m.names_dirs)
+	    !m.names_fills || !m.names_dirs || !m.dir_watch_lookups)
 		return -ENOMEM;
 	int rc = kvc_storage_client_metrics(&fs->storage, r, "kvc_fuse");
 	if (rc == 0)

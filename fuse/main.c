@@ -140,6 +140,7 @@ static int mount_and_serve(struct kvc_fuse *fs, const char *mountpoint, bool deb
 	                debug ? "-d" : NULL, NULL};
 	struct fuse_args args = FUSE_ARGS_INIT(debug ? 4 : 3, argv);
 	int rc = 1;
+	bool served = false; /* the session stays for the process's end (kvc_server_exit) */
 	struct kvc_metrics_http *metrics = NULL;
 	struct fuse_lowlevel_ops ops = kvc_fuse_operations; /* fuse_session_new copies it */
 	/* Several kvc-fuse of one host may share a cluster file: the second
@@ -205,6 +206,7 @@ static int mount_and_serve(struct kvc_fuse *fs, const char *mountpoint, bool deb
 	fuse_loop_cfg_set_idle_threads(loop, 16);
 	kvc_log_info("mounted at %s", mountpoint);
 	rc = fuse_session_loop_mt(se, loop) ? 1 : 0;
+	served = true;
 	fuse_loop_cfg_destroy(loop);
 	stop_flusher(fs); /* nothing but this thread uses the state from here */
 	kvc_fuse_flush_sizes(fs);
@@ -223,6 +225,8 @@ unmount:
 	fuse_session_unmount(se);
 remove_handlers:
 	fuse_remove_signal_handlers(se);
+	if (served) /* ring workers may still notify through it until the process ends */
+		return rc;
 destroy:
 	fuse_session_destroy(se);
 	kvc_metrics_http_stop(metrics);

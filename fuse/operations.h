@@ -66,6 +66,7 @@ struct kvc_fuse {
 	 * the dir_aliases slot an unfinished one goes on from */
 	int64_t dir_watched_ns;
 	uint32_t dir_watch_next;
+	_Atomic uint64_t dir_watch_lookups; /* LOOKUPs those passes sent (metrics) */
 	pthread_mutex_t renew_lock; /* one RENEW (and its reopening) at a time */
 	/* CLOSEs kvc-meta did not take (it was down): retried every second,
 	 * or a removed file would be kept for as long as we live. */

@@ -110,9 +110,23 @@ static int append(struct named_body *b, const void *data, size_t len)
 {
 	if (b->len + len > sizeof(b->bytes))
 		return -ENAMETOOLONG;
-	memcpy(b->bytes + b->len, data, len);
+	if (len)
+		memcpy(b->bytes + b->len, data, len);
 	b->len += (uint32_t)len;
 	return 0;
+}
+
+/* b = fixed, then the parts a and c (either may be empty). */
+static int named_body_make(struct named_body *b, const void *fixed, size_t fixed_len,
+                           const void *a, size_t a_len, const void *c, size_t c_len)
+{
+	b->len = 0;
+	int rc = append(b, fixed, fixed_len);
+	if (rc == 0)
+		rc = append(b, a, a_len);
+	if (rc == 0)
+		rc = append(b, c, c_len);
+	return rc;
 }
 
 static int name_len(const char *name, uint32_t *len)
@@ -127,13 +141,11 @@ static int name_len(const char *name, uint32_t *len)
 static int call_name(struct kvc_meta_client *client, uint16_t type, uint64_t parent,
                      const char *name, struct kvc_attr *attr)
 {
-	struct named_body b = {.len = 0};
+	struct named_body b;
 	struct kvc_msg_name m = {.parent = parent};
 	int rc = name_len(name, &m.name_len);
 	if (rc == 0)
-		rc = append(&b, &m, sizeof(m));
-	if (rc == 0)
-		rc = append(&b, name, m.name_len);
+		rc = named_body_make(&b, &m, sizeof(m), name, m.name_len, NULL, 0);
 	return rc < 0 ? rc : call_attr(client, type, b.bytes, b.len, attr);
 }
 
@@ -203,14 +215,12 @@ static int call_create(struct kvc_meta_client *client, uint16_t type, uint64_t p
                        const char *name, uint32_t mode, uint32_t uid, uint32_t gid,
                        uint32_t flags, uint64_t rdev, struct kvc_attr *attr)
 {
-	struct named_body b = {.len = 0};
+	struct named_body b;
 	struct kvc_msg_create m = {.parent = parent, .mode = mode, .uid = uid, .gid = gid,
 	                           .flags = flags, .rdev = rdev};
 	int rc = name_len(name, &m.name_len);
 	if (rc == 0)
-		rc = append(&b, &m, sizeof(m));
-	if (rc == 0)
-		rc = append(&b, name, m.name_len);
+		rc = named_body_make(&b, &m, sizeof(m), name, m.name_len, NULL, 0);
 	return rc < 0 ? rc : call_attr(client, type, b.bytes, b.len, attr);
 }
 
@@ -243,7 +253,7 @@ int kvc_meta_client_create_open(struct kvc_meta_client *client, uint64_t parent,
                                 bool exclusive, const uint8_t id[KVC_WIRE_CLIENT_ID],
                                 struct kvc_attr *attr, bool *created, struct kvc_attr *parent_attr)
 {
-	struct named_body b = {.len = 0};
+	struct named_body b;
 	struct kvc_msg_create m = {.parent = parent, .mode = mode, .uid = uid, .gid = gid,
 	                           .flags = KVC_CREATE_OPEN | KVC_CREATE_PARENT_GID |
 	                                    (exclusive ? KVC_CREATE_EXCL : 0)};
@@ -255,11 +265,7 @@ int kvc_meta_client_create_open(struct kvc_meta_client *client, uint64_t parent,
 	uint32_t got = 0;
 	int rc = name_len(name, &m.name_len);
 	if (rc == 0)
-		rc = append(&b, &m, sizeof(m));
-	if (rc == 0)
-		rc = append(&b, name, m.name_len);
-	if (rc == 0)
-		rc = append(&b, id, KVC_WIRE_CLIENT_ID);
+		rc = named_body_make(&b, &m, sizeof(m), name, m.name_len, id, KVC_WIRE_CLIENT_ID);
 	if (rc < 0)
 		return rc;
 	rc = call(client, KVC_MSG_CREATE, b.bytes, b.len, &reply, sizeof(reply),
@@ -416,30 +422,25 @@ int kvc_meta_client_rename(struct kvc_meta_client *client, uint64_t parent,
                            const char *name, uint64_t new_parent, const char *new_name,
                            uint32_t flags)
 {
-	struct named_body b = {.len = 0};
+	struct named_body b;
 	struct kvc_msg_rename m = {.parent = parent, .new_parent = new_parent, .flags = flags};
 	int rc = name_len(name, &m.name_len);
 	if (rc == 0)
 		rc = name_len(new_name, &m.new_name_len);
 	if (rc == 0)
-		rc = append(&b, &m, sizeof(m));
-	if (rc == 0)
-		rc = append(&b, name, m.name_len);
-	if (rc == 0)
-		rc = append(&b, new_name, m.new_name_len);
+		rc = named_body_make(&b, &m, sizeof(m), name, m.name_len, new_name,
+		                     m.new_name_len);
 	return rc < 0 ? rc : call_attr(client, KVC_MSG_RENAME, b.bytes, b.len, NULL);
 }
 
 int kvc_meta_client_readdir(struct kvc_meta_client *client, uint64_t ino,
                             const char *after, uint32_t max, struct kvc_meta_dirents *out)
 {
-	struct named_body b = {.len = 0};
+	struct named_body b;
 	struct kvc_msg_readdir m = {.ino = ino, .max_entries = max};
 	int rc = name_len(after, &m.after_len);
 	if (rc == 0)
-		rc = append(&b, &m, sizeof(m));
-	if (rc == 0)
-		rc = append(&b, after, m.after_len);
+		rc = named_body_make(&b, &m, sizeof(m), after, m.after_len, NULL, 0);
 	if (rc < 0)
 		return rc;
 	rc = call(client, KVC_MSG_READDIR, b.bytes, b.len, out->body,

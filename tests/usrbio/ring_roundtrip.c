@@ -25,6 +25,8 @@
 
 #define DEPTH 32
 #define MAX_IO (5u << 20)
+#define MAX_EXTRA 1000 /* next_length adds up to MAX_EXTRA - 1 bytes */
+#define MAX_SKEW 4096  /* an io starts up to MAX_SKEW - 1 bytes into its slot */
 
 struct job {
 	const char *mount;
@@ -40,7 +42,8 @@ static uint64_t next_length(unsigned *seed, uint64_t left)
 {
 	static const uint64_t sizes[] = {1, 100, 4096, 65537, 1 << 20, (1 << 20) + 3, 3 << 20,
 	                                 MAX_IO};
-	uint64_t len = sizes[rand_r(seed) % 8] + (uint64_t)(rand_r(seed) % 1000);
+	uint64_t len = sizes[rand_r(seed) % 8]; /* two statements: the same order in every build */
+	len += (uint64_t)(rand_r(seed) % MAX_EXTRA);
 	return len < left ? len : left;
 }
 
@@ -50,7 +53,9 @@ static void *run(void *arg)
 	struct job *j = arg;
 	struct kvc_iov *iov = NULL;
 	struct kvc_ring *ring = NULL;
-	size_t slot_size = MAX_IO + 4096;
+	/* The longest io at the farthest start fits its slot: a slot's io
+	 * never reaches the next one's bytes (nor past the iov's end). */
+	size_t slot_size = MAX_IO + MAX_EXTRA + MAX_SKEW;
 	int rc = kvc_iov_create(&iov, j->mount, slot_size * DEPTH, 0, -1, NULL);
 	if (rc == 0) /* no other process opens it: a killed run leaves no name behind */
 		rc = kvc_iov_unlink(iov);
@@ -74,7 +79,13 @@ static void *run(void *arg)
 				continue;
 			uint64_t len = next_length(&j->seed, j->end - pos);
 			/* An unaligned place in the iov too. */
-			uint8_t *ptr = base + (size_t)s * slot_size + (size_t)(rand_r(&j->seed) % 4096);
+			uint8_t *ptr = base + (size_t)s * slot_size + (size_t)(rand_r(&j->seed) % MAX_SKEW);
+			if (ptr + len > base + (size_t)(s + 1) * slot_size) {
+				fprintf(stderr, "slot %d overrun: %llu bytes at %zu\n", s,
+				        (unsigned long long)len, (size_t)(ptr - base));
+				j->failures++;
+				goto out;
+			}
 			if (!j->read)
 				memcpy(ptr, j->expected + pos, len);
 			int idx = kvc_ring_prep(ring, iov, j->read, ptr, j->fd, pos, len,
