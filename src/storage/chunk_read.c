@@ -58,7 +58,8 @@ static pthread_mutex_t abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void abandon(struct kvc_chunk_ring *ring, struct kvc_chunk_read *r)
 {
-	if (r->placed) { /* place is the caller's memory: keep only the edges */
+	if (r->placed) { /* place is the caller's memory (it keeps it): keep the edges */
+		ring->abandoned_places++;
 		r->buffer = r->edge;
 		r->edge = NULL;
 		r->placed = false;

@@ -224,6 +224,10 @@ struct kvc_chunk_ring {
 	bool ready; /* false: not set up (init or a rebuild failed) */
 	const struct kvc_chunk_ring_ops *ops;
 	uint64_t abandoned_bytes; /* buffers left to reads never reaped */
+	/* Placed reads among them: the kernel may still write into the
+	 * caller's memory, which its caller must keep mapped for good (a
+	 * count that rises across kvc_chunk_store_read_batch says so). */
+	uint64_t abandoned_places;
 };
 
 /* Set up a ring of `entries` submissions. Returns 0 or -errno. */

@@ -73,6 +73,10 @@ void kvc_place_drop_owner(struct kvc_place_table *table, const void *owner);
 /* The region (pid, id), held until kvc_place_put; NULL when unknown. */
 struct kvc_place_region *kvc_place_get(struct kvc_place_table *table, pid_t pid, uint64_t id);
 void kvc_place_put(struct kvc_place_table *table, struct kvc_place_region *region);
+/* Keep a held region mapped for the process's life (a read left in the
+ * kernel may still write into it: chunk_store.h's abandoned_places); it
+ * leaves the table as usual, its mapping never goes. */
+void kvc_place_keep(struct kvc_place_table *table, struct kvc_place_region *region);
 
 /* The region's byte at offset (inside it: kvc_place_fits). */
 uint8_t *kvc_place_at(struct kvc_place_region *region, uint64_t offset);

@@ -240,9 +240,12 @@ int kvc_service_place_read(struct request *r)
 	 * blocks placed straight from the chunk file. */
 	const uint64_t *offsets = state->span_offsets;
 	struct placing placing = {region, state->spanned, offsets};
+	uint64_t abandoned = state->ring.abandoned_places;
 	int read = rc == 0 ? kvc_service_read_runs(r, state->spanned, m->spans,
 	                                           KVC_CHUNK_BLOCK - 1, place_prepare, &placing)
 	                   : rc;
+	if (state->ring.abandoned_places != abandoned)
+		kvc_place_keep(r->svc->place, region); /* the kernel may still write there */
 	if (read < 0) {
 		kvc_place_put(r->svc->place, region);
 		return kvc_service_reply(r, read, NULL, 0);

@@ -431,6 +431,32 @@ Test(chunk_store, a_failed_wait_fails_that_batch_only, .timeout = 20)
 	check_ring_recovered(24, data);
 }
 
+Test(chunk_store, a_failed_wait_counts_the_placed_reads_it_leaves, .timeout = 20)
+{
+	static uint8_t data[CS], places[3][CS];
+	static const struct kvc_chunk_ring_ops ops = {NULL, wait_then_fail};
+	struct kvc_chunk_ring_ops with_submit = ops;
+	struct kvc_chunk_read reads[3];
+	struct kvc_chunk_store *stores[3];
+	write_three(26, data);
+	read_three(reads, stores, 26);
+	for (int c = 0; c < 3; c++)
+		reads[c].place = places[c]; /* the caller's memory (a client's iov) */
+	with_submit.submit = io_uring_submit;
+	ring.ops = &with_submit;
+	waits_left = 1;
+	uint64_t before = ring.abandoned_places;
+	cr_assert_eq(kvc_chunk_store_read_batch(stores, &ring, reads, 3), -EIO);
+	int ok = 0;
+	for (int c = 0; c < 3; c++)
+		ok += reads[c].status == 0;
+	cr_assert_eq(ok, 1, "the one completion reaped is served, the others fail");
+	cr_assert_eq(ring.abandoned_places - before, 2,
+	             "the caller learns that two reads may still land in its memory");
+	kvc_chunk_store_read_release(reads, 3);
+	check_ring_recovered(26, data);
+}
+
 Test(chunk_store, truncate_at_the_largest_size_drops_nothing)
 {
 	uint8_t data[16] = {1};

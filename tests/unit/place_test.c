@@ -73,6 +73,20 @@ Test(place, a_region_is_its_process_and_goes_with_its_connection)
 	cr_assert_eq(kvc_place_unregister(&table, &owner_a, 1, 7), -ENOENT);
 }
 
+Test(place, a_kept_region_stays_mapped_after_its_last_put)
+{
+	cr_assert_eq(reg(&owner_a, 1, memory(SIZE), 8, SIZE, 0), 0);
+	struct kvc_place_region *r = kvc_place_get(&table, 1, 8);
+	cr_assert_not_null(r);
+	uint8_t *at = kvc_place_at(r, SIZE - 1);
+	kvc_place_keep(&table, r); /* a read left in the kernel may land there */
+	kvc_place_put(&table, r);
+	cr_assert_eq(kvc_place_unregister(&table, &owner_a, 1, 8), 0);
+	cr_assert_null(kvc_place_get(&table, 1, 8), "it leaves the table as usual");
+	*at = 7; /* unmapped, this would fault */
+	cr_assert_eq(*at, 7);
+}
+
 Test(place, memory_that_shrinks_is_efault_not_a_signal)
 {
 	int fd = memory(SIZE);
