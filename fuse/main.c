@@ -225,10 +225,9 @@ unmount:
 	fuse_session_unmount(se);
 remove_handlers:
 	fuse_remove_signal_handlers(se);
-	if (served) /* ring workers may still notify through it until the process ends */
-		return rc;
 destroy:
-	fuse_session_destroy(se);
+	if (!served) /* else ring workers may still notify through it: it ends with the process */
+		fuse_session_destroy(se);
 	kvc_metrics_http_stop(metrics);
 	return rc;
 }

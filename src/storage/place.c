@@ -1,10 +1,12 @@
 /* place: see place.h. */
 #include "storage/place.h"
 
+#include "core/log.h"
 #include "core/mem_guard.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <linux/magic.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -29,9 +31,14 @@ struct kvc_place_region {
 	uint8_t *base;   /* the region's first byte in the mapping */
 	int refs;        /* table's lock */
 	bool dropped;    /* table's lock: unmapped by the last put */
+	struct kvc_place_region *kept_next; /* table's lock: on `kept` (kvc_place_keep) */
+	bool kept;
 };
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Regions kept mapped for the process's life (kvc_place_keep): listed,
+ * so they stay reachable (a leak checker sees them held, not lost). */
+static struct kvc_place_region *kept;
 
 int kvc_place_init(struct kvc_place_table *table)
 {
@@ -196,8 +203,18 @@ void kvc_place_keep(struct kvc_place_table *table, struct kvc_place_region *regi
 {
 	(void)table;
 	pthread_mutex_lock(&table_lock);
-	region->refs++; /* never put */
+	bool first = !region->kept;
+	if (first) {
+		region->refs++; /* never put */
+		region->kept = true;
+		region->kept_next = kept;
+		kept = region;
+	}
 	pthread_mutex_unlock(&table_lock);
+	if (first)
+		kvc_log_error("a read left in the kernel may still write into region %" PRIu64
+		              " of pid %d: its %" PRIu64 " bytes stay mapped here until exit",
+		              region->id, (int)region->pid, region->size);
 }
 
 uint8_t *kvc_place_at(struct kvc_place_region *region, uint64_t offset)
