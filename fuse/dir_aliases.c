@@ -11,7 +11,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/clock.h"
 #include "core/wire.h"
 
 #define SLOTS 4096 /* power of two; about 1.1 MiB */
@@ -26,7 +25,6 @@ struct name {
 struct slot {
 	uint64_t ino; /* 0: empty */
 	struct name name;
-	int64_t noted_ns; /* monotonic, when kvc-meta answered the name; 0: unknown */
 };
 
 struct kvc_dir_aliases {
@@ -165,12 +163,10 @@ void kvc_dir_aliases_note(struct kvc_dir_aliases *a, uint64_t ino, uint64_t pare
 		return;
 	uint32_t i = slot_of(ino);
 	struct slot *s = &a->slots[i];
-	int64_t now = kvc_clock_monotonic_ns();
 	pthread_mutex_lock(&a->lock);
 	if (s->ino == ino && !name_is(&s->name, parent, name, len)) /* moved */
 		queue_drop(a, &s->name);
 	s->ino = ino;
-	s->noted_ns = now;
 	set_name(&s->name, parent, name, len);
 	a->hashes[i] = name_hash(parent, name, len);
 	pthread_mutex_unlock(&a->lock);
@@ -192,7 +188,6 @@ void kvc_dir_aliases_renamed(struct kvc_dir_aliases *a, uint64_t parent, const c
 		if (a->hashes[i] == h && a->slots[i].ino && name_is(n, parent, name, len)) {
 			set_name(n, new_parent, new_name, new_len);
 			a->hashes[i] = name_hash(new_parent, new_name, new_len);
-			a->slots[i].noted_ns = 0; /* kvc-meta noted no watch of the new name */
 		}
 	}
 	pthread_mutex_unlock(&a->lock);
@@ -229,7 +224,6 @@ int kvc_dir_aliases_list(struct kvc_dir_aliases *a, uint32_t *cursor,
 		if (!s->ino)
 			continue;
 		out[n].ino = s->ino;
-		out[n].noted_ns = s->noted_ns;
 		out[n].parent = s->name.parent;
 		out[n].len = s->name.len;
 		memcpy(out[n].name, s->name.bytes, (size_t)s->name.len + 1);

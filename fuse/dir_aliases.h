@@ -29,9 +29,9 @@
  * what a removal of the old name would do: a mount under it is detached.
  *
  * Mostly, though, the old name goes before any rename meets it: the
- * names noted here are asked of kvc-meta again every half ttl unless an
- * answer of kvc-meta noted them within it (kvc_fuse_watch_dir_names,
- * from kvc_dir_aliases_list), which keeps their watches alive, so another client's move comes as an event and
+ * names noted here are asked of kvc-meta again every half ttl
+ * (kvc_fuse_watch_dir_names, from kvc_dir_aliases_list), which keeps
+ * their watches alive, so another client's move comes as an event and
  * the event drops the old name; a name found no longer naming its
  * directory is dropped then (kvc_dir_aliases_drop). A directory the
  * kernel forgot (FORGET) is no longer noted (kvc_dir_aliases_forget).
@@ -76,9 +76,6 @@ void kvc_dir_aliases_forget(struct kvc_dir_aliases *aliases, uint64_t ino);
 /* A noted directory, copied out. */
 struct kvc_dir_alias {
 	uint64_t ino, parent;
-	/* When kvc-meta last answered the name (monotonic ns; 0: not since
-	 * this client's own rename moved it), which renewed its watch */
-	int64_t noted_ns;
 	uint16_t len;
 	char name[KVC_WIRE_MAX_NAME + 1];
 };

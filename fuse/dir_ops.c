@@ -191,9 +191,8 @@ void kvc_fuse_op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_inf
  * after the step (DIR_STEP lookups) that passes DIR_PASS_MS (the lease's
  * renewal waits behind it), or at kvc-meta's first failure; the next
  * second goes on from there. A name whose directory another did not
- * change costs one LOOKUP each half ttl, none when the kernel looked it
- * up within it (its answer renewed the watch: noted_ns): at most 4,096
- * (the table), 820 a second at the default 10 s ttl. A race with this client's own rename
+ * change costs one LOOKUP each half ttl: at most 4,096 (the table), 820
+ * a second at the default 10 s ttl. A race with this client's own rename
  * of the directory (the LOOKUP answered after the rename, noted before
  * it) only forgets the name: unrenewed until its next lookup. */
 #define DIR_PASS_MS 250
@@ -201,8 +200,8 @@ void kvc_fuse_op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_inf
 void kvc_fuse_watch_dir_names(struct kvc_fuse *fs)
 {
 	int64_t start = kvc_clock_monotonic_ns();
-	int64_t half_ttl = (int64_t)fs->config.cache_ttl_ms * 500000;
-	if (fs->dir_watch_next == 0 && start - fs->dir_watched_ns < half_ttl)
+	if (fs->dir_watch_next == 0 &&
+	    start - fs->dir_watched_ns < (int64_t)fs->config.cache_ttl_ms * 500000)
 		return;
 	int64_t last = fs->dir_watched_ns;
 	if (fs->dir_watch_next == 0)
@@ -215,8 +214,6 @@ void kvc_fuse_watch_dir_names(struct kvc_fuse *fs)
 		int n = kvc_dir_aliases_list(fs->aliases, &cursor, step, DIR_STEP);
 		for (int i = 0; i < n && !away; i++) {
 			struct kvc_attr attr;
-			if (start - step[i].noted_ns < half_ttl)
-				continue; /* a lookup answered it lately: its watch is fresh */
 			int rc = kvc_meta_client_lookup(&fs->meta, step[i].parent, step[i].name, &attr);
 			atomic_fetch_add_explicit(&fs->dir_watch_lookups, 1, memory_order_relaxed);
 			if (rc == -ENOENT || (rc == 0 && attr.ino != step[i].ino))

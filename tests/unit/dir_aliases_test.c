@@ -66,36 +66,6 @@ Test(dir_aliases, a_flood_of_moves_keeps_the_latest)
 	kvc_dir_aliases_stop(a);
 }
 
-/* The one noted directory listed (the table holds only it). */
-static struct kvc_dir_alias only(struct kvc_dir_aliases *a)
-{
-	struct kvc_dir_alias out[2];
-	uint32_t cursor = 0;
-	cr_assert_eq(kvc_dir_aliases_list(a, &cursor, out, 2), 1);
-	return out[0];
-}
-
-Test(dir_aliases, a_name_listed_says_when_kvc_meta_last_answered_it)
-{
-	struct kvc_dir_aliases *a;
-	cr_assert_eq(kvc_dir_aliases_start(&no_session, &a), 0);
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	int64_t before = (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-	kvc_dir_aliases_note(a, 300, 1, "held", 4);
-	struct kvc_dir_alias first = only(a);
-	cr_assert_geq(first.noted_ns, before, "a lookup's answer renewed its watch just now");
-	nanosleep(&(struct timespec){0, 2000000}, NULL);
-	kvc_dir_aliases_note(a, 300, 1, "held", 4);
-	cr_assert_gt(only(a).noted_ns, first.noted_ns, "each answer renews it");
-	/* our own rename: kvc-meta noted no watch of the new name */
-	kvc_dir_aliases_renamed(a, 1, "held", 4, 2, "moved", 5);
-	struct kvc_dir_alias after = only(a);
-	cr_assert_str_eq(after.name, "moved");
-	cr_assert_eq(after.noted_ns, 0, "asked again at the next pass");
-	kvc_dir_aliases_stop(a);
-}
-
 Test(dir_aliases, listed_names_go_stale_or_are_forgotten)
 {
 	struct kvc_dir_aliases *a;
