@@ -403,19 +403,28 @@ Test(chunk_store, a_failed_submit_fails_that_batch_only, .timeout = 20)
 	check_ring_recovered(23, data);
 }
 
+/* Read inode's three chunks (written with data first; into places when
+ * given) through a ring whose second wait fails: the batch fails. */
+static void read_three_with_a_failed_wait(uint64_t inode, uint8_t *data,
+                                          struct kvc_chunk_read reads[3],
+                                          uint8_t (*places)[CS])
+{
+	static const struct kvc_chunk_ring_ops ops = {io_uring_submit, wait_then_fail};
+	struct kvc_chunk_store *stores[3];
+	write_three(inode, data);
+	read_three(reads, stores, inode);
+	for (int c = 0; places && c < 3; c++)
+		reads[c].place = places[c]; /* the caller's memory (a client's iov) */
+	ring.ops = &ops;
+	waits_left = 1;
+	cr_assert_eq(kvc_chunk_store_read_batch(stores, &ring, reads, 3), -EIO);
+}
+
 Test(chunk_store, a_failed_wait_fails_that_batch_only, .timeout = 20)
 {
 	static uint8_t data[CS];
-	static const struct kvc_chunk_ring_ops ops = {NULL, wait_then_fail};
-	struct kvc_chunk_ring_ops with_submit = ops;
 	struct kvc_chunk_read reads[3];
-	struct kvc_chunk_store *stores[3];
-	write_three(24, data);
-	read_three(reads, stores, 24);
-	with_submit.submit = io_uring_submit;
-	ring.ops = &with_submit;
-	waits_left = 1;
-	cr_assert_eq(kvc_chunk_store_read_batch(stores, &ring, reads, 3), -EIO);
+	read_three_with_a_failed_wait(24, data, reads, NULL);
 	int ok = 0;
 	for (int c = 0; c < 3; c++) {
 		if (reads[c].status == 0) {
@@ -434,19 +443,9 @@ Test(chunk_store, a_failed_wait_fails_that_batch_only, .timeout = 20)
 Test(chunk_store, a_failed_wait_counts_the_placed_reads_it_leaves, .timeout = 20)
 {
 	static uint8_t data[CS], places[3][CS];
-	static const struct kvc_chunk_ring_ops ops = {NULL, wait_then_fail};
-	struct kvc_chunk_ring_ops with_submit = ops;
 	struct kvc_chunk_read reads[3];
-	struct kvc_chunk_store *stores[3];
-	write_three(26, data);
-	read_three(reads, stores, 26);
-	for (int c = 0; c < 3; c++)
-		reads[c].place = places[c]; /* the caller's memory (a client's iov) */
-	with_submit.submit = io_uring_submit;
-	ring.ops = &with_submit;
-	waits_left = 1;
 	uint64_t before = ring.abandoned_places;
-	cr_assert_eq(kvc_chunk_store_read_batch(stores, &ring, reads, 3), -EIO);
+	read_three_with_a_failed_wait(26, data, reads, places);
 	int ok = 0;
 	for (int c = 0; c < 3; c++)
 		ok += reads[c].status == 0;
