@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import drop_second_mount, second_mount, wait_until
+from conftest import client_conf, drop_second_mount, second_mount, wait_until
 
 EVENT_BOUND = 0.5
 
@@ -328,13 +328,10 @@ def short_ttl_conf(cluster, metrics=None):
     """The cluster file of a second kvc-fuse client that caches for 1 s
     only (cache_ttl_ms), so kvc-meta forgets what it cached 3 s after it
     asked (ttl + the margin); metrics: that client's own metrics listener
-    (the first client's port is taken). Returns its path."""
-    text = cluster.conf.read_text().replace("[fuse]\n", "[fuse]\ncache_ttl_ms = 1000\n")
-    if metrics:
-        text = text.replace(f"metrics = {cluster.fuse_metrics}\n", f"metrics = {metrics}\n")
-    conf = cluster.dir / ("cluster-short-ttl-metrics.conf" if metrics else "cluster-short-ttl.conf")
-    conf.write_text(text)
-    return conf
+    (else none: the first client's port is taken). Returns its path."""
+    path = cluster.dir / ("cluster-short-ttl-metrics.conf" if metrics else "cluster-short-ttl.conf")
+    return client_conf(cluster, path, "[fuse]\n", "[fuse]\ncache_ttl_ms = 1000\n" +
+                       (f"metrics = {metrics}\n" if metrics else ""))
 
 
 @pytest.fixture
