@@ -32,6 +32,15 @@ int kvc_mem_guard_init(void);
  * undefined). kvc_mem_guard_init must have succeeded. */
 int kvc_mem_guard_copy(void *dst, const void *src, size_t length);
 
+/* As kvc_mem_guard_copy, with stores that bypass the caches (x86-64;
+ * elsewhere a memcpy): the destination is written without being read
+ * first, and left in memory, not in this CPU's caches. For large copies
+ * into memory this thread will not read again (a client's iov): they
+ * cost the memory bus one pass over the destination instead of two.
+ * Small copies that a reader takes next are better left in the caches
+ * (kvc_mem_guard_copy): chunk_read.c streams only large pieces. */
+int kvc_mem_guard_stream(void *dst, const void *src, size_t length);
+
 /* The first `length` bytes of src to places[0], places[1], ... in turn
  * (each its iov_len, the last cut short; places holding fewer bytes take
  * fewer), under one guard: as kvc_mem_guard_copy for each place. */

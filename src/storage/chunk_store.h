@@ -158,9 +158,10 @@ struct kvc_chunk_read {
 	 * whole blocks are read straight there (one vectored read: a kernel
 	 * copy, memory gone is -EFAULT) and `placed` is set; the partial
 	 * blocks at its edges are read into `edge` and checked here. The
-	 * placed blocks' crcs are NOT checked here (client memory): the caller
+	 * placed blocks' crcs are checked here only when `checked` says so
+	 * (data the page cache held, checked as it landed): else the caller
 	 * checks place[mid_offset, + mid_length) against
-	 * block_crcs[mid_block..] under its guard and copies the edges' parts
+	 * block_crcs[mid_block..] under its guard. It copies the edges' parts
 	 * (head: edge[offset - aligned_start, head_length) to place[0..];
 	 * tail: edge[head_length, + tail_copy) to place[tail_offset..]), all
 	 * before kvc_chunk_store_read_release. A piece of an inline chunk is
@@ -194,6 +195,7 @@ struct kvc_chunk_read {
 	uint32_t *block_crcs;
 	unsigned lock_slot;
 	bool locked;
+	bool checked;   /* every block was checked as it was read (read_cached) */
 	bool queued;    /* its read is on the ring's submission queue */
 	bool in_flight; /* submitted, completion not reaped yet */
 	/* placed (see place): */
@@ -223,6 +225,8 @@ struct kvc_chunk_ring {
 	unsigned entries;
 	bool ready; /* false: not set up (init or a rebuild failed) */
 	const struct kvc_chunk_ring_ops *ops;
+	bool ring_only; /* every read through the ring, none at once (tests of its failures) */
+	uint8_t *bounce; /* where reads of cached data are checked (chunk_read.c) */
 	uint64_t abandoned_bytes; /* buffers left to reads never reaped */
 	/* Placed reads among them: the kernel may still write into the
 	 * caller's memory, which its caller must keep mapped for good (a

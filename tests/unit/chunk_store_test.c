@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "storage/chunk_store.h"
@@ -125,6 +126,72 @@ Test(chunk_store, corrupted_bytes_read_as_eio)
 	/* blocks away from the damage still verify and read */
 	cr_assert_eq(read_range(0x77, 2, 0, 16384, back), 0);
 	cr_assert_eq(memcmp(back, data, 16384), 0);
+}
+
+/* Read [off, off + len) of inode 0x78's chunk 0 into out; says whether
+ * it was read at once from the page cache (checked as it landed). */
+static bool read_checked(uint32_t off, uint32_t len, uint8_t *out)
+{
+	struct kvc_chunk_read r = {.inode = 0x78, .chunk = 0, .offset = off, .length = len};
+	cr_assert_eq(kvc_chunk_store_read_batch(&store, &ring, &r, 1), 0);
+	cr_assert_eq(r.status, 0);
+	cr_assert_eq(r.present, len);
+	memcpy(out, r.data, len);
+	bool checked = r.checked;
+	kvc_chunk_store_read_release(&r, 1);
+	return checked;
+}
+
+Test(chunk_store, cached_reads_are_checked_as_they_land_and_agree_with_the_ring)
+{
+	static uint8_t data[CS], back[CS];
+	static const uint32_t ranges[][2] = {{0, CS}, {100, 50000}, {3 * 16384, 16384},
+	                                     {CS - 7, 7}, {131072 - 3, 131072 + 6}};
+	uint64_t version;
+	uint32_t length;
+	fill(data, CS, 9);
+	cr_assert_eq(kvc_chunk_store_write(store, 0x78, 0, CS, 0, data, CS, &version, &length), 0);
+	for (size_t i = 0; i < sizeof(ranges) / sizeof(ranges[0]); i++) {
+		uint32_t off = ranges[i][0], len = ranges[i][1];
+		ring.ring_only = false;
+		memset(back, 0, CS);
+		cr_assert(read_checked(off, len, back), "just written: in the page cache");
+		cr_assert_eq(memcmp(back, data + off, len), 0, "range %zu", i);
+		ring.ring_only = true;
+		memset(back, 0, CS);
+		cr_assert_not(read_checked(off, len, back), "through the ring: checked after");
+		cr_assert_eq(memcmp(back, data + off, len), 0, "range %zu by the ring", i);
+	}
+}
+
+Test(chunk_store, data_the_page_cache_dropped_is_read_through_the_ring)
+{
+	static uint8_t data[CS], back[CS];
+	uint64_t version;
+	uint32_t length;
+	fill(data, CS, 10);
+	cr_assert_eq(kvc_chunk_store_write(store, 0x78, 0, CS, 0, data, CS, &version, &length), 0);
+	char path[256];
+	snprintf(path, sizeof(path), "%s/chunks/78/%016x.%08x", dir, 0x78, 0);
+	int fd = open(path, O_RDONLY);
+	cr_assert_geq(fd, 0, "chunk file %s", path);
+	cr_assert_eq(fdatasync(fd), 0);
+	cr_assert_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	/* Whether the kernel dropped it (tmpfs keeps its pages: then it is
+	 * still read at once, and must be). */
+	void *map = mmap(NULL, CS, PROT_READ, MAP_SHARED, fd, 0);
+	cr_assert_neq(map, MAP_FAILED);
+	unsigned char resident[CS / 4096];
+	cr_assert_eq(mincore(map, CS, resident), 0);
+	bool any = false;
+	for (size_t i = 0; i < sizeof(resident); i++)
+		any |= resident[i] & 1;
+	munmap(map, CS);
+	close(fd);
+	cr_assert_eq(read_checked(0, CS, back), any, "read at once only from the page cache");
+	cr_assert_eq(memcmp(back, data, CS), 0);
+	cr_assert(read_checked(0, CS, back), "the ring's read left it in the page cache");
+	cr_assert_eq(memcmp(back, data, CS), 0);
 }
 
 Test(chunk_store, survives_reopen)
@@ -392,6 +459,7 @@ Test(chunk_store, a_failed_submit_fails_that_batch_only, .timeout = 20)
 	reads[3] = (struct kvc_chunk_read){.inode = 23, .chunk = 9, .length = 4096}; /* a hole */
 	stores[3] = store;
 	ring.ops = &ops;
+	ring.ring_only = true; /* cached data would not meet the failing ring */
 	cr_assert_eq(kvc_chunk_store_read_batch(stores, &ring, reads, 4), -EIO);
 	for (int c = 0; c < 3; c++) {
 		cr_assert_eq(reads[c].status, -EIO);
@@ -416,6 +484,7 @@ static void read_three_with_a_failed_wait(uint64_t inode, uint8_t *data,
 	for (int c = 0; places && c < 3; c++)
 		reads[c].place = places[c]; /* the caller's memory (a client's iov) */
 	ring.ops = &ops;
+	ring.ring_only = true; /* cached data would not meet the failing ring */
 	waits_left = 1;
 	cr_assert_eq(kvc_chunk_store_read_batch(stores, &ring, reads, 3), -EIO);
 }

@@ -74,6 +74,30 @@ Test(mem_guard, shrunk_memory_is_efault_both_ways_and_the_guard_is_let_go)
 	cr_assert_eq(buf[4096], 0);
 }
 
+Test(mem_guard, streamed_copies_are_copies_at_any_alignment_and_efault_when_gone)
+{
+	static unsigned char src[SIZE];
+	static const size_t lengths[] = {0, 1, 15, 16, 63, 64, 65, 127, 4096 + 7, SIZE - 40};
+	for (unsigned i = 0; i < SIZE; i++)
+		src[i] = (unsigned char)(i * 11 + 3);
+	for (size_t to = 0; to < 18; to++)
+		for (size_t from = 0; from < 3; from++)
+			for (size_t k = 0; k < sizeof(lengths) / sizeof(lengths[0]); k++) {
+				size_t n = lengths[k];
+				memset(map, 0xee, SIZE);
+				cr_assert_eq(kvc_mem_guard_stream(map + to, src + from, n), 0);
+				cr_assert_eq(memcmp(map + to, src + from, n), 0, "to %zu from %zu n %zu",
+				             to, from, n);
+				for (size_t b = 0; b < to; b++)
+					cr_assert_eq(map[b], 0xee, "before the copy");
+				cr_assert_eq(map[to + n], 0xee, "after the copy");
+			}
+	cr_assert_eq(ftruncate(fd, 4096), 0); /* the client shrinks it */
+	cr_assert_eq(kvc_mem_guard_stream(map + 100, src, 8192), -EFAULT);
+	cr_assert_eq(kvc_mem_guard_stream(map, src, 4096), 0, "what is left still copies");
+	cr_assert_eq(memcmp(map, src, 4096), 0);
+}
+
 static void *other_thread(void *arg)
 {
 	(void)arg;

@@ -153,8 +153,10 @@ Test(place, chunk_reads_of_whole_blocks_land_in_place)
 		 .place = kvc_place_at(r, SIZE / 4)}};
 	cr_assert_eq(kvc_chunk_store_read_batch(stores, &ring, reads, 3), 0);
 	cr_assert(reads[0].placed && !reads[1].placed && reads[2].placed);
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < 3; i++) {
 		cr_assert_eq(reads[i].status, 0, "%d", i);
+		cr_assert(reads[i].checked, "%d: read from the page cache, checked as it landed", i);
+	}
 	cr_assert_eq(reads[0].present, length);
 	cr_assert_eq(memcmp(kvc_place_at(r, 0), data, length), 0);
 	cr_assert_eq(kvc_place_check_blocks(reads[0].buffer, reads[0].aligned_length, 16384,
