@@ -59,14 +59,14 @@ struct work {
 };
 
 /* memcpy with non-temporal stores (SSE2, which every x86-64 has): the
- * destination's first bytes up to a 16-byte boundary and its last
+ * destination's first bytes up to a 64-byte boundary and its last
  * partial 64 bytes by memcpy, the rest 64 bytes a turn. stream_fence
  * after the last makes them visible before anything this thread stores
  * next (a reply saying the bytes are there). */
 static void stream(uint8_t *dst, const uint8_t *src, size_t length)
 {
 #if defined(__x86_64__)
-	size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
+	size_t head = (64 - ((uintptr_t)dst & 63)) & 63; /* whole cache lines streamed */
 	if (head > length)
 		head = length;
 	memcpy(dst, src, head);
@@ -118,6 +118,7 @@ __attribute__((noinline)) static int guarded(struct work *w)
 	sigjmp_buf jump;
 	if (sigsetjmp(jump, 0)) {
 		guard = NULL;
+		stream_fence(); /* streamed stores before the fault, ordered as on success */
 		return -EFAULT;
 	}
 	guard = &jump;

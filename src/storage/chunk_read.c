@@ -91,7 +91,7 @@ int kvc_chunk_ring_init(struct kvc_chunk_ring *ring, unsigned entries)
 {
 	memset(ring, 0, sizeof(*ring));
 	ring->entries = entries;
-	ring->bounce = aligned_alloc(4096, CACHED_SLICE); /* NULL: every read through the ring */
+	ring->bounce = aligned_alloc(4096, CACHED_SLICE); /* NULL: placed reads through the ring */
 	int rc = io_uring_queue_init(entries, &ring->ring, 0);
 	ring->ready = rc == 0;
 	if (rc < 0) {
@@ -233,7 +233,7 @@ static bool slice_ok(const struct kvc_chunk_read *r, const uint8_t *p, uint64_t 
  * slice holds whole blocks. */
 static bool read_cached(struct kvc_chunk_read *r, uint8_t *bounce)
 {
-	if (!bounce || atomic_load_explicit(&nowait_refused, memory_order_relaxed))
+	if (atomic_load_explicit(&nowait_refused, memory_order_relaxed))
 		return false;
 	uint64_t pos = r->aligned_start;
 	for (int v = 0; v < r->vec_count; v++) {
@@ -242,6 +242,8 @@ static bool read_cached(struct kvc_chunk_read *r, uint8_t *bounce)
 		/* our own buffer (not placed, or a placed piece's edges): read
 		 * and check it where it is, no copy */
 		bool client = r->placed && base == r->place + r->mid_offset;
+		if (client && !bounce)
+			return false; /* no bounce buffer (out of memory at init) */
 		for (size_t at = 0; at < length;) {
 			size_t n = length - at < CACHED_SLICE ? length - at : CACHED_SLICE;
 			struct iovec one = {client ? bounce : base + at, n};

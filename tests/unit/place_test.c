@@ -172,6 +172,7 @@ Test(place, chunk_reads_of_whole_blocks_land_in_place)
 	cr_assert_eq(kvc_chunk_store_read_batch(stores, &ring, reads, 1), 0);
 	cr_assert_eq(reads[0].status, 0);
 	cr_assert(reads[0].placed);
+	cr_assert(reads[0].checked, "edges and middle checked as they landed");
 	cr_assert_eq(reads[0].mid_offset, 16384 - from);
 	cr_assert_eq(reads[0].mid_length, 2 * 16384);
 	cr_assert_eq(reads[0].head_length, 16384);
@@ -192,6 +193,85 @@ Test(place, chunk_reads_of_whole_blocks_land_in_place)
 	cr_assert_eq(kvc_chunk_store_read_batch(stores, &ring, reads, 1), 0);
 	cr_assert_eq(reads[0].status, -EFAULT);
 	kvc_chunk_store_read_release(reads, 1);
+	close(mine);
+	kvc_place_put(&table, r);
+	kvc_chunk_ring_exit(&ring);
+	kvc_chunk_store_close(store);
+	free(data);
+	char cmd[96];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	cr_assert_eq(system(cmd), 0);
+}
+
+/* Placed reads of a whole 1 MiB chunk, its middle streamed into client
+ * memory from the bounce buffer: the bytes land at any alignment with
+ * their edges, a corrupt block makes the read not `checked` (the caller's
+ * check of the placed blocks finds it), and memory cut short under the
+ * read is -EFAULT for that read only. */
+Test(place, large_placed_reads_are_checked_as_they_land_and_fail_alone)
+{
+	char dir[] = "/tmp/kvc-place-test-XXXXXX";
+	cr_assert_not_null(mkdtemp(dir));
+	struct kvc_chunk_store *store;
+	struct kvc_chunk_ring ring;
+	cr_assert_eq(kvc_chunk_store_open(dir, &store), 0);
+	cr_assert_eq(kvc_chunk_ring_init(&ring, 16), 0);
+	uint8_t *data = malloc(SIZE);
+	for (uint32_t i = 0; i < SIZE; i++)
+		data[i] = (uint8_t)(i * 29 + 7);
+	uint64_t version;
+	uint32_t chunk_length;
+	cr_assert_eq(kvc_chunk_store_write(store, 10, 0, SIZE, 0, data, SIZE, &version,
+	                                   &chunk_length), 0);
+	int fd = memory(2 * SIZE);
+	int mine = dup(fd);
+	cr_assert_eq(reg(&owner_a, 1, fd, 1, 2 * SIZE, 0), 0);
+	struct kvc_place_region *r = kvc_place_get(&table, 1, 1);
+	struct kvc_chunk_store *stores[1] = {store};
+	uint32_t from = 100, span = SIZE - 200, at = 4096 + 3; /* edges; no alignment */
+	struct kvc_chunk_read read = {.inode = 10, .chunk = 0, .offset = from, .length = span,
+	                              .place = kvc_place_at(r, at)};
+	cr_assert_eq(kvc_chunk_store_read_batch(stores, &ring, &read, 1), 0);
+	cr_assert_eq(read.status, 0);
+	cr_assert(read.placed && read.checked);
+	cr_assert_geq(read.mid_length, 256u << 10, "large enough to be streamed");
+	cr_assert_eq(memcmp(kvc_place_at(r, at + read.mid_offset), data + from + read.mid_offset,
+	                    read.mid_length), 0);
+	cr_assert_eq(memcmp(read.edge, data, read.head_length), 0, "head edge");
+	cr_assert_eq(memcmp(read.edge + read.head_length, data + SIZE - read.tail_length,
+	                    read.tail_length), 0, "tail edge");
+	kvc_chunk_store_read_release(&read, 1);
+
+	/* one byte of a late block goes bad on disk (in the page cache) */
+	char path[256];
+	snprintf(path, sizeof(path), "%s/chunks/0a/%016x.%08x", dir, 10, 0);
+	int chunk_fd = open(path, O_RDWR);
+	cr_assert_geq(chunk_fd, 0, "chunk file %s", path);
+	uint8_t bad = (uint8_t)~data[900000];
+	cr_assert_eq(pwrite(chunk_fd, &bad, 1, 900000), 1);
+	close(chunk_fd);
+	read = (struct kvc_chunk_read){.inode = 10, .chunk = 0, .offset = 0, .length = SIZE,
+	                               .place = kvc_place_at(r, 0)};
+	cr_assert_eq(kvc_chunk_store_read_batch(stores, &ring, &read, 1), 0);
+	cr_assert_eq(read.status, 0);
+	cr_assert(read.placed);
+	cr_assert_not(read.checked, "a mismatch is not passed as checked");
+	cr_assert_eq(kvc_place_check_blocks(kvc_place_at(r, 0), read.mid_length, 16384,
+	                                    read.block_crcs + read.mid_block), -EIO);
+	cr_assert_eq(memcmp(kvc_place_at(r, 0), data, 900000 / 16384 * 16384), 0,
+	             "the blocks before it");
+	kvc_chunk_store_read_release(&read, 1);
+	cr_assert_eq(pwrite(chunk_fd = open(path, O_RDWR), &data[900000], 1, 900000), 1);
+	close(chunk_fd);
+
+	/* the client cuts its memory to half a chunk under a streamed read */
+	cr_assert_eq(ftruncate(mine, SIZE / 2), 0);
+	read = (struct kvc_chunk_read){.inode = 10, .chunk = 0, .offset = 0, .length = SIZE,
+	                               .place = kvc_place_at(r, 0)};
+	cr_assert_eq(kvc_chunk_store_read_batch(stores, &ring, &read, 1), 0);
+	cr_assert_eq(read.status, -EFAULT);
+	cr_assert_not(read.checked);
+	kvc_chunk_store_read_release(&read, 1);
 	close(mine);
 	kvc_place_put(&table, r);
 	kvc_chunk_ring_exit(&ring);
