@@ -65,6 +65,7 @@ struct dir {
 
 struct kvc_ring_keys_scratch {
 	struct key keys[MAX_KEYS];
+	struct kvc_attr was[MAX_KEYS]; /* confirm_gets: what a get's lookup answered */
 	struct dir dirs[MAX_DIRS];
 	struct kvc_storage_io io[MAX_KEYS * KVC_RING_KEY_MAX_SEGS];
 	int dev[MAX_KEYS * KVC_RING_KEY_MAX_SEGS];
@@ -531,6 +532,31 @@ static void namespace_first(const struct kvc_ring_keys_batch *b, struct kvc_ring
 	}
 }
 
+/* A get reads the chunks of the inode its lookup named, and kvc-meta's
+ * collector removes a file's chunks once its last name is gone: a read
+ * that came after that would read holes, zeros, as if they were the
+ * key's bytes. So the gets that read are looked up again after their
+ * reads: the same inode of the same size, still named, had its chunks
+ * throughout (a named file's chunks are never collected). Anything else
+ * fails the get: -ENOENT (removed meanwhile), -EAGAIN (replaced or
+ * resized meanwhile: read it again), or the lookup's own error. */
+static void confirm_gets(const struct kvc_ring_keys_batch *b, struct kvc_ring_keys_scratch *s,
+                         int count, int di)
+{
+	static const uint32_t get = KVC_RING_KEY_GET;
+	int n = gather(s, count, di, op_is, &get);
+	for (int i = 0; i < n; i++)
+		s->was[i] = s->group[i]->attr;
+	if (n)
+		take_results(s, n, meta_call(b->fs, s, KVC_MSG_KEYS_LOOKUP, &s->dirs[di], b->client,
+		                             0, n));
+	for (int i = 0; i < n; i++) {
+		struct key *k = s->group[i];
+		if (k->rc == 0 && (k->attr.ino != s->was[i].ino || k->attr.size != s->was[i].size))
+			k->rc = -EAGAIN;
+	}
+}
+
 /* After the I/O: publish the puts that wrote (by flag), remove the temps
  * of those that did not. */
 static void publish(const struct kvc_ring_keys_batch *b, struct kvc_ring_keys_scratch *s,
@@ -620,6 +646,8 @@ void kvc_ring_keys_execute(const struct kvc_ring_keys_batch *b)
 		if (moved)
 			bounce_drop(s, true);
 	}
+	for (int di = 0; di < dirs; di++)
+		confirm_gets(b, s, count, di);
 	for (int di = 0; di < dirs; di++)
 		publish(b, s, count, di);
 	for (int i = 0; i < count; i++) {

@@ -7,7 +7,9 @@ import errno
 import os
 import pwd
 import random
+import signal
 import subprocess
+import time
 import sys
 import textwrap
 
@@ -514,3 +516,55 @@ def test_wait_on_another_client_is_woken_by_kvc_meta(cluster, workdir):
         ring2.close()
     finally:
         drop_second_mount(proc, mount2)
+
+
+@pytest.mark.parametrize("change", ["remove", "replace"])
+def test_a_get_racing_a_remove_or_replace_never_passes_holes_for_bytes(
+        cluster, ring, iovs, workdir, change):
+    """A get reads the chunks of the inode its lookup named; once the key
+    is removed (or replaced: the old inode loses its name), kvc-meta's
+    collector removes those chunks, and a read after that finds holes,
+    which read as zeros. kvc-fuse looks the gets' keys up again after
+    their reads (fuse/ring_keys.c confirm_gets): a key removed meanwhile
+    is -ENOENT, one replaced meanwhile -EAGAIN, never a success over bytes
+    that may be zeros. Here the read of the key's first chunk waits on a
+    frozen storage server while the key changes under it."""
+    from conftest import CHUNK, chunk_name
+    keys = kvcfs.KeyDir(workdir)
+    data = os.urandom(2 * CHUNK)
+    iov = iovs[0]
+    iov.memoryview()[0:2 * CHUNK] = data
+    assert ring.put_keys(keys, [("racing", [(iov, 0, 2 * CHUNK)])]).wait() == [2 * CHUNK]
+    inode = os.stat(workdir / "racing").st_ino
+
+    def server_of(chunk):
+        found = list(cluster.dir.glob(f"s*/t*/{chunk_name(inode, chunk)}"))
+        assert len(found) == 1
+        return found[0].relative_to(cluster.dir).parts[0]
+
+    assert server_of(0) != server_of(1)
+    out = iovs[1]
+    # both servers know the iov (registered on a first read)
+    assert ring.get_keys(keys, [("racing", [(out, 0, 2 * CHUNK)])]).wait() == [2 * CHUNK]
+    out.memoryview()[0:2 * CHUNK] = bytes(2 * CHUNK)
+    pid = cluster.pid(server_of(0))
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        get = ring.get_keys(keys, [("racing", [(out, 0, 2 * CHUNK)])])
+        # its lookup answered and its reads sent: the second chunk lands
+        deadline = time.monotonic() + 20
+        while bytes(out.memoryview()[CHUNK:2 * CHUNK]) != data[CHUNK:]:
+            assert time.monotonic() < deadline, "the second chunk never landed"
+            time.sleep(0.01)
+        if change == "remove":
+            assert ring.remove_keys(keys, ["racing"]).wait() == [2 * CHUNK]
+        else:
+            iov.memoryview()[0:2 * CHUNK] = os.urandom(2 * CHUNK)
+            assert ring.put_keys(keys, [("racing", [(iov, 0, 2 * CHUNK)])],
+                                 replace=True).wait() == [2 * CHUNK]
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    expected = -errno.ENOENT if change == "remove" else -errno.EAGAIN
+    # (or the storage client's timeout, had the server stayed frozen past it)
+    assert get.wait(timeout=60) in ([expected], [-errno.EIO])
+    keys.close()
