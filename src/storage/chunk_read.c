@@ -206,8 +206,6 @@ static int place_inline(struct kvc_chunk_read *r, const uint8_t *bytes)
  * memory (docs/benchmarks.md "Checking crcs in a bounce buffer"). A slice
  * bound for our own buffer (a piece not placed, a placed piece's edges)
  * is read and checked where it is. */
-static atomic_bool nowait_refused; /* RWF_NOWAIT not supported: the ring only */
-
 /* Whether the slice at `p`, file bytes [pos, pos + length) of the piece,
  * matches its blocks' crcs (it holds whole blocks, the chunk's last one
  * perhaps short). */
@@ -233,7 +231,7 @@ static bool slice_ok(const struct kvc_chunk_read *r, const uint8_t *p, uint64_t 
  * slice holds whole blocks. */
 static bool read_cached(struct kvc_chunk_read *r, uint8_t *bounce)
 {
-	if (atomic_load_explicit(&nowait_refused, memory_order_relaxed))
+	if (atomic_load_explicit(&r->store->nowait_refused, memory_order_relaxed))
 		return false;
 	uint64_t pos = r->aligned_start;
 	for (int v = 0; v < r->vec_count; v++) {
@@ -249,7 +247,7 @@ static bool read_cached(struct kvc_chunk_read *r, uint8_t *bounce)
 			struct iovec one = {client ? bounce : base + at, n};
 			ssize_t got = preadv2(r->fd, &one, 1, (off_t)pos, RWF_NOWAIT);
 			if (got < 0 && errno == EOPNOTSUPP)
-				atomic_store_explicit(&nowait_refused, true, memory_order_relaxed);
+				atomic_store_explicit(&r->store->nowait_refused, true, memory_order_relaxed);
 			if (got != (ssize_t)n || !slice_ok(r, one.iov_base, pos, n) ||
 			    (client && (length >= STREAM_MIN ? kvc_mem_guard_stream(base + at, bounce, n)
 			                                     : kvc_mem_guard_copy(base + at, bounce, n)) < 0))

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <lmdb.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 
 #include "core/layout.h"
@@ -31,6 +32,7 @@ struct kvc_chunk_store {
 	struct kvc_lmdb_group group;        /* inline writes' group commit (below the chunk locks) */
 	struct kvc_reserve reserve;         /* of the target's filesystem (its own lock) */
 	uint32_t inline_max; /* chunks ending at or below it stay inline (set before serving) */
+	atomic_bool nowait_refused; /* its filesystem refuses RWF_NOWAIT: reads by the ring only */
 };
 
 /* A chunk's index record as stored (little-endian, 2-byte aligned in LMDB:
