@@ -532,19 +532,28 @@ static void namespace_first(const struct kvc_ring_keys_batch *b, struct kvc_ring
 	}
 }
 
+static bool get_that_read(const struct key *k, const void *arg)
+{
+	(void)arg;
+	return k->op == KVC_RING_KEY_GET && k->ios > 0;
+}
+
 /* A get reads the chunks of the inode its lookup named, and kvc-meta's
  * collector removes a file's chunks once its last name is gone: a read
  * that came after that would read holes, zeros, as if they were the
  * key's bytes. So the gets that read are looked up again after their
- * reads: the same inode of the same size, still named, had its chunks
- * throughout (a named file's chunks are never collected). Anything else
+ * reads: the same inode, still named, had its chunks throughout (a named
+ * file's chunks are never collected; inode numbers are never reused);
+ * the same size and mtime say its data was not changed in place either
+ * (cuts, punches and size commits stamp mtime) by then. Anything else
  * fails the get: -ENOENT (removed meanwhile), -EAGAIN (replaced or
- * resized meanwhile: read it again), or the lookup's own error. */
+ * changed meanwhile: read it again), or the lookup's own error. A change
+ * in place still under way when the confirm runs is not seen: a get
+ * racing a write through the mount is a read racing a write. */
 static void confirm_gets(const struct kvc_ring_keys_batch *b, struct kvc_ring_keys_scratch *s,
                          int count, int di)
 {
-	static const uint32_t get = KVC_RING_KEY_GET;
-	int n = gather(s, count, di, op_is, &get);
+	int n = gather(s, count, di, get_that_read, NULL);
 	for (int i = 0; i < n; i++)
 		s->was[i] = s->group[i]->attr;
 	if (n)
@@ -552,7 +561,8 @@ static void confirm_gets(const struct kvc_ring_keys_batch *b, struct kvc_ring_ke
 		                             0, n));
 	for (int i = 0; i < n; i++) {
 		struct key *k = s->group[i];
-		if (k->rc == 0 && (k->attr.ino != s->was[i].ino || k->attr.size != s->was[i].size))
+		if (k->rc == 0 && (k->attr.ino != s->was[i].ino || k->attr.size != s->was[i].size ||
+		                   k->attr.mtime_ns != s->was[i].mtime_ns))
 			k->rc = -EAGAIN;
 	}
 }
@@ -638,7 +648,8 @@ void kvc_ring_keys_execute(const struct kvc_ring_keys_batch *b)
 		bool moved = ios > 0 && run_storage(b, s, ios, read);
 		for (int i = 0; i < count; i++) {
 			struct key *k = &s->keys[i];
-			if (k->rc == 0 && k->ios)
+			/* this pass's keys only: the other pass's ios are gone */
+			if (k->rc == 0 && k->ios && k->op == (read ? KVC_RING_KEY_GET : KVC_RING_KEY_PUT))
 				k->rc = io_result(s, k);
 			if (k->rc == 0 && k->ios && read && k->bounce)
 				k->rc = bounce_copy(k, false); /* scatter what was read */

@@ -384,3 +384,42 @@ def test_without_the_reserve_a_full_disk_wedges():
             fails += out.returncode != 0 and "No space left on device" in out.stderr
         assert fails == 3, "rm fails, again and again"
         assert (c.mount / "big").exists()
+
+
+def test_a_get_beside_a_put_that_meets_a_full_disk_reads_its_key(full, baseline):
+    """One ring submission with a get of a key that exists and a put whose
+    writes fail (-ENOSPC): the get completes with its size and bytes. A
+    worker ran a batch's gets and then its puts through the same array of
+    storage ios, and took each key's result from its slots after both
+    passes: the get read the put's failure."""
+    sys.path.insert(0, str(ROOT / "tools" / "python"))
+    os.environ.setdefault("KVC_LIB", str(LIBKVC))
+    import kvcfs
+    (full.mount / "keys").mkdir()
+    keys = kvcfs.KeyDir(full.mount / "keys")
+    ring = kvcfs.Ring(str(full.mount), 8, for_read=False)
+    iov = kvcfs.Iov.create(str(full.mount), 4 * MIB)
+    iov.unlink()
+    big = full.mount / "big"
+    try:
+        data = os.urandom(2 * MIB)
+        iov.memoryview()[0:2 * MIB] = data
+        assert ring.put_keys(keys, [("there", [(iov, 0, 2 * MIB)])]).wait() == [2 * MIB]
+        out = dd(big)
+        assert out.returncode != 0 and "No space left on device" in out.stderr, out.stderr
+        assert_full(full)
+        iov.memoryview()[2 * MIB:4 * MIB] = bytes(2 * MIB)
+        ring.prepare_key(kvcfs.KEY_GET, keys, "there", [(iov, 2 * MIB, 2 * MIB)],
+                         userdata="get")
+        ring.prepare_key(kvcfs.KEY_PUT, keys, "new", [(iov, 0, 2 * MIB)], userdata="put")
+        ring.submit()
+        results = {c.userdata: c.result for c in ring.wait(min_results=2, timeout=60)}
+        assert results["put"] < 0, results
+        assert results["get"] == 2 * MIB, results
+        assert bytes(iov.memoryview()[2 * MIB:4 * MIB]) == data
+    finally:
+        subprocess.run(["rm", "-rf", str(big), str(full.mount / "keys")], capture_output=True)
+        ring.close()
+        iov.close()
+        keys.close()
+    assert space_back(full, baseline), (full.df(), baseline)
