@@ -208,6 +208,26 @@ def wait_until(predicate, timeout=20.0, step=0.1):
     return predicate()
 
 
+def freeze(pid, timeout=10.0):
+    """SIGSTOP pid and wait until every thread of it has stopped: the
+    signal stops a process's threads one by one as each is scheduled, and
+    a thread not stopped yet may still serve a request sent after the
+    kill (on a busy machine, a whole read from the page cache)."""
+    os.kill(pid, signal.SIGSTOP)
+
+    def stopped():
+        try:
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] not in ("T", "t"):
+                        return False
+        except FileNotFoundError:  # a thread ended meanwhile: look again
+            return False
+        return True
+
+    assert wait_until(stopped, timeout=timeout, step=0.001), f"pid {pid} did not stop"
+
+
 def chunk_name(ino, chunk):
     """Where chunk `chunk` of inode ino lies under a target's directory,
     when it is a file (src/storage/chunk_store.h)."""

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import CHUNK, chunk_files_of, wait_until
+from conftest import CHUNK, chunk_files_of, freeze, wait_until
 
 # Generous bound for "does not hang": the cluster's io timeout is 2 s and a
 # request may wait on connect and I/O; hitting this means a hang.
@@ -91,7 +91,7 @@ def test_frozen_storage_server_times_out_with_eio(cluster, workdir):
     path.write_bytes(data)
     _drop_caches()  # not from the writer's page cache
     pid = cluster.pid("s1")
-    os.kill(pid, signal.SIGSTOP)
+    freeze(pid)
     try:
         rc, err, seconds = read_file(path)
         assert rc != 0 and "Input/output error" in err

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import client_conf, drop_second_mount, second_mount, wait_until
+from conftest import client_conf, drop_second_mount, freeze, second_mount, wait_until
 
 EVENT_BOUND = 0.5
 
@@ -313,7 +313,7 @@ def test_an_unchanged_file_is_read_from_the_page_cache(cluster, workdir):
     assert opens(workdir / "cached") == data
     pids = [cluster.pid(name) for name in ("s1", "s2", "s3")]
     for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
+        freeze(pid)
     try:
         out = subprocess.run(["sha256sum", str(workdir / "cached")], capture_output=True,
                              text=True, timeout=20)

@@ -530,7 +530,7 @@ def test_a_get_racing_a_remove_or_replace_never_passes_holes_for_bytes(
     that may be zeros. Here the read of the key's first chunk waits on a
     frozen storage server while the key is removed, or replaced by a
     rename over it."""
-    from conftest import CHUNK, chunk_name
+    from conftest import CHUNK, chunk_name, freeze
     keys = kvcfs.KeyDir(workdir)
     data = os.urandom(2 * CHUNK)
     iov = iovs[0]
@@ -550,8 +550,8 @@ def test_a_get_racing_a_remove_or_replace_never_passes_holes_for_bytes(
     assert ring.get_keys(keys, [("racing", [(out, 0, 2 * CHUNK)])]).wait() == [2 * CHUNK]
     out.memoryview()[0:2 * CHUNK] = bytes(2 * CHUNK)
     pid = cluster.pid(server_of(0))
-    os.kill(pid, signal.SIGSTOP)
     frozen = time.monotonic()
+    freeze(pid)
     try:
         get = ring.get_keys(keys, [("racing", [(out, 0, 2 * CHUNK)])])
         # its lookup answered and its reads sent: the second chunk lands

@@ -505,7 +505,7 @@ def test_a_ring_read_completes_without_waiting_for_its_batch(cluster, workdir):
     frozen one completes once its server runs again. The frozen server is
     the later of the two in the cluster file: a kvc-fuse without receiving
     threads (under 4 cores) takes a wave's answers in server order."""
-    from conftest import CHUNK, chunk_name
+    from conftest import CHUNK, chunk_name, freeze
     data = os.urandom(2 * CHUNK)
     path = workdir / "two-chunks"
     path.write_bytes(data)
@@ -530,7 +530,7 @@ def test_a_ring_read_completes_without_waiting_for_its_batch(cluster, workdir):
         assert [c.result for c in ior.submit().wait(min_results=2)] == [CHUNK, CHUNK]
         shm.buf[:] = bytes(2 * CHUNK)
         pid = cluster.pid(servers[late])
-        os.kill(pid, signal.SIGSTOP)
+        freeze(pid)
         try:
             for c in (0, 1):
                 ior.prepare(iov[c * CHUNK:(c + 1) * CHUNK], True, fd, c * CHUNK, userdata=c)
