@@ -3,6 +3,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,6 +109,17 @@ Test(chunk_store, partial_overwrite_keeps_the_rest)
 	cr_assert_eq(memcmp(data, back, CS), 0);
 }
 
+/* Open the file of inode's chunk (as chunk_store.c names it). */
+static int chunk_file(uint64_t inode, uint32_t chunk, int flags)
+{
+	char path[256];
+	snprintf(path, sizeof(path), "%s/chunks/%02x/%016" PRIx64 ".%08x", dir,
+	         (unsigned)(inode & 0xff), inode, chunk);
+	int fd = open(path, flags, 0600);
+	cr_assert_geq(fd, 0, "chunk file %s: %m", path);
+	return fd;
+}
+
 Test(chunk_store, corrupted_bytes_read_as_eio)
 {
 	static uint8_t data[CS], back[CS];
@@ -115,10 +127,7 @@ Test(chunk_store, corrupted_bytes_read_as_eio)
 	uint32_t length;
 	fill(data, CS, 4);
 	cr_assert_eq(kvc_chunk_store_write(store, 0x77, 2, CS, 0, data, CS, &version, &length), 0);
-	char path[256];
-	snprintf(path, sizeof(path), "%s/chunks/77/%016x.%08x", dir, 0x77, 2);
-	int fd = open(path, O_WRONLY);
-	cr_assert_geq(fd, 0, "chunk file %s", path);
+	int fd = chunk_file(0x77, 2, O_WRONLY);
 	cr_assert_eq(pwrite(fd, "X", 1, 500000), 1);
 	close(fd);
 	cr_assert_eq(read_range(0x77, 2, 0, CS, back), -EIO);
@@ -171,10 +180,7 @@ Test(chunk_store, data_the_page_cache_dropped_is_read_through_the_ring)
 	uint32_t length;
 	fill(data, CS, 10);
 	cr_assert_eq(kvc_chunk_store_write(store, 0x78, 0, CS, 0, data, CS, &version, &length), 0);
-	char path[256];
-	snprintf(path, sizeof(path), "%s/chunks/78/%016x.%08x", dir, 0x78, 0);
-	int fd = open(path, O_RDONLY);
-	cr_assert_geq(fd, 0, "chunk file %s", path);
+	int fd = chunk_file(0x78, 0, O_RDONLY);
 	cr_assert_eq(fdatasync(fd), 0);
 	cr_assert_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
 	/* Whether the kernel dropped it (tmpfs keeps its pages: then it is
@@ -329,11 +335,8 @@ Test(chunk_store, a_file_left_without_record_is_a_hole)
 	static uint8_t junk[CS], data[1000], back[30000];
 	uint64_t version;
 	uint32_t length;
-	char path[256];
 	memset(junk, 0xab, sizeof(junk));
-	snprintf(path, sizeof(path), "%s/chunks/%02x/%016x.%08x", dir, 0x31, 0x31, 4);
-	int fd = open(path, O_WRONLY | O_CREAT, 0600);
-	cr_assert_geq(fd, 0);
+	int fd = chunk_file(0x31, 4, O_WRONLY | O_CREAT);
 	cr_assert_eq(write(fd, junk, sizeof(junk)), (ssize_t)sizeof(junk));
 	close(fd);
 	fill(data, sizeof(data), 9);

@@ -15,6 +15,7 @@
 #include "core/crc32c.h"
 #include "storage/chunk_store.h"
 #include "storage/place.h"
+#include "test_dir.h"
 
 #define SIZE (1u << 20)
 
@@ -120,15 +121,30 @@ Test(place, memory_that_shrinks_is_efault_not_a_signal)
 	free(back);
 }
 
+/* A chunk store in a fresh directory and a read ring, for the chunk
+ * reads below; chunks_close takes them down and the directory with them. */
+static char dir[KVC_TEST_DIR_MAX];
+static struct kvc_chunk_store *store;
+static struct kvc_chunk_ring ring;
+
+static void chunks_open(void)
+{
+	kvc_test_dir_make(dir, "place");
+	cr_assert_eq(kvc_chunk_store_open(dir, &store), 0);
+	cr_assert_eq(kvc_chunk_ring_init(&ring, 16), 0);
+}
+
+static void chunks_close(void)
+{
+	kvc_chunk_ring_exit(&ring);
+	kvc_chunk_store_close(store);
+	kvc_test_dir_remove(dir);
+}
+
 Test(place, chunk_reads_of_whole_blocks_land_in_place)
 {
-	char dir[] = "/tmp/kvc-place-test-XXXXXX";
-	cr_assert_not_null(mkdtemp(dir));
-	struct kvc_chunk_store *store;
-	struct kvc_chunk_ring ring;
-	cr_assert_eq(kvc_chunk_store_open(dir, &store), 0);
+	chunks_open();
 	cr_assert_eq(kvc_chunk_store_set_inline(store, 0), 0);
-	cr_assert_eq(kvc_chunk_ring_init(&ring, 16), 0);
 	uint32_t length = 5 * 16384 + 100; /* the last block is short */
 	uint8_t *data = malloc(length);
 	for (uint32_t i = 0; i < length; i++)
@@ -195,12 +211,8 @@ Test(place, chunk_reads_of_whole_blocks_land_in_place)
 	kvc_chunk_store_read_release(reads, 1);
 	close(mine);
 	kvc_place_put(&table, r);
-	kvc_chunk_ring_exit(&ring);
-	kvc_chunk_store_close(store);
 	free(data);
-	char cmd[96];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	cr_assert_eq(system(cmd), 0);
+	chunks_close();
 }
 
 /* Placed reads of a whole 1 MiB chunk, its middle streamed into client
@@ -210,12 +222,7 @@ Test(place, chunk_reads_of_whole_blocks_land_in_place)
  * read is -EFAULT for that read only. */
 Test(place, large_placed_reads_are_checked_as_they_land_and_fail_alone)
 {
-	char dir[] = "/tmp/kvc-place-test-XXXXXX";
-	cr_assert_not_null(mkdtemp(dir));
-	struct kvc_chunk_store *store;
-	struct kvc_chunk_ring ring;
-	cr_assert_eq(kvc_chunk_store_open(dir, &store), 0);
-	cr_assert_eq(kvc_chunk_ring_init(&ring, 16), 0);
+	chunks_open();
 	uint8_t *data = malloc(SIZE);
 	for (uint32_t i = 0; i < SIZE; i++)
 		data[i] = (uint8_t)(i * 29 + 7);
@@ -274,10 +281,6 @@ Test(place, large_placed_reads_are_checked_as_they_land_and_fail_alone)
 	kvc_chunk_store_read_release(&read, 1);
 	close(mine);
 	kvc_place_put(&table, r);
-	kvc_chunk_ring_exit(&ring);
-	kvc_chunk_store_close(store);
 	free(data);
-	char cmd[96];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	cr_assert_eq(system(cmd), 0);
+	chunks_close();
 }
