@@ -258,6 +258,7 @@ static bool read_cached(struct kvc_chunk_read *r, uint8_t *bounce)
 	}
 	r->io_result = (int)r->aligned_length;
 	r->checked = true;
+	atomic_fetch_add_explicit(&r->store->reads_cached, 1, memory_order_relaxed);
 	return true;
 }
 
@@ -353,6 +354,7 @@ static int read_begin(struct kvc_chunk_read *r, struct kvc_chunk_ring *ring)
 	io_uring_sqe_set_data(sqe, r);
 	r->io_result = -EINPROGRESS;
 	r->queued = true;
+	atomic_fetch_add_explicit(&store->reads_ring, 1, memory_order_relaxed);
 out:
 	if (txn)
 		mdb_txn_abort(txn);

@@ -731,6 +731,13 @@ int kvc_chunk_store_space(struct kvc_chunk_store *store, struct kvc_chunk_space 
 	return 0;
 }
 
+void kvc_chunk_store_read_counts(struct kvc_chunk_store *store, uint64_t *cached,
+                                 uint64_t *ring)
+{
+	*cached = atomic_load_explicit(&store->reads_cached, memory_order_relaxed);
+	*ring = atomic_load_explicit(&store->reads_ring, memory_order_relaxed);
+}
+
 int kvc_chunk_store_sync(struct kvc_chunk_store *store)
 {
 	int rc = mdb_env_sync(store->env, 1);

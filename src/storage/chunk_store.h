@@ -353,6 +353,13 @@ int kvc_chunk_store_set(struct kvc_chunk_store *store, uint64_t inode, uint32_t 
 int kvc_chunk_store_space(struct kvc_chunk_store *store,
                           struct kvc_chunk_space *space);
 
+/* How many file pieces were read since open: at once from the page
+ * cache (checked as they landed), and through the io_uring (data not all
+ * cached, a retry, a mismatch or a fault). Inline chunks count in
+ * neither. */
+void kvc_chunk_store_read_counts(struct kvc_chunk_store *store, uint64_t *cached,
+                                 uint64_t *ring);
+
 /* Make every acknowledged write durable (LMDB sync + syncfs). */
 int kvc_chunk_store_sync(struct kvc_chunk_store *store);
 

@@ -44,6 +44,7 @@ struct target_series {
 	struct kvc_metrics_counter *refused;
 	struct kvc_metrics_counter *resync[RESYNC_COUNTERS];
 	struct kvc_metrics_gauge *resync_running;
+	struct kvc_metrics_counter *reads[2]; /* pieces read at once (cached), by the ring */
 };
 
 /* Process-wide: one registry per kvc-storage, alive until exit. */
@@ -93,6 +94,10 @@ static void collect_targets(void *arg)
 		for (int c = 0; c < RESYNC_COUNTERS; c++)
 			kvc_metrics_counter_set(t->resync[c], resync[c]);
 		kvc_metrics_set(t->resync_running, atomic_load(&r->syncing));
+		uint64_t reads[2];
+		kvc_chunk_store_read_counts(svc->stores[i], &reads[0], &reads[1]);
+		for (int k = 0; k < 2; k++)
+			kvc_metrics_counter_set(t->reads[k], reads[k]);
 		if (kvc_chunk_store_space(svc->stores[i], &s) < 0) {
 			kvc_metrics_inc(metrics.space_errors);
 			continue;
@@ -135,6 +140,16 @@ static int register_targets(struct kvc_metrics *m, struct kvc_storage_service *s
 		                                 &label, 1);
 		if (!t->refused)
 			return -ENOMEM;
+		static const char *const paths[2] = {"cached", "io_uring"};
+		for (int k = 0; k < 2; k++) {
+			const struct kvc_metrics_label labels[2] = {label, {"path", paths[k]}};
+			t->reads[k] = kvc_metrics_counter(
+				m, "kvc_storage_target_piece_reads_total",
+				"Chunk file pieces read: at once from the page cache, checked as they "
+				"landed (cached), or through the io_uring (io_uring).", labels, 2);
+			if (!t->reads[k])
+				return -ENOMEM;
+		}
 		for (int c = 0; c < RESYNC_COUNTERS; c++)
 			if (!(t->resync[c] = kvc_metrics_counter(m, resync_counters[c].name,
 			                                         resync_counters[c].help, &label, 1)))

@@ -173,6 +173,47 @@ def test_every_daemon_counts_the_io_it_served(cluster, workdir):
     assert ("kvc_pool_exists_hits_total", frozenset()) in m1  # the pools' own still there
 
 
+def piece_reads(cluster, path):
+    """kvc_storage_target_piece_reads_total{path} over every target."""
+    return sum(v for a in cluster.storage_metrics for (name, labels), v in scrape(a).items()
+               if name == "kvc_storage_target_piece_reads_total" and ("path", path) in labels)
+
+
+def test_storage_counts_piece_reads_from_the_page_cache_and_the_io_uring(cluster, workdir):
+    """A file's chunks just written are in the servers' page cache: their
+    pieces are read at once (path="cached"); once the page cache dropped
+    them, through the io_uring (path="io_uring")."""
+    from conftest import CHUNK, chunk_files_of
+    data = os.urandom(2 * CHUNK + 200_000)  # the last chunk past the inline limit too
+    path = workdir / "pieces"
+    path.write_bytes(data)
+    files = chunk_files_of(cluster, os.stat(path).st_ino)
+    assert len(files) == 3
+
+    def read_back():
+        with open(path, "rb") as f:  # from the servers, not this kernel's cache
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            assert f.read() == data
+
+    cached, ring = piece_reads(cluster, "cached"), piece_reads(cluster, "io_uring")
+    read_back()
+    assert piece_reads(cluster, "cached") >= cached + 3
+    assert piece_reads(cluster, "io_uring") == ring
+    os.sync()  # clean pages, which the hint drops
+    for name in files:
+        fd = os.open(name, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES"] +
+                         [str(f) for f in files], capture_output=True, text=True, check=True)
+    if any(int(x) for x in out.stdout.split()):
+        pytest.skip(f"the chunk files stay in memory here (tmpfs?): {out.stdout.split()}")
+    cached, ring = piece_reads(cluster, "cached"), piece_reads(cluster, "io_uring")
+    read_back()
+    assert piece_reads(cluster, "io_uring") >= ring + 3
+    assert piece_reads(cluster, "cached") == cached
+
+
 def test_meta_events_are_counted(cluster, workdir):
     """Another client's change reaches this kvc-fuse as an event."""
     (workdir / "seen").write_bytes(b"x")
