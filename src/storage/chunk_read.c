@@ -221,14 +221,27 @@ static bool slice_ok(const struct kvc_chunk_read *r, const uint8_t *p, uint64_t 
 	return true;
 }
 
+/* The slices before vec[v] + at are read and checked: the ring reads
+ * from there (vec trimmed to what is left, read_from says how much). */
+static void leave_to_ring(struct kvc_chunk_read *r, int v, size_t at, uint64_t pos)
+{
+	r->read_from = (uint32_t)(pos - r->aligned_start);
+	int k = 0;
+	for (int i = v; i < r->vec_count; i++)
+		r->vec[k++] = r->vec[i];
+	r->vec_count = k;
+	r->vec[0].iov_base = (uint8_t *)r->vec[0].iov_base + at;
+	r->vec[0].iov_len -= at;
+}
+
 /* Read the piece's aligned blocks now if the page cache holds them all,
  * each slice checked in `bounce` before it goes to its place (client
  * memory under the guard). True when done (io_result set, `checked`);
  * false when a slice fell short, failed, did not match or met client
- * memory that is gone: then the piece goes through the ring as it would
- * have, and is checked after, where a mismatch or a fault is told apart
- * and reported. The vec's entries start on block boundaries, so every
- * slice holds whole blocks. */
+ * memory that is gone: then the ring reads the piece from that slice on
+ * (leave_to_ring), and everything is checked after, where a mismatch or
+ * a fault is told apart and reported. The vec's entries start on block
+ * boundaries, so every slice holds whole blocks. */
 static bool read_cached(struct kvc_chunk_read *r, uint8_t *bounce)
 {
 	if (atomic_load_explicit(&r->store->nowait_refused, memory_order_relaxed))
@@ -240,8 +253,10 @@ static bool read_cached(struct kvc_chunk_read *r, uint8_t *bounce)
 		/* our own buffer (not placed, or a placed piece's edges): read
 		 * and check it where it is, no copy */
 		bool client = r->placed && base == r->place + r->mid_offset;
-		if (client && !bounce)
-			return false; /* no bounce buffer (out of memory at init) */
+		if (client && !bounce) { /* no bounce buffer (out of memory at init) */
+			leave_to_ring(r, v, 0, pos);
+			return false;
+		}
 		for (size_t at = 0; at < length;) {
 			size_t n = length - at < CACHED_SLICE ? length - at : CACHED_SLICE;
 			struct iovec one = {client ? bounce : base + at, n};
@@ -250,8 +265,10 @@ static bool read_cached(struct kvc_chunk_read *r, uint8_t *bounce)
 				atomic_store_explicit(&r->store->nowait_refused, true, memory_order_relaxed);
 			if (got != (ssize_t)n || !slice_ok(r, one.iov_base, pos, n) ||
 			    (client && (length >= STREAM_MIN ? kvc_mem_guard_stream(base + at, bounce, n)
-			                                     : kvc_mem_guard_copy(base + at, bounce, n)) < 0))
+			                                     : kvc_mem_guard_copy(base + at, bounce, n)) < 0)) {
+				leave_to_ring(r, v, at, pos);
 				return false;
+			}
 			at += n;
 			pos += n;
 		}
@@ -347,10 +364,12 @@ static int read_begin(struct kvc_chunk_read *r, struct kvc_chunk_ring *ring)
 	mdb_txn_abort(txn);
 	txn = NULL;
 	r->status = open_blocks(r);
+	r->read_from = 0;
 	if (r->status < 0 || (!ring->ring_only && read_cached(r, ring->bounce)))
 		goto out;
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&ring->ring); /* space checked above */
-	io_uring_prep_readv(sqe, r->fd, r->vec, (unsigned)r->vec_count, r->aligned_start);
+	io_uring_prep_readv(sqe, r->fd, r->vec, (unsigned)r->vec_count,
+	                    r->aligned_start + r->read_from);
 	io_uring_sqe_set_data(sqe, r);
 	r->io_result = -EINPROGRESS;
 	r->queued = true;
@@ -416,7 +435,7 @@ static int run_round(struct kvc_chunk_ring *ring, struct kvc_chunk_read *reads, 
 			break;
 		}
 		struct kvc_chunk_read *r = io_uring_cqe_get_data(cqe);
-		r->io_result = cqe->res;
+		r->io_result = cqe->res < 0 ? cqe->res : cqe->res + (int)r->read_from;
 		r->in_flight = false;
 		io_uring_cqe_seen(&ring->ring, cqe);
 		reaped++;

@@ -196,6 +196,9 @@ struct kvc_chunk_read {
 	unsigned lock_slot;
 	bool locked;
 	bool checked;   /* every block was checked as it was read (read_cached) */
+	/* bytes of the aligned blocks read at once (checked, in place) before
+	 * the page cache fell short: the io_uring reads the rest from there */
+	uint32_t read_from;
 	bool queued;    /* its read is on the ring's submission queue */
 	bool in_flight; /* submitted, completion not reaped yet */
 	/* placed (see place): */

@@ -173,6 +173,34 @@ Test(chunk_store, cached_reads_are_checked_as_they_land_and_agree_with_the_ring)
 	}
 }
 
+/* How many bytes from the start of fd's first `size` bytes the page
+ * cache holds in one run. */
+static size_t resident_run(int fd, size_t size)
+{
+	void *map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+	cr_assert_neq(map, MAP_FAILED);
+	unsigned char resident[CS / 4096];
+	cr_assert_eq(mincore(map, size, resident), 0);
+	munmap(map, size);
+	size_t run = 0;
+	while (run < size / 4096 && (resident[run] & 1))
+		run++;
+	return run * 4096;
+}
+
+/* Leave only fd's first half (CS) in the page cache: the whole file
+ * dropped (a part of a large folio cannot be), the first half read back
+ * without readahead. Returns the resident run from the start. */
+static size_t cache_first_half(int fd)
+{
+	static uint8_t scratch[CS / 2];
+	cr_assert_eq(fdatasync(fd), 0);
+	cr_assert_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	cr_assert_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM), 0);
+	cr_assert_eq(pread(fd, scratch, CS / 2, 0), (ssize_t)(CS / 2));
+	return resident_run(fd, CS);
+}
+
 Test(chunk_store, data_the_page_cache_dropped_is_read_through_the_ring)
 {
 	static uint8_t data[CS], back[CS];
@@ -184,21 +212,45 @@ Test(chunk_store, data_the_page_cache_dropped_is_read_through_the_ring)
 	cr_assert_eq(fdatasync(fd), 0);
 	cr_assert_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
 	/* Whether the kernel dropped it (tmpfs keeps its pages: then it is
-	 * still read at once, and must be; a page of it dropped sends the
-	 * whole piece through the ring). */
-	void *map = mmap(NULL, CS, PROT_READ, MAP_SHARED, fd, 0);
-	cr_assert_neq(map, MAP_FAILED);
-	unsigned char resident[CS / 4096];
-	cr_assert_eq(mincore(map, CS, resident), 0);
-	bool all = true;
-	for (size_t i = 0; i < sizeof(resident); i++)
-		all &= resident[i] & 1;
-	munmap(map, CS);
+	 * still read at once, and must be; from the first page dropped on,
+	 * the piece goes through the ring). */
+	bool all = resident_run(fd, CS) == CS;
 	close(fd);
 	cr_assert_eq(read_checked(0, CS, back), all, "read at once only from the page cache");
 	cr_assert_eq(memcmp(back, data, CS), 0);
 	cr_assert(read_checked(0, CS, back), "the ring's read left it in the page cache");
 	cr_assert_eq(memcmp(back, data, CS), 0);
+}
+
+Test(chunk_store, a_piece_partly_cached_is_read_at_once_up_to_the_gap)
+{
+	static uint8_t data[CS], back[CS];
+	uint64_t version;
+	uint32_t length;
+	fill(data, CS, 11);
+	cr_assert_eq(kvc_chunk_store_write(store, 0x79, 0, CS, 0, data, CS, &version, &length), 0);
+	int fd = chunk_file(0x79, 0, O_RDONLY);
+	size_t lead = cache_first_half(fd);
+	cr_assert(lead == CS || lead == CS / 2, "lead %zu", lead);
+	close(fd);
+	struct kvc_chunk_read r = {.inode = 0x79, .chunk = 0, .offset = 0, .length = CS};
+	cr_assert_eq(kvc_chunk_store_read_batch(&store, &ring, &r, 1), 0);
+	cr_assert_eq(r.status, 0);
+	cr_assert_eq(r.present, CS);
+	cr_assert_eq(memcmp(r.data, data, CS), 0, "the slices read at once and the ring's rest");
+	if (lead == CS) { /* tmpfs keeps its pages: all of it at once */
+		cr_assert(r.checked);
+	} else { /* the slices (128 KiB, chunk_read.c) before the gap, then the ring */
+		cr_assert_not(r.checked);
+		cr_assert_eq(r.read_from, lead / (128u << 10) * (128u << 10), "lead %zu", lead);
+	}
+	kvc_chunk_store_read_release(&r, 1);
+	/* A block bad on disk after the gap: found by the ring's check */
+	fd = chunk_file(0x79, 0, O_RDWR);
+	cr_assert_eq(pwrite(fd, "X", 1, CS - 100), 1);
+	cache_first_half(fd);
+	close(fd);
+	cr_assert_eq(read_range(0x79, 0, 0, CS, back), -EIO);
 }
 
 Test(chunk_store, survives_reopen)

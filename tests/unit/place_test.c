@@ -224,6 +224,7 @@ Test(place, large_placed_reads_are_checked_as_they_land_and_fail_alone)
 {
 	chunks_open();
 	uint8_t *data = malloc(SIZE);
+	static uint8_t data_back[SIZE / 2];
 	for (uint32_t i = 0; i < SIZE; i++)
 		data[i] = (uint8_t)(i * 29 + 7);
 	uint64_t version;
@@ -269,7 +270,39 @@ Test(place, large_placed_reads_are_checked_as_they_land_and_fail_alone)
 	             "the blocks before it");
 	kvc_chunk_store_read_release(&read, 1);
 	cr_assert_eq(pwrite(chunk_fd = open(path, O_RDWR), &data[900000], 1, 900000), 1);
+
+	/* only the chunk's first half in the page cache (the whole file
+	 * dropped, a part of a large folio cannot be; the half read back
+	 * without readahead): it is read at once, the rest by the ring, edges
+	 * and all */
+	cr_assert_eq(fdatasync(chunk_fd), 0);
+	cr_assert_eq(posix_fadvise(chunk_fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	cr_assert_eq(posix_fadvise(chunk_fd, 0, 0, POSIX_FADV_RANDOM), 0);
+	cr_assert_eq(pread(chunk_fd, data_back, SIZE / 2, 0), (ssize_t)(SIZE / 2));
+	uint8_t resident[SIZE / 4096];
+	void *map = mmap(NULL, SIZE, PROT_READ, MAP_SHARED, chunk_fd, 0);
+	cr_assert_neq(map, MAP_FAILED);
+	cr_assert_eq(mincore(map, SIZE, resident), 0);
+	munmap(map, SIZE);
+	bool partly = !(resident[SIZE / 4096 - 1] & 1); /* tmpfs keeps it all */
 	close(chunk_fd);
+	memset(kvc_place_at(r, at), 0, SIZE);
+	read = (struct kvc_chunk_read){.inode = 10, .chunk = 0, .offset = from, .length = span,
+	                               .place = kvc_place_at(r, at)};
+	cr_assert_eq(kvc_chunk_store_read_batch(stores, &ring, &read, 1), 0);
+	cr_assert_eq(read.status, 0);
+	cr_assert(read.placed);
+	cr_assert_eq(read.checked, !partly);
+	cr_assert(!partly || (read.read_from > 0 && read.read_from <= SIZE / 2), "read_from %u",
+	          read.read_from);
+	cr_assert_eq(kvc_place_check_blocks(kvc_place_at(r, at + read.mid_offset), read.mid_length,
+	                                    16384, read.block_crcs + read.mid_block), 0);
+	cr_assert_eq(memcmp(kvc_place_at(r, at + read.mid_offset), data + from + read.mid_offset,
+	                    read.mid_length), 0);
+	cr_assert_eq(memcmp(read.edge, data, read.head_length), 0, "head edge");
+	cr_assert_eq(memcmp(read.edge + read.head_length, data + SIZE - read.tail_length,
+	                    read.tail_length), 0, "tail edge");
+	kvc_chunk_store_read_release(&read, 1);
 
 	/* the client cuts its memory to half a chunk under a streamed read */
 	cr_assert_eq(ftruncate(mine, SIZE / 2), 0);
