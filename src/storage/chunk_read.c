@@ -151,21 +151,31 @@ static bool place_split(struct kvc_chunk_read *r)
 	return true;
 }
 
-/* Whether the aligned blocks at `blocks` match the piece's crcs; a
+/* The first block of file bytes [pos, pos + length) of the piece, at
+ * `p`, that does not match its crc, counted from the piece's first
+ * block; -1 when all match. The range starts on a block boundary and
+ * holds whole blocks (the chunk's last one perhaps short). */
+static int64_t first_bad_block(const struct kvc_chunk_read *r, const uint8_t *p, uint64_t pos,
+                               size_t length)
+{
+	int64_t first = (int64_t)((pos - r->aligned_start) / KVC_CHUNK_BLOCK);
+	for (size_t at = 0; at < length; at += KVC_CHUNK_BLOCK) {
+		size_t n = length - at < KVC_CHUNK_BLOCK ? length - at : KVC_CHUNK_BLOCK;
+		if (kvc_crc32c(0, p + at, n) != r->block_crcs[first + (int64_t)(at / KVC_CHUNK_BLOCK)])
+			return first + (int64_t)(at / KVC_CHUNK_BLOCK);
+	}
+	return -1;
+}
+
+/* Whether the piece's aligned blocks at `blocks` match their crcs; a
  * mismatch is logged (which block of which chunk). */
 static bool blocks_ok(const struct kvc_chunk_read *r, const uint8_t *blocks)
 {
-	for (uint32_t pos = 0; pos < r->aligned_length; pos += KVC_CHUNK_BLOCK) {
-		uint32_t len = r->aligned_length - pos < KVC_CHUNK_BLOCK ? r->aligned_length - pos
-		                                                         : KVC_CHUNK_BLOCK;
-		if (kvc_crc32c(0, blocks + pos, len) != r->block_crcs[pos / KVC_CHUNK_BLOCK]) {
-			kvc_log_error("crc mismatch: inode %" PRIu64 " chunk %u block %u of %s",
-			              r->inode, r->chunk, r->first_block + pos / KVC_CHUNK_BLOCK,
-			              r->store->path);
-			return false;
-		}
-	}
-	return true;
+	int64_t bad = first_bad_block(r, blocks, r->aligned_start, r->aligned_length);
+	if (bad >= 0)
+		kvc_log_error("crc mismatch: inode %" PRIu64 " chunk %u block %" PRIu64 " of %s",
+		              r->inode, r->chunk, r->first_block + (uint64_t)bad, r->store->path);
+	return bad < 0;
 }
 
 /* A placed piece of an inline chunk (read transaction and chunk lock
@@ -194,33 +204,6 @@ static int place_inline(struct kvc_chunk_read *r, const uint8_t *bytes)
 	return 0;
 }
 
-/* Data the page cache holds is read at once, CACHED_SLICE bytes at a
- * time (RWF_NOWAIT: nothing that would wait for the disk). A slice bound
- * for client memory goes into the ring's bounce buffer, where its blocks
- * are checked while they are in this CPU's cache, and is then streamed
- * to its place with stores that bypass the caches (parts of STREAM_MIN
- * bytes and more; smaller ones are copied): the memory bus sees
- * the bytes twice (read from the page cache, written to their place), as
- * for a plain read, where a read straight into place followed by the
- * crcs there took three passes, the crcs reading the bytes back from
- * memory (docs/benchmarks.md "Checking crcs in a bounce buffer"). A slice
- * bound for our own buffer (a piece not placed, a placed piece's edges)
- * is read and checked where it is. */
-/* Whether the slice at `p`, file bytes [pos, pos + length) of the piece,
- * matches its blocks' crcs (it holds whole blocks, the chunk's last one
- * perhaps short). */
-static bool slice_ok(const struct kvc_chunk_read *r, const uint8_t *p, uint64_t pos,
-                     size_t length)
-{
-	uint32_t first = (uint32_t)((pos - r->aligned_start) / KVC_CHUNK_BLOCK);
-	for (size_t at = 0; at < length; at += KVC_CHUNK_BLOCK) {
-		size_t n = length - at < KVC_CHUNK_BLOCK ? length - at : KVC_CHUNK_BLOCK;
-		if (kvc_crc32c(0, p + at, n) != r->block_crcs[first + at / KVC_CHUNK_BLOCK])
-			return false;
-	}
-	return true;
-}
-
 /* The slices before vec[v] + at are read and checked: the ring reads
  * from there (vec trimmed to what is left, read_from says how much). */
 static void leave_to_ring(struct kvc_chunk_read *r, int v, size_t at, uint64_t pos)
@@ -234,7 +217,20 @@ static void leave_to_ring(struct kvc_chunk_read *r, int v, size_t at, uint64_t p
 	r->vec[0].iov_len -= at;
 }
 
-/* Read the piece's aligned blocks now if the page cache holds them all,
+/* Data the page cache holds is read at once, CACHED_SLICE bytes at a
+ * time (RWF_NOWAIT: nothing that would wait for the disk). A slice bound
+ * for client memory goes into the ring's bounce buffer, where its blocks
+ * are checked while they are in this CPU's cache, and is then streamed
+ * to its place with stores that bypass the caches (parts of STREAM_MIN
+ * bytes and more; smaller ones are copied): the memory bus sees
+ * the bytes twice (read from the page cache, written to their place), as
+ * for a plain read, where a read straight into place followed by the
+ * crcs there took three passes, the crcs reading the bytes back from
+ * memory (docs/benchmarks.md "Checking crcs in a bounce buffer"). A slice
+ * bound for our own buffer (a piece not placed, a placed piece's edges)
+ * is read and checked where it is.
+ *
+ * Read the piece's aligned blocks now if the page cache holds them all,
  * each slice checked in `bounce` before it goes to its place (client
  * memory under the guard). True when done (io_result set, `checked`);
  * false when a slice fell short, failed, did not match or met client
@@ -263,7 +259,7 @@ static bool read_cached(struct kvc_chunk_read *r, uint8_t *bounce)
 			ssize_t got = preadv2(r->fd, &one, 1, (off_t)pos, RWF_NOWAIT);
 			if (got < 0 && errno == EOPNOTSUPP)
 				atomic_store_explicit(&r->store->nowait_refused, true, memory_order_relaxed);
-			if (got != (ssize_t)n || !slice_ok(r, one.iov_base, pos, n) ||
+			if (got != (ssize_t)n || first_bad_block(r, one.iov_base, pos, n) >= 0 ||
 			    (client && (length >= STREAM_MIN ? kvc_mem_guard_stream(base + at, bounce, n)
 			                                     : kvc_mem_guard_copy(base + at, bounce, n)) < 0)) {
 				leave_to_ring(r, v, at, pos);
@@ -489,6 +485,16 @@ static void read_verify(struct kvc_chunk_read *r)
 			r->status = -EIO;
 			r->present = 0;
 			return;
+		}
+		/* whole blocks read at once before the ring took over were
+		 * checked as they landed: the caller checks the rest */
+		if (r->read_from > r->head_length) {
+			uint32_t done = r->read_from - r->head_length;
+			if (done > r->mid_length)
+				done = r->mid_length;
+			r->mid_offset += done;
+			r->mid_length -= done;
+			r->mid_block += done / KVC_CHUNK_BLOCK;
 		}
 		r->data = NULL;
 		return;

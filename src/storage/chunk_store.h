@@ -161,7 +161,9 @@ struct kvc_chunk_read {
 	 * placed blocks' crcs are checked here only when `checked` says so
 	 * (data the page cache held, checked as it landed): else the caller
 	 * checks place[mid_offset, + mid_length) against
-	 * block_crcs[mid_block..] under its guard. It copies the edges' parts
+	 * block_crcs[mid_block..] under its guard (a range that leaves out
+	 * the whole blocks read at once before the io_uring took over:
+	 * read_from). It copies the edges' parts
 	 * (head: edge[offset - aligned_start, head_length) to place[0..];
 	 * tail: edge[head_length, + tail_copy) to place[tail_offset..]), all
 	 * before kvc_chunk_store_read_release. A piece of an inline chunk is
