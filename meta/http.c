@@ -275,7 +275,7 @@ static void do_locations(struct kvc_http_server *s, const char *ns, uint32_t ran
 	}
 	int64_t *pages = calloc(n ? n : 1, sizeof(*pages));
 	int rc = pages ? kvc_pool_locations(s->pools, ns, rank, keys, n, kvc_pool_now_ms(s->pools),
-	                                    s->options.lease_ms, pages)
+	                                    s->options.lease_ms, pages, NULL)
 	               : -ENOMEM;
 	if (rc < 0) {
 		fail_store(r, rc, ns, rank);

@@ -243,20 +243,52 @@ static int p_wait(struct call *c)
 	return rc;
 }
 
+/* Reply: the pages (i64 each), then the leases' numbers (u32 each). */
 static int p_locations(struct call *c)
 {
 	const struct kvc_msg_pool *m = c->r->m;
-	int64_t *pages = calloc(m->count ? m->count : 1, 8);
-	*c->reply = pages;
-	*c->len = m->count * 8u;
-	return pages ? kvc_pool_locations(c->pools, c->r->ns, m->rank, c->r->keys, m->count,
-	                                  c->r->now, m->value, pages)
-	             : -ENOMEM;
+	uint8_t *out = calloc(m->count ? m->count : 1, 12);
+	*c->reply = out;
+	*c->len = m->count * 12u;
+	int64_t *pages = out ? malloc(m->count ? m->count * 8u : 8u) : NULL;
+	uint32_t *leases = pages ? malloc(m->count ? m->count * 4u : 4u) : NULL;
+	int rc = leases ? kvc_pool_locations(c->pools, c->r->ns, m->rank, c->r->keys, m->count,
+	                                     c->r->now, m->value, pages, leases)
+	                : -ENOMEM;
+	if (rc == 0) {
+		memcpy(out, pages, m->count * 8u);
+		memcpy(out + m->count * 8u, leases, m->count * 4u);
+	}
+	free(pages);
+	free(leases);
+	return rc;
 }
 
+/* Body tail: the leases' numbers (i64 each, as CONFIRM's pages). Reply:
+ * a byte per key, 1 when its lease was still held. */
 static int p_release_leases(struct call *c)
 {
-	return kvc_pool_release_leases(c->pools, c->r->ns, c->r->keys, c->r->m->count, c->r->now);
+	const struct kvc_msg_pool *m = c->r->m;
+	int64_t *numbers = NULL;
+	uint32_t *leases = malloc(m->count ? m->count * 4u : 4u);
+	bool *held = calloc(m->count ? m->count : 1, sizeof(bool));
+	uint8_t *out = calloc(m->count ? m->count : 1, 1);
+	*c->reply = out;
+	*c->len = m->count;
+	int rc = leases && held && out ? 0 : -ENOMEM;
+	if (rc == 0 && !take_pages(c->conn, c->h, &c->r->offset, m->count, &numbers))
+		rc = -ENOMEM; /* the length was checked before (release_tail) */
+	for (uint32_t i = 0; rc == 0 && i < m->count; i++)
+		leases[i] = numbers[i] > 0 && numbers[i] <= UINT16_MAX ? (uint32_t)numbers[i] : 0;
+	if (rc == 0)
+		rc = kvc_pool_release_leases(c->pools, c->r->ns, c->r->keys, leases, m->count,
+		                             c->r->now, held);
+	for (uint32_t i = 0; rc >= 0 && i < m->count; i++)
+		out[i] = held[i];
+	free(numbers);
+	free(leases);
+	free(held);
+	return rc < 0 ? rc : 0;
 }
 
 static int p_delete(struct call *c)
@@ -370,11 +402,16 @@ static int p_binding(struct call *c)
 }
 
 /* What follows the keys: CONFIRM's pages (count) and releases (value),
- * BIND's page size (with its one key). Counts are within
+ * RELEASE_LEASES' lease numbers, BIND's page size (with its one key). Counts are within
  * KVC_POOL_MAX_BATCH once decoded; a release count is checked here. */
 static uint64_t confirm_tail(const struct request *r)
 {
 	return ((uint64_t)r->m->count + r->m->value) * 8u;
+}
+
+static uint64_t release_tail(const struct request *r)
+{
+	return (uint64_t)r->m->count * 8u;
 }
 
 static uint64_t bind_tail(const struct request *r)
@@ -396,7 +433,7 @@ static const struct {
 	[KVC_MSG_POOL_CONFIRM] = {confirm_tail, p_confirm},
 	[KVC_MSG_POOL_EXISTS] = {NULL, p_exists},
 	[KVC_MSG_POOL_LOCATIONS] = {NULL, p_locations},
-	[KVC_MSG_POOL_RELEASE_LEASES] = {NULL, p_release_leases},
+	[KVC_MSG_POOL_RELEASE_LEASES] = {release_tail, p_release_leases},
 	[KVC_MSG_POOL_DELETE] = {NULL, p_delete},
 	[KVC_MSG_POOL_CLEAR] = {NULL, p_clear},
 	[KVC_MSG_POOL_STATS] = {NULL, p_stats},

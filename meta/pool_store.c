@@ -115,22 +115,28 @@ int kvc_pool_txn_begin(struct kvc_pool_store *s, bool write, MDB_txn **txn)
 }
 
 /* The format word, under a key no namespace can have (it starts with
- * NUL): written into a new store, checked in an existing one. */
+ * NUL): written into a new store, checked in an existing one. Format 1
+ * (before leases counted their readers) reads as format 2 and is marked
+ * 2 on open, so an older kvc-meta, which knows 1 only, refuses it. */
 static int check_format(struct kvc_pool_store *s, MDB_txn *txn)
 {
 	uint32_t format = KVC_POOL_FORMAT;
 	MDB_val k = {7, "\0format"}, v;
 	int rc = mdb_get(txn, s->worlds, &k, &v);
-	if (rc == MDB_NOTFOUND) {
+	if (rc && rc != MDB_NOTFOUND)
+		return kvc_lmdb_errno(rc);
+	if (rc == 0 && v.mv_size != sizeof(format))
+		return -EINVAL;
+	if (rc == 0)
+		memcpy(&format, v.mv_data, sizeof(format));
+	if (format != KVC_POOL_FORMAT && format != 1)
+		return -EINVAL;
+	if (rc == MDB_NOTFOUND || format != KVC_POOL_FORMAT) {
+		format = KVC_POOL_FORMAT;
 		v = (MDB_val){sizeof(format), &format};
 		return kvc_lmdb_errno(mdb_put(txn, s->worlds, &k, &v, 0));
 	}
-	if (rc)
-		return kvc_lmdb_errno(rc);
-	if (v.mv_size != sizeof(format))
-		return -EINVAL;
-	memcpy(&format, v.mv_data, sizeof(format));
-	return format == KVC_POOL_FORMAT ? 0 : -EINVAL;
+	return 0;
 }
 
 /* ---- the pool clock ---- */

@@ -78,7 +78,7 @@
 #define KVC_POOL_MAX_WORLD 256
 #define KVC_POOL_MAX_PAGES (1u << 24)
 #define KVC_POOL_MAX_BATCH 4096
-#define KVC_POOL_FORMAT 1 /* changes with any record layout below */
+#define KVC_POOL_FORMAT 2 /* changes with any record layout below (2: leases' readers) */
 #define KVC_POOL_MAX_PATH 400 /* of a bound file, in the namespace */
 #define KVC_POOL_MAX_PAGE_SIZE (1ull << 30)
 #define KVC_POOL_MAX_WAIT_KEYS KVC_POOL_MAX_BATCH /* keys of one wait */
@@ -175,14 +175,25 @@ int kvc_pool_wait(struct kvc_pool_store *store, const char *ns,
                   const struct pollfd *ends, int nends, bool *complete);
 
 /* The page of each complete key on rank (-1 otherwise); each found key is
- * touched (LRU) and leased until now_ms + lease_ms (0: no lease). */
+ * touched (LRU) and leased until now_ms + lease_ms (0: no lease). A key's
+ * lease is shared by its readers: one given while it is held joins it
+ * (and stretches it). leases (optional): per key the lease's number, for
+ * kvc_pool_release_leases (0: not leased). */
 int kvc_pool_locations(struct kvc_pool_store *store, const char *ns, uint32_t rank,
                        const struct kvc_pool_key *keys, uint32_t count, uint64_t now_ms,
-                       uint32_t lease_ms, int64_t *pages);
+                       uint32_t lease_ms, int64_t *pages, uint32_t *leases);
 
-/* End the read leases of keys (the reader finished). */
+/* A reader is done with keys it leased (leases: the numbers locations
+ * gave). held[i] says whether key i's lease was still held, that is,
+ * whether no eviction, delete or clear could have given its pages to
+ * another key since locations answered: a read that ended before its
+ * release saw held read the key's own bytes. A held lease loses this
+ * reader and ends when it was the last (evictions may take the key at
+ * once); a lease that ended, or a later lease than the one named, is left
+ * alone. Returns how many were held. */
 int kvc_pool_release_leases(struct kvc_pool_store *store, const char *ns,
-                            const struct kvc_pool_key *keys, uint32_t count, uint64_t now_ms);
+                            const struct kvc_pool_key *keys, const uint32_t *leases,
+                            uint32_t count, uint64_t now_ms, bool *held);
 
 /* Delete keys (all ranks). Leased ones are retired until their lease ends.
  * Returns how many keys existed. */

@@ -127,35 +127,50 @@ int kvc_pool_evict_for(struct kvc_pool_store *s, MDB_txn *txn, const char *ns, u
 }
 
 int kvc_pool_release_leases(struct kvc_pool_store *s, const char *ns,
-                            const struct kvc_pool_key *keys, uint32_t count, uint64_t now_ms)
+                            const struct kvc_pool_key *keys, const uint32_t *leases,
+                            uint32_t count, uint64_t now_ms, bool *held)
 {
 	MDB_txn *txn;
 	struct key_record r;
-	(void)now_ms;
 	if (kvc_pool_check_ns(ns) < 0 || count > KVC_POOL_MAX_BATCH)
 		return -EINVAL;
-	int rc = kvc_pool_txn_begin(s, true, &txn);
+	int rc = kvc_pool_txn_begin(s, true, &txn), still = 0;
 	if (rc < 0)
 		return rc;
+	bool ended = false;
 	for (uint32_t i = 0; i < count && rc == 0; i++) {
+		held[i] = false;
 		int got = kvc_pool_check_key(&keys[i]) == 0
 		                  ? kvc_pool_record_get(s, txn, ns, &keys[i], &r)
 		                  : -ENOENT;
-		if (got == 0 && r.head.lease_until) {
-			r.head.lease_until = 0;
-			rc = kvc_pool_record_put(s, txn, ns, &keys[i], &r);
-		} else if (got < 0 && got != -ENOENT) {
-			rc = got;
+		if (got < 0) {
+			rc = got == -ENOENT ? 0 : got;
+			continue;
 		}
+		if (r.head.lease_until <= now_ms || !leases[i] || r.head.lease_period != leases[i])
+			continue; /* ended, never given, or a later lease than this reader's */
+		held[i] = true;
+		still++;
+		if (r.head.readers == READERS_UNKNOWN)
+			continue; /* ends by time */
+		if (r.head.readers > 1) {
+			r.head.readers--;
+		} else {
+			r.head.readers = 0;
+			r.head.lease_until = 0;
+			ended = true;
+		}
+		rc = kvc_pool_record_put(s, txn, ns, &keys[i], &r);
 	}
 	/* A lease ended early: evictions may succeed again at once. */
 	struct pool_world w;
-	if (rc == 0 && count && kvc_pool_world_get(s, txn, ns, &w) == 0 &&
+	if (rc == 0 && ended && kvc_pool_world_get(s, txn, ns, &w) == 0 &&
 	    w.no_eviction_before_ms) {
 		w.no_eviction_before_ms = 0;
 		rc = kvc_pool_world_put(s, txn, ns, &w);
 	}
-	return kvc_lmdb_finish(txn, rc);
+	rc = kvc_lmdb_finish(txn, rc);
+	return rc < 0 ? rc : still;
 }
 
 /* ---- delete and clear ---- */

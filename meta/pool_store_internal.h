@@ -93,9 +93,20 @@ struct key_head {
 	uint32_t world;
 	uint64_t lru_seq;       /* 0 while not complete */
 	uint64_t lease_until;   /* ms */
-	uint32_t confirmed;
-	uint32_t retired;
+	uint16_t confirmed;     /* ranks confirmed (KVC_POOL_MAX_WORLD fits) */
+	/* The lease's readers: leases given since it began, less releases.
+	 * READERS_UNKNOWN: too many to count (or a lease of a store written
+	 * before readers were counted): it ends by time only. */
+	uint16_t readers;
+	uint16_t retired;
+	/* Which lease this is: a new one (given while none is held) takes the
+	 * next number, so a release of an ended lease names an old one and
+	 * changes nothing. 0: never leased. */
+	uint16_t lease_period;
 };
+#define READERS_UNKNOWN UINT16_MAX
+_Static_assert(sizeof(struct key_head) == 32, "the keys table's head (docs/on-disk.md)");
+_Static_assert(KVC_POOL_MAX_WORLD <= UINT16_MAX, "confirmed counts ranks in 16 bits");
 
 struct slot {
 	int32_t page;

@@ -254,7 +254,30 @@ struct locations_call {
 	const struct kvc_pool_key *keys;
 	uint64_t now_ms;
 	int64_t *pages;
+	uint32_t *leases; /* optional */
 };
+
+/* Lease a key's record until now_ms + lease_ms for one more reader:
+ * while its lease is held the reader joins it (and stretches it); else a
+ * new lease begins with this reader alone, under the next period number
+ * (a record's first lease starts from the clock, so a key dropped and made
+ * again does not repeat its old numbers). Returns the lease's period. */
+static uint16_t lease_join(struct key_head *h, uint64_t now_ms, uint32_t lease_ms)
+{
+	bool held = h->lease_until > now_ms;
+	/* a held lease of a format 1 store (readers 0): its readers are unknown */
+	if (held && h->readers != READERS_UNKNOWN)
+		h->readers = h->readers ? h->readers + 1 : READERS_UNKNOWN;
+	if (!held || !h->lease_period) {
+		uint16_t next = h->lease_period ? h->lease_period + 1 : (uint16_t)(now_ms * 7919u);
+		h->lease_period = next ? next : 1;
+	}
+	if (!held)
+		h->readers = 1;
+	if (now_ms + lease_ms > h->lease_until)
+		h->lease_until = now_ms + lease_ms;
+	return h->lease_period;
+}
 
 static int locations_in(struct kvc_pool_store *s, MDB_txn *txn, struct pool_world *w,
                         void *arg)
@@ -266,6 +289,8 @@ static int locations_in(struct kvc_pool_store *s, MDB_txn *txn, struct pool_worl
 	for (uint32_t i = 0; i < l->count && rc == 0; i++) {
 		const struct kvc_pool_key *key = &l->keys[i];
 		l->pages[i] = -1;
+		if (l->leases)
+			l->leases[i] = 0;
 		int got = kvc_pool_check_key(key) == 0 ? record_seek(&at, l->ns, key, &r) : -ENOENT;
 		if (got == -ENOENT || (got == 0 && (!complete(&r.head) || l->rank >= r.head.world))) {
 			w->misses++;
@@ -280,16 +305,18 @@ static int locations_in(struct kvc_pool_store *s, MDB_txn *txn, struct pool_worl
 		/* Touch: move to the young end of the LRU (unless it is there
 		 * already); lease it. */
 		bool touch = r.head.lru_seq + 1 != w->next_lru;
-		bool lease = l->lease_ms && l->now_ms + l->lease_ms > r.head.lease_until;
 		if (touch) {
 			rc = kvc_pool_lru_del(s, txn, l->ns, r.head.lru_seq);
 			r.head.lru_seq = w->next_lru++;
 			if (rc == 0)
 				rc = kvc_pool_lru_put(s, txn, l->ns, r.head.lru_seq, key);
 		}
-		if (lease)
-			r.head.lease_until = l->now_ms + l->lease_ms;
-		if (rc == 0 && (touch || lease))
+		if (l->lease_ms) {
+			uint16_t period = lease_join(&r.head, l->now_ms, l->lease_ms);
+			if (l->leases)
+				l->leases[i] = period;
+		}
+		if (rc == 0 && (touch || l->lease_ms))
 			rc = record_rewrite(&at, &r);
 	}
 	mdb_cursor_close(at.cursor);
@@ -298,11 +325,11 @@ static int locations_in(struct kvc_pool_store *s, MDB_txn *txn, struct pool_worl
 
 int kvc_pool_locations(struct kvc_pool_store *s, const char *ns, uint32_t rank,
                        const struct kvc_pool_key *keys, uint32_t count, uint64_t now_ms,
-                       uint32_t lease_ms, int64_t *pages)
+                       uint32_t lease_ms, int64_t *pages, uint32_t *leases)
 {
 	if (kvc_pool_check_ns(ns) < 0 || count > KVC_POOL_MAX_BATCH)
 		return -EINVAL;
-	struct locations_call l = {ns, rank, count, lease_ms, keys, now_ms, pages};
+	struct locations_call l = {ns, rank, count, lease_ms, keys, now_ms, pages, leases};
 	return kvc_pool_batch_run(s, ns, rank, locations_in, &l);
 }
 

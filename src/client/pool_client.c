@@ -278,19 +278,48 @@ int kvc_meta_wait(struct kvc_meta *m, const char *ns, const struct kvc_meta_key 
 
 int kvc_meta_locations(struct kvc_meta *m, const char *ns, uint32_t rank,
                        const struct kvc_meta_key *keys, uint32_t count, uint32_t lease_ms,
-                       int64_t *pages)
+                       int64_t *pages, uint32_t *leases)
 {
 	uint32_t len = 0;
-	int rc = call(m, KVC_MSG_POOL_LOCATIONS, ns, head_of(rank, count, lease_ms), keys, NULL, 0,
-	              NULL, 0, pages, count * 8u, &len);
-	return rc == 0 && len != count * 8u ? -EIO : rc;
+	uint8_t *out = malloc(count ? count * 12u : 12u);
+	int rc = out ? call(m, KVC_MSG_POOL_LOCATIONS, ns, head_of(rank, count, lease_ms), keys,
+	                    NULL, 0, NULL, 0, out, count * 12u, &len)
+	             : -ENOMEM;
+	if (rc == 0 && len != count * 12u)
+		rc = -EIO;
+	if (rc == 0) {
+		memcpy(pages, out, count * 8u);
+		if (leases)
+			memcpy(leases, out + count * 8u, count * 4u);
+	}
+	free(out);
+	return rc;
 }
 
 int kvc_meta_release_leases(struct kvc_meta *m, const char *ns,
-                            const struct kvc_meta_key *keys, uint32_t count)
+                            const struct kvc_meta_key *keys, const uint32_t *leases,
+                            uint32_t count, bool *held)
 {
-	return call(m, KVC_MSG_POOL_RELEASE_LEASES, ns, head_of(0, count, 0), keys, NULL, 0, NULL,
-	            0, NULL, 0, NULL);
+	uint8_t *out = calloc(count ? count : 1, 1);
+	int64_t *numbers = malloc(count ? count * 8u : 8u); /* sent as i64, as CONFIRM's pages */
+	uint32_t len = 0;
+	int rc = out && numbers ? 0 : -ENOMEM;
+	for (uint32_t i = 0; rc == 0 && i < count; i++)
+		numbers[i] = leases[i];
+	if (rc == 0)
+		rc = call(m, KVC_MSG_POOL_RELEASE_LEASES, ns, head_of(0, count, 0), keys, numbers,
+		          count, NULL, 0, out, count, &len);
+	if (rc == 0 && len != count)
+		rc = -EIO;
+	int still = 0;
+	for (uint32_t i = 0; rc == 0 && i < count; i++) {
+		if (held)
+			held[i] = out[i] != 0;
+		still += out[i] != 0;
+	}
+	free(numbers);
+	free(out);
+	return rc < 0 ? rc : still;
 }
 
 int kvc_meta_delete(struct kvc_meta *m, const char *ns, const struct kvc_meta_key *keys,

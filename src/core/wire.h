@@ -108,6 +108,10 @@
  *   16 PLACE_READ's pieces name their places as spans (a piece may go to
  *      several places: a ring key's segments, one piece a chunk instead
  *      of one a segment); its word after `count` is the span count.
+ *   17 a page pool's read lease is shared by its readers and named:
+ *      POOL_LOCATIONS replies with each key's lease number (u32) after
+ *      the pages; POOL_RELEASE_LEASES carries them back (as i64) and
+ *      replies whether each lease was still held (u8).
  */
 #ifndef KVC_WIRE_H
 #define KVC_WIRE_H
@@ -121,7 +125,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "kvcfs wire structs are little-endian in memory");
 
 #define KVC_WIRE_MAGIC 0x3143564bu /* "KVC1" */
-#define KVC_WIRE_VERSION 16
+#define KVC_WIRE_VERSION 17
 #define KVC_WIRE_MAX_BODY (1u << 20)
 #define KVC_WIRE_MAX_DATA (64u << 20)
 #define KVC_WIRE_MAX_NAME 255

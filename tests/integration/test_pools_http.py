@@ -253,6 +253,16 @@ def test_bad_pool_frames_leave_kvc_meta_serving(cluster):
             sock.sendall(kvcwire.frame(msg, body))
             _, status, _, _ = kvcwire.recv_frame(sock)
             assert status == -22, (msg, body)
+    # RELEASE_LEASES (38) takes an i64 lease number a key after its keys:
+    # one short, one over, or a number where a key should be
+    one = struct.pack("<IIIIIIQ", 0, 1, 3, 0, 0, 0, 0) + b"adm" + struct.pack("<I", 1) + b"x"
+    for body in (one, one + b"\0" * 7, one + b"\0" * 9, one[:-5] + struct.pack("<q", 7)):
+        sock.sendall(kvcwire.frame(38, body))
+        _, status, _, _ = kvcwire.recv_frame(sock)
+        assert status == -22, body
+    sock.sendall(kvcwire.frame(38, one + struct.pack("<q", 12345)))
+    _, status, reply, _ = kvcwire.recv_frame(sock)
+    assert status in (0, -2) and (status or reply == b"\0"), "not held: nothing leased"
     sock.close()
     assert kvcwire.ping(cluster.meta_address)
     assert get(cluster, "/health")[0] == 200
@@ -288,16 +298,32 @@ def test_native_api_through_libkvc(cluster):
     assert lib.kvc_meta_exists(handle, ns, keys, 2, found) == 0 and all(found)
     assert lib.kvc_meta_pool_set_world(handle, ns, 3) == -16, "no world change under keys"
     assert lib.kvc_meta_pool_set_world(handle, ns, 2) == 0
-    # Lease n0 and n1: a full pool then cannot evict either.
-    assert lib.kvc_meta_locations(handle, ns, 0, keys, 2, 60000, pages) == 0
+    # Rank 0's and rank 1's readers lease n0 and n1: a full pool then
+    # cannot evict either, until both readers are done with them.
+    leases0 = (ctypes.c_uint32 * 2)()
+    leases1 = (ctypes.c_uint32 * 2)()
+    held = (ctypes.c_bool * 2)()
+    assert lib.kvc_meta_locations(handle, ns, 0, keys, 2, 60000, pages, leases0) == 0
     assert all(p >= 0 for p in pages)
+    assert lib.kvc_meta_locations(handle, ns, 1, keys, 2, 60000, pages, leases1) == 0
+    assert all(leases0) and list(leases0) == list(leases1), "one lease a key, shared"
     extra = (Key * 1)(Key(b"n2", 2))
     one = (ctypes.c_int64 * 1)()
     assert lib.kvc_meta_allocate(handle, ns, 0, extra, 1, one, None) == 0
     assert one[0] == -1, "leased keys are never evicted"
-    assert lib.kvc_meta_release_leases(handle, ns, keys, 2) == 0
+    assert lib.kvc_meta_release_leases(handle, ns, keys, leases0, 2, held) == 2
+    assert all(held), "rank 0's reads held their pages throughout"
     assert lib.kvc_meta_allocate(handle, ns, 0, extra, 1, one, None) == 0
-    assert one[0] >= 0, "after the release the LRU key goes"
+    assert one[0] == -1, "rank 1 still reads them"
+    assert lib.kvc_meta_release_leases(handle, ns, keys, leases1, 2, held) == 2
+    assert lib.kvc_meta_allocate(handle, ns, 0, extra, 1, one, None) == 0
+    assert one[0] >= 0, "after the last release the LRU key goes"
+    assert lib.kvc_meta_release_leases(handle, ns, keys, leases1, 2, held) == 0
+    assert not any(held), "released already (one key evicted since)"
+    # a lease number that was never given
+    bogus = (ctypes.c_uint32 * 2)(0, 0xFFFFFFFF)
+    assert lib.kvc_meta_release_leases(handle, ns, keys, bogus, 2, held) == 0
+    assert not any(held)
     assert lib.kvc_meta_allocate(handle, b"nowhere", 0, extra, 1, one, None) == -2  # ENOENT
     lib.kvc_meta_close(handle)
     # The cluster file's pool secret, read by libkvc; a wrong secret or none

@@ -161,7 +161,7 @@ Test(pool_store, full_pool_evicts_least_recently_used)
 	/* touch k0: k1 is now the oldest */
 	struct kvc_pool_key k0 = K("k0");
 	int64_t page;
-	cr_assert_eq(kvc_pool_locations(store, "kv", 0, &k0, 1, 1000, 0, &page), 0);
+	cr_assert_eq(kvc_pool_locations(store, "kv", 0, &k0, 1, 1000, 0, &page, NULL), 0);
 	int64_t fresh = alloc1("kv", 0, "new", 1000, NULL);
 	cr_assert_geq(fresh, 0);
 	cr_assert_not(exists1("kv", "k1"), "the LRU key went");
@@ -177,18 +177,78 @@ Test(pool_store, leased_keys_are_never_evicted_until_the_lease_ends)
 	fill("kv", 2, "k");
 	struct kvc_pool_key keys[2] = {K("k0"), K("k1")};
 	int64_t pages[2];
-	cr_assert_eq(kvc_pool_locations(store, "kv", 0, keys, 2, 1000, 5000, pages), 0);
+	cr_assert_eq(kvc_pool_locations(store, "kv", 0, keys, 2, 1000, 5000, pages, NULL), 0);
 	cr_assert_eq(alloc1("kv", 0, "x", 2000, NULL), -1, "both leased: nothing to evict");
 	cr_assert(exists1("kv", "k0") && exists1("kv", "k1"));
 	cr_assert_geq(alloc1("kv", 0, "x", 7000, NULL), 0, "leases over: evicts");
 	/* an explicit release ends a lease early */
 	fill_at("kv", 1, "y", 8000);
 	struct kvc_pool_key y = K("y0");
-	cr_assert_eq(kvc_pool_locations(store, "kv", 0, &y, 1, 8000, 60000, pages), 0);
-	cr_assert_eq(kvc_pool_release_leases(store, "kv", &y, 1, 8000), 0);
+	uint32_t lease = 0;
+	bool held = false;
+	cr_assert_eq(kvc_pool_locations(store, "kv", 0, &y, 1, 8000, 60000, pages, &lease), 0);
+	cr_assert_neq(lease, 0);
+	cr_assert_eq(kvc_pool_release_leases(store, "kv", &y, &lease, 1, 8000, &held), 1);
+	cr_assert(held);
 	struct kvc_pool_stats st;
 	kvc_pool_stats(store, "kv", 0, 8000, &st);
 	cr_assert_eq(st.leased_keys, 0);
+}
+
+/* One reader's lease of a key with the lease number it was given. */
+static uint32_t lease1(const char *key, uint64_t now, uint32_t lease_ms)
+{
+	struct kvc_pool_key k = K(key);
+	int64_t page = -1;
+	uint32_t lease = 0;
+	cr_assert_eq(kvc_pool_locations(store, "kv", 0, &k, 1, now, lease_ms, &page, &lease), 0);
+	cr_assert_geq(page, 0, "%s is complete", key);
+	return lease;
+}
+
+static bool release1(const char *key, uint32_t lease, uint64_t now)
+{
+	struct kvc_pool_key k = K(key);
+	bool held = true;
+	int rc = kvc_pool_release_leases(store, "kv", &k, &lease, 1, now, &held);
+	cr_assert_eq(rc, held ? 1 : 0);
+	return held;
+}
+
+/* Two readers of one key (two ranks' readers, or two decoders) share its
+ * lease: the first one done does not end it under the second, and a
+ * reader whose lease ended (a read slower than its lease) is told so,
+ * even when another reader leased the key again since. */
+Test(pool_store, a_lease_ends_with_its_last_reader_and_a_release_says_whether_it_held)
+{
+	cr_assert_eq(kvc_pool_init(store, "kv", 0, 1, 1), 0);
+	fill_at("kv", 1, "k", 1000);
+	uint32_t a = lease1("k0", 1000, 5000), b = lease1("k0", 2000, 5000);
+	cr_assert(a != 0 && a == b, "b joined a's lease");
+	cr_assert(release1("k0", a, 2500), "a's lease held");
+	cr_assert_eq(alloc1("kv", 0, "x", 3000, NULL), -1, "still b's: not evicted");
+	cr_assert(exists1("kv", "k0"));
+	cr_assert(release1("k0", b, 3000));
+	cr_assert_eq(release1("k0", b, 3000), false, "b released already: ended");
+	int64_t x = alloc1("kv", 0, "x", 3000, NULL);
+	cr_assert_geq(x, 0, "the last release ended the lease: evicted at once");
+	confirm1("kv", 0, "x", x);
+	check_accounting();
+
+	/* c's lease runs out; d leases the key anew; c's late release is
+	 * told its lease did not hold and leaves d's alone */
+	uint32_t c = lease1("x", 4000, 1000), d = lease1("x", 6000, 1000);
+	cr_assert_neq(c, d, "a new lease, a new number");
+	cr_assert_eq(release1("x", c, 6100), false);
+	cr_assert_eq(alloc1("kv", 0, "w", 6200, NULL), -1, "d's lease still holds");
+	cr_assert_eq(release1("x", 0, 6200), false, "no lease named");
+	cr_assert(release1("x", d, 6300));
+	/* a release after the lease's end, nobody else reading */
+	uint32_t e = lease1("x", 7000, 1000);
+	cr_assert_eq(release1("x", e, 9000), false);
+	cr_assert_geq(alloc1("kv", 0, "w", 9000, NULL), 0);
+	cr_assert_eq(release1("x", e, 9000), false, "evicted: nothing to release");
+	check_accounting();
 }
 
 Test(pool_store, delete_and_clear_respect_leases)
@@ -197,7 +257,7 @@ Test(pool_store, delete_and_clear_respect_leases)
 	fill("kv", 3, "k");
 	struct kvc_pool_key k0 = K("k0"), k1 = K("k1");
 	int64_t page;
-	cr_assert_eq(kvc_pool_locations(store, "kv", 0, &k0, 1, 1000, 5000, &page), 0);
+	cr_assert_eq(kvc_pool_locations(store, "kv", 0, &k0, 1, 1000, 5000, &page, NULL), 0);
 	cr_assert_eq(kvc_pool_delete(store, "kv", &k0, 1, 1000), 1);
 	cr_assert_eq(kvc_pool_delete(store, "kv", &k1, 1, 1000), 1);
 	check_accounting();
@@ -348,7 +408,7 @@ Test(pool_store, sweep_frees_retired_keys_once_their_lease_ends)
 	fill("kv", 2, "k");
 	struct kvc_pool_key keys[2] = {K("k0"), K("k1")};
 	int64_t pages[2];
-	cr_assert_eq(kvc_pool_locations(store, "kv", 0, keys, 2, 1000, 5000, pages), 0);
+	cr_assert_eq(kvc_pool_locations(store, "kv", 0, keys, 2, 1000, 5000, pages, NULL), 0);
 	cr_assert_eq(kvc_pool_delete(store, "kv", keys, 2, 1000), 2);
 	cr_assert_eq(free_pages("kv", 0), 6, "retired: pages held while leased");
 	cr_assert_eq(kvc_pool_sweep(store, 2000), 0, "leases still running");
@@ -533,7 +593,7 @@ Test(pool_store, pool_clock_goes_on_across_restarts)
 	struct kvc_pool_key a = K("a");
 	int64_t got;
 	uint64_t now = kvc_pool_now_ms(store);
-	cr_assert_eq(kvc_pool_locations(store, "kv", 0, &a, 1, now, 60000, &got), 0);
+	cr_assert_eq(kvc_pool_locations(store, "kv", 0, &a, 1, now, 60000, &got, NULL), 0);
 	cr_assert_eq(got, page);
 	kvc_pool_store_close(store);
 
@@ -597,4 +657,71 @@ Test(pool_store, a_store_at_its_size_limit_answers_enospc_not_a_full_pool)
 	cr_assert_lt(taken, 4096, "the limit came before the pool was full");
 	cr_assert_eq(free_pages("kv", 0), 4096 - taken, "the failed batch took nothing");
 	cr_assert(exists1("kv", "nothing") == false, "and the store still answers");
+}
+
+/* A store of format 1 (before leases counted their readers): its key
+ * heads' high halves are zero, which reads as a lease of unknown readers
+ * with no number. It opens, is marked format 2 (which an older kvc-meta
+ * refuses), and such a lease ends by time only, not by a new reader's
+ * release (its older readers were never counted). A format it does not
+ * know does not open. */
+Test(pool_store, a_format_1_store_opens_as_2_and_its_leases_end_by_time)
+{
+	cr_assert_eq(kvc_pool_init(store, "kv", 0, 1, 1), 0);
+	fill_at("kv", 1, "k", 1000);
+	uint32_t old = lease1("k0", 1000, 60000);
+	cr_assert_neq(old, 0);
+	kvc_pool_store_close(store);
+	store = NULL;
+
+	/* what format 1 wrote: readers and lease_period zero */
+	MDB_env *env;
+	MDB_txn *txn;
+	MDB_dbi keys, worlds;
+	cr_assert_eq(mdb_env_create(&env), 0);
+	cr_assert_eq(mdb_env_set_maxdbs(env, 16), 0);
+	cr_assert_eq(mdb_env_set_mapsize(env, 32ull << 30), 0);
+	cr_assert_eq(mdb_env_open(env, dir, 0, 0600), 0);
+	cr_assert_eq(mdb_txn_begin(env, NULL, 0, &txn), 0);
+	cr_assert_eq(mdb_dbi_open(txn, "keys", 0, &keys), 0);
+	cr_assert_eq(mdb_dbi_open(txn, "worlds", 0, &worlds), 0);
+	MDB_val k = {5, "kv\0k0"}, v;
+	cr_assert_eq(mdb_get(txn, keys, &k, &v), 0);
+	uint8_t record[512];
+	cr_assert_leq(v.mv_size, sizeof(record));
+	memcpy(record, v.mv_data, v.mv_size);
+	memset(record + 26, 0, 2); /* readers */
+	memset(record + 30, 0, 2); /* lease_period */
+	v.mv_data = record;
+	cr_assert_eq(mdb_put(txn, keys, &k, &v, 0), 0);
+	uint32_t format = 1;
+	MDB_val fk = {7, "\0format"}, fv = {4, &format};
+	cr_assert_eq(mdb_put(txn, worlds, &fk, &fv, 0), 0);
+	cr_assert_eq(mdb_txn_commit(txn), 0);
+	mdb_env_close(env);
+
+	cr_assert_eq(kvc_pool_store_open(dir, &store), 0);
+	uint32_t joined = lease1("k0", 2000, 5000);
+	cr_assert(release1("k0", joined, 2500), "joined a held lease");
+	cr_assert_eq(alloc1("kv", 0, "x", 3000, NULL), -1, "its old readers may still read");
+	cr_assert_geq(alloc1("kv", 0, "x", 62000, NULL), 0, "ended by time");
+	kvc_pool_store_close(store);
+	store = NULL;
+
+	/* marked 2 on open; a format after it does not open */
+	format = 0;
+	cr_assert_eq(mdb_env_create(&env), 0);
+	cr_assert_eq(mdb_env_set_maxdbs(env, 16), 0);
+	cr_assert_eq(mdb_env_open(env, dir, MDB_RDONLY, 0600), 0);
+	cr_assert_eq(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn), 0);
+	cr_assert_eq(mdb_dbi_open(txn, "worlds", 0, &worlds), 0);
+	cr_assert_eq(mdb_get(txn, worlds, &fk, &fv), 0);
+	memcpy(&format, fv.mv_data, 4);
+	mdb_txn_abort(txn);
+	mdb_env_close(env);
+	cr_assert_eq(format, 2);
+	format = 3;
+	put_worlds("\0format", 7, &format, sizeof(format));
+	cr_assert_eq(kvc_pool_store_open(dir, &store), -EINVAL);
+	store = NULL;
 }
