@@ -279,7 +279,7 @@ static int p_release_leases(struct call *c)
 	if (rc == 0 && !take_pages(c->conn, c->h, &c->r->offset, m->count, &numbers))
 		rc = -ENOMEM; /* the length was checked before (release_tail) */
 	for (uint32_t i = 0; rc == 0 && i < m->count; i++)
-		leases[i] = numbers[i] > 0 && numbers[i] <= UINT16_MAX ? (uint32_t)numbers[i] : 0;
+		leases[i] = numbers[i] > 0 && numbers[i] <= UINT32_MAX ? (uint32_t)numbers[i] : 0;
 	if (rc == 0)
 		rc = kvc_pool_release_leases(c->pools, c->r->ns, c->r->keys, leases, m->count,
 		                             c->r->now, held);

@@ -147,7 +147,8 @@ int kvc_pool_release_leases(struct kvc_pool_store *s, const char *ns,
 			rc = got == -ENOENT ? 0 : got;
 			continue;
 		}
-		if (r.head.lease_until <= now_ms || !leases[i] || r.head.lease_period != leases[i])
+		if (r.head.lease_until <= now_ms || !leases[i] ||
+		    kvc_pool_lease_number(&r.head) != leases[i])
 			continue; /* ended, never given, or a later lease than this reader's */
 		held[i] = true;
 		still++;

@@ -68,7 +68,7 @@ struct pool_world {
 	uint32_t magic;
 	uint32_t world_size; /* 0: unknown */
 	uint32_t ranks;      /* initialized pools */
-	uint32_t reserved;
+	uint32_t next_lease; /* the last lease number given (0 in format 1) */
 	uint64_t next_lru;
 	uint64_t next_retired;
 	uint64_t evictions;
@@ -90,7 +90,8 @@ struct pool_info {
  * from the head: records never change size). */
 struct key_head {
 	uint32_t magic;
-	uint32_t world;
+	uint16_t world;         /* ranks (KVC_POOL_MAX_WORLD fits) */
+	uint16_t lease_high;    /* the lease's number, high half */
 	uint64_t lru_seq;       /* 0 while not complete */
 	uint64_t lease_until;   /* ms */
 	uint16_t confirmed;     /* ranks confirmed (KVC_POOL_MAX_WORLD fits) */
@@ -99,14 +100,20 @@ struct key_head {
 	 * before readers were counted): it ends by time only. */
 	uint16_t readers;
 	uint16_t retired;
-	/* Which lease this is: a new one (given while none is held) takes the
-	 * next number, so a release of an ended lease names an old one and
-	 * changes nothing. 0: never leased. */
-	uint16_t lease_period;
+	uint16_t lease_low;     /* the lease's number, low half */
 };
 #define READERS_UNKNOWN UINT16_MAX
 _Static_assert(sizeof(struct key_head) == 32, "the keys table's head (docs/on-disk.md)");
-_Static_assert(KVC_POOL_MAX_WORLD <= UINT16_MAX, "confirmed counts ranks in 16 bits");
+_Static_assert(KVC_POOL_MAX_WORLD <= UINT16_MAX, "world and confirmed count ranks in 16 bits");
+
+/* Which lease of its key this is: a lease begun while none is held takes
+ * the namespace's next number (pool_world.next_lease), so a release that
+ * names an ended lease, or one of a key dropped and made again, matches
+ * nothing. 0: no number (never leased, or leased by format 1). */
+static inline uint32_t kvc_pool_lease_number(const struct key_head *h)
+{
+	return (uint32_t)h->lease_high << 16 | h->lease_low;
+}
 
 struct slot {
 	int32_t page;

@@ -259,24 +259,25 @@ struct locations_call {
 
 /* Lease a key's record until now_ms + lease_ms for one more reader:
  * while its lease is held the reader joins it (and stretches it); else a
- * new lease begins with this reader alone, under the next period number
- * (a record's first lease starts from the clock, so a key dropped and made
- * again does not repeat its old numbers). Returns the lease's period. */
-static uint16_t lease_join(struct key_head *h, uint64_t now_ms, uint32_t lease_ms)
+ * new lease begins with this reader alone, under the namespace's next
+ * number (w). Returns the lease's number. */
+static uint32_t lease_join(struct key_head *h, struct pool_world *w, uint64_t now_ms,
+                           uint32_t lease_ms)
 {
 	bool held = h->lease_until > now_ms;
 	/* a held lease of a format 1 store (readers 0): its readers are unknown */
 	if (held && h->readers != READERS_UNKNOWN)
 		h->readers = h->readers ? h->readers + 1 : READERS_UNKNOWN;
-	if (!held || !h->lease_period) {
-		uint16_t next = h->lease_period ? h->lease_period + 1 : (uint16_t)(now_ms * 7919u);
-		h->lease_period = next ? next : 1;
+	if (!held || !kvc_pool_lease_number(h)) {
+		uint32_t next = ++w->next_lease ? w->next_lease : ++w->next_lease;
+		h->lease_high = (uint16_t)(next >> 16);
+		h->lease_low = (uint16_t)next;
 	}
 	if (!held)
 		h->readers = 1;
 	if (now_ms + lease_ms > h->lease_until)
 		h->lease_until = now_ms + lease_ms;
-	return h->lease_period;
+	return kvc_pool_lease_number(h);
 }
 
 static int locations_in(struct kvc_pool_store *s, MDB_txn *txn, struct pool_world *w,
@@ -312,9 +313,9 @@ static int locations_in(struct kvc_pool_store *s, MDB_txn *txn, struct pool_worl
 				rc = kvc_pool_lru_put(s, txn, l->ns, r.head.lru_seq, key);
 		}
 		if (l->lease_ms) {
-			uint16_t period = lease_join(&r.head, l->now_ms, l->lease_ms);
+			uint32_t number = lease_join(&r.head, w, l->now_ms, l->lease_ms);
 			if (l->leases)
-				l->leases[i] = period;
+				l->leases[i] = number;
 		}
 		if (rc == 0 && (touch || l->lease_ms))
 			rc = record_rewrite(&at, &r);

@@ -101,22 +101,33 @@ int kvc_meta_wait(struct kvc_meta *meta, const char *ns, const struct kvc_meta_k
                   uint32_t count, uint32_t timeout_ms, bool *complete);
 /* Pages of complete keys on rank (-1 otherwise), each leased for lease_ms
  * (0: none): no eviction, delete or clear gives a leased key's pages to
- * another key. A key's lease is shared by all its readers (every rank's);
- * leases (optional, may be NULL): per key the number of the lease this
- * reader joined, for kvc_meta_release_leases (0: not leased). */
+ * another key. A key's lease is shared by all its readers (every rank's).
+ * kvc_meta_lease_locations also gives, per key, the number of the lease
+ * this reader joined (0: not leased), for kvc_meta_leases_release; a
+ * lease taken by kvc_meta_locations ends by time only. */
 int kvc_meta_locations(struct kvc_meta *meta, const char *ns, uint32_t rank,
                        const struct kvc_meta_key *keys, uint32_t count, uint32_t lease_ms,
-                       int64_t *pages, uint32_t *leases);
+                       int64_t *pages);
+int kvc_meta_lease_locations(struct kvc_meta *meta, const char *ns, uint32_t rank,
+                             const struct kvc_meta_key *keys, uint32_t count, uint32_t lease_ms,
+                             int64_t *pages, uint32_t *leases);
 /* The reader is done with the pages of keys it leased (leases: as
- * kvc_meta_locations gave them). held[i] (optional) says whether key i's
- * lease was still held: a read that ended before this call returned with
- * held read the key's own bytes; one whose lease had ended may have read a
- * page given to another key meanwhile (a read that took longer than its
- * lease), and should be dropped. A lease ends early when its last reader
- * releases it. Returns how many leases were held, or -errno. */
-int kvc_meta_release_leases(struct kvc_meta *meta, const char *ns,
+ * kvc_meta_lease_locations gave them). held[i] (optional) says whether key
+ * i's lease was still held: a read that ended before this call returned
+ * with held read the key's own bytes; one whose lease had ended may have
+ * read a page given to another key meanwhile (a read that took longer
+ * than its lease), and should be dropped, as should one of a key deleted
+ * or cleared meanwhile (not held: its lease runs on out of sight). A
+ * lease ends early when its last reader releases it. Returns how many
+ * leases were held, or -errno (-EINVAL: leases NULL). */
+int kvc_meta_leases_release(struct kvc_meta *meta, const char *ns,
                             const struct kvc_meta_key *keys, const uint32_t *leases,
                             uint32_t count, bool *held);
+/* Deprecated (before lease numbers): releases nothing, since it cannot
+ * tell this reader's lease from another's; leases end by time. Use
+ * kvc_meta_leases_release. */
+int kvc_meta_release_leases(struct kvc_meta *meta, const char *ns,
+                            const struct kvc_meta_key *keys, uint32_t count);
 /* Returns how many of the keys existed. */
 int kvc_meta_delete(struct kvc_meta *meta, const char *ns, const struct kvc_meta_key *keys,
                     uint32_t count);

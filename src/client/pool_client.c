@@ -276,9 +276,9 @@ int kvc_meta_wait(struct kvc_meta *m, const char *ns, const struct kvc_meta_key 
 	return rc < 0 ? rc : done;
 }
 
-int kvc_meta_locations(struct kvc_meta *m, const char *ns, uint32_t rank,
-                       const struct kvc_meta_key *keys, uint32_t count, uint32_t lease_ms,
-                       int64_t *pages, uint32_t *leases)
+int kvc_meta_lease_locations(struct kvc_meta *m, const char *ns, uint32_t rank,
+                             const struct kvc_meta_key *keys, uint32_t count, uint32_t lease_ms,
+                             int64_t *pages, uint32_t *leases)
 {
 	uint32_t len = 0;
 	uint8_t *out = malloc(count ? count * 12u : 12u);
@@ -296,14 +296,21 @@ int kvc_meta_locations(struct kvc_meta *m, const char *ns, uint32_t rank,
 	return rc;
 }
 
-int kvc_meta_release_leases(struct kvc_meta *m, const char *ns,
+int kvc_meta_locations(struct kvc_meta *m, const char *ns, uint32_t rank,
+                       const struct kvc_meta_key *keys, uint32_t count, uint32_t lease_ms,
+                       int64_t *pages)
+{
+	return kvc_meta_lease_locations(m, ns, rank, keys, count, lease_ms, pages, NULL);
+}
+
+int kvc_meta_leases_release(struct kvc_meta *m, const char *ns,
                             const struct kvc_meta_key *keys, const uint32_t *leases,
                             uint32_t count, bool *held)
 {
 	uint8_t *out = calloc(count ? count : 1, 1);
 	int64_t *numbers = malloc(count ? count * 8u : 8u); /* sent as i64, as CONFIRM's pages */
 	uint32_t len = 0;
-	int rc = out && numbers ? 0 : -ENOMEM;
+	int rc = !leases && count ? -EINVAL : out && numbers ? 0 : -ENOMEM;
 	for (uint32_t i = 0; rc == 0 && i < count; i++)
 		numbers[i] = leases[i];
 	if (rc == 0)
@@ -320,6 +327,15 @@ int kvc_meta_release_leases(struct kvc_meta *m, const char *ns,
 	free(numbers);
 	free(out);
 	return rc < 0 ? rc : still;
+}
+
+int kvc_meta_release_leases(struct kvc_meta *m, const char *ns,
+                            const struct kvc_meta_key *keys, uint32_t count)
+{
+	uint32_t *none = calloc(count ? count : 1, sizeof(*none)); /* number 0: nothing */
+	int rc = none ? kvc_meta_leases_release(m, ns, keys, none, count, NULL) : -ENOMEM;
+	free(none);
+	return rc < 0 ? rc : 0;
 }
 
 int kvc_meta_delete(struct kvc_meta *m, const char *ns, const struct kvc_meta_key *keys,

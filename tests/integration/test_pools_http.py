@@ -303,27 +303,38 @@ def test_native_api_through_libkvc(cluster):
     leases0 = (ctypes.c_uint32 * 2)()
     leases1 = (ctypes.c_uint32 * 2)()
     held = (ctypes.c_bool * 2)()
-    assert lib.kvc_meta_locations(handle, ns, 0, keys, 2, 60000, pages, leases0) == 0
+    assert lib.kvc_meta_lease_locations(handle, ns, 0, keys, 2, 60000, pages, leases0) == 0
     assert all(p >= 0 for p in pages)
-    assert lib.kvc_meta_locations(handle, ns, 1, keys, 2, 60000, pages, leases1) == 0
+    assert lib.kvc_meta_lease_locations(handle, ns, 1, keys, 2, 60000, pages, leases1) == 0
     assert all(leases0) and list(leases0) == list(leases1), "one lease a key, shared"
     extra = (Key * 1)(Key(b"n2", 2))
     one = (ctypes.c_int64 * 1)()
     assert lib.kvc_meta_allocate(handle, ns, 0, extra, 1, one, None) == 0
     assert one[0] == -1, "leased keys are never evicted"
-    assert lib.kvc_meta_release_leases(handle, ns, keys, leases0, 2, held) == 2
+    assert lib.kvc_meta_leases_release(handle, ns, keys, leases0, 2, held) == 2
     assert all(held), "rank 0's reads held their pages throughout"
     assert lib.kvc_meta_allocate(handle, ns, 0, extra, 1, one, None) == 0
     assert one[0] == -1, "rank 1 still reads them"
-    assert lib.kvc_meta_release_leases(handle, ns, keys, leases1, 2, held) == 2
+    assert lib.kvc_meta_leases_release(handle, ns, keys, leases1, 2, held) == 2
     assert lib.kvc_meta_allocate(handle, ns, 0, extra, 1, one, None) == 0
     assert one[0] >= 0, "after the last release the LRU key goes"
-    assert lib.kvc_meta_release_leases(handle, ns, keys, leases1, 2, held) == 0
+    assert lib.kvc_meta_leases_release(handle, ns, keys, leases1, 2, held) == 0
     assert not any(held), "released already (one key evicted since)"
     # a lease number that was never given
     bogus = (ctypes.c_uint32 * 2)(0, 0xFFFFFFFF)
-    assert lib.kvc_meta_release_leases(handle, ns, keys, bogus, 2, held) == 0
+    assert lib.kvc_meta_leases_release(handle, ns, keys, bogus, 2, held) == 0
     assert not any(held)
+    assert lib.kvc_meta_leases_release(handle, ns, keys, None, 2, held) == -22  # EINVAL
+    # the call of before lease numbers releases nothing: leases end by time
+    n2 = one[0]
+    assert lib.kvc_meta_allocate(handle, ns, 1, extra, 1, one, None) == 0 and one[0] >= 0
+    assert lib.kvc_meta_confirm(handle, ns, 1, extra, one, 1, None, 0, statuses) == 0
+    one[0] = n2
+    assert lib.kvc_meta_confirm(handle, ns, 0, extra, one, 1, None, 0, statuses) == 0
+    assert lib.kvc_meta_lease_locations(handle, ns, 0, extra, 1, 60000, one, leases0) == 0
+    assert one[0] == n2 and leases0[0]
+    assert lib.kvc_meta_release_leases(handle, ns, extra, 1) == 0
+    assert lib.kvc_meta_leases_release(handle, ns, extra, leases0, 1, held) == 1 and held[0]
     assert lib.kvc_meta_allocate(handle, b"nowhere", 0, extra, 1, one, None) == -2  # ENOENT
     lib.kvc_meta_close(handle)
     # The cluster file's pool secret, read by libkvc; a wrong secret or none

@@ -659,6 +659,36 @@ Test(pool_store, a_store_at_its_size_limit_answers_enospc_not_a_full_pool)
 	cr_assert(exists1("kv", "nothing") == false, "and the store still answers");
 }
 
+/* A key dropped and made again, or leased again and again, never hands
+ * out a number an old reader still holds: numbers come from the
+ * namespace, not from the key or the clock. */
+Test(pool_store, lease_numbers_are_never_given_twice)
+{
+	cr_assert_eq(kvc_pool_init(store, "kv", 0, 1, 1), 0);
+	fill_at("kv", 1, "k", 1000);
+	uint32_t old = lease1("k0", 1000, 1000);
+	/* the lease runs out, k0 is evicted for x, made again 65,536 ms on
+	 * (a clock-seeded number would repeat there) */
+	confirm1("kv", 0, "x", alloc1("kv", 0, "x", 3000, NULL));
+	cr_assert_not(exists1("kv", "k0"));
+	struct kvc_pool_key x = K("x");
+	cr_assert_eq(kvc_pool_delete(store, "kv", &x, 1, 4000), 1);
+	fill_at("kv", 1, "k", 1000 + 65536);
+	uint32_t again = lease1("k0", 1000 + 65536, 60000);
+	cr_assert_neq(again, old);
+	cr_assert_eq(release1("k0", old, 1000 + 65537), false, "the old reader's page was x's");
+	cr_assert_eq(alloc1("kv", 0, "y", 1000 + 65538, NULL), -1, "the new lease holds");
+	uint32_t seen[512];
+	seen[0] = again;
+	for (int i = 1; i < 512; i++) { /* one reader at a time */
+		cr_assert(release1("k0", seen[i - 1], 70000 + (uint64_t)i));
+		seen[i] = lease1("k0", 70000 + (uint64_t)i, 1000);
+		for (int j = 0; j < i; j++)
+			cr_assert_neq(seen[i], seen[j]);
+	}
+	check_accounting();
+}
+
 /* A store of format 1 (before leases counted their readers): its key
  * heads' high halves are zero, which reads as a lease of unknown readers
  * with no number. It opens, is marked format 2 (which an older kvc-meta
@@ -690,8 +720,9 @@ Test(pool_store, a_format_1_store_opens_as_2_and_its_leases_end_by_time)
 	uint8_t record[512];
 	cr_assert_leq(v.mv_size, sizeof(record));
 	memcpy(record, v.mv_data, v.mv_size);
+	memset(record + 6, 0, 2);  /* lease_high */
 	memset(record + 26, 0, 2); /* readers */
-	memset(record + 30, 0, 2); /* lease_period */
+	memset(record + 30, 0, 2); /* lease_low */
 	v.mv_data = record;
 	cr_assert_eq(mdb_put(txn, keys, &k, &v, 0), 0);
 	uint32_t format = 1;

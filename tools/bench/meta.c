@@ -137,7 +137,7 @@ static int native_round(struct client *c, uint64_t base, char (*names)[48],
 	if (rc == 0)
 		rc = kvc_meta_exists(c->meta, c->ns, keys, n, found);
 	if (rc == 0)
-		rc = kvc_meta_locations(c->meta, c->ns, 0, keys, n, 0, pages, NULL);
+		rc = kvc_meta_locations(c->meta, c->ns, 0, keys, n, 0, pages);
 	return rc;
 }
 
