@@ -21,7 +21,6 @@
 
 #define MAX_KEYS 256 /* a ring batch's entries at most */
 #define MAX_DIRS 8   /* distinct key directories per batch we group by */
-#define TEMP_MAX 48
 /* A key of several host segments up to BOUNCE_KEY bytes moves as one
  * storage io through the worker's bounce buffer (gathered and scattered by
  * guarded copies, bounce_copy; a same-host server places into it
@@ -53,8 +52,8 @@ struct key {
 	struct kvc_attr attr;
 	int first_io, ios;  /* its storage ios */
 	char *bounce;       /* its bytes in the bounce buffer, or NULL */
-	char temp[TEMP_MAX];
-	uint32_t temp_len;
+	uint64_t temp;      /* a put's temp (its inode) while it has one */
+	bool made;          /* its temp was asked for */
 };
 
 struct dir {
@@ -270,14 +269,11 @@ static int meta_call(struct kvc_fuse *fs, struct kvc_ring_keys_scratch *s, uint1
 	for (int i = 0; i < n; i++) {
 		struct key *k = s->group[i];
 		s->mk[i] = (struct kvc_meta_keyname){.name = k->d.name, .name_len = k->d.name_len,
-		                                 .temp = k->temp, .temp_len = k->temp_len,
-		                                 .size = k->total};
-		if (type == KVC_MSG_KEYS_CREATE) /* the temp is what is made */
-			s->mk[i].name = k->temp, s->mk[i].name_len = k->temp_len;
+		                                     .temp = k->temp, .size = k->total};
 	}
-	/* What is made or published may exist from now on (dir_names.h):
-	 * one ticket covers the message. */
-	bool makes = n > 0 && (type == KVC_MSG_KEYS_CREATE || type == KVC_MSG_KEYS_PUBLISH);
+	/* What is published may exist from now on (dir_names.h): one ticket
+	 * covers the message. (Temps have no names.) */
+	bool makes = n > 0 && type == KVC_MSG_KEYS_PUBLISH;
 	uint32_t names = makes ? kvc_dir_names_begin(fs->dir_names, d->ino, s->mk[0].name,
 	                                             s->mk[0].name_len) : 0;
 	for (int i = 1; makes && i < n; i++)
@@ -286,12 +282,14 @@ static int meta_call(struct kvc_fuse *fs, struct kvc_ring_keys_scratch *s, uint1
 	struct kvc_msg_keys m = {.parent = d->ino, .count = (uint32_t)n, .flags = flags,
 	                         .mode = mode ? mode : 0644, .uid = c->uid,
 	                         .gid = d->attr.mode & S_ISGID ? d->attr.gid : c->gid};
+	memcpy(m.client, fs->client_id, sizeof(m.client));
 	int rc = n ? kvc_meta_client_keys(&fs->meta, type, &m, s->mk, s->res) : 0;
 	if (makes)
 		kvc_dir_names_end(fs->dir_names, names);
 	for (int i = 0; type == KVC_MSG_KEYS_REMOVE && i < n; i++) /* (dir_names.h) */
 		kvc_dir_names_named(fs->dir_names, d->ino, s->mk[i].name, s->mk[i].name_len, 0);
-	if (n && type != KVC_MSG_KEYS_LOOKUP) /* the directory changed (attr_cache.h) */
+	if (n && type != KVC_MSG_KEYS_LOOKUP && type != KVC_MSG_KEYS_CREATE)
+		/* the directory changed (attr_cache.h) */
 		kvc_meta_events_changed_here(fs->events, d->ino);
 	return rc;
 }
@@ -321,7 +319,7 @@ static bool looks_up(const struct key *k, const void *arg)
 
 static bool put_with(const struct key *k, const void *arg)
 {
-	return k->op == KVC_RING_KEY_PUT && k->temp_len &&
+	return k->op == KVC_RING_KEY_PUT && k->temp &&
 	       (k->d.flags & KVC_RING_KEY_REPLACE) == *(const uint32_t *)arg;
 }
 
@@ -489,8 +487,6 @@ static void inval_entry(struct kvc_fuse *fs, uint64_t parent, const struct key *
 		fuse_lowlevel_notify_inval_entry(fs->session, parent, k->d.name, k->d.name_len);
 }
 
-static atomic_uint_fast64_t temp_counter;
-
 /* Lookups (get, exists, wait; removes under a sticky directory), creates
  * of the puts' temps, removes: the namespace work before the I/O. */
 static void namespace_first(const struct kvc_ring_keys_batch *b, struct kvc_ring_keys_scratch *s,
@@ -515,20 +511,21 @@ static void namespace_first(const struct kvc_ring_keys_batch *b, struct kvc_ring
 	/* Puts: temps by mode (the message carries one). */
 	for (int i = 0; i < count; i++) {
 		struct key *k = &s->keys[i];
-		if (k->rc || k->op != KVC_RING_KEY_PUT || k->dir != di || k->temp_len)
+		if (k->rc || k->op != KVC_RING_KEY_PUT || k->dir != di || k->temp || k->made)
 			continue;
 		n = 0;
 		for (int j = i; j < count; j++) {
 			struct key *o = &s->keys[j];
-			if (o->rc == 0 && o->op == put && o->dir == di && !o->temp_len &&
+			if (o->rc == 0 && o->op == put && o->dir == di && !o->made &&
 			    o->d.mode == k->d.mode) {
-				uint64_t id = atomic_fetch_add(&temp_counter, 1);
-				o->temp_len = (uint32_t)snprintf(o->temp, sizeof(o->temp),
-				                                 ".kvc-key.%d.%" PRIx64, (int)getpid(), id);
+				o->made = true; /* asked for, whatever the answer */
 				s->group[n++] = o;
 			}
 		}
 		take_results(s, n, meta_call(b->fs, s, KVC_MSG_KEYS_CREATE, d, b->client, 0, n));
+		for (int j = 0; j < n; j++)
+			if (s->group[j]->rc == 0)
+				s->group[j]->temp = s->group[j]->attr.ino;
 	}
 }
 
@@ -567,8 +564,9 @@ static void confirm_gets(const struct kvc_ring_keys_batch *b, struct kvc_ring_ke
 	}
 }
 
-/* After the I/O: publish the puts that wrote (by flag), remove the temps
- * of those that did not. */
+/* After the I/O: publish the puts that wrote (by flag), close the temps
+ * of those that did not (kvc-meta then reclaims them: nameless files
+ * nobody has open). */
 static void publish(const struct kvc_ring_keys_batch *b, struct kvc_ring_keys_scratch *s,
                     int count, int di)
 {
@@ -577,7 +575,7 @@ static void publish(const struct kvc_ring_keys_batch *b, struct kvc_ring_keys_sc
 		int n = gather(s, count, di, put_with, &flags);
 		take_results(s, n, meta_call(b->fs, s, KVC_MSG_KEYS_PUBLISH, d, b->client, flags, n));
 		for (int i = 0; i < n; i++) {
-			s->group[i]->temp_len = 0; /* published, or removed by the publish */
+			s->group[i]->temp = 0; /* published, or closed by the publish */
 			if (s->group[i]->rc == 0) {
 				inval_entry(b->fs, d->ino, s->group[i]);
 				kvc_ring_keys_notify(b->fs, d->ino, s->group[i]->d.name,
@@ -585,21 +583,20 @@ static void publish(const struct kvc_ring_keys_batch *b, struct kvc_ring_keys_sc
 			}
 		}
 	}
-	int n = 0;
+	_Static_assert(MAX_KEYS <= KVC_WIRE_MAX_CLOSES, "one CLOSE_MANY for a batch's temps");
+	uint64_t temps[MAX_KEYS];
+	uint32_t n = 0;
 	for (int i = 0; i < count; i++) { /* failed writes: their temps go */
 		struct key *k = &s->keys[i];
-		if (k->op == KVC_RING_KEY_PUT && k->dir == di && k->temp_len && k->rc < 0) {
-			memcpy(k->d.name, k->temp, k->temp_len); /* the name is done with */
-			k->d.name_len = (uint16_t)k->temp_len;
-			s->group[n++] = k;
+		if (k->op == KVC_RING_KEY_PUT && k->dir == di && k->temp && k->rc < 0) {
+			temps[n++] = k->temp;
+			k->temp = 0;
 		}
 	}
-	int keep[MAX_KEYS];
-	for (int i = 0; i < n; i++)
-		keep[i] = s->group[i]->rc;
-	meta_call(b->fs, s, KVC_MSG_KEYS_REMOVE, d, b->client, 0, n);
-	for (int i = 0; i < n; i++)
-		s->group[i]->rc = keep[i];
+	/* a close that fails leaves the temps to this client's drop at the
+	 * latest (unmounted or dead) */
+	if (n)
+		(void)kvc_meta_client_close_many(&b->fs->meta, temps, n, b->fs->client_id);
 }
 
 void kvc_ring_keys_execute(const struct kvc_ring_keys_batch *b)
@@ -621,7 +618,8 @@ void kvc_ring_keys_execute(const struct kvc_ring_keys_batch *b)
 		k->op = e->op;
 		k->slot = kvc_ring_cqe_index(&b->sqes[b->index[i]], (b->head + b->index[i]) & b->mask);
 		k->userdata = e->userdata;
-		k->temp_len = 0;
+		k->temp = 0;
+		k->made = false;
 		k->ios = 0;
 		k->bounce = NULL;
 		k->attr = (struct kvc_attr){0};

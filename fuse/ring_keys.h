@@ -18,10 +18,12 @@
  * segments of all keys is one batched read or write (device segments
  * through device_io's staging).
  *
- * put: create a hidden temp file ".kvc-key.<id>" in the key directory,
- * write the segments, then publish (size and rename in one transaction,
- * -EEXIST when the key exists unless KVC_RING_KEY_REPLACE): a key is
- * never visible incomplete. get: -EMSGSIZE unless the segments add up to
+ * put: create a nameless temp file (an orphan this kvc-fuse has open in
+ * kvc-meta), write the segments, then publish (size and name in one
+ * transaction, -EEXIST when the key exists unless KVC_RING_KEY_REPLACE):
+ * a key is never visible incomplete, and a put cut short (a failed write,
+ * a kvc-fuse killed) leaves no file behind: kvc-meta reclaims the temp
+ * when it is closed or when this client is dropped. get: -EMSGSIZE unless the segments add up to
  * the key's size. wait: completes with the key's size once it is
  * published; an entry whose key is not there is parked (ring_keys_wait.c)
  * and never holds a worker.

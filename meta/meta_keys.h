@@ -1,10 +1,12 @@
 /*
  * meta_keys: the namespace side of USRBIO ring keys (KVC_MSG_KEYS_*,
  * src/core/wire.h): many names of one directory looked up, created,
- * published (size set and renamed into place) or removed in one LMDB
- * transaction, each with its own result. Keys are regular files like any
- * other: FUSE sees them, and they go through the gc queue and the orphans
- * like files removed through the mount.
+ * published (size set and named) or removed in one LMDB transaction,
+ * each with its own result. Keys are regular files like any other: FUSE
+ * sees them, and they go through the gc queue and the orphans like files
+ * removed through the mount. A put's temp is made nameless, an orphan its
+ * kvc-fuse has open, so a kvc-fuse that dies mid-put leaves nothing
+ * behind: its sessions are dropped, and its temps reclaimed with them.
  *
  * Invariants: records are parsed and checked (count, lengths, body end)
  * before the transaction starts; a per-name failure (-ENOENT, -EEXIST,
@@ -22,9 +24,10 @@
 
 /* One parsed record: borrowed from the message body. */
 struct kvc_meta_key_record {
-	const char *name, *temp;
-	uint32_t name_len, temp_len;
-	uint64_t size;
+	const char *name;
+	uint32_t name_len;
+	uint64_t temp; /* PUBLISH: the temp's inode */
+	uint64_t size; /* PUBLISH */
 };
 
 /* Parse the m->count records of a KEYS_* message (type) into recs; -EINVAL

@@ -92,11 +92,10 @@ int kvc_meta_inode_unlinked(struct kvc_meta_store *s, MDB_txn *txn,
 		return open;
 	if (open) {
 		/* Removed while open: kept, nameless, until the last close. */
-		MDB_val one = {1, "\1"};
 		left.attr.nlink = 0;
 		left.attr.ctime_ns = kvc_meta_now_ns();
 		int rc = kvc_meta_inode_put(s, txn, &left);
-		return rc < 0 ? rc : kvc_lmdb_errno(mdb_put(txn, s->orphans, &k, &one, 0));
+		return rc < 0 ? rc : kvc_meta_orphan_mark(s, txn, rec->attr.ino, true);
 	}
 	int rc = inode_del(s, txn, rec->attr.ino);
 	if (rc == 0 && S_ISREG(rec->attr.mode)) {

@@ -76,6 +76,24 @@ static int session_del(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
 	return rc == MDB_NOTFOUND ? 0 : kvc_lmdb_errno(rc);
 }
 
+int kvc_meta_session_has(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
+                         const uint8_t client[KVC_META_CLIENT_ID])
+{
+	uint8_t a[8 + KVC_META_CLIENT_ID];
+	MDB_val ka = open_key(a, ino, client), v;
+	int rc = mdb_get(txn, s->opens, &ka, &v);
+	return rc == 0 ? 1 : rc == MDB_NOTFOUND ? 0 : kvc_lmdb_errno(rc);
+}
+
+int kvc_meta_orphan_mark(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino, bool orphan)
+{
+	uint8_t key[8];
+	kvc_meta_be64(key, ino);
+	MDB_val k = {8, key}, one = {1, "\1"};
+	int rc = orphan ? mdb_put(txn, s->orphans, &k, &one, 0) : mdb_del(txn, s->orphans, &k, NULL);
+	return rc == MDB_NOTFOUND ? 0 : kvc_lmdb_errno(rc);
+}
+
 /* After a close: an orphan nobody has open any more goes to the gc queue. */
 static int settle_orphan(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino)
 {
@@ -134,12 +152,16 @@ static int close_in(struct kvc_meta_store *s, MDB_txn *txn, void *arg)
 {
 	struct close_call *call = arg;
 	int rc = 0;
-	for (uint32_t i = 0; i < call->count && rc == 0; i++) {
-		rc = session_del(s, txn, call->inos[i], call->client);
-		if (rc == 0)
-			rc = settle_orphan(s, txn, call->inos[i]);
-	}
+	for (uint32_t i = 0; i < call->count && rc == 0; i++)
+		rc = kvc_meta_session_end(s, txn, call->inos[i], call->client);
 	return rc;
+}
+
+int kvc_meta_session_end(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
+                         const uint8_t client[KVC_META_CLIENT_ID])
+{
+	int rc = session_del(s, txn, ino, client);
+	return rc == 0 ? settle_orphan(s, txn, ino) : rc;
 }
 
 int kvc_meta_store_close_session(struct kvc_meta_store *s, uint64_t ino,

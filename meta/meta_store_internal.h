@@ -99,9 +99,17 @@ int kvc_meta_new_inode(struct kvc_meta_store *s, MDB_txn *txn,
  * 0 when not, -errno. */
 int kvc_meta_dropped_has(struct kvc_meta_store *s, MDB_txn *txn,
                          const uint8_t client[KVC_META_CLIENT_ID]);
-/* Record the open session (ino, client) in txn (meta_opens.c). */
+/* meta_opens.c, in txn: record the open session (ino, client); whether
+ * it exists (1, 0 or -errno); end it (an orphan nobody has open any more
+ * then goes to the gc queue); mark ino an orphan (a nameless file kept
+ * while open) or not. */
 int kvc_meta_session_put(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
                          const uint8_t client[KVC_META_CLIENT_ID]);
+int kvc_meta_session_has(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
+                         const uint8_t client[KVC_META_CLIENT_ID]);
+int kvc_meta_session_end(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
+                         const uint8_t client[KVC_META_CLIENT_ID]);
+int kvc_meta_orphan_mark(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino, bool orphan);
 
 /* meta_grants.c: inode numbers granted to clients (INO_GRANT). put
  * records a new grant (-ESTALE while the client is dropped and has not

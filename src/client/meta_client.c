@@ -513,10 +513,10 @@ int kvc_meta_client_keys(struct kvc_meta_client *client, uint16_t type,
 {
 	if (m->count > KVC_WIRE_MAX_KEYS)
 		return -EINVAL;
-	bool publish = type == KVC_MSG_KEYS_PUBLISH;
+	bool publish = type == KVC_MSG_KEYS_PUBLISH, named = type != KVC_MSG_KEYS_CREATE;
 	size_t cap = sizeof(*m);
-	for (uint32_t i = 0; i < m->count; i++)
-		cap += 16 + (size_t)keys[i].name_len + (publish ? keys[i].temp_len : 0);
+	for (uint32_t i = 0; named && i < m->count; i++)
+		cap += 20 + (size_t)keys[i].name_len;
 	if (cap > KVC_WIRE_MAX_BODY)
 		return -EINVAL;
 	uint8_t *body = malloc(cap);
@@ -524,19 +524,15 @@ int kvc_meta_client_keys(struct kvc_meta_client *client, uint16_t type,
 		return -ENOMEM;
 	size_t off = sizeof(*m);
 	memcpy(body, m, sizeof(*m));
-	for (uint32_t i = 0; i < m->count; i++) {
+	for (uint32_t i = 0; named && i < m->count; i++) {
 		const struct kvc_meta_keyname *k = &keys[i];
 		if (publish) {
 			memcpy(body + off, &k->size, 8);
-			memcpy(body + off + 8, &k->temp_len, 4);
-			off += 12;
+			memcpy(body + off + 8, &k->temp, 8);
+			off += 16;
 		}
 		memcpy(body + off, &k->name_len, 4);
 		off += 4;
-		if (publish) {
-			memcpy(body + off, k->temp, k->temp_len);
-			off += k->temp_len;
-		}
 		memcpy(body + off, k->name, k->name_len);
 		off += k->name_len;
 	}

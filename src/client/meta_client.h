@@ -144,9 +144,10 @@ int kvc_meta_client_sync(struct kvc_meta_client *client);
  * name's result. Returns 0 (see out), -EINVAL, -EIO, or the server's
  * whole-message -errno. */
 struct kvc_meta_keyname {
-	const char *name, *temp;
-	uint32_t name_len, temp_len;
-	uint64_t size;
+	const char *name; /* none for CREATE */
+	uint32_t name_len;
+	uint64_t temp;    /* PUBLISH: the temp's inode */
+	uint64_t size;    /* PUBLISH */
 };
 int kvc_meta_client_keys(struct kvc_meta_client *client, uint16_t type,
                          const struct kvc_msg_keys *m, const struct kvc_meta_keyname *keys,

@@ -111,7 +111,10 @@
  *   17 a page pool's read lease is shared by its readers and named:
  *      POOL_LOCATIONS replies with each key's lease number (u32) after
  *      the pages; POOL_RELEASE_LEASES carries them back (as i64) and
- *      replies whether each lease was still held (u8).
+ *      replies whether each lease was still held (u8). Ring keys' temps
+ *      are nameless files their kvc-fuse has open: kvc_msg_keys carries
+ *      the client (48 bytes, was 32), KEYS_CREATE has no records and
+ *      KEYS_PUBLISH names its temp by inode.
  */
 #ifndef KVC_WIRE_H
 #define KVC_WIRE_H

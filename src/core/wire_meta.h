@@ -323,12 +323,17 @@ struct kvc_msg_extend {
 /* KEYS_*: many names under one directory in one message and one LMDB
  * transaction (the batched namespace work of USRBIO ring keys). Body:
  * kvc_msg_keys, then `count` (<= KVC_WIRE_MAX_KEYS) records:
- *   LOOKUP, CREATE, REMOVE: u32 name_len, name bytes
- *   PUBLISH: u64 size, u32 temp_len, u32 name_len, temp bytes, name bytes
- * CREATE makes regular files (mode, uid, gid of the header) exclusively;
- * PUBLISH sets the temp file's size and renames it to name (without
- * KVC_KEYS_REPLACE: -EEXIST when name exists, and the temp is removed);
- * REMOVE unlinks regular files (-EISDIR for a directory).
+ *   LOOKUP, REMOVE: u32 name_len, name bytes
+ *   CREATE: none (count temps are made)
+ *   PUBLISH: u64 size, u64 temp (the temp's inode), u32 name_len, name
+ * CREATE makes nameless regular files (mode, uid, gid of the header) that
+ * `client` has open: orphans, reclaimed as any file removed while open
+ * when the client closes them (CLOSE_MANY) or is dropped (-ESTALE while
+ * it is dropped and has not rejoined). PUBLISH sets a temp's size and
+ * gives it its name, ending client's session (without KVC_KEYS_REPLACE:
+ * -EEXIST when the name exists, and the temp is closed and reclaimed); a
+ * temp that is not a nameless file `client` has open is -ESTALE. REMOVE
+ * unlinks regular files (-EISDIR for a directory).
  * Reply: `count` kvc_msg_key_result in order (rc 0 or -errno per name,
  * attr of the file found, made or published). A failure of the whole
  * transaction (-EIO, -ENOSPC, -ENOTDIR for parent) answers the message. */
@@ -342,8 +347,9 @@ struct kvc_msg_keys {
 	uint32_t uid;
 	uint32_t gid;
 	uint32_t reserved;
+	uint8_t client[KVC_WIRE_CLIENT_ID]; /* CREATE, PUBLISH: whose temps */
 };
-_Static_assert(sizeof(struct kvc_msg_keys) == 32, "");
+_Static_assert(sizeof(struct kvc_msg_keys) == 48, "");
 
 struct kvc_msg_key_result {
 	int32_t rc;

@@ -571,3 +571,62 @@ def test_a_get_racing_a_remove_or_replace_never_passes_holes_for_bytes(
     # longer may fail the read first, which proves nothing either way.
     assert get.wait(timeout=60) in ([expected, [-errno.EIO]] if frozen > 1.5 else [expected])
     keys.close()
+
+
+def test_a_kvc_fuse_killed_mid_put_leaves_no_file_behind(cluster, workdir):
+    """A put's temp is a nameless file kvc-fuse has open in kvc-meta (an
+    orphan), not a hidden name: while the put's write waits (every storage
+    server frozen), the key directory lists nothing, and when kvc-fuse is
+    killed then, kvc-meta reclaims the temp once it drops the dead client
+    (client_timeout_ms, 3 s here): nothing is left in the directory or in
+    kvc-meta (this left a `.kvc-key.*` file for good before)."""
+    import struct
+    import kvcwire
+    from conftest import freeze
+
+    def orphans():  # kvc-meta's STATFS: its count of nameless files kept open
+        sock, status = kvcwire.connect(cluster.meta_address)
+        with sock:
+            assert status == 0
+            sock.sendall(kvcwire.frame(kvcwire.STATFS, b""))
+            _, status, body, _ = kvcwire.recv_frame(sock)
+        assert status == 0
+        return struct.unpack_from("<Q", body, 24)[0]
+
+    before = orphans()
+    servers = [cluster.pid(f"s{i}") for i in (1, 2, 3)]
+    # a put whose ring, iov and key directory are ready (registered with
+    # the servers) before they are frozen
+    script = PUT_SCRIPT.format(path=str(ROOT / "tools" / "python")).replace(
+        "print(ring.put_keys", "print('ready', flush=True); sys.stdin.readline()\nprint(ring.put_keys")
+    fuse = cluster.pid("fuse")
+    child = subprocess.Popen([sys.executable, "-c", script, str(cluster.mount), str(workdir),
+                              "cut-short", str(65536)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True,
+                             env=dict(os.environ, KVC_LIB=str(LIBKVC)))
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        for pid in servers:
+            freeze(pid)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        # the temp is made, its write waits: kill kvc-fuse before the write
+        # times out (io_timeout_ms 2 s) and closes the temp itself
+        deadline = time.monotonic() + 20
+        while orphans() == before:
+            assert time.monotonic() < deadline, "the put never made its temp"
+            time.sleep(0.02)
+        listed = os.listdir(workdir)
+        os.kill(fuse, signal.SIGKILL)
+        assert listed == [], listed
+    finally:
+        for pid in servers:
+            os.kill(pid, signal.SIGCONT)
+        child.kill()
+        child.wait()
+        cluster.restart("fuse", "KILL")
+    deadline = time.monotonic() + 30
+    while orphans() != before:
+        assert time.monotonic() < deadline, "the dead client's temp was never reclaimed"
+        time.sleep(0.2)
+    assert os.listdir(workdir) == []
