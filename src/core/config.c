@@ -196,6 +196,12 @@ static int server_key(struct parser *p, const char *key, const char *value)
 	}
 	if (strcmp(key, "storage_reserve_mb") == 0)
 		return reserve_value(p, key, value, &c->storage_reserve_bytes);
+	if (strcmp(key, "storage_direct_reads") == 0) {
+		if (strcmp(value, "on") != 0 && strcmp(value, "off") != 0)
+			return fail(p, "storage_direct_reads must be on or off, not '%s'", value);
+		c->storage_direct_reads = strcmp(value, "on") == 0;
+		return 0;
+	}
 	if (strcmp(key, "storage_inline_kb") == 0) { /* storage/chunk_store.h's limit */
 		rc = parse_int(p, key, value, 0, 256, &v);
 		if (rc == 0)
@@ -506,6 +512,7 @@ int kvc_config_parse(const char *text, const char *origin,
 	config->sync_interval_ms = 1000;
 	config->storage_reserve_bytes = -1;
 	config->storage_inline_bytes = -1;
+	config->storage_direct_reads = false;
 	config->meta_reserve_bytes = -1;
 	strcpy(config->http_address, "127.0.0.1:18000");
 	config->http_max_body = 1 << 20;

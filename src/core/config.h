@@ -35,6 +35,11 @@
  *                               # back: chunk data that would go below it
  *                               # gets ENOSPC (auto: min(1 GiB, max(8 MiB,
  *                               # 2% of the volume)); 0: none)
+ *   storage_direct_reads = off  # on: chunk data the page cache does not
+ *                               # hold is read with O_DIRECT where buffers
+ *                               # align (no page-cache copy, no
+ *                               # readahead; cold data does not evict
+ *                               # warm); off: through the page cache
  *   storage_inline_kb = 64      # chunks ending at or below it live in the
  *                               # target's index, not in a file of their
  *                               # own (0: none; at most 256; default: the
@@ -169,6 +174,7 @@ struct kvc_config {
 	int server_io_timeout_ms;
 	int64_t storage_reserve_bytes; /* -1: auto (core/reserve.h) */
 	int64_t storage_inline_bytes;  /* -1: the chunk store's default */
+	bool storage_direct_reads;     /* data not cached: O_DIRECT (chunk_store.h) */
 	char meta_address[KVC_NET_ADDRESS_MAX];
 	char meta_data[PATH_MAX];
 	int sync_interval_ms;

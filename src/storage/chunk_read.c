@@ -42,6 +42,16 @@
  * which reads them next: 64 KiB ring key gets ran 29% slower streamed). */
 #define CACHED_SLICE (128u << 10)
 #define STREAM_MIN (256u << 10)
+/* O_DIRECT's alignment of buffers, lengths and file offsets: a page, which
+ * covers any logical block size up to it. The piece's own buffers are
+ * allocated on it. */
+#define DIRECT_ALIGN 4096u
+
+/* A buffer of n bytes that O_DIRECT may read into (freed with free). */
+static uint8_t *direct_buffer(size_t n)
+{
+	return aligned_alloc(DIRECT_ALIGN, (n + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN);
+}
 
 static int default_submit(struct io_uring *ring)
 {
@@ -139,7 +149,8 @@ static bool place_split(struct kvc_chunk_read *r)
 	r->mid_offset = (uint32_t)(mid_start - r->offset);
 	r->mid_length = (uint32_t)(mid_end - mid_start);
 	r->mid_block = (uint32_t)(mid_start / KVC_CHUNK_BLOCK) - r->first_block;
-	r->edge = r->head_length + r->tail_length ? malloc(r->head_length + r->tail_length) : NULL;
+	r->edge = r->head_length + r->tail_length ? direct_buffer(r->head_length + r->tail_length)
+	                                          : NULL;
 	r->buffer = r->place;
 	r->placed = true;
 	r->vec_count = 0;
@@ -292,10 +303,47 @@ static int open_blocks(struct kvc_chunk_read *r)
 	}
 	if (r->place && place_split(r))
 		return r->edge || !(r->head_length | r->tail_length) ? 0 : -ENOMEM;
-	r->buffer = malloc(r->aligned_length);
+	r->buffer = direct_buffer(r->aligned_length);
 	r->vec[0] = (struct iovec){r->buffer, r->aligned_length};
 	r->vec_count = 1;
 	return r->buffer ? 0 : -ENOMEM;
+}
+
+/* The ring read of a piece the page cache does not hold goes by O_DIRECT
+ * when the store allows it and every buffer, length and the file offset
+ * are DIRECT_ALIGN-aligned (a chunk's short last block, or client memory
+ * placed at an odd offset, are not: those go through the page cache). */
+static void direct_choose(struct kvc_chunk_read *r)
+{
+	struct kvc_chunk_store *store = r->store;
+	bool fits = store->direct_reads &&
+	            !atomic_load_explicit(&store->direct_refused, memory_order_relaxed) &&
+	            (r->aligned_start + r->read_from) % DIRECT_ALIGN == 0;
+	for (int v = 0; fits && v < r->vec_count; v++)
+		fits = (uintptr_t)r->vec[v].iov_base % DIRECT_ALIGN == 0 &&
+		       r->vec[v].iov_len % DIRECT_ALIGN == 0;
+	int flags = fits ? fcntl(r->fd, F_GETFL) : -1; /* the piece's own descriptor */
+	if (flags >= 0 && fcntl(r->fd, F_SETFL, flags | O_DIRECT) == 0)
+		r->direct = true;
+	else if (flags >= 0 && errno == EINVAL)
+		atomic_store_explicit(&store->direct_refused, true, memory_order_relaxed);
+}
+
+/* A direct read the kernel refused at submission time after all (a
+ * filesystem that takes the flag but not the read): the piece is read
+ * again through the page cache, here, and the store reads that way from
+ * now on. */
+static void direct_refused(struct kvc_chunk_read *r)
+{
+	atomic_store_explicit(&r->store->direct_refused, true, memory_order_relaxed);
+	int flags = fcntl(r->fd, F_GETFL);
+	ssize_t got = flags >= 0 && fcntl(r->fd, F_SETFL, flags & ~O_DIRECT) == 0
+	                      ? preadv(r->fd, r->vec, r->vec_count,
+	                               (off_t)(r->aligned_start + r->read_from))
+	                      : -1;
+	r->io_result = got < 0 ? -errno : (int)got + (int)r->read_from;
+	kvc_log_error("%s refuses O_DIRECT reads: its reads go through the page cache",
+	              r->store->path);
 }
 
 static void unlock_piece(struct kvc_chunk_read *r)
@@ -363,13 +411,15 @@ static int read_begin(struct kvc_chunk_read *r, struct kvc_chunk_ring *ring)
 	r->read_from = 0;
 	if (r->status < 0 || (!ring->ring_only && read_cached(r, ring->bounce)))
 		goto out;
+	direct_choose(r);
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&ring->ring); /* space checked above */
 	io_uring_prep_readv(sqe, r->fd, r->vec, (unsigned)r->vec_count,
 	                    r->aligned_start + r->read_from);
 	io_uring_sqe_set_data(sqe, r);
 	r->io_result = -EINPROGRESS;
 	r->queued = true;
-	atomic_fetch_add_explicit(&store->reads_ring, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(r->direct ? &store->reads_direct : &store->reads_ring, 1,
+	                          memory_order_relaxed);
 out:
 	if (txn)
 		mdb_txn_abort(txn);
@@ -435,6 +485,8 @@ static int run_round(struct kvc_chunk_ring *ring, struct kvc_chunk_read *reads, 
 		r->in_flight = false;
 		io_uring_cqe_seen(&ring->ring, cqe);
 		reaped++;
+		if (r->direct && r->io_result == -EINVAL)
+			direct_refused(r);
 	}
 	for (int i = from; i < to; i++) {
 		struct kvc_chunk_read *r = &reads[i];

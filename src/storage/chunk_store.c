@@ -222,6 +222,7 @@ int kvc_chunk_store_open(const char *path, struct kvc_chunk_store **out)
 		return -ENOMEM;
 	store->dir_fd = -1;
 	store->inline_max = KVC_CHUNK_INLINE_DEFAULT;
+	store->direct_reads = false;
 	for (int i = 0; i < LOCK_SLOTS; i++)
 		pthread_rwlock_init(&store->locks[i], NULL);
 	rc = kvc_lmdb_group_init(&store->group, group_begin, store);
@@ -702,6 +703,11 @@ int kvc_chunk_store_set_reserve(struct kvc_chunk_store *store, int64_t bytes,
 	return kvc_reserve_init(&store->reserve, store->dir_fd, bytes, KVC_RESERVE_DATA, ops);
 }
 
+void kvc_chunk_store_set_direct(struct kvc_chunk_store *store, bool direct)
+{
+	store->direct_reads = direct;
+}
+
 int kvc_chunk_store_set_inline(struct kvc_chunk_store *store, uint32_t bytes)
 {
 	if (bytes > KVC_CHUNK_INLINE_LIMIT)
@@ -732,10 +738,11 @@ int kvc_chunk_store_space(struct kvc_chunk_store *store, struct kvc_chunk_space 
 }
 
 void kvc_chunk_store_read_counts(struct kvc_chunk_store *store, uint64_t *cached,
-                                 uint64_t *ring)
+                                 uint64_t *ring, uint64_t *direct)
 {
 	*cached = atomic_load_explicit(&store->reads_cached, memory_order_relaxed);
 	*ring = atomic_load_explicit(&store->reads_ring, memory_order_relaxed);
+	*direct = atomic_load_explicit(&store->reads_direct, memory_order_relaxed);
 }
 
 int kvc_chunk_store_sync(struct kvc_chunk_store *store)

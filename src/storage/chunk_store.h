@@ -201,6 +201,7 @@ struct kvc_chunk_read {
 	/* bytes of the aligned blocks read at once (checked, in place) before
 	 * the page cache fell short: the io_uring reads the rest from there */
 	uint32_t read_from;
+	bool direct;    /* its ring read goes by O_DIRECT */
 	bool queued;    /* its read is on the ring's submission queue */
 	bool in_flight; /* submitted, completion not reaped yet */
 	/* placed (see place): */
@@ -275,6 +276,15 @@ int kvc_chunk_store_set_reserve(struct kvc_chunk_store *store, int64_t bytes,
  * file when next written). Call before serving. Returns 0 or -EINVAL
  * (above KVC_CHUNK_INLINE_LIMIT). */
 int kvc_chunk_store_set_inline(struct kvc_chunk_store *store, uint32_t bytes);
+
+/* Read chunk file data the page cache does not hold with O_DIRECT, from
+ * the disk straight into the piece's buffers (placed: the client's
+ * memory), where they and the file offset are 4 KiB-aligned: no copy out
+ * of the page cache, and cold data does not push warm data out of it, but
+ * no readahead either (false, the default: every read through the page
+ * cache; docs/benchmarks.md "Cold reads"). A filesystem that refuses
+ * O_DIRECT (tmpfs) is read through the page cache. Call before serving. */
+void kvc_chunk_store_set_direct(struct kvc_chunk_store *store, bool direct);
 
 /* Write [offset, offset + length) of a chunk. Requires offset + length <=
  * chunk_size <= KVC_LAYOUT_MAX_CHUNK and length > 0. On success *version
@@ -359,11 +369,12 @@ int kvc_chunk_store_space(struct kvc_chunk_store *store,
                           struct kvc_chunk_space *space);
 
 /* How many file pieces were read since open: at once from the page
- * cache (checked as they landed), and through the io_uring (data not all
- * cached, a retry, a mismatch or a fault). Inline chunks count in
- * neither. */
+ * cache (checked as they landed), through the io_uring by the page cache
+ * (data not all cached, a retry, a mismatch or a fault), and through the
+ * io_uring with O_DIRECT (data not all cached, into 4 KiB-aligned
+ * buffers). Inline chunks count in none. */
 void kvc_chunk_store_read_counts(struct kvc_chunk_store *store, uint64_t *cached,
-                                 uint64_t *ring);
+                                 uint64_t *ring, uint64_t *direct);
 
 /* Make every acknowledged write durable (LMDB sync + syncfs). */
 int kvc_chunk_store_sync(struct kvc_chunk_store *store);

@@ -33,8 +33,11 @@ struct kvc_chunk_store {
 	struct kvc_reserve reserve;         /* of the target's filesystem (its own lock) */
 	uint32_t inline_max; /* chunks ending at or below it stay inline (set before serving) */
 	atomic_bool nowait_refused; /* its filesystem refuses RWF_NOWAIT: reads by the ring only */
-	/* file pieces read at once from the page cache, and through the ring */
-	atomic_uint_fast64_t reads_cached, reads_ring;
+	bool direct_reads;          /* data not cached read with O_DIRECT (set before serving) */
+	atomic_bool direct_refused; /* its filesystem refuses O_DIRECT: through the page cache */
+	/* file pieces read at once from the page cache, through the ring by
+	 * the page cache, and through the ring with O_DIRECT */
+	atomic_uint_fast64_t reads_cached, reads_ring, reads_direct;
 };
 
 /* A chunk's index record as stored (little-endian, 2-byte aligned in LMDB:

@@ -207,6 +207,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "kvc-storage: storage_inline_kb is above 256\n");
 			return 1;
 		}
+		kvc_chunk_store_set_direct(svc.stores[i], config.storage_direct_reads);
 		struct kvc_chunk_space space;
 		if (kvc_chunk_store_space(svc.stores[i], &space) == 0)
 			kvc_log_info("target %s: %llu MiB free of %llu MiB, %llu MiB kept back for "

@@ -44,7 +44,9 @@ struct target_series {
 	struct kvc_metrics_counter *refused;
 	struct kvc_metrics_counter *resync[RESYNC_COUNTERS];
 	struct kvc_metrics_gauge *resync_running;
-	struct kvc_metrics_counter *reads[2]; /* pieces read at once (cached), by the ring */
+	/* pieces read at once (cached), by the ring through the page cache,
+	 * by the ring with O_DIRECT */
+	struct kvc_metrics_counter *reads[3];
 };
 
 /* Process-wide: one registry per kvc-storage, alive until exit. */
@@ -94,9 +96,9 @@ static void collect_targets(void *arg)
 		for (int c = 0; c < RESYNC_COUNTERS; c++)
 			kvc_metrics_counter_set(t->resync[c], resync[c]);
 		kvc_metrics_set(t->resync_running, atomic_load(&r->syncing));
-		uint64_t reads[2];
-		kvc_chunk_store_read_counts(svc->stores[i], &reads[0], &reads[1]);
-		for (int k = 0; k < 2; k++)
+		uint64_t reads[3];
+		kvc_chunk_store_read_counts(svc->stores[i], &reads[0], &reads[1], &reads[2]);
+		for (int k = 0; k < 3; k++)
 			kvc_metrics_counter_set(t->reads[k], reads[k]);
 		if (kvc_chunk_store_space(svc->stores[i], &s) < 0) {
 			kvc_metrics_inc(metrics.space_errors);
@@ -140,13 +142,14 @@ static int register_targets(struct kvc_metrics *m, struct kvc_storage_service *s
 		                                 &label, 1);
 		if (!t->refused)
 			return -ENOMEM;
-		static const char *const paths[2] = {"cached", "io_uring"};
-		for (int k = 0; k < 2; k++) {
+		static const char *const paths[3] = {"cached", "io_uring", "direct"};
+		for (int k = 0; k < 3; k++) {
 			const struct kvc_metrics_label labels[2] = {label, {"path", paths[k]}};
 			t->reads[k] = kvc_metrics_counter(
 				m, "kvc_storage_target_piece_reads_total",
 				"Chunk file pieces read: at once from the page cache, checked as they "
-				"landed (cached), or through the io_uring (io_uring).", labels, 2);
+				"landed (cached), through the io_uring by the page cache (io_uring), or "
+				"through the io_uring with O_DIRECT (direct).", labels, 2);
 			if (!t->reads[k])
 				return -ENOMEM;
 		}

@@ -37,7 +37,7 @@ class Cluster:
     cluster runs it), with quick failure detection."""
 
     def __init__(self, base, mount, port_base, meta_extra="", http=None, servers=3,
-                 replicas=1, targets=1, managers=0):
+                 replicas=1, targets=1, managers=0, direct_reads=False):
         self.dir = pathlib.Path(base)
         self.mount = pathlib.Path(mount)
         self.port_base = port_base
@@ -50,6 +50,7 @@ class Cluster:
         self.storage_addresses = [f"127.0.0.1:{port_base + i}" for i in range(1, servers + 1)]
         self.replicas = replicas
         self.targets_per_server = targets
+        self.direct_reads = direct_reads
         self.etcd = f"http://127.0.0.1:{port_base + 50}"
         self.manager_addresses = [f"127.0.0.1:{port_base + 60 + i}"
                                   for i in range(1, managers + 1)]
@@ -81,6 +82,7 @@ class Cluster:
         self.conf.write_text(
             f"secret_file = {self.secret_file}\npool_secret_file = {self.pool_secret_file}\n"
             f"chunk_size = {CHUNK}\nstripe = 3\nreplicas = {self.replicas}\n{top}"
+            f"storage_direct_reads = {'on' if self.direct_reads else 'off'}\n"
             "connect_timeout_ms = 1000\n"
             f"io_timeout_ms = 2000\n\n[meta]\naddress = {self.meta_address}\n"
             f"data = {self.dir}/meta\nhttp = {self.http[7:]}\nworld_size = {self.world_size}\n"
@@ -170,7 +172,10 @@ def chained_cluster(prefix, port_base, http_port, servers, replicas, targets, ma
 def cluster():
     base = tempfile.mkdtemp(prefix="kvc-it-")
     mount = tempfile.mkdtemp(prefix="kvc-mnt-")
-    c = Cluster(base, mount, PORT_BASE)
+    # The shared cluster reads cold chunk data with O_DIRECT, so every
+    # suite on it goes through that path; private clusters keep the
+    # default (the page cache).
+    c = Cluster(base, mount, PORT_BASE, direct_reads=True)
     c.stop()
     c.start()
     yield c

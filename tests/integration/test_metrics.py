@@ -182,7 +182,10 @@ def piece_reads(cluster, path):
 def test_storage_counts_piece_reads_from_the_page_cache_and_the_io_uring(cluster, workdir):
     """A file's chunks just written are in the servers' page cache: their
     pieces are read at once (path="cached"); once the page cache dropped
-    them, through the io_uring (path="io_uring")."""
+    them, through the io_uring: whole 4 KiB-aligned pieces with O_DIRECT
+    (path="direct": `storage_direct_reads = on` on the shared cluster), the last
+    chunk's short tail through the page cache (path="io_uring"). Direct
+    reads leave the page cache alone: read again, they are direct again."""
     from conftest import CHUNK, chunk_files_of
     data = os.urandom(2 * CHUNK + 200_000)  # the last chunk past the inline limit too
     path = workdir / "pieces"
@@ -195,10 +198,14 @@ def test_storage_counts_piece_reads_from_the_page_cache_and_the_io_uring(cluster
             os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
             assert f.read() == data
 
-    cached, ring = piece_reads(cluster, "cached"), piece_reads(cluster, "io_uring")
+    def counts():
+        return {p: piece_reads(cluster, p) for p in ("cached", "io_uring", "direct")}
+
+    before = counts()
     read_back()
-    assert piece_reads(cluster, "cached") >= cached + 3
-    assert piece_reads(cluster, "io_uring") == ring
+    after = counts()
+    assert after["cached"] >= before["cached"] + 3
+    assert after["io_uring"] == before["io_uring"] and after["direct"] == before["direct"]
     os.sync()  # clean pages, which the hint drops
     for name in files:
         fd = os.open(name, os.O_RDONLY)
@@ -208,10 +215,16 @@ def test_storage_counts_piece_reads_from_the_page_cache_and_the_io_uring(cluster
                          [str(f) for f in files], capture_output=True, text=True, check=True)
     if any(int(x) for x in out.stdout.split()):
         pytest.skip(f"the chunk files stay in memory here (tmpfs?): {out.stdout.split()}")
-    cached, ring = piece_reads(cluster, "cached"), piece_reads(cluster, "io_uring")
+    before = counts()
     read_back()
-    assert piece_reads(cluster, "io_uring") >= ring + 3
-    assert piece_reads(cluster, "cached") == cached
+    after = counts()
+    assert after["direct"] >= before["direct"] + 2, (before, after)  # the whole chunks
+    assert after["io_uring"] >= before["io_uring"] + 1  # the short tail
+    assert after["cached"] == before["cached"]
+    before = counts()
+    read_back()  # the tail is in the page cache now, the rest is not
+    after = counts()
+    assert after["direct"] >= before["direct"] + 2, (before, after)
 
 
 def test_meta_events_are_counted(cluster, workdir):

@@ -216,10 +216,23 @@ Test(chunk_store, data_the_page_cache_dropped_is_read_through_the_ring)
 	 * the piece goes through the ring). */
 	bool all = resident_run(fd, CS) == CS;
 	close(fd);
+	/* through the page cache (storage_direct_reads = off) */
+	kvc_chunk_store_set_direct(store, false);
 	cr_assert_eq(read_checked(0, CS, back), all, "read at once only from the page cache");
 	cr_assert_eq(memcmp(back, data, CS), 0);
 	cr_assert(read_checked(0, CS, back), "the ring's read left it in the page cache");
 	cr_assert_eq(memcmp(back, data, CS), 0);
+	/* by O_DIRECT (the default; a filesystem that refuses it, as tmpfs
+	 * does, keeps everything cached anyway): read from the disk each time,
+	 * checked, and left out of the page cache */
+	kvc_chunk_store_set_direct(store, true);
+	fd = chunk_file(0x78, 0, O_RDONLY);
+	cr_assert_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	close(fd);
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(read_checked(0, CS, back), all, "read %d at once only if tmpfs", i);
+		cr_assert_eq(memcmp(back, data, CS), 0);
+	}
 }
 
 Test(chunk_store, a_piece_partly_cached_is_read_at_once_up_to_the_gap)

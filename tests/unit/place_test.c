@@ -331,3 +331,114 @@ Test(place, large_placed_reads_are_checked_as_they_land_and_fail_alone)
 	free(data);
 	chunks_close();
 }
+
+/* Drop a chunk file's pages (written back first); false when some stay
+ * resident (tmpfs keeps them all). */
+static bool dropped(const char *path)
+{
+	int fd = open(path, O_RDWR);
+	cr_assert_geq(fd, 0, "chunk file %s", path);
+	cr_assert_eq(fdatasync(fd), 0);
+	cr_assert_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	uint8_t resident[SIZE / 4096];
+	void *map = mmap(NULL, SIZE, PROT_READ, MAP_SHARED, fd, 0);
+	cr_assert_neq(map, MAP_FAILED);
+	cr_assert_eq(mincore(map, SIZE, resident), 0);
+	munmap(map, SIZE);
+	close(fd);
+	for (uint32_t i = 0; i < SIZE / 4096; i++)
+		if (resident[i] & 1)
+			return false;
+	return true;
+}
+
+static uint64_t reads_of(int path) /* 0 cached, 1 io_uring, 2 direct */
+{
+	uint64_t n[3];
+	kvc_chunk_store_read_counts(store, &n[0], &n[1], &n[2]);
+	return n[path];
+}
+
+/* Data the page cache does not hold is read with O_DIRECT straight into
+ * place when the place is 4 KiB-aligned: no page-cache copy and nothing
+ * left in the page cache, the bytes and the caller's checks as for any
+ * read (a block bad on the disk is found). A place at an odd address, or
+ * a store told not to, reads through the page cache. */
+Test(place, cold_placed_reads_go_by_o_direct_where_they_align)
+{
+	chunks_open();
+	uint8_t *data = malloc(SIZE);
+	for (uint32_t i = 0; i < SIZE; i++)
+		data[i] = (uint8_t)(i * 13 + 5);
+	uint64_t version;
+	uint32_t chunk_length;
+	cr_assert_eq(kvc_chunk_store_write(store, 11, 0, SIZE, 0, data, SIZE, &version,
+	                                   &chunk_length), 0);
+	int fd = memory(2 * SIZE);
+	cr_assert_eq(reg(&owner_a, 1, fd, 1, 2 * SIZE, 0), 0);
+	struct kvc_place_region *r = kvc_place_get(&table, 1, 1);
+	struct kvc_chunk_store *stores[1] = {store};
+	char path[256];
+	snprintf(path, sizeof(path), "%s/chunks/0b/%016x.%08x", dir, 11, 0);
+	if (!dropped(path))
+		cr_skip_test("%s keeps its files in memory (tmpfs?)", dir);
+	kvc_chunk_store_set_direct(store, true); /* storage_direct_reads = on */
+
+	uint64_t direct = reads_of(2), ring_reads = reads_of(1);
+	struct kvc_chunk_read read = {.inode = 11, .chunk = 0, .offset = 0, .length = SIZE,
+	                              .place = kvc_place_at(r, 0)};
+	cr_assert_eq(kvc_chunk_store_read_batch(stores, &ring, &read, 1), 0);
+	cr_assert_eq(read.status, 0);
+	cr_assert(read.placed);
+	cr_assert_not(read.checked, "the caller checks what O_DIRECT placed");
+	cr_assert_eq(reads_of(2), direct + 1, "read by O_DIRECT");
+	cr_assert_eq(reads_of(1), ring_reads);
+	cr_assert_eq(read.mid_length, SIZE);
+	cr_assert_eq(kvc_place_check_blocks(kvc_place_at(r, read.mid_offset), read.mid_length,
+	                                    16384, read.block_crcs + read.mid_block), 0);
+	cr_assert_eq(memcmp(kvc_place_at(r, 0), data, SIZE), 0);
+	kvc_chunk_store_read_release(&read, 1);
+	cr_assert(dropped(path), "the page cache was left alone");
+
+	/* at an odd address: through the page cache */
+	read = (struct kvc_chunk_read){.inode = 11, .chunk = 0, .offset = 0, .length = SIZE,
+	                               .place = kvc_place_at(r, 3)};
+	cr_assert_eq(kvc_chunk_store_read_batch(stores, &ring, &read, 1), 0);
+	cr_assert_eq(read.status, 0);
+	cr_assert_eq(reads_of(1), ring_reads + 1);
+	cr_assert_eq(reads_of(2), direct + 1);
+	cr_assert_eq(memcmp(kvc_place_at(r, 3), data, SIZE), 0);
+	kvc_chunk_store_read_release(&read, 1);
+
+	/* told not to */
+	kvc_chunk_store_set_direct(store, false);
+	cr_assert(dropped(path));
+	read = (struct kvc_chunk_read){.inode = 11, .chunk = 0, .offset = 0, .length = SIZE,
+	                               .place = kvc_place_at(r, 0)};
+	cr_assert_eq(kvc_chunk_store_read_batch(stores, &ring, &read, 1), 0);
+	cr_assert_eq(read.status, 0);
+	cr_assert_eq(reads_of(1), ring_reads + 2);
+	cr_assert_eq(reads_of(2), direct + 1);
+	kvc_chunk_store_read_release(&read, 1);
+	kvc_chunk_store_set_direct(store, true);
+
+	/* a block gone bad on the disk */
+	int chunk_fd = open(path, O_RDWR);
+	uint8_t bad = (uint8_t)~data[500000];
+	cr_assert_eq(pwrite(chunk_fd, &bad, 1, 500000), 1);
+	close(chunk_fd);
+	cr_assert(dropped(path));
+	memset(kvc_place_at(r, 0), 0, SIZE);
+	read = (struct kvc_chunk_read){.inode = 11, .chunk = 0, .offset = 0, .length = SIZE,
+	                               .place = kvc_place_at(r, 0)};
+	cr_assert_eq(kvc_chunk_store_read_batch(stores, &ring, &read, 1), 0);
+	cr_assert_eq(read.status, 0);
+	cr_assert_eq(reads_of(2), direct + 2);
+	cr_assert_eq(kvc_place_check_blocks(kvc_place_at(r, read.mid_offset), read.mid_length,
+	                                    16384, read.block_crcs + read.mid_block), -EIO);
+	kvc_chunk_store_read_release(&read, 1);
+	close(fd);
+	kvc_place_put(&table, r);
+	free(data);
+	chunks_close();
+}

@@ -245,6 +245,71 @@ double bench_page_cache(const char *dir, uint64_t file_size, int threads,
 	return gbps;
 }
 
+bool bench_drop_caches(void)
+{
+	sync();
+	int fd = open("/proc/sys/vm/drop_caches", O_WRONLY);
+	bool done = fd >= 0 && write(fd, "3\n", 2) == 2;
+	if (fd >= 0)
+		close(fd);
+	return done;
+}
+
+struct cold_job {
+	int fd;
+	uint64_t from, to;
+	uint8_t *buf;
+};
+
+static void *cold_thread(void *arg)
+{
+	struct cold_job *j = arg;
+	for (uint64_t at = j->from; at < j->to; at += 16 * MIB)
+		if (pread(j->fd, j->buf, 16 * MIB, (off_t)at) != (ssize_t)(16 * MIB))
+			bench_die("cold baseline read");
+	return NULL;
+}
+
+double bench_cold_file(const char *dir, uint64_t file_size, int threads)
+{
+	uint64_t blocks = file_size / (16 * MIB);
+	if (file_size % (16 * MIB) || threads < 1 || threads > 64 || blocks < (uint64_t)threads) {
+		fprintf(stderr, "kvc-bench: cold baseline: %" PRIu64 " bytes, %d threads\n",
+		        file_size, threads);
+		exit(1);
+	}
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/.kvc-bench-cold-%d", dir, (int)getpid());
+	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	uint8_t *buf = malloc((size_t)threads * 16 * MIB);
+	if (fd < 0 || !buf)
+		bench_die(path);
+	memset(buf, 0x5a, (size_t)threads * 16 * MIB); /* fault the buffers in */
+	for (uint64_t at = 0; at < file_size; at += 16 * MIB)
+		if (pwrite(fd, buf, 16 * MIB, (off_t)at) != (ssize_t)(16 * MIB))
+			bench_die(path);
+	if (!bench_drop_caches()) {
+		fprintf(stderr, "kvc-bench: cold reads need root (/proc/sys/vm/drop_caches)\n");
+		exit(1);
+	}
+	struct cold_job jobs[64];
+	pthread_t tids[64];
+	double start = bench_now();
+	for (int i = 0; i < threads; i++) {
+		jobs[i] = (struct cold_job){fd, blocks * (uint64_t)i / (uint64_t)threads * 16 * MIB,
+		                            blocks * (uint64_t)(i + 1) / (uint64_t)threads * 16 * MIB,
+		                            buf + (size_t)i * 16 * MIB};
+		pthread_create(&tids[i], NULL, cold_thread, &jobs[i]);
+	}
+	for (int i = 0; i < threads; i++)
+		pthread_join(tids[i], NULL);
+	double gbps = (double)file_size / (bench_now() - start) / 1e9;
+	close(fd);
+	unlink(path);
+	free(buf);
+	return gbps;
+}
+
 void bench_percentiles(double *lat, size_t count, struct bench_result *r)
 {
 	if (count == 0)

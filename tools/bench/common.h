@@ -49,6 +49,14 @@ double bench_tcp_ceiling(int connections, double seconds, bool cold);
  * 64 MiB part of one large buffer, for `seconds`: what a same-host
  * transport aims at. */
 double bench_page_cache(const char *dir, uint64_t file_size, int threads, double seconds);
+/* Write back and drop the whole page cache (sync, then
+ * /proc/sys/vm/drop_caches: root only); false when not allowed. */
+bool bench_drop_caches(void);
+/* The cold baseline: a file of file_size bytes under dir (a multiple of
+ * 16 MiB), written, dropped from the page cache, then read once by
+ * `threads` threads, each its share in 16 MiB preads through the page
+ * cache (as a local directory of KV files is read). Returns GB/s. */
+double bench_cold_file(const char *dir, uint64_t file_size, int threads);
 
 /* Sort latencies (microseconds) and fill p50/p99 of r. */
 void bench_percentiles(double *lat, size_t count, struct bench_result *r);

@@ -42,6 +42,7 @@ struct ring_setup {
 	uint64_t file_size;
 	struct kvc_iov *iov;
 	struct kvc_ring *read_ring, *write_ring;
+	uint64_t pass_ios; /* stop after this many I/Os (0: at the time only) */
 };
 
 static void check(int rc, const char *what)
@@ -68,9 +69,10 @@ static double ring_stream(struct ring_setup *s, bool read, uint64_t io_size, int
 	memset(free_tag, 1, sizeof(free_tag));
 	double start = bench_now(), now = start;
 	size_t n_lat = 0;
-	while (now - start < seconds || inflight > 0) {
+	while ((now - start < seconds && (!s->pass_ios || next < s->pass_ios)) || inflight > 0) {
 		int queued = 0;
-		while (inflight < depth && now - start < seconds) {
+		while (inflight < depth && now - start < seconds &&
+		       (!s->pass_ios || next < s->pass_ios)) {
 			int tag = 0;
 			while (!free_tag[tag])
 				tag++;
@@ -189,6 +191,7 @@ static void transport_rows(struct bench_table *t, const char *label, const char 
 static const char usage[] =
 	"usage: kvc-bench ring [--mount DIR] [--file-size BYTES] [--seconds S] [--json FILE]\n"
 	"                      [--tcp-mount DIR] [--local-dir DIR] [--threads N] [--transports-only]\n"
+	"                      [--cold]\n"
 	"USRBIO rings against FUSE and the raw loopback TCP ceiling: reads and\n"
 	"writes of 1, 4 and 16 MiB at depths 1 to 128, 4 KiB random reads.\n"
 	"  -m, --mount DIR            the kvcfs mount (default /mnt/kvc)\n"
@@ -200,6 +203,9 @@ static const char usage[] =
 	"  -l, --local-dir DIR        where the page-cache baseline's file goes (default /var/tmp)\n"
 	"  -n, --threads N            the baseline's threads (default 8)\n"
 	"  -T, --transports-only      only the transports' table (baseline, mount, tcp mount)\n"
+	"  -C, --cold                 cold reads: one pass over the test file after the page\n"
+	"                             cache is dropped (root), 1 and 16 MiB at depth 32, against\n"
+	"                             threads reading a cold local file once (--local-dir)\n"
 	"  -h, --help                 this text\n";
 
 int bench_ring_main(int argc, char **argv)
@@ -212,11 +218,12 @@ int bench_ring_main(int argc, char **argv)
 	                                        {"local-dir", required_argument, 0, 'l'},
 	                                        {"threads", required_argument, 0, 'n'},
 	                                        {"transports-only", no_argument, 0, 'T'},
+	                                        {"cold", no_argument, 0, 'C'},
 	                                        {0, 0, 0, 0}};
-	static const struct kvc_cli cli = {"kvc-bench ring", usage, "m:f:s:j:t:l:n:T", options, 0};
+	static const struct kvc_cli cli = {"kvc-bench ring", usage, "m:f:s:j:t:l:n:TC", options, 0};
 	const char *json = NULL, *tcp_mount = NULL, *local_dir = "/var/tmp";
 	int threads = 8;
-	bool transports_only = false;
+	bool transports_only = false, cold = false;
 	struct ring_setup s = {.mount = "/mnt/kvc", .file_size = 1ull << 30};
 	double seconds = 1.5;
 	int opt;
@@ -230,6 +237,7 @@ int bench_ring_main(int argc, char **argv)
 		case 'l': local_dir = optarg; break;
 		case 'n': threads = atoi(optarg); break;
 		case 'T': transports_only = true; break;
+		case 'C': cold = true; break;
 		}
 	}
 	if (opt != KVC_CLI_END)
@@ -246,6 +254,36 @@ int bench_ring_main(int argc, char **argv)
 	static const uint64_t sizes[] = {1, 4, 16};
 	static const int depths[] = {1, 8, 32, 128};
 
+	if (cold) {
+		fprintf(stderr, "writing the %" PRIu64 " MiB test file through rings...\n",
+		        s.file_size / MIB);
+		setup(&s, path);
+		kvc_ring_destroy(s.write_ring);
+		fprintf(stderr, "cold baseline...\n");
+		double base = bench_cold_file(local_dir, s.file_size, threads);
+		bench_add(&t, "cold file: %d threads pread 16M blocks once", threads)->gbps = base;
+		static const uint64_t cold_sizes[] = {1, 16};
+		for (int i = 0; i < 2; i++) {
+			fprintf(stderr, "mount ring read %" PRIu64 " MiB depth 32, cold...\n",
+			        cold_sizes[i]);
+			if (!bench_drop_caches())
+				return kvc_cli_fail(&cli, "--cold needs root (/proc/sys/vm/drop_caches)");
+			s.pass_ios = s.file_size / (cold_sizes[i] * MIB);
+			double g = ring_stream(&s, true, cold_sizes[i] * MIB, 32, 600, false, NULL, 0,
+			                       NULL);
+			struct bench_result *r = bench_add(&t, "mount ring read %" PRIu64 "M depth 32 "
+			                                   "cold, one pass / cold file", cold_sizes[i]);
+			r->gbps = g;
+			r->ratio = g / base;
+		}
+		kvc_ring_destroy(s.read_ring);
+		kvc_iov_destroy(s.iov);
+		kvc_fd_deregister(s.fd);
+		close(s.fd);
+		unlink(path);
+		bench_report(&t, json);
+		return 0;
+	}
 	if (transports_only) {
 		fprintf(stderr, "writing the %" PRIu64 " MiB test file through rings...\n",
 		        s.file_size / MIB);
