@@ -37,8 +37,7 @@ static bool find(const uint64_t *list, uint32_t n, uint64_t ino, uint32_t *at)
 	return false;
 }
 
-/* Closes kvc-meta did not take: retried with the others (file_ops.c). */
-static void keep_for_retry(struct kvc_fuse *fs, const uint64_t *inos, uint32_t n, int rc)
+void kvc_close_queue_retry_later(struct kvc_fuse *fs, const uint64_t *inos, uint32_t n, int rc)
 {
 	kvc_log_warn("closing %" PRIu32 " file(s): %s; will retry", n, strerror(-rc));
 	pthread_mutex_lock(&fs->closes_lock);
@@ -59,7 +58,7 @@ static void send_batch(struct kvc_close_queue *q)
 	pthread_mutex_unlock(&q->lock);
 	int rc = kvc_meta_client_close_many(&q->fs->meta, q->in_flight, n, q->fs->client_id);
 	if (rc < 0)
-		keep_for_retry(q->fs, q->in_flight, n, rc);
+		kvc_close_queue_retry_later(q->fs, q->in_flight, n, rc);
 	pthread_mutex_lock(&q->lock);
 	q->flying = 0;
 	pthread_cond_broadcast(&q->sent);

@@ -34,5 +34,8 @@ int kvc_close_queue_add(struct kvc_close_queue *q, uint64_t ino);
 /* ino is being opened: drop its queued CLOSE, or wait for the one on its
  * way. Returns 1 when a queued CLOSE was dropped (the session is held). */
 int kvc_close_queue_cancel(struct kvc_close_queue *q, uint64_t ino);
+/* CLOSEs kvc-meta did not take (rc: why): retried every second with the
+ * others (operations.h: pending_closes; file_ops.c). */
+void kvc_close_queue_retry_later(struct kvc_fuse *fs, const uint64_t *inos, uint32_t n, int rc);
 
 #endif

@@ -17,6 +17,7 @@
 #include "client/transport.h"
 #include "core/layout.h"
 #include "core/mem_guard.h"
+#include "fuse/close_queue.h"
 #include "fuse/ring_service.h"
 
 #define MAX_KEYS 256 /* a ring batch's entries at most */
@@ -575,7 +576,8 @@ static void publish(const struct kvc_ring_keys_batch *b, struct kvc_ring_keys_sc
 		int n = gather(s, count, di, put_with, &flags);
 		take_results(s, n, meta_call(b->fs, s, KVC_MSG_KEYS_PUBLISH, d, b->client, flags, n));
 		for (int i = 0; i < n; i++) {
-			s->group[i]->temp = 0; /* published, or closed by the publish */
+			if (s->group[i]->rc == 0)
+				s->group[i]->temp = 0; /* published (its session ended) */
 			if (s->group[i]->rc == 0) {
 				inval_entry(b->fs, d->ino, s->group[i]);
 				kvc_ring_keys_notify(b->fs, d->ino, s->group[i]->d.name,
@@ -586,17 +588,34 @@ static void publish(const struct kvc_ring_keys_batch *b, struct kvc_ring_keys_sc
 	_Static_assert(MAX_KEYS <= KVC_WIRE_MAX_CLOSES, "one CLOSE_MANY for a batch's temps");
 	uint64_t temps[MAX_KEYS];
 	uint32_t n = 0;
-	for (int i = 0; i < count; i++) { /* failed writes: their temps go */
+	/* failed writes and publishes (-EEXIST, or the whole message): their
+	 * temps go (a temp the publish closed already is no error) */
+	for (int i = 0; i < count; i++) {
 		struct key *k = &s->keys[i];
 		if (k->op == KVC_RING_KEY_PUT && k->dir == di && k->temp && k->rc < 0) {
 			temps[n++] = k->temp;
 			k->temp = 0;
 		}
 	}
-	/* a close that fails leaves the temps to this client's drop at the
-	 * latest (unmounted or dead) */
-	if (n)
-		(void)kvc_meta_client_close_many(&b->fs->meta, temps, n, b->fs->client_id);
+	int rc = n ? kvc_meta_client_close_many(&b->fs->meta, temps, n, b->fs->client_id) : 0;
+	if (rc < 0)
+		kvc_close_queue_retry_later(b->fs, temps, n, rc);
+}
+
+/* A put's temp lives as long as this client's sessions in kvc-meta:
+ * once kvc-meta may have dropped them (the lease is not fresh and a renew
+ * failed), the temps may be reclaimed, and writing one would leave chunks
+ * nobody collects. So puts fail (-EIO) unless the lease holds; a renew
+ * that finds the client dropped rejoins first (file_ops.c). */
+static void fail_puts_off_lease(struct kvc_fuse *fs, struct kvc_ring_keys_scratch *s, int count)
+{
+	int lease = 0;
+	for (int i = 0; i < count && lease == 0; i++)
+		if (s->keys[i].rc == 0 && s->keys[i].op == KVC_RING_KEY_PUT)
+			lease = kvc_fuse_check_lease(fs) < 0 ? -EIO : 1;
+	for (int i = 0; i < count && lease < 0; i++)
+		if (s->keys[i].rc == 0 && s->keys[i].op == KVC_RING_KEY_PUT)
+			s->keys[i].rc = lease;
 }
 
 void kvc_ring_keys_execute(const struct kvc_ring_keys_batch *b)
@@ -625,6 +644,7 @@ void kvc_ring_keys_execute(const struct kvc_ring_keys_batch *b)
 		k->attr = (struct kvc_attr){0};
 		prepare(b, s, &dirs, e, k);
 	}
+	fail_puts_off_lease(b->fs, s, count); /* before their temps are made */
 	for (int di = 0; di < dirs; di++)
 		namespace_first(b, s, count, di);
 	/* Reads of the gets, writes of the puts: one batch each. */
@@ -632,6 +652,8 @@ void kvc_ring_keys_execute(const struct kvc_ring_keys_batch *b)
 		bool read = pass == 0;
 		ios = 0;
 		used = 0;
+		if (!read)
+			fail_puts_off_lease(b->fs, s, count); /* before their temps are written */
 		for (int i = 0; i < count; i++) {
 			struct key *k = &s->keys[i];
 			if (k->rc || k->op != (read ? KVC_RING_KEY_GET : KVC_RING_KEY_PUT))

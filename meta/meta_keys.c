@@ -87,7 +87,7 @@ static int key_create(struct kvc_meta_store *s, MDB_txn *txn, const struct kvc_i
 	if (rc == 0)
 		rc = kvc_meta_session_put(s, txn, rec.attr.ino, m->client);
 	if (rc == 0)
-		rc = kvc_meta_orphan_mark(s, txn, rec.attr.ino, true);
+		rc = kvc_meta_orphan_mark(s, txn, rec.attr.ino, KVC_ORPHAN_TEMP);
 	if (rc == 0)
 		*attr = rec.attr;
 	return rc;
@@ -102,13 +102,15 @@ static int drop(struct kvc_meta_store *s, MDB_txn *txn, uint64_t parent, const c
 	return rc == 0 ? kvc_meta_inode_unlinked(s, txn, rec) : rc;
 }
 
-/* The temp of a publish: a nameless regular file client has open (one
- * it made with CREATE and has not published or closed); else -ESTALE (a
- * temp reclaimed with a dropped client, or a number that was never one). */
+/* The temp of a publish: a temp client made with CREATE and has open
+ * (not published or closed yet); else -ESTALE (a temp reclaimed with a
+ * dropped client, a number that was never one, or a file whose last name
+ * went while it was open: no publish gives that one a name again). */
 static int temp_get(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
                     const uint8_t client[KVC_WIRE_CLIENT_ID], struct kvc_inode_record *rec)
 {
-	int rc = kvc_meta_inode_get(s, txn, ino, rec);
+	int rc = kvc_meta_orphan_kind(s, txn, ino);
+	rc = rc < 0 ? rc : rc == KVC_ORPHAN_TEMP ? kvc_meta_inode_get(s, txn, ino, rec) : -ESTALE;
 	if (rc == 0 && (!S_ISREG(rec->attr.mode) || rec->attr.nlink != 0))
 		rc = -ESTALE;
 	if (rc == 0)
@@ -138,7 +140,7 @@ static int key_publish(struct kvc_meta_store *s, MDB_txn *txn, const struct kvc_
 	if (rc == 0)
 		rc = kvc_meta_dirent_put(s, txn, parent, r->name, r->name_len, temp.attr.ino, temp.attr.mode);
 	if (rc == 0)
-		rc = kvc_meta_orphan_mark(s, txn, r->temp, false);
+		rc = kvc_meta_orphan_mark(s, txn, r->temp, 0);
 	if (rc == 0) {
 		int64_t now = kvc_meta_now_ns();
 		temp.attr.nlink = 1;

@@ -95,7 +95,7 @@ int kvc_meta_inode_unlinked(struct kvc_meta_store *s, MDB_txn *txn,
 		left.attr.nlink = 0;
 		left.attr.ctime_ns = kvc_meta_now_ns();
 		int rc = kvc_meta_inode_put(s, txn, &left);
-		return rc < 0 ? rc : kvc_meta_orphan_mark(s, txn, rec->attr.ino, true);
+		return rc < 0 ? rc : kvc_meta_orphan_mark(s, txn, rec->attr.ino, KVC_ORPHAN_REMOVED);
 	}
 	int rc = inode_del(s, txn, rec->attr.ino);
 	if (rc == 0 && S_ISREG(rec->attr.mode)) {

@@ -85,13 +85,24 @@ int kvc_meta_session_has(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
 	return rc == 0 ? 1 : rc == MDB_NOTFOUND ? 0 : kvc_lmdb_errno(rc);
 }
 
-int kvc_meta_orphan_mark(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino, bool orphan)
+int kvc_meta_orphan_mark(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino, uint8_t kind)
 {
 	uint8_t key[8];
 	kvc_meta_be64(key, ino);
-	MDB_val k = {8, key}, one = {1, "\1"};
-	int rc = orphan ? mdb_put(txn, s->orphans, &k, &one, 0) : mdb_del(txn, s->orphans, &k, NULL);
+	MDB_val k = {8, key}, mark = {1, &kind};
+	int rc = kind ? mdb_put(txn, s->orphans, &k, &mark, 0) : mdb_del(txn, s->orphans, &k, NULL);
 	return rc == MDB_NOTFOUND ? 0 : kvc_lmdb_errno(rc);
+}
+
+int kvc_meta_orphan_kind(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino)
+{
+	uint8_t key[8];
+	kvc_meta_be64(key, ino);
+	MDB_val k = {8, key}, v;
+	int rc = mdb_get(txn, s->orphans, &k, &v);
+	if (rc == MDB_NOTFOUND)
+		return 0;
+	return rc ? kvc_lmdb_errno(rc) : v.mv_size == 1 ? *(const uint8_t *)v.mv_data : 1;
 }
 
 /* After a close: an orphan nobody has open any more goes to the gc queue. */

@@ -102,14 +102,19 @@ int kvc_meta_dropped_has(struct kvc_meta_store *s, MDB_txn *txn,
 /* meta_opens.c, in txn: record the open session (ino, client); whether
  * it exists (1, 0 or -errno); end it (an orphan nobody has open any more
  * then goes to the gc queue); mark ino an orphan (a nameless file kept
- * while open) or not. */
+ * while open: KVC_ORPHAN_REMOVED, a file whose last name went;
+ * KVC_ORPHAN_TEMP, a ring key's temp, made nameless) or not (0); which
+ * kind of orphan ino is (0: none, or -errno). */
+#define KVC_ORPHAN_REMOVED 1
+#define KVC_ORPHAN_TEMP 2
 int kvc_meta_session_put(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
                          const uint8_t client[KVC_META_CLIENT_ID]);
 int kvc_meta_session_has(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
                          const uint8_t client[KVC_META_CLIENT_ID]);
 int kvc_meta_session_end(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
                          const uint8_t client[KVC_META_CLIENT_ID]);
-int kvc_meta_orphan_mark(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino, bool orphan);
+int kvc_meta_orphan_mark(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino, uint8_t kind);
+int kvc_meta_orphan_kind(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino);
 
 /* meta_grants.c: inode numbers granted to clients (INO_GRANT). put
  * records a new grant (-ESTALE while the client is dropped and has not

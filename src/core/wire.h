@@ -111,10 +111,10 @@
  *   17 a page pool's read lease is shared by its readers and named:
  *      POOL_LOCATIONS replies with each key's lease number (u32) after
  *      the pages; POOL_RELEASE_LEASES carries them back (as i64) and
- *      replies whether each lease was still held (u8). Ring keys' temps
- *      are nameless files their kvc-fuse has open: kvc_msg_keys carries
- *      the client (48 bytes, was 32), KEYS_CREATE has no records and
- *      KEYS_PUBLISH names its temp by inode.
+ *      replies whether each lease was still held (u8).
+ *   18 ring keys' temps are nameless files their kvc-fuse has open:
+ *      kvc_msg_keys carries the client (48 bytes, was 32), KEYS_CREATE
+ *      has no records and KEYS_PUBLISH names its temp by inode.
  */
 #ifndef KVC_WIRE_H
 #define KVC_WIRE_H
@@ -128,7 +128,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "kvcfs wire structs are little-endian in memory");
 
 #define KVC_WIRE_MAGIC 0x3143564bu /* "KVC1" */
-#define KVC_WIRE_VERSION 17
+#define KVC_WIRE_VERSION 18
 #define KVC_WIRE_MAX_BODY (1u << 20)
 #define KVC_WIRE_MAX_DATA (64u << 20)
 #define KVC_WIRE_MAX_NAME 255

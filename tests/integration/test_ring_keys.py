@@ -573,6 +573,64 @@ def test_a_get_racing_a_remove_or_replace_never_passes_holes_for_bytes(
     keys.close()
 
 
+def meta_orphans(cluster):
+    """kvc-meta's count of nameless files kept open (STATFS)."""
+    import struct
+    import kvcwire
+    sock, status = kvcwire.connect(cluster.meta_address)
+    with sock:
+        assert status == 0
+        sock.sendall(kvcwire.frame(kvcwire.STATFS, b""))
+        _, status, body, _ = kvcwire.recv_frame(sock)
+    assert status == 0
+    return struct.unpack_from("<Q", body, 24)[0]
+
+
+def ready_put(cluster, directory, name):
+    """A child process whose ring, iov and key directory are ready (so
+    registered with the servers); it puts a 64 KiB key when told."""
+    script = PUT_SCRIPT.format(path=str(ROOT / "tools" / "python")).replace(
+        "print(ring.put_keys", "print('ready', flush=True); sys.stdin.readline()\nprint(ring.put_keys")
+    child = subprocess.Popen([sys.executable, "-c", script, str(cluster.mount), str(directory),
+                              name, str(65536)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True,
+                             env=dict(os.environ, KVC_LIB=str(LIBKVC)))
+    assert child.stdout.readline().strip() == "ready"
+    return child
+
+
+def test_a_put_whose_directory_goes_leaves_no_temp_behind(cluster, workdir):
+    """A temp has no name, so the key directory is empty while a put
+    writes and an rmdir takes it; the publish then fails as a whole
+    (-ENOENT) and kvc-fuse closes the temp, which kvc-meta reclaims: no
+    nameless file stays open for the life of the kvc-fuse."""
+    from conftest import freeze
+    keys = workdir / "going"
+    keys.mkdir()
+    before = meta_orphans(cluster)
+    servers = [cluster.pid(f"s{i}") for i in (1, 2, 3)]
+    child = ready_put(cluster, keys, "k")
+    try:
+        for pid in servers:
+            freeze(pid)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        deadline = time.monotonic() + 20
+        while meta_orphans(cluster) == before:
+            assert time.monotonic() < deadline, "the put never made its temp"
+            time.sleep(0.02)
+        os.rmdir(keys)  # empty: the temp has no name
+    finally:
+        for pid in servers:
+            os.kill(pid, signal.SIGCONT)
+    out, _ = child.communicate(timeout=60)
+    assert int(out.split()[-1]) < 0, out  # -ENOENT, or -EIO had the write timed out
+    deadline = time.monotonic() + 10
+    while meta_orphans(cluster) != before:
+        assert time.monotonic() < deadline, "the temp stayed open"
+        time.sleep(0.1)
+
+
 def test_a_kvc_fuse_killed_mid_put_leaves_no_file_behind(cluster, workdir):
     """A put's temp is a nameless file kvc-fuse has open in kvc-meta (an
     orphan), not a hidden name: while the put's write waits (every storage
@@ -580,32 +638,16 @@ def test_a_kvc_fuse_killed_mid_put_leaves_no_file_behind(cluster, workdir):
     killed then, kvc-meta reclaims the temp once it drops the dead client
     (client_timeout_ms, 3 s here): nothing is left in the directory or in
     kvc-meta (this left a `.kvc-key.*` file for good before)."""
-    import struct
-    import kvcwire
     from conftest import freeze
 
-    def orphans():  # kvc-meta's STATFS: its count of nameless files kept open
-        sock, status = kvcwire.connect(cluster.meta_address)
-        with sock:
-            assert status == 0
-            sock.sendall(kvcwire.frame(kvcwire.STATFS, b""))
-            _, status, body, _ = kvcwire.recv_frame(sock)
-        assert status == 0
-        return struct.unpack_from("<Q", body, 24)[0]
+    def orphans():
+        return meta_orphans(cluster)
 
     before = orphans()
     servers = [cluster.pid(f"s{i}") for i in (1, 2, 3)]
-    # a put whose ring, iov and key directory are ready (registered with
-    # the servers) before they are frozen
-    script = PUT_SCRIPT.format(path=str(ROOT / "tools" / "python")).replace(
-        "print(ring.put_keys", "print('ready', flush=True); sys.stdin.readline()\nprint(ring.put_keys")
     fuse = cluster.pid("fuse")
-    child = subprocess.Popen([sys.executable, "-c", script, str(cluster.mount), str(workdir),
-                              "cut-short", str(65536)], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True,
-                             env=dict(os.environ, KVC_LIB=str(LIBKVC)))
+    child = ready_put(cluster, workdir, "cut-short")
     try:
-        assert child.stdout.readline().strip() == "ready"
         for pid in servers:
             freeze(pid)
         child.stdin.write("go\n")

@@ -212,6 +212,19 @@ Test(meta_keys, temps_belong_to_their_client_and_go_with_it)
 	cr_assert_eq(kvc_meta_store_lookup(store, parent, "stolen", 6, &attr), -ENOENT);
 	cr_assert_eq(counts().orphans, 3);
 
+	/* a file of client a's whose last name went while a had it open is
+	 * nameless and open too, but no temp: no publish names it again */
+	struct kvc_attr made;
+	cr_assert_eq(kvc_meta_store_create(store, parent, "open", 4, 0644, 7, 8, true, &made), 0);
+	cr_assert_eq(kvc_meta_store_open_session(store, made.ino, client_a, &attr), 0);
+	cr_assert_eq(kvc_meta_store_unlink(store, parent, "open", 4), 0);
+	r.len = 0;
+	publish_record(&r, 1, made.ino, "revived");
+	cr_assert_eq(run(KVC_MSG_KEYS_PUBLISH, parent, 0, &r, 1, out), 0);
+	cr_assert_eq(out[0].rc, -ESTALE);
+	cr_assert_eq(kvc_meta_store_lookup(store, parent, "revived", 7, &attr), -ENOENT);
+	cr_assert_eq(kvc_meta_store_close_session(store, made.ino, client_a), 0);
+
 	/* a closed temp (a failed write's) is reclaimed and cannot be published */
 	uint64_t gc_before = counts().gc_pending;
 	cr_assert_eq(kvc_meta_store_close_session(store, a[1], client_a), 0);
