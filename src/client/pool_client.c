@@ -137,44 +137,6 @@ static int call(struct kvc_meta *m, uint16_t type, const char *ns, struct kvc_ms
 	return rc;
 }
 
-/* One exchange whose reply may take wait_ms more than the pool's I/O
- * bound (POOL_WAIT): the connection's receive timeout is stretched for
- * it, then put back. Retried once on a fresh connection when a reused
- * one was dead before the request left (as kvc_rpc_call). Returns the
- * server's status or a transport -errno. */
-static int exchange_waiting(struct kvc_meta *m, uint16_t type, const void *body, uint32_t len,
-                            void *reply, uint32_t cap, uint32_t *reply_len, uint32_t wait_ms)
-{
-	for (int attempt = 0;; attempt++) {
-		bool reused, sent = false;
-		struct kvc_wire_header h;
-		int fd = kvc_rpc_pool_get(&m->pool, &reused);
-		if (fd < 0)
-			return fd;
-		uint64_t id = kvc_rpc_next_id(&m->pool);
-		kvc_wire_header_init(&h, type, id, 0, len, 0);
-		int rc = kvc_net_set_timeout(fd, m->pool.io_timeout_ms + (int)wait_ms);
-		if (rc == 0) {
-			rc = kvc_wire_send(fd, &h, body, NULL, 0);
-			sent = rc == 0;
-		}
-		if (rc == 0)
-			rc = kvc_wire_recv(fd, &h, reply, cap);
-		if (rc == 0 && (h.request_id != id || h.type != type || h.data_len != 0))
-			rc = -EBADMSG;
-		if (rc == 0)
-			rc = kvc_net_set_timeout(fd, m->pool.io_timeout_ms);
-		kvc_rpc_pool_put(&m->pool, fd, rc == 0);
-		if (rc == 0) {
-			*reply_len = h.body_len;
-			return h.status;
-		}
-		if (!(reused && attempt == 0 && !sent && (rc == -ECONNRESET || rc == -EPIPE)))
-			return rc;
-		kvc_rpc_pool_drain(&m->pool);
-	}
-}
-
 static struct kvc_msg_pool head_of(uint32_t rank, uint32_t count, uint32_t value)
 {
 	return (struct kvc_msg_pool){.rank = rank, .count = count, .value = value};
@@ -262,8 +224,9 @@ int kvc_meta_wait(struct kvc_meta *m, const char *ns, const struct kvc_meta_key 
 	int size = out ? encode(ns, head_of(0, count, timeout_ms), keys, NULL, 0, NULL, 0, &body)
 	               : -ENOMEM;
 	int rc = size < 0 ? size
-	                  : transport(exchange_waiting(m, KVC_MSG_POOL_WAIT, body, (uint32_t)size,
-	                                               out, count, &len, timeout_ms));
+	                  : transport(kvc_rpc_call_waiting(&m->pool, KVC_MSG_POOL_WAIT, body,
+	                                                   (uint32_t)size, out, count, &len,
+	                                                   (int)timeout_ms));
 	if (rc == 0 && len != count)
 		rc = -EIO;
 	int done = 0;

@@ -31,10 +31,16 @@ int kvc_storage_target_call_idempotent(struct kvc_storage_client *client, uint32
 	struct kvc_rpc_pool *pool = pool_of(client, target);
 	if (!pool)
 		return -EINVAL;
-	int rc = kvc_rpc_call(pool, type, body, body_len, reply, reply_cap, reply_len);
+	/* A SYNC answers once the target's writes are on its disk: after a
+	 * large write that is seconds of writeback, more than io_timeout_ms
+	 * (which then failed an fsync with EIO while the data was on its way). */
+	int wait = type == KVC_MSG_SYNC ? KVC_STORAGE_SYNC_WAIT_MS : 0;
+	int rc = kvc_rpc_call_waiting(pool, type, body, body_len, reply, reply_cap, reply_len,
+	                              wait);
 	if (rc == -ECONNRESET || rc == -EPIPE) {
 		kvc_rpc_pool_drain(pool);
-		rc = kvc_rpc_call(pool, type, body, body_len, reply, reply_cap, reply_len);
+		rc = kvc_rpc_call_waiting(pool, type, body, body_len, reply, reply_cap, reply_len,
+		                          wait);
 	}
 	return rc;
 }

@@ -24,7 +24,10 @@ int kvc_storage_target_call(struct kvc_storage_client *client, uint32_t target, 
 /* The same for a request that may be applied twice (a range operation):
  * when the connection reset under it (its server restarted unseen, the
  * request perhaps delivered), the server's pooled connections are dropped
- * and it is sent once more on a fresh one. */
+ * and it is sent once more on a fresh one. A SYNC's answer is awaited up
+ * to KVC_STORAGE_SYNC_WAIT_MS past io_timeout_ms (writeback of a large
+ * write takes longer than a request should). */
+#define KVC_STORAGE_SYNC_WAIT_MS (5 * 60 * 1000)
 int kvc_storage_target_call_idempotent(struct kvc_storage_client *client, uint32_t target,
                                        uint16_t type, const void *body, uint32_t body_len,
                                        void *reply, uint32_t reply_cap, uint32_t *reply_len);

@@ -182,9 +182,9 @@ static int exchange(struct kvc_rpc_pool *pool, int fd, uint16_t type,
 	return rc;
 }
 
-int kvc_rpc_call(struct kvc_rpc_pool *pool, uint16_t type, const void *body,
-                 uint32_t body_len, void *reply, uint32_t reply_cap,
-                 uint32_t *reply_len)
+int kvc_rpc_call_waiting(struct kvc_rpc_pool *pool, uint16_t type, const void *body,
+                         uint32_t body_len, void *reply, uint32_t reply_cap,
+                         uint32_t *reply_len, int wait_ms)
 {
 	for (int attempt = 0;; attempt++) {
 		bool reused, sent = false;
@@ -192,9 +192,14 @@ int kvc_rpc_call(struct kvc_rpc_pool *pool, uint16_t type, const void *body,
 		int fd = kvc_rpc_pool_get(pool, &reused);
 		if (fd < 0)
 			return fd;
-		int rc = exchange(pool, fd, type, body, body_len, reply, reply_cap,
-		                  reply_len, &status, &sent);
-		kvc_rpc_pool_put(pool, fd, rc == 0);
+		int rc = wait_ms > 0 ? kvc_net_set_timeout(fd, pool->io_timeout_ms + wait_ms) : 0;
+		if (rc == 0)
+			rc = exchange(pool, fd, type, body, body_len, reply, reply_cap, reply_len,
+			              &status, &sent);
+		/* a connection whose bound cannot be put back is not kept */
+		bool healthy = rc == 0 && (wait_ms <= 0 ||
+		                           kvc_net_set_timeout(fd, pool->io_timeout_ms) == 0);
+		kvc_rpc_pool_put(pool, fd, healthy);
 		if (rc == 0)
 			return status;
 		/* A reused connection that died under the request (its server
@@ -205,4 +210,11 @@ int kvc_rpc_call(struct kvc_rpc_pool *pool, uint16_t type, const void *body,
 			return rc;
 		kvc_rpc_pool_drain(pool);
 	}
+}
+
+int kvc_rpc_call(struct kvc_rpc_pool *pool, uint16_t type, const void *body,
+                 uint32_t body_len, void *reply, uint32_t reply_cap,
+                 uint32_t *reply_len)
+{
+	return kvc_rpc_call_waiting(pool, type, body, body_len, reply, reply_cap, reply_len, 0);
 }

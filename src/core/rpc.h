@@ -75,6 +75,12 @@ uint64_t kvc_rpc_next_id(struct kvc_rpc_pool *pool);
 int kvc_rpc_call(struct kvc_rpc_pool *pool, uint16_t type, const void *body,
                  uint32_t body_len, void *reply, uint32_t reply_cap,
                  uint32_t *reply_len);
+/* kvc_rpc_call for a request whose answer may take wait_ms longer than
+ * the pool's I/O bound (a SYNC that writes back gigabytes): the
+ * connection's receive timeout is stretched for it, then put back. */
+int kvc_rpc_call_waiting(struct kvc_rpc_pool *pool, uint16_t type, const void *body,
+                         uint32_t body_len, void *reply, uint32_t reply_cap,
+                         uint32_t *reply_len, int wait_ms);
 
 /* True for errors that mean "the server could not be reached or the
  * connection broke", as opposed to an answer from the server. */

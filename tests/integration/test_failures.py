@@ -100,6 +100,43 @@ def test_frozen_storage_server_times_out_with_eio(cluster, workdir):
     assert path.read_bytes() == data
 
 
+def test_fsync_waits_for_a_sync_slower_than_the_io_timeout(cluster, workdir):
+    """A SYNC answers once the target's writes are on its disk, which after
+    a large write takes seconds of writeback: fsync waits for it (up to
+    minutes), and does not fail with EIO at io_timeout_ms (2 s here), as it
+    did while the bytes were on their way. A server frozen for 3 s stands
+    in for the slow writeback."""
+    import threading
+    path = workdir / "slow-sync"
+    data = os.urandom(3 * CHUNK)
+    pid = cluster.pid("s1")
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        outcome = []
+        freeze(pid)
+        try:
+            syncer = threading.Thread(target=lambda: outcome.append(
+                _fsync(f.fileno())))
+            syncer.start()
+            time.sleep(3)  # past io_timeout_ms
+            assert syncer.is_alive(), f"fsync came back with the server frozen: {outcome}"
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        syncer.join(HANG)
+        assert not syncer.is_alive(), "fsync hung after the server came back"
+        assert outcome == [None], outcome
+    assert path.read_bytes() == data
+
+
+def _fsync(fd):
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        return e
+    return None
+
+
 def test_meta_down_gives_eio_not_a_hang(cluster, workdir):
     (workdir / "f").write_bytes(b"x")
     subprocess.run(["kill", "-KILL", str(cluster.pid("meta"))], check=True)
