@@ -440,6 +440,12 @@ static int each_target(struct kvc_storage_client *client, const struct kvc_layou
 				                                            &reply_len);
 				if (rc == 0) {
 					done |= bit;
+					/* a SYNC syncs every target of its server (h_sync):
+					 * one a server, not one a target */
+					for (uint32_t t = 0; !heads && type == KVC_MSG_SYNC &&
+					                     t < client->target_count && t < 64; t++)
+						if (client->target_server[t] == client->target_server[target])
+							done |= 1ull << t;
 				} else if (result == 0) {
 					result = kvc_storage_client_error(rc);
 					/* A head answers the rest of its chain's failures. */

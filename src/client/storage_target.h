@@ -25,9 +25,11 @@ int kvc_storage_target_call(struct kvc_storage_client *client, uint32_t target, 
  * when the connection reset under it (its server restarted unseen, the
  * request perhaps delivered), the server's pooled connections are dropped
  * and it is sent once more on a fresh one. A SYNC's answer is awaited up
- * to KVC_STORAGE_SYNC_WAIT_MS past io_timeout_ms (writeback of a large
- * write takes longer than a request should). */
-#define KVC_STORAGE_SYNC_WAIT_MS (5 * 60 * 1000)
+ * to KVC_STORAGE_SYNC_WAIT_MS past io_timeout_ms: the writeback of a large
+ * write (up to the kernel's dirty limit, a fifth of memory by default, at
+ * disk speed) takes longer than a request should, and a server that hangs
+ * costs an fsync that minute, then EIO. */
+#define KVC_STORAGE_SYNC_WAIT_MS (60 * 1000)
 int kvc_storage_target_call_idempotent(struct kvc_storage_client *client, uint32_t target,
                                        uint16_t type, const void *body, uint32_t body_len,
                                        void *reply, uint32_t reply_cap, uint32_t *reply_len);

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -46,6 +47,46 @@
  * covers any logical block size up to it. The piece's own buffers are
  * allocated on it. */
 #define DIRECT_ALIGN 4096u
+
+/* cachestat(2), Linux 6.5 (the headers of older systems lack it). */
+#ifndef __NR_cachestat
+#define __NR_cachestat 451
+#endif
+struct cachestat_range {
+	uint64_t off, len;
+};
+struct cachestat_out {
+	uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+};
+
+/* Whether the page cache holds every page of the piece's aligned blocks:
+ * 1 yes, 0 no, -1 not known (a kernel without cachestat). Asked before
+ * the reads of a store that reads cold data with O_DIRECT: a RWF_NOWAIT
+ * read of data not cached starts the kernel's readahead before it gives
+ * up, which would read the piece from the disk twice and put it in the
+ * page cache after all. */
+static int piece_cached(struct kvc_chunk_read *r)
+{
+	struct kvc_chunk_store *store = r->store;
+	if (atomic_load_explicit(&store->no_cachestat, memory_order_relaxed))
+		return -1;
+	struct cachestat_range range = {r->aligned_start, r->aligned_length};
+	struct cachestat_out out;
+	if (syscall(__NR_cachestat, r->fd, &range, &out, 0) < 0) {
+		if (errno == ENOSYS)
+			atomic_store_explicit(&store->no_cachestat, true, memory_order_relaxed);
+		return -1;
+	}
+	uint64_t pages = (r->aligned_start + r->aligned_length + 4095) / 4096 - r->aligned_start / 4096;
+	return out.nr_cache >= pages;
+}
+
+/* Whether the piece goes by O_DIRECT if the page cache lacks it. */
+static bool direct_wanted(const struct kvc_chunk_read *r)
+{
+	return r->store->direct_reads &&
+	       !atomic_load_explicit(&r->store->direct_refused, memory_order_relaxed);
+}
 
 /* A buffer of n bytes that O_DIRECT may read into (freed with free). */
 static uint8_t *direct_buffer(size_t n)
@@ -316,9 +357,7 @@ static int open_blocks(struct kvc_chunk_read *r)
 static void direct_choose(struct kvc_chunk_read *r)
 {
 	struct kvc_chunk_store *store = r->store;
-	bool fits = store->direct_reads &&
-	            !atomic_load_explicit(&store->direct_refused, memory_order_relaxed) &&
-	            (r->aligned_start + r->read_from) % DIRECT_ALIGN == 0;
+	bool fits = direct_wanted(r) && (r->aligned_start + r->read_from) % DIRECT_ALIGN == 0;
 	for (int v = 0; fits && v < r->vec_count; v++)
 		fits = (uintptr_t)r->vec[v].iov_base % DIRECT_ALIGN == 0 &&
 		       r->vec[v].iov_len % DIRECT_ALIGN == 0;
@@ -335,15 +374,15 @@ static void direct_choose(struct kvc_chunk_read *r)
  * now on. */
 static void direct_refused(struct kvc_chunk_read *r)
 {
-	atomic_store_explicit(&r->store->direct_refused, true, memory_order_relaxed);
+	if (!atomic_exchange_explicit(&r->store->direct_refused, true, memory_order_relaxed))
+		kvc_log_error("%s refuses O_DIRECT reads: its reads go through the page cache",
+		              r->store->path);
 	int flags = fcntl(r->fd, F_GETFL);
 	ssize_t got = flags >= 0 && fcntl(r->fd, F_SETFL, flags & ~O_DIRECT) == 0
 	                      ? preadv(r->fd, r->vec, r->vec_count,
 	                               (off_t)(r->aligned_start + r->read_from))
 	                      : -1;
 	r->io_result = got < 0 ? -errno : (int)got + (int)r->read_from;
-	kvc_log_error("%s refuses O_DIRECT reads: its reads go through the page cache",
-	              r->store->path);
 }
 
 static void unlock_piece(struct kvc_chunk_read *r)
@@ -409,7 +448,11 @@ static int read_begin(struct kvc_chunk_read *r, struct kvc_chunk_ring *ring)
 	txn = NULL;
 	r->status = open_blocks(r);
 	r->read_from = 0;
-	if (r->status < 0 || (!ring->ring_only && read_cached(r, ring->bounce)))
+	/* data the page cache holds is read at once; with O_DIRECT reads on,
+	 * only data it holds whole is tried (piece_cached) */
+	if (r->status < 0 ||
+	    (!ring->ring_only && (!direct_wanted(r) || piece_cached(r) != 0) &&
+	     read_cached(r, ring->bounce)))
 		goto out;
 	direct_choose(r);
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&ring->ring); /* space checked above */

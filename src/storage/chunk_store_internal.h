@@ -35,6 +35,7 @@ struct kvc_chunk_store {
 	atomic_bool nowait_refused; /* its filesystem refuses RWF_NOWAIT: reads by the ring only */
 	bool direct_reads;          /* data not cached read with O_DIRECT (set before serving) */
 	atomic_bool direct_refused; /* its filesystem refuses O_DIRECT: through the page cache */
+	atomic_bool no_cachestat;   /* the kernel has no cachestat(2) (before 6.5) */
 	/* file pieces read at once from the page cache, through the ring by
 	 * the page cache, and through the ring with O_DIRECT */
 	atomic_uint_fast64_t reads_cached, reads_ring, reads_direct;

@@ -57,6 +57,11 @@ bool kvc_fuse_lease_fresh(struct kvc_fuse *fs)
 	return true;
 }
 
+void kvc_close_queue_retry_later(struct kvc_fuse *fs, const uint64_t *inos, uint32_t n, int rc)
+{
+	(void)fs, (void)inos, (void)n, (void)rc;
+}
+
 int fuse_lowlevel_notify_inval_inode(struct fuse_session *se, fuse_ino_t ino, off_t off,
                                      off_t len)
 {
