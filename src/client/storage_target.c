@@ -33,8 +33,12 @@ int kvc_storage_target_call_idempotent(struct kvc_storage_client *client, uint32
 		return -EINVAL;
 	/* A SYNC answers once the target's writes are on its disk: after a
 	 * large write that is seconds of writeback, more than io_timeout_ms
-	 * (which then failed an fsync with EIO while the data was on its way). */
-	int wait = type == KVC_MSG_SYNC ? KVC_STORAGE_SYNC_WAIT_MS : 0;
+	 * (which then failed an fsync with EIO while the data was on its way).
+	 * Not while a manager keeps the routing table: there a server that
+	 * stops answering is taken out of its chains within failure_timeout_ms
+	 * and the SYNC goes on without it (storage_client.c each_target), which
+	 * a long wait on it would hold up past the client's patience. */
+	int wait = type == KVC_MSG_SYNC && !client->following ? KVC_STORAGE_SYNC_WAIT_MS : 0;
 	int rc = kvc_rpc_call_waiting(pool, type, body, body_len, reply, reply_cap, reply_len,
 	                              wait);
 	if (rc == -ECONNRESET || rc == -EPIPE) {

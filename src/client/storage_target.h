@@ -28,7 +28,9 @@ int kvc_storage_target_call(struct kvc_storage_client *client, uint32_t target, 
  * to KVC_STORAGE_SYNC_WAIT_MS past io_timeout_ms: the writeback of a large
  * write (up to the kernel's dirty limit, a fifth of memory by default, at
  * disk speed) takes longer than a request should, and a server that hangs
- * costs an fsync that minute, then EIO. */
+ * costs an fsync that minute, then EIO. Only without a manager: with one,
+ * a server that does not answer within io_timeout_ms is waited out by the
+ * routing table instead (it leaves its chains). */
 #define KVC_STORAGE_SYNC_WAIT_MS (60 * 1000)
 int kvc_storage_target_call_idempotent(struct kvc_storage_client *client, uint32_t target,
                                        uint16_t type, const void *body, uint32_t body_len,
