@@ -119,7 +119,8 @@ int kvc_meta_lease_locations(struct kvc_meta *meta, const char *ns, uint32_t ran
  * than its lease), and should be dropped, as should one of a key deleted
  * or cleared meanwhile (not held: its lease runs on out of sight). A
  * lease ends early when its last reader releases it. Returns how many
- * leases were held, or -errno (-EINVAL: leases NULL). */
+ * leases were held, or -errno (-EINVAL: more than KVC_META_MAX_BATCH keys,
+ * or leases NULL with keys to release). */
 int kvc_meta_leases_release(struct kvc_meta *meta, const char *ns,
                             const struct kvc_meta_key *keys, const uint32_t *leases,
                             uint32_t count, bool *held);

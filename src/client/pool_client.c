@@ -244,6 +244,8 @@ int kvc_meta_lease_locations(struct kvc_meta *m, const char *ns, uint32_t rank,
                              int64_t *pages, uint32_t *leases)
 {
 	uint32_t len = 0;
+	if (count > KVC_META_MAX_BATCH)
+		return -EINVAL;
 	uint8_t *out = malloc(count ? count * 12u : 12u);
 	int rc = out ? call(m, KVC_MSG_POOL_LOCATIONS, ns, head_of(rank, count, lease_ms), keys,
 	                    NULL, 0, NULL, 0, out, count * 12u, &len)
@@ -270,6 +272,8 @@ int kvc_meta_leases_release(struct kvc_meta *m, const char *ns,
                             const struct kvc_meta_key *keys, const uint32_t *leases,
                             uint32_t count, bool *held)
 {
+	if (count > KVC_META_MAX_BATCH)
+		return -EINVAL;
 	uint8_t *out = calloc(count ? count : 1, 1);
 	int64_t *numbers = malloc(count ? count * 8u : 8u); /* sent as i64, as CONFIRM's pages */
 	uint32_t len = 0;
@@ -295,6 +299,8 @@ int kvc_meta_leases_release(struct kvc_meta *m, const char *ns,
 int kvc_meta_release_leases(struct kvc_meta *m, const char *ns,
                             const struct kvc_meta_key *keys, uint32_t count)
 {
+	if (count > KVC_META_MAX_BATCH)
+		return -EINVAL;
 	uint32_t *none = calloc(count ? count : 1, sizeof(*none)); /* number 0: nothing */
 	int rc = none ? kvc_meta_leases_release(m, ns, keys, none, count, NULL) : -ENOMEM;
 	free(none);

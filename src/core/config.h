@@ -25,8 +25,8 @@
  *                               # placement where the server is on this
  *                               # host, else TCP) or tcp (TCP always)
  *   connect_timeout_ms = 2000   # client side bounds: nothing hangs
- *   io_timeout_ms = 5000        # (a SYNC waits up to a minute more:
- *                               # client/storage_target.h)
+ *   io_timeout_ms = 5000        # (without managers a SYNC waits up to a
+ *                               # minute more: client/storage_target.h)
  *   server_max_connections = 4096   # per kvc-meta / kvc-storage server
  *   server_idle_timeout_ms = 600000  # a connection idle this long is
  *                               # closed (0: never)

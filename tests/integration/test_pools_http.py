@@ -325,6 +325,13 @@ def test_native_api_through_libkvc(cluster):
     assert lib.kvc_meta_leases_release(handle, ns, keys, bogus, 2, held) == 0
     assert not any(held)
     assert lib.kvc_meta_leases_release(handle, ns, keys, None, 2, held) == -22  # EINVAL
+    # a count past the batch limit is refused before anything is touched
+    # (count * 8 wrapped: a small buffer, then 2^29 entries copied into it)
+    for call in (lambda n: lib.kvc_meta_leases_release(handle, ns, keys, leases0, n, held),
+                 lambda n: lib.kvc_meta_lease_locations(handle, ns, 0, keys, n, 1, pages,
+                                                        leases0),
+                 lambda n: lib.kvc_meta_release_leases(handle, ns, keys, n)):
+        assert call(1 << 29) == -22 and call(4097) == -22
     # the call of before lease numbers releases nothing: leases end by time
     n2 = one[0]
     assert lib.kvc_meta_allocate(handle, ns, 1, extra, 1, one, None) == 0 and one[0] >= 0
