@@ -599,17 +599,13 @@ def ready_put(cluster, directory, name):
     return child
 
 
-def test_a_put_whose_directory_goes_leaves_no_temp_behind(cluster, workdir):
-    """A temp has no name, so the key directory is empty while a put
-    writes and an rmdir takes it; the publish then fails as a whole
-    (-ENOENT) and kvc-fuse closes the temp, which kvc-meta reclaims: no
-    nameless file stays open for the life of the kvc-fuse."""
+def freeze_under_a_put(cluster, child, before):
+    """Freeze every storage server, let the ready put go, and wait until
+    its temp is made (kvc-meta's orphan count above `before`): the put's
+    write then waits on the frozen servers. Returns their pids (the caller
+    thaws them)."""
     from conftest import freeze
-    keys = workdir / "going"
-    keys.mkdir()
-    before = meta_orphans(cluster)
     servers = [cluster.pid(f"s{i}") for i in (1, 2, 3)]
-    child = ready_put(cluster, keys, "k")
     try:
         for pid in servers:
             freeze(pid)
@@ -619,6 +615,24 @@ def test_a_put_whose_directory_goes_leaves_no_temp_behind(cluster, workdir):
         while meta_orphans(cluster) == before:
             assert time.monotonic() < deadline, "the put never made its temp"
             time.sleep(0.02)
+    except BaseException:
+        for pid in servers:
+            os.kill(pid, signal.SIGCONT)
+        raise
+    return servers
+
+
+def test_a_put_whose_directory_goes_leaves_no_temp_behind(cluster, workdir):
+    """A temp has no name, so the key directory is empty while a put
+    writes and an rmdir takes it; the publish then fails as a whole
+    (-ENOENT) and kvc-fuse closes the temp, which kvc-meta reclaims: no
+    nameless file stays open for the life of the kvc-fuse."""
+    keys = workdir / "going"
+    keys.mkdir()
+    before = meta_orphans(cluster)
+    child = ready_put(cluster, keys, "k")
+    servers = freeze_under_a_put(cluster, child, before)
+    try:
         os.rmdir(keys)  # empty: the temp has no name
     finally:
         for pid in servers:
@@ -638,26 +652,14 @@ def test_a_kvc_fuse_killed_mid_put_leaves_no_file_behind(cluster, workdir):
     killed then, kvc-meta reclaims the temp once it drops the dead client
     (client_timeout_ms, 3 s here): nothing is left in the directory or in
     kvc-meta (this left a `.kvc-key.*` file for good before)."""
-    from conftest import freeze
-
-    def orphans():
-        return meta_orphans(cluster)
-
-    before = orphans()
-    servers = [cluster.pid(f"s{i}") for i in (1, 2, 3)]
+    before = meta_orphans(cluster)
     fuse = cluster.pid("fuse")
     child = ready_put(cluster, workdir, "cut-short")
+    servers = []
     try:
-        for pid in servers:
-            freeze(pid)
-        child.stdin.write("go\n")
-        child.stdin.flush()
         # the temp is made, its write waits: kill kvc-fuse before the write
         # times out (io_timeout_ms 2 s) and closes the temp itself
-        deadline = time.monotonic() + 20
-        while orphans() == before:
-            assert time.monotonic() < deadline, "the put never made its temp"
-            time.sleep(0.02)
+        servers = freeze_under_a_put(cluster, child, before)
         listed = os.listdir(workdir)
         os.kill(fuse, signal.SIGKILL)
         assert listed == [], listed
@@ -668,7 +670,7 @@ def test_a_kvc_fuse_killed_mid_put_leaves_no_file_behind(cluster, workdir):
         child.wait()
         cluster.restart("fuse", "KILL")
     deadline = time.monotonic() + 30
-    while orphans() != before:
+    while meta_orphans(cluster) != before:
         assert time.monotonic() < deadline, "the dead client's temp was never reclaimed"
         time.sleep(0.2)
     assert os.listdir(workdir) == []
