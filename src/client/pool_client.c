@@ -223,10 +223,11 @@ int kvc_meta_wait(struct kvc_meta *m, const char *ns, const struct kvc_meta_key 
 	uint32_t len = 0;
 	int size = out ? encode(ns, head_of(0, count, timeout_ms), keys, NULL, 0, NULL, 0, &body)
 	               : -ENOMEM;
+	struct kvc_rpc_patience patience = {.wait_ms = (int)timeout_ms};
 	int rc = size < 0 ? size
 	                  : transport(kvc_rpc_call_waiting(&m->pool, KVC_MSG_POOL_WAIT, body,
 	                                                   (uint32_t)size, out, count, &len,
-	                                                   (int)timeout_ms));
+	                                                   &patience));
 	if (rc == 0 && len != count)
 		rc = -EIO;
 	int done = 0;

@@ -28,6 +28,14 @@ bool kvc_storage_client_chain(struct kvc_storage_client *client, uint32_t id,
 	return found;
 }
 
+bool kvc_storage_client_serves(struct kvc_storage_client *client, uint32_t target)
+{
+	pthread_rwlock_rdlock(&client->chains_lock);
+	bool serves = kvc_chains_of_target(&client->chains, target) >= 0;
+	pthread_rwlock_unlock(&client->chains_lock);
+	return serves;
+}
+
 void kvc_storage_client_chains(struct kvc_storage_client *client, struct kvc_chains *out)
 {
 	pthread_rwlock_rdlock(&client->chains_lock);

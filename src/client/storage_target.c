@@ -24,6 +24,22 @@ int kvc_storage_target_call(struct kvc_storage_client *client, uint32_t target, 
 	return kvc_rpc_call(pool, type, body, body_len, reply, reply_cap, reply_len);
 }
 
+struct sync_wait {
+	struct kvc_storage_client *client;
+	uint32_t target;
+};
+
+/* With a manager, a SYNC is awaited while its target stays in the routing
+ * table: a server that stops answering leaves its chains within
+ * failure_timeout_ms and the SYNC goes on without it (storage_client.c
+ * each_target); one still writing back gigabytes keeps heartbeating,
+ * stays, and is waited for. */
+static bool still_serving(void *arg)
+{
+	const struct sync_wait *w = arg;
+	return kvc_storage_client_serves(w->client, w->target);
+}
+
 int kvc_storage_target_call_idempotent(struct kvc_storage_client *client, uint32_t target,
                                        uint16_t type, const void *body, uint32_t body_len,
                                        void *reply, uint32_t reply_cap, uint32_t *reply_len)
@@ -34,17 +50,19 @@ int kvc_storage_target_call_idempotent(struct kvc_storage_client *client, uint32
 	/* A SYNC answers once the target's writes are on its disk: after a
 	 * large write that is seconds of writeback, more than io_timeout_ms
 	 * (which then failed an fsync with EIO while the data was on its way).
-	 * Not while a manager keeps the routing table: there a server that
-	 * stops answering is taken out of its chains within failure_timeout_ms
-	 * and the SYNC goes on without it (storage_client.c each_target), which
-	 * a long wait on it would hold up past the client's patience. */
-	int wait = type == KVC_MSG_SYNC && !client->following ? KVC_STORAGE_SYNC_WAIT_MS : 0;
+	 * Without a manager it is awaited up to KVC_STORAGE_SYNC_WAIT_MS more;
+	 * with one, as long as its target still serves (still_serving). */
+	struct sync_wait w = {.client = client, .target = target};
+	struct kvc_rpc_patience sync = {.wait_ms = KVC_STORAGE_SYNC_WAIT_MS,
+	                                .still = client->following ? still_serving : NULL,
+	                                .arg = &w};
+	const struct kvc_rpc_patience *patience = type == KVC_MSG_SYNC ? &sync : NULL;
 	int rc = kvc_rpc_call_waiting(pool, type, body, body_len, reply, reply_cap, reply_len,
-	                              wait);
+	                              patience);
 	if (rc == -ECONNRESET || rc == -EPIPE) {
 		kvc_rpc_pool_drain(pool);
 		rc = kvc_rpc_call_waiting(pool, type, body, body_len, reply, reply_cap, reply_len,
-		                          wait);
+		                          patience);
 	}
 	return rc;
 }

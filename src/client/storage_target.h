@@ -27,10 +27,12 @@ int kvc_storage_target_call(struct kvc_storage_client *client, uint32_t target, 
  * and it is sent once more on a fresh one. A SYNC's answer is awaited up
  * to KVC_STORAGE_SYNC_WAIT_MS past io_timeout_ms: the writeback of a large
  * write (up to the kernel's dirty limit, a fifth of memory by default, at
- * disk speed) takes longer than a request should, and a server that hangs
- * costs an fsync that minute, then EIO. Only without a manager: with one,
- * a server that does not answer within io_timeout_ms is waited out by the
- * routing table instead (it leaves its chains). */
+ * disk speed) takes longer than a request should. Without a manager a
+ * server that hangs costs an fsync that minute, then EIO; with one, the
+ * wait ends (-ETIMEDOUT) at the first io_timeout_ms slice after the
+ * target left the routing table (a server that stops heartbeating leaves
+ * its chains within failure_timeout_ms), and a server that heartbeats
+ * while it writes back is waited for. */
 #define KVC_STORAGE_SYNC_WAIT_MS (60 * 1000)
 int kvc_storage_target_call_idempotent(struct kvc_storage_client *client, uint32_t target,
                                        uint16_t type, const void *body, uint32_t body_len,

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/clock.h"
+
 int kvc_rpc_pool_init(struct kvc_rpc_pool *pool, const char *address,
                       const struct kvc_auth_cred *cred, int connect_timeout_ms,
                       int io_timeout_ms)
@@ -42,15 +44,54 @@ uint64_t kvc_rpc_next_id(struct kvc_rpc_pool *pool)
 	return atomic_fetch_add(&pool->next_request_id, 1);
 }
 
+/* A request's patience (rpc.h) and its one deadline, the I/O bound plus
+ * wait_ms from when the request began: its handshake, when it needs a new
+ * connection, and its answer share it. */
+struct waiting {
+	const struct kvc_rpc_patience *patience;
+	int64_t end_ns;
+};
+
+/* Wait until fd has an answer to read (nothing to wait for without w): in
+ * slices of the pool's I/O bound, asking patience->still after each. */
+static int await_answer(const struct kvc_rpc_pool *pool, int fd, const struct waiting *w)
+{
+	int rc = w ? -ETIMEDOUT : 0;
+	while (w) {
+		int64_t left_ms = (w->end_ns - (int64_t)kvc_clock_monotonic_ns()) / 1000000;
+		if (left_ms <= 0)
+			break;
+		int slice = (int)(pool->io_timeout_ms > 0 && left_ms > pool->io_timeout_ms
+		                      ? pool->io_timeout_ms
+		                      : left_ms);
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		int n = poll(&p, 1, slice);
+		if (n > 0) {
+			rc = 0; /* an answer, or the end the receive reports */
+			break;
+		}
+		if (n < 0 && errno != EINTR) {
+			rc = -errno;
+			break;
+		}
+		if (n == 0 && w->patience->still && !w->patience->still(w->patience->arg))
+			break;
+	}
+	return rc;
+}
+
 /* One handshake frame out and its reply in (reply: exactly reply_len
  * bytes, or none on a refusal). Returns the server's status or -errno. */
 static int handshake_step(struct kvc_rpc_pool *pool, int fd, uint16_t type, const void *body,
-                          uint32_t body_len, void *reply, uint32_t reply_len)
+                          uint32_t body_len, void *reply, uint32_t reply_len,
+                          const struct waiting *w)
 {
 	struct kvc_wire_header h;
 	uint64_t id = kvc_rpc_next_id(pool);
 	kvc_wire_header_init(&h, type, id, 0, body_len, 0);
 	int rc = kvc_wire_send(fd, &h, body, NULL, 0);
+	if (rc == 0)
+		rc = await_answer(pool, fd, w);
 	if (rc == 0)
 		rc = kvc_wire_recv(fd, &h, reply, reply_len);
 	if (rc == 0 && (h.type != type || h.request_id != id || h.data_len))
@@ -63,8 +104,10 @@ static int handshake_step(struct kvc_rpc_pool *pool, int fd, uint16_t type, cons
 }
 
 /* The client side of the handshake (core/auth.h): HELLO with our nonce,
- * AUTH with our proof, then the server must prove the same secret. */
-static int greet(struct kvc_rpc_pool *pool, int fd)
+ * AUTH with our proof, then the server must prove the same secret. The
+ * answers are awaited as the request's patience says: a server busy past
+ * the I/O bound is so for its handshake too. */
+static int greet(struct kvc_rpc_pool *pool, int fd, const struct waiting *w)
 {
 	const struct kvc_auth_cred *cred = &pool->cred;
 	struct {
@@ -74,15 +117,15 @@ static int greet(struct kvc_rpc_pool *pool, int fd)
 	struct kvc_msg_auth_nonce theirs;
 	struct kvc_msg_auth_proof proof;
 	if (cred->role == KVC_AUTH_NONE)
-		return handshake_step(pool, fd, KVC_MSG_HELLO, &hello, sizeof(hello.hello), NULL, 0);
+		return handshake_step(pool, fd, KVC_MSG_HELLO, &hello, sizeof(hello.hello), NULL, 0, w);
 	int rc = kvc_auth_nonce(hello.nonce.nonce);
 	if (rc == 0)
 		rc = handshake_step(pool, fd, KVC_MSG_HELLO, &hello, sizeof(hello), &theirs,
-		                    sizeof(theirs));
+		                    sizeof(theirs), w);
 	if (rc < 0)
 		return rc;
 	kvc_auth_proof(&cred->key, false, cred->role, hello.nonce.nonce, theirs.nonce, proof.mac);
-	rc = handshake_step(pool, fd, KVC_MSG_AUTH, &proof, sizeof(proof), &proof, sizeof(proof));
+	rc = handshake_step(pool, fd, KVC_MSG_AUTH, &proof, sizeof(proof), &proof, sizeof(proof), w);
 	/* A server that cannot prove the secret is no server of this cluster:
 	 * nothing is sent to it. */
 	if (rc == 0 && !kvc_auth_proof_check(&cred->key, true, cred->role, hello.nonce.nonce,
@@ -90,7 +133,7 @@ static int greet(struct kvc_rpc_pool *pool, int fd)
 		rc = -EACCES;
 	if (rc == 0 && pool->has_hello)
 		rc = handshake_step(pool, fd, KVC_MSG_CLIENT_HELLO, &pool->hello,
-		                    sizeof(pool->hello), NULL, 0);
+		                    sizeof(pool->hello), NULL, 0, w);
 	return rc;
 }
 
@@ -108,7 +151,7 @@ static bool idle_is_dead(int fd)
 	return poll(&p, 1, 0) != 0;
 }
 
-int kvc_rpc_pool_get(struct kvc_rpc_pool *pool, bool *reused)
+static int pool_get(struct kvc_rpc_pool *pool, bool *reused, const struct waiting *w)
 {
 	int fd = -1;
 	pthread_mutex_lock(&pool->lock);
@@ -127,12 +170,17 @@ int kvc_rpc_pool_get(struct kvc_rpc_pool *pool, bool *reused)
 	fd = kvc_net_connect(pool->address, pool->connect_timeout_ms, pool->io_timeout_ms);
 	if (fd < 0)
 		return fd;
-	int rc = greet(pool, fd);
+	int rc = greet(pool, fd, w);
 	if (rc < 0) {
 		close(fd);
 		return rc;
 	}
 	return fd;
+}
+
+int kvc_rpc_pool_get(struct kvc_rpc_pool *pool, bool *reused)
+{
+	return pool_get(pool, reused, NULL);
 }
 
 void kvc_rpc_pool_put(struct kvc_rpc_pool *pool, int fd, bool healthy)
@@ -163,13 +211,16 @@ bool kvc_rpc_is_transport_error(int rc)
 
 static int exchange(struct kvc_rpc_pool *pool, int fd, uint16_t type,
                     const void *body, uint32_t body_len, void *reply,
-                    uint32_t reply_cap, uint32_t *reply_len, int *status, bool *sent)
+                    uint32_t reply_cap, uint32_t *reply_len, const struct waiting *w,
+                    int *status, bool *sent)
 {
 	struct kvc_wire_header h;
 	uint64_t id = kvc_rpc_next_id(pool);
 	kvc_wire_header_init(&h, type, id, 0, body_len, 0);
 	int rc = kvc_wire_send(fd, &h, body, NULL, 0);
 	*sent = rc == 0;
+	if (rc == 0)
+		rc = await_answer(pool, fd, w);
 	if (rc == 0)
 		rc = kvc_wire_recv(fd, &h, reply, reply_cap);
 	if (rc == 0 && (h.request_id != id || h.type != type || h.data_len != 0))
@@ -184,22 +235,23 @@ static int exchange(struct kvc_rpc_pool *pool, int fd, uint16_t type,
 
 int kvc_rpc_call_waiting(struct kvc_rpc_pool *pool, uint16_t type, const void *body,
                          uint32_t body_len, void *reply, uint32_t reply_cap,
-                         uint32_t *reply_len, int wait_ms)
+                         uint32_t *reply_len, const struct kvc_rpc_patience *patience)
 {
+	struct waiting waiting = {
+		.patience = patience,
+		.end_ns = (int64_t)kvc_clock_monotonic_ns() +
+		          ((int64_t)(pool->io_timeout_ms > 0 ? pool->io_timeout_ms : 0) +
+		           (patience ? patience->wait_ms : 0)) * 1000000};
+	const struct waiting *w = patience && patience->wait_ms > 0 ? &waiting : NULL;
 	for (int attempt = 0;; attempt++) {
 		bool reused, sent = false;
 		int status = 0;
-		int fd = kvc_rpc_pool_get(pool, &reused);
+		int fd = pool_get(pool, &reused, w);
 		if (fd < 0)
 			return fd;
-		int rc = wait_ms > 0 ? kvc_net_set_timeout(fd, pool->io_timeout_ms + wait_ms) : 0;
-		if (rc == 0)
-			rc = exchange(pool, fd, type, body, body_len, reply, reply_cap, reply_len,
-			              &status, &sent);
-		/* a connection whose bound cannot be put back is not kept */
-		bool healthy = rc == 0 && (wait_ms <= 0 ||
-		                           kvc_net_set_timeout(fd, pool->io_timeout_ms) == 0);
-		kvc_rpc_pool_put(pool, fd, healthy);
+		int rc = exchange(pool, fd, type, body, body_len, reply, reply_cap, reply_len, w,
+		                  &status, &sent);
+		kvc_rpc_pool_put(pool, fd, rc == 0);
 		if (rc == 0)
 			return status;
 		/* A reused connection that died under the request (its server
@@ -216,5 +268,5 @@ int kvc_rpc_call(struct kvc_rpc_pool *pool, uint16_t type, const void *body,
                  uint32_t body_len, void *reply, uint32_t reply_cap,
                  uint32_t *reply_len)
 {
-	return kvc_rpc_call_waiting(pool, type, body, body_len, reply, reply_cap, reply_len, 0);
+	return kvc_rpc_call_waiting(pool, type, body, body_len, reply, reply_cap, reply_len, NULL);
 }

@@ -75,12 +75,25 @@ uint64_t kvc_rpc_next_id(struct kvc_rpc_pool *pool);
 int kvc_rpc_call(struct kvc_rpc_pool *pool, uint16_t type, const void *body,
                  uint32_t body_len, void *reply, uint32_t reply_cap,
                  uint32_t *reply_len);
-/* kvc_rpc_call for a request whose answer may take wait_ms longer than
- * the pool's I/O bound (a SYNC that writes back gigabytes): the
- * connection's receive timeout is stretched for it, then put back. */
+/* How long kvc_rpc_call_waiting waits for an answer: up to wait_ms past
+ * the pool's I/O bound, in slices of that bound; after each slice,
+ * still(arg), when given, says whether the answer is still worth waiting
+ * for (its server still in the routing table, say), and a no ends the
+ * wait with -ETIMEDOUT. */
+struct kvc_rpc_patience {
+	int wait_ms;
+	bool (*still)(void *arg);
+	void *arg;
+};
+
+/* kvc_rpc_call for a request whose answer may take longer than the pool's
+ * I/O bound (a SYNC that writes back gigabytes, a wait for page-pool
+ * keys): the answer, and the handshake of a new connection, are awaited
+ * as patience says (NULL: as kvc_rpc_call), within one deadline; the rest
+ * of the exchange runs under the usual bound. */
 int kvc_rpc_call_waiting(struct kvc_rpc_pool *pool, uint16_t type, const void *body,
                          uint32_t body_len, void *reply, uint32_t reply_cap,
-                         uint32_t *reply_len, int wait_ms);
+                         uint32_t *reply_len, const struct kvc_rpc_patience *patience);
 
 /* True for errors that mean "the server could not be reached or the
  * connection broke", as opposed to an answer from the server. */

@@ -34,10 +34,11 @@ class Cluster:
     servers: kvc-storage servers (ports port_base + 1 ..) of `targets`
     targets each; replicas: targets per chain; managers: kvc-mgmt managers
     m1.. (ports port_base + 61 ..) over a local etcd (port_base + 50, kvc-
-    cluster runs it), with quick failure detection."""
+    cluster runs it), with quick failure detection (failure_timeout_ms)."""
 
     def __init__(self, base, mount, port_base, meta_extra="", http=None, servers=3,
-                 replicas=1, targets=1, managers=0, direct_reads=False):
+                 replicas=1, targets=1, managers=0, direct_reads=False,
+                 failure_timeout_ms=1500):
         self.dir = pathlib.Path(base)
         self.mount = pathlib.Path(mount)
         self.port_base = port_base
@@ -51,6 +52,7 @@ class Cluster:
         self.replicas = replicas
         self.targets_per_server = targets
         self.direct_reads = direct_reads
+        self.failure_timeout_ms = failure_timeout_ms
         self.etcd = f"http://127.0.0.1:{port_base + 50}"
         self.manager_addresses = [f"127.0.0.1:{port_base + 60 + i}"
                                   for i in range(1, managers + 1)]
@@ -77,7 +79,8 @@ class Cluster:
         managers = "".join(f"\n[mgmt m{i}]\naddress = {a}\nmetrics = {m}\n"
                            for i, (a, m) in enumerate(zip(self.manager_addresses,
                                                           self.manager_metrics), 1))
-        top = (f"etcd = {self.etcd}\nheartbeat_ms = 200\nfailure_timeout_ms = 1500\n"
+        top = (f"etcd = {self.etcd}\nheartbeat_ms = 200\n"
+               f"failure_timeout_ms = {self.failure_timeout_ms}\n"
                if self.manager_addresses else "")
         self.conf.write_text(
             f"secret_file = {self.secret_file}\npool_secret_file = {self.pool_secret_file}\n"
@@ -136,7 +139,8 @@ def _drop_caches():
 
 
 @contextlib.contextmanager
-def chained_cluster(prefix, port_base, http_port, servers, replicas, targets, managers=0):
+def chained_cluster(prefix, port_base, http_port, servers, replicas, targets, managers=0,
+                    failure_timeout_ms=1500):
     """A cluster of its own for one test module (chains, maybe managers),
     in a private directory; afterwards every storage server and manager
     a test stopped (SIGSTOP) is let go first, then everything is stopped
@@ -144,7 +148,8 @@ def chained_cluster(prefix, port_base, http_port, servers, replicas, targets, ma
     base = tempfile.mkdtemp(prefix=f"kvc-{prefix}-")
     mount = tempfile.mkdtemp(prefix=f"kvc-{prefix}-mnt-")
     c = Cluster(base, mount, port_base, http=f"127.0.0.1:{http_port}", servers=servers,
-                replicas=replicas, targets=targets, managers=managers)
+                replicas=replicas, targets=targets, managers=managers,
+                failure_timeout_ms=failure_timeout_ms)
     c.stop()
     try:
         c.start()
