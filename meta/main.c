@@ -288,7 +288,8 @@ int main(int argc, char **argv)
 		return 1;
 	rc = kvc_meta_sessions_create(config.client_timeout_ms, &svc.sessions);
 	if (rc == 0)
-		rc = kvc_meta_watches_create(config.meta_watch_entries, &svc.watches);
+		rc = kvc_meta_watches_create(config.meta_watch_entries, config.cache_ttl_ms,
+		                             &svc.watches);
 	if (rc == 0)
 		rc = kvc_meta_collector_start(svc.store, svc.pools, svc.sessions, &storage, 1000,
 		                              &svc.collector);

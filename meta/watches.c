@@ -58,6 +58,13 @@ struct kvc_meta_watches {
 	uint32_t next_serial;
 	uint64_t next_stream;
 	int64_t flood_until_ns, max_ttl_ns;
+	/* The start window (watches.h): changes made since the start, encoded
+	 * as a queue is, while now < log_until_ns; log_lost: some were not
+	 * kept (past KVC_META_WATCH_QUEUE bytes, or the log is gone). */
+	int64_t started_ns, log_until_ns;
+	uint8_t *log;
+	uint32_t logged, log_cap;
+	bool log_lost, start_window; /* start_window: created with a start_ttl */
 	struct kvc_meta_watcher *watchers[KVC_META_WATCHERS_MAX];
 	int watcher_count;
 	struct kvc_meta_watch_stats stats;
@@ -67,7 +74,8 @@ struct kvc_meta_watches {
 	struct recent recent[RECENT_SLOTS];
 };
 
-int kvc_meta_watches_create(uint32_t max_entries, struct kvc_meta_watches **out)
+int kvc_meta_watches_create(uint32_t max_entries, uint32_t start_ttl_ms,
+                            struct kvc_meta_watches **out)
 {
 	struct kvc_meta_watches *w = calloc(1, sizeof(*w));
 	uint32_t buckets = 1024;
@@ -96,6 +104,15 @@ int kvc_meta_watches_create(uint32_t max_entries, struct kvc_meta_watches **out)
 		w->entries[i].next = i + 1 < max_entries ? i + 1 : NO_ENTRY;
 	w->free_head = 0;
 	w->next_serial = 1;
+	w->started_ns = kvc_clock_monotonic_ns();
+	if (start_ttl_ms > KVC_META_WATCH_MAX_TTL_MS)
+		start_ttl_ms = KVC_META_WATCH_MAX_TTL_MS;
+	w->start_window = start_ttl_ms != 0;
+	if (start_ttl_ms) {
+		w->log_until_ns = w->started_ns +
+		                  ((int64_t)start_ttl_ms + KVC_META_WATCH_MARGIN_MS) * 1000000;
+		w->flood_until_ns = w->log_until_ns;
+	}
 	*out = w;
 	return 0;
 }
@@ -140,10 +157,13 @@ void kvc_meta_watches_destroy(struct kvc_meta_watches *w)
 	for (int i = 0; i < w->watcher_count; i++)
 		watcher_free(w->watchers[i]);
 	pthread_mutex_destroy(&w->lock);
+	free(w->log);
 	free(w->entries);
 	free(w->buckets);
 	free(w);
 }
+
+static void start_replay(struct kvc_meta_watches *w, struct kvc_meta_watcher *c, int64_t now);
 
 int kvc_meta_watches_bind(struct kvc_meta_watches *w, const uint8_t id[KVC_WIRE_CLIENT_ID],
                           uint32_t ttl_ms, struct kvc_meta_watcher **out)
@@ -169,11 +189,14 @@ int kvc_meta_watches_bind(struct kvc_meta_watches *w, const uint8_t id[KVC_WIRE_
 		w->watchers[w->watcher_count++] = c;
 	}
 	if (rc == 0) {
+		bool made = c->ttl_ns == 0;
 		/* The longest ttl any connection of the client asked for. */
 		if (ttl_ns > c->ttl_ns)
 			c->ttl_ns = ttl_ns;
 		if (ttl_ns > w->max_ttl_ns)
 			w->max_ttl_ns = ttl_ns;
+		if (made)
+			start_replay(w, c, kvc_clock_monotonic_ns());
 		c->refs++;
 		c->idle_ns = 0;
 		*out = c;
@@ -285,34 +308,83 @@ void kvc_meta_watches_note_since(struct kvc_meta_watches *w, struct kvc_meta_wat
 	pthread_mutex_unlock(&w->lock);
 }
 
+/* Append one encoded event (wire.h: kvc_msg_watch_event, then the name
+ * padded to 8) to the buffer *buf of *len bytes, capacity *cap, which
+ * grows up to KVC_META_WATCH_QUEUE. Returns false when it would not fit. */
+static bool encode_event(uint8_t **buf, uint32_t *len, uint32_t *cap, uint32_t kind,
+                         uint64_t id, const char *name, uint32_t name_len)
+{
+	uint32_t nlen = kind == KVC_WATCH_NAME ? name_len : 0;
+	uint32_t need = (uint32_t)sizeof(struct kvc_msg_watch_event) + ((nlen + 7) & ~7u);
+	if (*len + need > *cap) {
+		uint32_t grown_cap = *cap ? *cap * 2 : 4096;
+		while (grown_cap < *len + need)
+			grown_cap *= 2;
+		uint8_t *grown = grown_cap <= KVC_META_WATCH_QUEUE ? realloc(*buf, grown_cap) : NULL;
+		if (!grown)
+			return false;
+		*buf = grown;
+		*cap = grown_cap;
+	}
+	struct kvc_msg_watch_event ev = {.id = id, .kind = kind, .name_len = nlen};
+	memcpy(*buf + *len, &ev, sizeof(ev));
+	memset(*buf + *len + sizeof(ev), 0, need - sizeof(ev));
+	if (nlen)
+		memcpy(*buf + *len + sizeof(ev), name, nlen);
+	*len += need;
+	return true;
+}
+
 /* Queue one event for c (lock held). */
 static void enqueue(struct kvc_meta_watches *w, struct kvc_meta_watcher *c, uint32_t kind,
                     uint64_t id, const char *name, uint32_t name_len)
 {
-	uint32_t len = kind == KVC_WATCH_NAME ? name_len : 0;
-	uint32_t need = (uint32_t)sizeof(struct kvc_msg_watch_event) + ((len + 7) & ~7u);
-	if (c->queued + need > c->queue_cap) {
-		uint32_t cap = c->queue_cap ? c->queue_cap * 2 : 4096;
-		while (cap < c->queued + need)
-			cap *= 2;
-		uint8_t *grown = cap <= KVC_META_WATCH_QUEUE ? realloc(c->queue, cap) : NULL;
-		if (!grown) {
-			c->lost = true;
-			w->stats.dropped++;
-			pthread_cond_signal(&c->wake);
-			return;
-		}
-		c->queue = grown;
-		c->queue_cap = cap;
+	if (encode_event(&c->queue, &c->queued, &c->queue_cap, kind, id, name, name_len)) {
+		w->stats.events++;
+	} else {
+		c->lost = true;
+		w->stats.dropped++;
 	}
-	struct kvc_msg_watch_event ev = {.id = id, .kind = kind, .name_len = len};
-	memcpy(c->queue + c->queued, &ev, sizeof(ev));
-	memset(c->queue + c->queued + sizeof(ev), 0, need - sizeof(ev));
-	if (len)
-		memcpy(c->queue + c->queued + sizeof(ev), name, len);
-	c->queued += need;
-	w->stats.events++;
 	pthread_cond_signal(&c->wake);
+}
+
+/* The start window (lock held): log a change made in it; past it, let the
+ * log go (a watcher made later, whose own window still runs, is told
+ * that changes were lost: start_replay). */
+static void start_log(struct kvc_meta_watches *w, int64_t now, uint32_t kind, uint64_t id,
+                      const char *name, uint32_t name_len)
+{
+	if (now < w->log_until_ns) {
+		if (!w->log_lost &&
+		    !encode_event(&w->log, &w->logged, &w->log_cap, kind, id, name, name_len))
+			w->log_lost = true;
+	} else if (w->log) {
+		free(w->log);
+		w->log = NULL;
+		w->logged = w->log_cap = 0;
+		w->log_lost = true;
+	}
+}
+
+/* A watcher new since the start (lock held): a client that cached from the
+ * kvc-meta before this one may hold what changed since our start; within
+ * its window (the start plus its ttl), everything changed goes to it,
+ * first the log, then every change (the flood). */
+static void start_replay(struct kvc_meta_watches *w, struct kvc_meta_watcher *c, int64_t now)
+{
+	int64_t until = w->started_ns + c->ttl_ns;
+	if (!w->start_window || until <= now)
+		return; /* what it cached before our start has expired */
+	if (until > w->flood_until_ns)
+		w->flood_until_ns = until;
+	if (w->log_lost || (w->logged && !(c->queue = malloc(w->logged)))) {
+		c->lost = true;
+	} else if (w->logged) {
+		memcpy(c->queue, w->log, w->logged);
+		c->queued = c->queue_cap = w->logged;
+	}
+	if (until > w->log_until_ns && !w->log_lost)
+		w->log_until_ns = until;
 }
 
 /* Record a change of the object hashed h by origin in the recent table
@@ -358,6 +430,7 @@ void kvc_meta_watches_changed(struct kvc_meta_watches *w, const struct kvc_meta_
 	uint64_t h_dir = kvc_wire_watch_hash(KVC_WATCH_DIR, id, NULL, 0);
 	uint32_t origin_serial = origin ? origin->serial : 0;
 	pthread_mutex_lock(&w->lock);
+	start_log(w, now, kind, id, name, name_len);
 	recent_mark(w, h, origin_serial);
 	if (kind == KVC_WATCH_NAME)
 		recent_mark(w, h_dir, origin_serial); /* a name of directory id */

@@ -31,6 +31,15 @@
  * watcher until all watches that could have been noted then have expired
  * (a flood, correct and bounded, logged).
  *
+ * A start: watches live in memory, so a kvc-meta that starts knows
+ * nothing of what clients cached from the one before it. For a window
+ * after the start (start_ttl_ms, the cluster's cache_ttl_ms, plus the
+ * margin; longer for a client that binds with a longer ttl) every change
+ * goes to every watcher (a flood), and is kept in a start log (bounded as
+ * a queue is) that a watcher made in its window receives first: a client
+ * that comes back after a change still hears of it, and one whose events
+ * did not all fit is told they were lost.
+ *
  * Lock: one mutex for everything here but the change count (an atomic,
  * so kvc_meta_watches_begin on every request takes no lock), a leaf:
  * nothing else is taken or called under it (no LMDB, no network), and
@@ -51,7 +60,9 @@
 struct kvc_meta_watches;
 struct kvc_meta_watcher;
 
-int kvc_meta_watches_create(uint32_t max_entries, struct kvc_meta_watches **out);
+/* start_ttl_ms: the start window (above) without the margin; 0: none. */
+int kvc_meta_watches_create(uint32_t max_entries, uint32_t start_ttl_ms,
+                            struct kvc_meta_watches **out);
 /* Streams return; no call may run meanwhile or after but destroy. */
 void kvc_meta_watches_stop(struct kvc_meta_watches *w);
 void kvc_meta_watches_destroy(struct kvc_meta_watches *w);

@@ -59,6 +59,24 @@ def test_new_key_reaches_a_client_that_looked_it_up_before(workdir, other):
     assert statistics.median(times) < EVENT_BOUND, "seen only after a cache timeout"
 
 
+def test_a_restarted_kvc_meta_still_tells_clients_of_new_keys(cluster, workdir, other):
+    """A kvc-meta that restarts forgets which client cached what: the
+    decode host's cached "absent" for a key, looked up before the restart,
+    is still dropped within milliseconds when the prefill host writes the
+    key after it, whether the decode host's event stream is back by then or
+    not (it used to stay absent for the 10 s ttl)."""
+    names = [f"restart-{i}" for i in range(4)]
+    for name in names:
+        assert not os.path.exists(os.path.join(other, name))  # cached: absent
+    cluster.restart("meta", "KILL")
+    for name in names:
+        data = os.urandom(4096)
+        with open(workdir / name, "wb") as f:
+            f.write(data)
+        took = seen_within(lambda: opens(os.path.join(other, name)) == data)
+        assert took is not None and took < EVENT_BOUND, f"{name} seen after {took}"
+
+
 def test_replaced_key_and_removed_key(workdir, other):
     """A key replaced by rename (an editor's or a connector's atomic write)
     and a key removed: the other client sees both soon; an overwrite in

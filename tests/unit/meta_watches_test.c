@@ -1,6 +1,8 @@
 /* Unit tests of kvc-meta's watches (meta/watches.h): who is told of a
  * change, once; the origin never; a full table floods instead of missing
- * an event; the stream sends events and heartbeats and ends on stop. */
+ * an event; the stream sends events and heartbeats and ends on stop; after
+ * a start, a client that cached from the kvc-meta before hears of every
+ * change, made before or after it came back. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <pthread.h>
@@ -12,7 +14,7 @@
 
 #include "meta/watches.h"
 
-static const uint8_t id_a[16] = {1}, id_b[16] = {2};
+static const uint8_t id_a[16] = {1}, id_b[16] = {2}, id_c[16] = {3};
 
 struct streamer {
 	struct kvc_meta_watches *w;
@@ -74,7 +76,7 @@ Test(meta_watches, others_are_told_once_and_the_origin_never)
 	struct kvc_meta_watcher *a, *b;
 	struct streamer s;
 	int peer;
-	cr_assert_eq(kvc_meta_watches_create(1024, &w), 0);
+	cr_assert_eq(kvc_meta_watches_create(1024, 0, &w), 0);
 	cr_assert_eq(kvc_meta_watches_bind(w, id_a, 10000, &a), 0);
 	cr_assert_eq(kvc_meta_watches_bind(w, id_b, 10000, &b), 0);
 	start_stream(&s, w, a, &peer);
@@ -120,7 +122,7 @@ Test(meta_watches, a_full_table_floods_rather_than_misses)
 {
 	struct kvc_meta_watches *w;
 	struct kvc_meta_watcher *a, *b;
-	cr_assert_eq(kvc_meta_watches_create(64, &w), 0);
+	cr_assert_eq(kvc_meta_watches_create(64, 0, &w), 0);
 	cr_assert_eq(kvc_meta_watches_bind(w, id_a, 10000, &a), 0);
 	cr_assert_eq(kvc_meta_watches_bind(w, id_b, 10000, &b), 0);
 	char name[16];
@@ -145,7 +147,7 @@ Test(meta_watches, bad_binds_are_refused)
 {
 	struct kvc_meta_watches *w;
 	struct kvc_meta_watcher *a;
-	cr_assert_eq(kvc_meta_watches_create(64, &w), 0);
+	cr_assert_eq(kvc_meta_watches_create(64, 0, &w), 0);
 	cr_assert_eq(kvc_meta_watches_bind(w, id_a, 0, &a), -EINVAL);
 	cr_assert_eq(kvc_meta_watches_bind(w, id_a, KVC_META_WATCH_MAX_TTL_MS + 1, &a), -EINVAL);
 	kvc_meta_watches_destroy(w);
@@ -157,7 +159,7 @@ Test(meta_watches, a_stream_ends_when_its_peer_goes)
 	struct kvc_meta_watcher *a;
 	struct streamer s;
 	int peer;
-	cr_assert_eq(kvc_meta_watches_create(64, &w), 0);
+	cr_assert_eq(kvc_meta_watches_create(64, 0, &w), 0);
 	cr_assert_eq(kvc_meta_watches_bind(w, id_a, 1000, &a), 0);
 	start_stream(&s, w, a, &peer);
 	close(peer);
@@ -177,7 +179,7 @@ Test(meta_watches, a_change_between_a_read_and_its_note_is_told)
 	struct kvc_meta_watches *w;
 	struct kvc_meta_watcher *a, *b;
 	struct kvc_meta_watch_stats st;
-	cr_assert_eq(kvc_meta_watches_create(1024, &w), 0);
+	cr_assert_eq(kvc_meta_watches_create(1024, 0, &w), 0);
 	cr_assert_eq(kvc_meta_watches_bind(w, id_a, 10000, &a), 0);
 	cr_assert_eq(kvc_meta_watches_bind(w, id_b, 10000, &b), 0);
 	uint64_t since = kvc_meta_watches_begin(w);            /* a's LOOKUP reads: absent */
@@ -207,7 +209,7 @@ Test(meta_watches, a_client_back_within_its_ttl_gets_what_changed_meanwhile)
 	struct kvc_meta_watcher *a, *b;
 	struct streamer s;
 	int peer;
-	cr_assert_eq(kvc_meta_watches_create(1024, &w), 0);
+	cr_assert_eq(kvc_meta_watches_create(1024, 0, &w), 0);
 	cr_assert_eq(kvc_meta_watches_bind(w, id_a, 10000, &a), 0);
 	cr_assert_eq(kvc_meta_watches_bind(w, id_b, 10000, &b), 0);
 	kvc_meta_watches_note(w, a, KVC_WATCH_NAME, 9, "later", 5);
@@ -237,7 +239,7 @@ Test(meta_watches, a_directory_watch_hears_every_name_and_lives_on)
 	struct streamer s;
 	struct kvc_meta_watch_stats st;
 	int peer;
-	cr_assert_eq(kvc_meta_watches_create(1024, &w), 0);
+	cr_assert_eq(kvc_meta_watches_create(1024, 0, &w), 0);
 	cr_assert_eq(kvc_meta_watches_bind(w, id_a, 10000, &a), 0);
 	cr_assert_eq(kvc_meta_watches_bind(w, id_b, 10000, &b), 0);
 	start_stream(&s, w, a, &peer);
@@ -274,5 +276,77 @@ Test(meta_watches, a_directory_watch_hears_every_name_and_lives_on)
 	close(s.fd);
 	kvc_meta_watches_unbind(w, a);
 	kvc_meta_watches_unbind(w, b);
+	kvc_meta_watches_destroy(w);
+}
+
+Test(meta_watches, after_a_start_every_change_reaches_every_client_even_one_that_comes_later)
+{
+	struct kvc_meta_watches *w;
+	struct kvc_meta_watcher *a, *b, *c;
+	struct streamer s;
+	int peer;
+	cr_assert_eq(kvc_meta_watches_create(1024, 10000, &w), 0);
+	cr_assert_eq(kvc_meta_watches_bind(w, id_a, 10000, &a), 0);
+	cr_assert_eq(kvc_meta_watches_bind(w, id_b, 10000, &b), 0);
+	/* Nobody noted anything (the notes were the old server's): a still
+	 * hears of b's change, and c, back only after it, hears of it too. */
+	kvc_meta_watches_changed(w, b, KVC_WATCH_NAME, 7, "key", 3);
+	struct kvc_meta_watch_stats st;
+	kvc_meta_watches_stats(w, &st);
+	cr_assert_eq(st.events, 1, "a is told, b (the origin) is not");
+	cr_assert_eq(kvc_meta_watches_bind(w, id_c, 10000, &c), 0);
+	start_stream(&s, w, c, &peer);
+	uint32_t flags, kinds[8];
+	uint64_t ids[8];
+	char names[256];
+	cr_assert_eq(next_events(peer, &flags, kinds, ids, names), 1);
+	cr_assert_eq(flags & KVC_WATCH_LOST, 0);
+	cr_assert_eq(kinds[0], KVC_WATCH_NAME);
+	cr_assert_eq(ids[0], 7);
+	cr_assert_str_eq(names, "key");
+	/* A change after c came: c hears of it as well, unnoted. */
+	kvc_meta_watches_changed(w, a, KVC_WATCH_INODE, 42, NULL, 0);
+	cr_assert_eq(next_events(peer, &flags, kinds, ids, names), 1);
+	cr_assert_eq(kinds[0], KVC_WATCH_INODE);
+	cr_assert_eq(ids[0], 42);
+	kvc_meta_watches_stop(w);
+	pthread_join(s.thread, NULL);
+	close(peer);
+	close(s.fd);
+	kvc_meta_watches_unbind(w, a);
+	kvc_meta_watches_unbind(w, b);
+	kvc_meta_watches_unbind(w, c);
+	kvc_meta_watches_destroy(w);
+}
+
+Test(meta_watches, a_start_log_that_overflowed_tells_a_late_client_events_were_lost)
+{
+	struct kvc_meta_watches *w;
+	struct kvc_meta_watcher *b, *c;
+	struct streamer s;
+	int peer;
+	cr_assert_eq(kvc_meta_watches_create(1024, 10000, &w), 0);
+	cr_assert_eq(kvc_meta_watches_bind(w, id_b, 10000, &b), 0);
+	char name[256];
+	memset(name, 'n', sizeof(name));
+	/* Each record is 24 bytes and 256 of name: past the 1 MiB bound. */
+	for (int i = 0; i < 4000; i++) {
+		int len = snprintf(name, sizeof(name), "%d", i);
+		name[len] = 'n';
+		kvc_meta_watches_changed(w, b, KVC_WATCH_NAME, 7, name, 255);
+	}
+	cr_assert_eq(kvc_meta_watches_bind(w, id_c, 10000, &c), 0);
+	start_stream(&s, w, c, &peer);
+	uint32_t flags, kinds[8];
+	uint64_t ids[8];
+	static char names[1 << 16];
+	next_events(peer, &flags, kinds, ids, names);
+	cr_assert(flags & KVC_WATCH_LOST, "a client that missed changes is told so");
+	kvc_meta_watches_stop(w);
+	pthread_join(s.thread, NULL);
+	close(peer);
+	close(s.fd);
+	kvc_meta_watches_unbind(w, b);
+	kvc_meta_watches_unbind(w, c);
 	kvc_meta_watches_destroy(w);
 }
