@@ -5,6 +5,7 @@
 #include "meta/meta_store_internal.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <lmdb.h>
 #include <limits.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 #include "core/fsutil.h"
 #include "core/layout.h"
 #include "core/lmdb_txn.h"
+#include "core/log.h"
 
 #define MAP_SIZE (16ull << 30)
 
@@ -141,6 +143,24 @@ static int create_root(struct kvc_meta_store *s, MDB_txn *txn)
 	return rc;
 }
 
+/* After a reboot: the numbering jumps past what was given out after the
+ * last checkpoint (meta_store.h). */
+static int skip_given_out(struct kvc_meta_store *s, MDB_txn *txn)
+{
+	uint64_t next_ino;
+	int rc = kvc_meta_state_get(s, txn, "next_ino", &next_ino, sizeof(next_ino));
+	if (rc == 0 && next_ino > UINT64_MAX - KVC_META_INO_REBOOT_GAP)
+		rc = -EOVERFLOW;
+	if (rc == 0) {
+		kvc_log_warn("namespace opened after a reboot: inode numbers go on from %" PRIu64
+		             " (not %" PRIu64 "), past any given out after the last checkpoint",
+		             next_ino + KVC_META_INO_REBOOT_GAP, next_ino);
+		next_ino += KVC_META_INO_REBOOT_GAP;
+		rc = kvc_meta_state_put(s, txn, "next_ino", &next_ino, sizeof(next_ino));
+	}
+	return rc;
+}
+
 static int open_tables(struct kvc_meta_store *s)
 {
 	MDB_txn *txn;
@@ -178,6 +198,8 @@ static int open_tables(struct kvc_meta_store *s)
 		rc = has;
 	else if (format != KVC_META_FORMAT)
 		rc = -EINVAL;
+	else if (kvc_lmdb_checkpoint_after_reboot(s->checkpoint))
+		rc = skip_given_out(s, txn);
 	return kvc_lmdb_finish(txn, rc);
 }
 
@@ -227,6 +249,8 @@ int kvc_meta_store_open(const char *dir, const struct kvc_layout *default_layout
 		rc = kvc_lmdb_checkpoint_env_open(dir, MAP_SIZE, 16, &s->env, &s->checkpoint);
 	if (rc == 0)
 		rc = open_tables(s);
+	if (rc == 0 && kvc_lmdb_checkpoint_after_reboot(s->checkpoint))
+		rc = kvc_meta_store_sync(s); /* the jump is durable before any number goes */
 	if (rc < 0) {
 		kvc_meta_store_close(s);
 		return rc;

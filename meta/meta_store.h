@@ -50,6 +50,12 @@
  *                          here or in a grant (meta_adopt.h), so some
  *                          never have an inode
  *            "next_target" u32: round-robin start for the next file
+ *   After a reboot (the newest checkpoint another boot's) "next_ino" jumps
+ *   by KVC_META_INO_REBOOT_GAP before anything else, made durable at
+ *   once: a machine crash takes the store back to its last checkpoint,
+ *   and numbers given out after it (to files whose chunks may be on the
+ *   storage servers, in grants a surviving client still holds) must not
+ *   be given out again, or a new file would read a lost one's bytes.
  *
  * Inode 1 is the root directory. Directory nlink is 2 + subdirectories;
  * any other inode's nlink is its number of names (hard links). Regular
@@ -84,6 +90,8 @@
 
 #define KVC_META_FORMAT 1
 #define KVC_META_ROOT 1
+/* More numbers than one sync interval can give out (meta_store.h above). */
+#define KVC_META_INO_REBOOT_GAP ((uint64_t)1 << 32)
 #define KVC_META_CLIENT_ID 16
 
 struct kvc_meta_store;

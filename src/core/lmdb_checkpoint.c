@@ -66,6 +66,7 @@ struct kvc_lmdb_checkpoint {
 	MDB_txn *pin;      /* keeps the last durable checkpoint's pages */
 	bool fallback;     /* unknown LMDB format: every commit syncs instead */
 	bool opened;       /* the first checkpoint was taken */
+	bool after_reboot; /* the newest checkpoint at open was another boot's */
 	char dir[PATH_MAX]; /* for the log */
 	/* The data file's last page when the last checkpoint began (read
 	 * without the lock by admit: a stale value only shifts when the next
@@ -372,8 +373,11 @@ int kvc_lmdb_checkpoint_open(MDB_env *env, const char *dir, struct kvc_lmdb_chec
 		}
 	}
 	/* Go on numbering from the file's newest record. */
-	if (rc == 0 && record_read(cp->fd, &last) == 0)
+	if (rc == 0 && record_read(cp->fd, &last) == 0) {
 		cp->sequence = last.sequence;
+		cp->after_reboot = cp->boot_id[0] != '\0' &&
+		                   strncmp(cp->boot_id, last.boot_id, BOOT_ID) != 0;
+	}
 	if (rc == 0)
 		rc = kvc_lmdb_checkpoint_sync(cp);
 	if (rc < 0) {
@@ -383,6 +387,11 @@ int kvc_lmdb_checkpoint_open(MDB_env *env, const char *dir, struct kvc_lmdb_chec
 	cp->opened = true;
 	*out = cp;
 	return 0;
+}
+
+bool kvc_lmdb_checkpoint_after_reboot(const struct kvc_lmdb_checkpoint *cp)
+{
+	return cp->after_reboot;
 }
 
 void kvc_lmdb_checkpoint_close(struct kvc_lmdb_checkpoint *cp)

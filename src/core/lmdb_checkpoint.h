@@ -89,6 +89,7 @@
 #define KVC_LMDB_CHECKPOINT_H
 
 #include <lmdb.h>
+#include <stdbool.h>
 
 struct kvc_lmdb_checkpoint;
 
@@ -110,6 +111,13 @@ int kvc_lmdb_checkpoint_open(MDB_env *env, const char *dir, struct kvc_lmdb_chec
  * (close cp, then env); on failure nothing is left open. 0 or -errno. */
 int kvc_lmdb_checkpoint_env_open(const char *dir, size_t map_size, unsigned max_dbs,
                                  MDB_env **env, struct kvc_lmdb_checkpoint **cp);
+
+/* Whether the newest checkpoint found at open was written in another boot:
+ * the machine went down since, and whatever the environment gave out
+ * after that checkpoint (a counter's values, say) may have been seen by
+ * others and forgotten here, even when nothing needed to go back (a clean
+ * close looks the same). */
+bool kvc_lmdb_checkpoint_after_reboot(const struct kvc_lmdb_checkpoint *cp);
 
 /* Take a checkpoint: when it returns 0, every transaction committed
  * before the call is durable and is where a machine crash goes back to.

@@ -233,6 +233,39 @@ def test_fsync_and_fsyncdir_survive_a_machine_crash(quiet_cluster):
     assert fsck_problems(c).startswith("page pools: 0 problem")
 
 
+def test_a_file_made_after_a_crash_never_reads_a_lost_file_s_bytes(quiet_cluster):
+    """A machine crash takes kvc-meta back to its last checkpoint, and with
+    it the next inode number; the chunks of files made after that
+    checkpoint stay on the storage servers. A new file must not get a lost
+    file's number and read its bytes where it has holes (it did: files
+    made by another client after the crash got the lost files' numbers).
+    Files made by kvc-meta (O_EXCL: kvc-fuse makes truncating creates
+    itself, with numbers granted durably before use)."""
+    c = quiet_cluster
+    (c.mount / "d").mkdir()
+    lost = set()
+    for i in range(100):
+        path = c.mount / "d" / f"lost-{i}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(fd, b"\xab" * 4096)  # nothing syncs them
+        os.close(fd)
+        lost.add(os.stat(path).st_ino)
+    assert wait_until(lambda: stat_size(c, "/d/lost-99") == 4096, timeout=30)
+    machine_crash_of_meta(c)
+    assert stat_size(c, "/d/lost-99") is None, "the crash took the unsynced files"
+    proc, mount2 = second_mount(c)  # a client that never saw the lost files
+    try:
+        os.makedirs(os.path.join(mount2, "e"), exist_ok=True)
+        for i in range(100):
+            new = os.path.join(mount2, "e", f"new-{i}")
+            with open(new, "wb") as f:  # numbers from a grant made after the crash
+                f.truncate(4096)
+            assert os.stat(new).st_ino not in lost, f"new-{i}: a lost file's inode number"
+            assert open(new, "rb").read() == bytes(4096), "a hole reads zeros"
+    finally:
+        drop_second_mount(proc, mount2)
+
+
 def test_kill9_under_load_loses_nothing_acknowledged(cluster, workdir):
     """kill -9 of kvc-meta while files are created and pool keys confirmed:
     everything acknowledged before is there after the restart, and the

@@ -212,6 +212,36 @@ Test(meta_checkpoint, a_machine_crash_goes_back_to_the_checkpoint_whatever_reach
 	release(&flushed), release(&live), release(&checkpoint);
 }
 
+Test(meta_checkpoint, numbers_given_out_after_the_checkpoint_are_not_given_again_after_a_crash)
+{
+	struct file flushed, live, checkpoint;
+	struct kvc_meta_store *dead = namespace_history(&flushed, &live, &checkpoint);
+	struct kvc_attr last, a, b;
+	cr_assert_eq(kvc_meta_store_create(dead, KVC_META_ROOT, "last", 4, 0644, 0, 0, true, &last),
+	             0);
+	setenv("KVC_BOOT_ID", "another-boot", 1);
+	/* None of the later pages on the disk (nothing to go back over, yet
+	 * the numbers went), and all of them. */
+	for (int percent = 0; percent <= 100; percent += 100) {
+		crash_image(&flushed, &live, &checkpoint, 1, percent);
+		struct kvc_meta_store *s;
+		cr_assert_eq(kvc_meta_store_open(crash_dir, &defaults, &s), 0);
+		cr_assert_eq(kvc_meta_store_create(s, KVC_META_ROOT, "new", 3, 0644, 0, 0, true, &a), 0);
+		cr_assert_gt(a.ino, last.ino, "%d%%: inode %llu given out again", percent,
+		             (unsigned long long)a.ino);
+		kvc_meta_store_close(s);
+		/* The same boot again: no jump. */
+		cr_assert_eq(kvc_meta_store_open(crash_dir, &defaults, &s), 0);
+		cr_assert_eq(kvc_meta_store_create(s, KVC_META_ROOT, "next", 4, 0644, 0, 0, true, &b),
+		             0);
+		cr_assert_eq(b.ino, a.ino + 1);
+		kvc_meta_store_close(s);
+	}
+	unsetenv("KVC_BOOT_ID");
+	kvc_meta_store_close(dead);
+	release(&flushed), release(&live), release(&checkpoint);
+}
+
 Test(meta_checkpoint, a_killed_process_loses_nothing_committed)
 {
 	struct file flushed, live, checkpoint;
