@@ -50,7 +50,8 @@ int kvc_usrbio_limits_charge(struct kvc_usrbio_limits *limits, uid_t uid,
 	struct kvc_usrbio_usage used = u ? u->used : (struct kvc_usrbio_usage){0};
 	if (!fits(used.iov_bytes, add->iov_bytes, max->iov_bytes) ||
 	    !fits(used.rings, add->rings, max->rings) ||
-	    !fits(used.registrations, add->registrations, max->registrations))
+	    !fits(used.registrations, add->registrations, max->registrations) ||
+	    !fits(used.connections, add->connections, max->connections))
 		rc = -EDQUOT;
 	if (rc == 0 && !u && limits->count == limits->capacity) {
 		size_t cap = limits->capacity ? limits->capacity * 2 : 8;
@@ -70,6 +71,7 @@ int kvc_usrbio_limits_charge(struct kvc_usrbio_limits *limits, uid_t uid,
 		u->used.iov_bytes += add->iov_bytes;
 		u->used.rings += add->rings;
 		u->used.registrations += add->registrations;
+		u->used.connections += add->connections;
 	}
 	pthread_mutex_unlock(&limits->lock);
 	return rc;
@@ -89,7 +91,9 @@ void kvc_usrbio_limits_release(struct kvc_usrbio_limits *limits, uid_t uid,
 		u->used.iov_bytes = minus(u->used.iov_bytes, sub->iov_bytes);
 		u->used.rings = minus(u->used.rings, sub->rings);
 		u->used.registrations = minus(u->used.registrations, sub->registrations);
-		if (!u->used.iov_bytes && !u->used.rings && !u->used.registrations)
+		u->used.connections = minus(u->used.connections, sub->connections);
+		if (!u->used.iov_bytes && !u->used.rings && !u->used.registrations &&
+		    !u->used.connections)
 			*u = limits->uids[--limits->count];
 	}
 	pthread_mutex_unlock(&limits->lock);

@@ -2,7 +2,8 @@
  * usrbio_limits: what the USRBIO clients of one uid may hold in kvc-fuse
  * at once, over all their processes and connections ([fuse] usrbio_uid_*
  * in the cluster file, docs/operations.md): bytes of iov memory mapped,
- * rings, and registrations (iovs and fds). The uid is the control socket
+ * rings, registrations (iovs and fds), and control connections (taken at
+ * accept, before a connection has a thread or sent a byte). The uid is the control socket
  * peer's (SO_PEERCRED), so a process cannot claim another's.
  *
  * Owns a table of the uids that hold something now (an entry goes when
@@ -22,6 +23,7 @@ struct kvc_usrbio_usage {
 	uint64_t iov_bytes;
 	uint64_t rings;
 	uint64_t registrations; /* iovs + registered fds */
+	uint64_t connections;   /* control socket connections open */
 };
 
 struct kvc_usrbio_limits {

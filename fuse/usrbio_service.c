@@ -464,7 +464,8 @@ int kvc_usrbio_init(struct kvc_usrbio *u, struct kvc_fuse *fs, int workers)
 	const struct kvc_config *config = &fs->config;
 	struct kvc_usrbio_usage max = {.iov_bytes = config->usrbio_uid_iov_mb << 20,
 	                               .rings = config->usrbio_uid_rings,
-	                               .registrations = config->usrbio_uid_registrations};
+	                               .registrations = config->usrbio_uid_registrations,
+	                               .connections = config->usrbio_uid_connections};
 	u->fs = fs;
 	atomic_init(&u->next_client, 0);
 	int rc = kvc_usrbio_limits_init(&u->limits, &max);
@@ -475,6 +476,31 @@ int kvc_usrbio_init(struct kvc_usrbio *u, struct kvc_fuse *fs, int workers)
 		return -ENOMEM;
 	raise_fd_limit();
 	return kvc_ring_service_start(fs, workers, &u->rings);
+}
+
+/* The control socket's peers, counted per uid at accept ([fuse]
+ * usrbio_uid_connections): a user who opens connections without end runs
+ * out of its own, not of everyone's. -EUSERS past it. */
+static int admit_peer(void *service, int fd)
+{
+	struct kvc_usrbio *u = service;
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+		return -errno;
+	const struct kvc_usrbio_usage one = {.connections = 1};
+	int rc = kvc_usrbio_limits_charge(&u->limits, cred.uid, &one);
+	return rc == -EDQUOT ? -EUSERS : rc;
+}
+
+static void peer_left(void *service, int fd)
+{
+	struct kvc_usrbio *u = service;
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	const struct kvc_usrbio_usage one = {.connections = 1};
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
+		kvc_usrbio_limits_release(&u->limits, cred.uid, &one);
 }
 
 int kvc_usrbio_start(struct kvc_usrbio *u, struct kvc_fuse *fs, const char *mountpoint)
@@ -500,10 +526,11 @@ int kvc_usrbio_start(struct kvc_usrbio *u, struct kvc_fuse *fs, const char *moun
 		close(fd);
 		return rc;
 	}
-	u->server = (struct kvc_server){.listen_fd = fd, .auth = NULL, .max_connections = 4096,
+	u->server = (struct kvc_server){.listen_fd = fd, .auth = NULL,
+	                                .max_connections = KVC_USRBIO_MAX_CONNECTIONS,
 	                                .handle = kvc_usrbio_handle,
-	                                .cleanup = kvc_usrbio_disconnect, .service = u,
-	                                .name = "usrbio"};
+	                                .cleanup = kvc_usrbio_disconnect, .admit = admit_peer,
+	                                .leave = peer_left, .service = u, .name = "usrbio"};
 	rc = pthread_create(&thread, NULL, listener_main, u);
 	if (rc)
 		return -rc;

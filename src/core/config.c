@@ -94,6 +94,12 @@ static int usrbio_limit(struct parser *p, const char *key, const char *value)
 			c->usrbio_uid_registrations = (uint32_t)v;
 		return rc;
 	}
+	if (strcmp(key, "usrbio_uid_connections") == 0) {
+		rc = parse_int(p, key, value, 1, KVC_USRBIO_MAX_CONNECTIONS, &v);
+		if (rc == 0)
+			c->usrbio_uid_connections = (uint32_t)v;
+		return rc;
+	}
 	return fail(p, "unknown key '%s' in this section", key);
 }
 
@@ -531,6 +537,7 @@ int kvc_config_parse(const char *text, const char *origin,
 	config->usrbio_uid_iov_mb = 1 << 20; /* 1 TiB */
 	config->usrbio_uid_rings = 1024;
 	config->usrbio_uid_registrations = 65536;
+	config->usrbio_uid_connections = 256;
 
 	const char *cursor = text;
 	while (*cursor && rc == 0) {

@@ -104,6 +104,8 @@
  *   usrbio_uid_iov_mb = 1048576 # USRBIO clients of one uid, all together:
  *   usrbio_uid_rings = 1024     # iov memory registered, rings, and
  *   usrbio_uid_registrations = 65536  # iovs + fds (more: EDQUOT)
+ *   usrbio_uid_connections = 256  # control connections open at once
+ *                               # (more: refused at accept, EUSERS)
  *
  * Target ids are the order in which targets appear in the file; the table
  * may only grow (existing files keep their layout). kvc_config_load checks
@@ -113,6 +115,9 @@
  */
 #ifndef KVC_CONFIG_H
 #define KVC_CONFIG_H
+
+/* The USRBIO control socket's connections, all uids together. */
+#define KVC_USRBIO_MAX_CONNECTIONS 4096
 
 #include <limits.h>
 #include <stdbool.h>
@@ -201,6 +206,7 @@ struct kvc_config {
 	uint64_t usrbio_uid_iov_mb;       /* per uid: fuse/usrbio_limits.h */
 	uint32_t usrbio_uid_rings;
 	uint32_t usrbio_uid_registrations;
+	uint32_t usrbio_uid_connections; /* <= KVC_USRBIO_MAX_CONNECTIONS */
 	uint32_t server_count;
 	struct kvc_config_server servers[KVC_CONFIG_MAX_SERVERS];
 	uint32_t target_count;

@@ -335,6 +335,8 @@ static void *conn_main(void *arg)
 	if (server->cleanup)
 		server->cleanup(server->service, &conn);
 	free(conn.body);
+	if (server->leave)
+		server->leave(server->service, conn.fd);
 	close(conn.fd);
 	atomic_fetch_sub(&server->connections, 1);
 	return NULL;
@@ -345,20 +347,25 @@ static long long now_ms(void)
 	return kvc_clock_monotonic_ns() / 1000000;
 }
 
-/* Past max_connections: say so to the peer (a HELLO reply of -EBUSY,
- * which a client reports as such) and close; log at most once a second. */
-static void refuse_busy(struct kvc_server *server, int fd, int limit)
+/* Past max_connections (status -EBUSY), or not admitted by the service
+ * (admit's -errno): say so to the peer (a HELLO reply of status, which a
+ * client reports as such) and close; log at most once a second. */
+static void refuse_busy(struct kvc_server *server, int fd, int limit, int status)
 {
 	struct kvc_wire_header h;
-	kvc_wire_header_init(&h, KVC_MSG_HELLO, 0, -EBUSY, 0, 0);
+	kvc_wire_header_init(&h, KVC_MSG_HELLO, 0, status, 0, 0);
 	(void)send(fd, &h, sizeof(h), MSG_DONTWAIT | MSG_NOSIGNAL); /* best effort */
 	close(fd);
 	int refused = atomic_fetch_add(&server->refused, 1) + 1;
 	long long now = now_ms(), last = atomic_load(&server->refused_at_ms);
 	if (now - last >= 1000 && atomic_compare_exchange_strong(&server->refused_at_ms, &last, now)) {
 		atomic_fetch_sub(&server->refused, refused);
-		kvc_log_warn("%s: %d connections open, the most server_max_connections allows: "
-		             "refused %d new one(s)", server->name, limit, refused);
+		if (status == -EBUSY)
+			kvc_log_warn("%s: %d connections open, the most server_max_connections "
+			             "allows: refused %d new one(s)", server->name, limit, refused);
+		else
+			kvc_log_warn("%s: refused %d new connection(s): %s", server->name, refused,
+			             strerror(-status));
 	}
 }
 
@@ -380,7 +387,13 @@ int kvc_server_run(struct kvc_server *server)
 		}
 		if (atomic_fetch_add(&server->connections, 1) >= limit) {
 			atomic_fetch_sub(&server->connections, 1);
-			refuse_busy(server, fd, limit);
+			refuse_busy(server, fd, limit, -EBUSY);
+			continue;
+		}
+		int admitted = server->admit ? server->admit(server->service, fd) : 0;
+		if (admitted < 0) {
+			atomic_fetch_sub(&server->connections, 1);
+			refuse_busy(server, fd, limit, admitted);
 			continue;
 		}
 		struct conn_start *start = malloc(sizeof(*start));
@@ -397,6 +410,8 @@ int kvc_server_run(struct kvc_server *server)
 		if (rc != 0) {
 			kvc_log_warn("%s: no thread for a new connection: %s", server->name, strerror(rc));
 			free(start);
+			if (server->leave)
+				server->leave(server->service, fd);
 			close(fd);
 			atomic_fetch_sub(&server->connections, 1);
 		}

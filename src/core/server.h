@@ -4,7 +4,11 @@
  * client such as kvc-fuse's pooled socket, so this is a handful of threads
  * per client); at most max_connections at once: past it a new connection
  * gets a HELLO reply of -EBUSY and is closed, with a log line (at most one
- * a second), and no thread is made for it.
+ * a second), and no thread is made for it. A service may also admit each
+ * new connection itself (admit, at accept, before a thread is made: the
+ * USRBIO control socket counts its peers' connections per uid): one it
+ * refuses gets a HELLO reply of admit's -errno and is closed the same
+ * way; one it admitted is given back (leave) when it closes.
  *
  * Timeouts, so a peer that stops stalls only its own connection: a
  * connection with no request for idle_timeout_ms is closed; a peer that
@@ -63,6 +67,10 @@ struct kvc_server_conn {
 typedef int (*kvc_server_handler)(void *service, struct kvc_server_conn *conn,
                                   const struct kvc_wire_header *header);
 typedef void (*kvc_server_conn_cleanup)(void *service, struct kvc_server_conn *conn);
+/* A new connection's fd, before its thread: 0 admits it, -errno refuses.
+ * Every admitted fd is given to leave once, just before it is closed. */
+typedef int (*kvc_server_admit)(void *service, int fd);
+typedef void (*kvc_server_leave)(void *service, int fd);
 
 #define KVC_SERVER_DEFAULT_MAX_CONNECTIONS 4096
 #define KVC_SERVER_DEFAULT_IDLE_TIMEOUT_MS 600000
@@ -78,6 +86,8 @@ struct kvc_server {
 	int io_timeout_ms;   /* 0: never */
 	kvc_server_handler handle;
 	kvc_server_conn_cleanup cleanup; /* may be NULL */
+	kvc_server_admit admit;          /* may be NULL (with leave) */
+	kvc_server_leave leave;
 	void *service;
 	atomic_int connections;
 	atomic_llong refused_at_ms; /* last "refusing" log line (monotonic) */

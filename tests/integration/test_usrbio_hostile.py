@@ -259,3 +259,66 @@ def test_per_uid_limits(limited, workdir):
     again = Holder(limited, path, "iov8", "ring", "ring", "ring", "fd")
     again.close()
     assert again.results == ["ok"] * 5
+
+
+HOG = r"""
+import socket, struct, sys
+HEADER = struct.Struct("<IHHQiIQ")  # the wire header: status at index 4
+held = []
+for i in range(int(sys.argv[2])):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(b"\0" + sys.argv[1].encode())
+    held.append(s)
+def answer(s):
+    s.settimeout(1)
+    try:
+        data = s.recv(HEADER.size)
+    except socket.timeout:
+        return "waiting"  # admitted: the server waits for our HELLO
+    return str(HEADER.unpack(data)[4]) if len(data) == HEADER.size else "closed"
+print(answer(held[0]), answer(held[-1]), flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.fixture
+def few_connections(cluster):
+    """kvc-fuse taking at most 4 control connections per uid."""
+    text = cluster.conf.read_text()
+    assert text.rstrip().splitlines()[-1].startswith("receive_threads")  # in [fuse]
+    cluster.conf.write_text(text + "usrbio_uid_connections = 4\n")
+    cluster.restart("fuse", "TERM")
+    yield cluster
+    cluster.conf.write_text(text)
+    cluster.restart("fuse", "TERM")
+
+
+def test_a_user_holding_connections_runs_out_of_its_own_only(few_connections, workdir):
+    """A user who opens control connections and sends nothing (each would
+    hold a kvc-fuse thread) is refused past [fuse] usrbio_uid_connections
+    with EUSERS at accept; another user still connects and registers, and
+    the user's budget comes back when its connections close."""
+    c = few_connections
+    path = workdir / "conns"
+    path.write_bytes(b"x" * 4096)
+    os.chmod(workdir, 0o755)
+    nobody = pwd.getpwnam("nobody")
+    name = f"kvc-usrbio:{os.path.realpath(c.mount)}"
+
+    def hog(count):
+        return subprocess.Popen(["setpriv", f"--reuid={nobody.pw_uid}",
+                                 f"--regid={nobody.pw_gid}", "--clear-groups", sys.executable,
+                                 "-c", HOG, name, str(count)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    held = hog(5)
+    try:
+        assert held.stdout.readline().split() == ["waiting", str(-errno.EUSERS)]
+        root = Holder(c, path, "iov2", "ring")
+        root.close()
+        assert root.results == ["ok", "ok"], "another uid is not held up"
+    finally:
+        held.communicate("\n", timeout=30)
+    # Closed: the uid may connect again (once kvc-fuse saw them go).
+    assert wait_until(lambda: (lambda p: p.communicate("\n", timeout=30)[0].split())(hog(4))
+                      == ["waiting", "waiting"], timeout=20)

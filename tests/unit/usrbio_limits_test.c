@@ -8,7 +8,8 @@ static struct kvc_usrbio_limits limits;
 
 static void setup(void)
 {
-	struct kvc_usrbio_usage max = {.iov_bytes = 100, .rings = 2, .registrations = 3};
+	struct kvc_usrbio_usage max = {.iov_bytes = 100, .rings = 2, .registrations = 3,
+	                               .connections = 2};
 	cr_assert_eq(kvc_usrbio_limits_init(&limits, &max), 0);
 }
 
@@ -62,4 +63,21 @@ Test(usrbio_limits, no_overflow_with_huge_charges)
 	cr_assert_eq(kvc_usrbio_limits_charge(&limits, 7, &some), 0);
 	huge.iov_bytes = UINT64_MAX - 10;
 	cr_assert_eq(kvc_usrbio_limits_charge(&limits, 7, &huge), -EDQUOT);
+}
+
+Test(usrbio_limits, connections_count_alone_and_a_uid_holding_only_them_is_kept)
+{
+	struct kvc_usrbio_usage one = {.connections = 1}, used;
+	cr_assert_eq(kvc_usrbio_limits_charge(&limits, 9, &one), 0);
+	cr_assert_eq(kvc_usrbio_limits_charge(&limits, 9, &one), 0);
+	cr_assert_eq(kvc_usrbio_limits_charge(&limits, 9, &one), -EDQUOT);
+	cr_assert_eq(kvc_usrbio_limits_charge(&limits, 10, &one), 0, "another uid");
+	kvc_usrbio_limits_release(&limits, 9, &one);
+	kvc_usrbio_limits_usage(&limits, 9, &used);
+	cr_assert_eq(used.connections, 1, "still held: the uid's entry stays");
+	cr_assert_eq(kvc_usrbio_limits_charge(&limits, 9, &one), 0);
+	kvc_usrbio_limits_release(&limits, 9, &one);
+	kvc_usrbio_limits_release(&limits, 9, &one);
+	kvc_usrbio_limits_usage(&limits, 9, &used);
+	cr_assert_eq(used.connections, 0);
 }
