@@ -47,6 +47,7 @@ struct kvc_meta_watcher {
 	uint8_t *queue;  /* encoded records (wire.h: kvc_msg_watch_event, name) */
 	uint32_t queued, queue_cap;
 	bool lost;
+	int64_t start_until_ns; /* its start window: told every change until then */
 };
 
 struct kvc_meta_watches {
@@ -111,7 +112,6 @@ int kvc_meta_watches_create(uint32_t max_entries, uint32_t start_ttl_ms,
 	if (start_ttl_ms) {
 		w->log_until_ns = w->started_ns +
 		                  ((int64_t)start_ttl_ms + KVC_META_WATCH_MARGIN_MS) * 1000000;
-		w->flood_until_ns = w->log_until_ns;
 	}
 	*out = w;
 	return 0;
@@ -317,14 +317,16 @@ static bool encode_event(uint8_t **buf, uint32_t *len, uint32_t *cap, uint32_t k
 	uint32_t nlen = kind == KVC_WATCH_NAME ? name_len : 0;
 	uint32_t need = (uint32_t)sizeof(struct kvc_msg_watch_event) + ((nlen + 7) & ~7u);
 	if (*len + need > *cap) {
-		uint32_t grown_cap = *cap ? *cap * 2 : 4096;
+		uint64_t grown_cap = *cap ? (uint64_t)*cap * 2 : 4096;
 		while (grown_cap < *len + need)
 			grown_cap *= 2;
+		if (grown_cap > KVC_META_WATCH_QUEUE && *len + need <= KVC_META_WATCH_QUEUE)
+			grown_cap = KVC_META_WATCH_QUEUE; /* a cap that is no power of two */
 		uint8_t *grown = grown_cap <= KVC_META_WATCH_QUEUE ? realloc(*buf, grown_cap) : NULL;
 		if (!grown)
 			return false;
 		*buf = grown;
-		*cap = grown_cap;
+		*cap = (uint32_t)grown_cap;
 	}
 	struct kvc_msg_watch_event ev = {.id = id, .kind = kind, .name_len = nlen};
 	memcpy(*buf + *len, &ev, sizeof(ev));
@@ -358,8 +360,8 @@ static void start_log(struct kvc_meta_watches *w, int64_t now, uint32_t kind, ui
 		if (!w->log_lost &&
 		    !encode_event(&w->log, &w->logged, &w->log_cap, kind, id, name, name_len))
 			w->log_lost = true;
-	} else if (w->log) {
-		free(w->log);
+	} else if (w->start_window && !w->log_lost) {
+		free(w->log); /* a change it does not hold: whoever comes later lost it */
 		w->log = NULL;
 		w->logged = w->log_cap = 0;
 		w->log_lost = true;
@@ -375,13 +377,13 @@ static void start_replay(struct kvc_meta_watches *w, struct kvc_meta_watcher *c,
 	int64_t until = w->started_ns + c->ttl_ns;
 	if (!w->start_window || until <= now)
 		return; /* what it cached before our start has expired */
-	if (until > w->flood_until_ns)
-		w->flood_until_ns = until;
-	if (w->log_lost || (w->logged && !(c->queue = malloc(w->logged)))) {
+	c->start_until_ns = until;
+	if (w->log_lost || (w->logged && !(c->queue = malloc(w->log_cap)))) {
 		c->lost = true;
 	} else if (w->logged) {
 		memcpy(c->queue, w->log, w->logged);
-		c->queued = c->queue_cap = w->logged;
+		c->queued = w->logged;
+		c->queue_cap = w->log_cap;
 	}
 	if (until > w->log_until_ns && !w->log_lost)
 		w->log_until_ns = until;
@@ -412,7 +414,7 @@ static void tell_watchers(struct kvc_meta_watches *w, uint64_t h, uint32_t kind,
 		             e->serial != origin_serial;
 		if (match && e->expiry_ns > now) {
 			struct kvc_meta_watcher *c = by_serial(w, e->serial);
-			if (c)
+			if (c && now >= c->start_until_ns) /* else told already (changed) */
 				enqueue(w, c, ev_kind, id, name, name_len);
 		}
 		if ((match && kind != KVC_WATCH_DIR) || e->expiry_ns <= now)
@@ -434,6 +436,10 @@ void kvc_meta_watches_changed(struct kvc_meta_watches *w, const struct kvc_meta_
 	recent_mark(w, h, origin_serial);
 	if (kind == KVC_WATCH_NAME)
 		recent_mark(w, h_dir, origin_serial); /* a name of directory id */
+	/* Watchers in their start window hear of everything (and only once). */
+	for (int i = 0; w->flood_until_ns <= now && i < w->watcher_count; i++)
+		if (w->watchers[i]->serial != origin_serial && now < w->watchers[i]->start_until_ns)
+			enqueue(w, w->watchers[i], kind, id, name, name_len);
 	if (w->flood_until_ns > now) {
 		for (int i = 0; i < w->watcher_count; i++)
 			if (w->watchers[i]->serial != origin_serial)

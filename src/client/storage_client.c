@@ -434,10 +434,15 @@ static int each_target(struct kvc_storage_client *client, const struct kvc_layou
 				uint32_t reply_len;
 				/* These requests are idempotent: a pooled connection
 				 * whose server restarted unseen (across a partition) is
-				 * replaced and the request sent once more. */
+				 * replaced and the request sent once more. A SYNC may be
+				 * awaited long (storage_target.h): that time is not taken
+				 * from the wait for a new table. */
+				int64_t sent_ns = (int64_t)kvc_clock_monotonic_ns();
 				int rc = kvc_storage_target_call_idempotent(client, target, type, body,
 				                                            body_len, reply, sizeof(reply),
 				                                            &reply_len);
+				if (type == KVC_MSG_SYNC)
+					deadline += (int64_t)kvc_clock_monotonic_ns() - sent_ns;
 				if (rc == 0) {
 					done |= bit;
 					/* a SYNC syncs every target of its server (h_sync):

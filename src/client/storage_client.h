@@ -201,8 +201,10 @@ bool kvc_storage_client_chain(struct kvc_storage_client *client, uint32_t id,
 
 /* A copy of the table in use. */
 void kvc_storage_client_chains(struct kvc_storage_client *client, struct kvc_chains *out);
-/* Whether target is a member of a chain of the table in use. */
-bool kvc_storage_client_serves(struct kvc_storage_client *client, uint32_t target);
+/* Whether target is a member of a chain of the table in use: 0 no, 1 yes,
+ * 2 yes and its chain's only member serving (a manager never takes that
+ * one out, silent or not). */
+int kvc_storage_client_serves(struct kvc_storage_client *client, uint32_t target);
 /* The number of chains of the table in use (it only grows). */
 uint32_t kvc_storage_client_chain_count(struct kvc_storage_client *client);
 

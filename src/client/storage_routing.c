@@ -28,10 +28,17 @@ bool kvc_storage_client_chain(struct kvc_storage_client *client, uint32_t id,
 	return found;
 }
 
-bool kvc_storage_client_serves(struct kvc_storage_client *client, uint32_t target)
+int kvc_storage_client_serves(struct kvc_storage_client *client, uint32_t target)
 {
 	pthread_rwlock_rdlock(&client->chains_lock);
-	bool serves = kvc_chains_of_target(&client->chains, target) >= 0;
+	int c = kvc_chains_of_target(&client->chains, target), serves = 0;
+	if (c >= 0) {
+		const struct kvc_chain *chain = &client->chains.chains[c];
+		int others = 0;
+		for (uint32_t i = 0; i < chain->count; i++)
+			others += chain->targets[i] != target && !(chain->syncing & (1u << i));
+		serves = others ? 1 : 2;
+	}
 	pthread_rwlock_unlock(&client->chains_lock);
 	return serves;
 }

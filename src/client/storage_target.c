@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "client/storage_client_internal.h"
+#include "core/clock.h"
 #include "core/layout.h"
 
 static struct kvc_rpc_pool *pool_of(struct kvc_storage_client *client, uint32_t target)
@@ -27,17 +29,21 @@ int kvc_storage_target_call(struct kvc_storage_client *client, uint32_t target, 
 struct sync_wait {
 	struct kvc_storage_client *client;
 	uint32_t target;
+	int64_t patience_end_ns; /* for a chain's last member serving */
 };
 
 /* With a manager, a SYNC is awaited while its target stays in the routing
  * table: a server that stops answering leaves its chains within
  * failure_timeout_ms and the SYNC goes on without it (storage_client.c
  * each_target); one still writing back gigabytes keeps heartbeating,
- * stays, and is waited for. */
+ * stays, and is waited for. A chain's last member serving never leaves,
+ * silent or not: that one is waited for as long as a failover would take
+ * (kvc_storage_client_patience_ns), as before there was any waiting. */
 static bool still_serving(void *arg)
 {
 	const struct sync_wait *w = arg;
-	return kvc_storage_client_serves(w->client, w->target);
+	int serves = kvc_storage_client_serves(w->client, w->target);
+	return serves == 1 || (serves == 2 && (int64_t)kvc_clock_monotonic_ns() < w->patience_end_ns);
 }
 
 int kvc_storage_target_call_idempotent(struct kvc_storage_client *client, uint32_t target,
@@ -52,7 +58,9 @@ int kvc_storage_target_call_idempotent(struct kvc_storage_client *client, uint32
 	 * (which then failed an fsync with EIO while the data was on its way).
 	 * Without a manager it is awaited up to KVC_STORAGE_SYNC_WAIT_MS more;
 	 * with one, as long as its target still serves (still_serving). */
-	struct sync_wait w = {.client = client, .target = target};
+	struct sync_wait w = {.client = client, .target = target,
+	                      .patience_end_ns = (int64_t)kvc_clock_monotonic_ns() +
+	                                         kvc_storage_client_patience_ns(client)};
 	struct kvc_rpc_patience sync = {.wait_ms = KVC_STORAGE_SYNC_WAIT_MS,
 	                                .still = client->following ? still_serving : NULL,
 	                                .arg = &w};

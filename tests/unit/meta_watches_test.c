@@ -350,3 +350,74 @@ Test(meta_watches, a_start_log_that_overflowed_tells_a_late_client_events_were_l
 	kvc_meta_watches_unbind(w, c);
 	kvc_meta_watches_destroy(w);
 }
+
+Test(meta_watches, a_long_ttl_client_keeps_its_own_start_window_not_everyone_s)
+{
+	static const uint8_t id_long[16] = {9};
+	struct kvc_meta_watches *w;
+	struct kvc_meta_watcher *a, *b, *l;
+	cr_assert_eq(kvc_meta_watches_create(1024, 1, &w), 0);
+	cr_assert_eq(kvc_meta_watches_bind(w, id_a, 1, &a), 0);
+	cr_assert_eq(kvc_meta_watches_bind(w, id_b, 1, &b), 0);
+	cr_assert_eq(kvc_meta_watches_bind(w, id_long, KVC_META_WATCH_MAX_TTL_MS, &l), 0);
+	usleep((KVC_META_WATCH_MARGIN_MS + 100) * 1000); /* a's window (1 ms + margin) is over */
+	kvc_meta_watches_changed(w, b, KVC_WATCH_NAME, 7, "key", 3);
+	struct kvc_meta_watch_stats st;
+	kvc_meta_watches_stats(w, &st);
+	cr_assert_eq(st.events, 1, "the long-ttl client only, not a (it noted nothing)");
+	kvc_meta_watches_unbind(w, a);
+	kvc_meta_watches_unbind(w, b);
+	kvc_meta_watches_unbind(w, l);
+	kvc_meta_watches_destroy(w);
+}
+
+Test(meta_watches, a_client_back_after_an_unlogged_change_is_told_events_were_lost)
+{
+	struct kvc_meta_watches *w;
+	struct kvc_meta_watcher *b, *c;
+	struct streamer s;
+	int peer;
+	cr_assert_eq(kvc_meta_watches_create(1024, 1, &w), 0);
+	cr_assert_eq(kvc_meta_watches_bind(w, id_b, 1, &b), 0);
+	usleep((KVC_META_WATCH_MARGIN_MS + 100) * 1000); /* past the start log's window */
+	kvc_meta_watches_changed(w, b, KVC_WATCH_NAME, 7, "key", 3);
+	/* A client caching for an hour comes back: the change is not in the
+	 * log (it came after the log's window), so it is told it lost events. */
+	cr_assert_eq(kvc_meta_watches_bind(w, id_c, KVC_META_WATCH_MAX_TTL_MS, &c), 0);
+	start_stream(&s, w, c, &peer);
+	uint32_t flags, kinds[8];
+	uint64_t ids[8];
+	char names[256];
+	next_events(peer, &flags, kinds, ids, names);
+	cr_assert(flags & KVC_WATCH_LOST);
+	kvc_meta_watches_stop(w);
+	pthread_join(s.thread, NULL);
+	close(peer);
+	close(s.fd);
+	kvc_meta_watches_unbind(w, b);
+	kvc_meta_watches_unbind(w, c);
+	kvc_meta_watches_destroy(w);
+}
+
+Test(meta_watches, a_large_replay_still_takes_more_events)
+{
+	struct kvc_meta_watches *w;
+	struct kvc_meta_watcher *b, *c;
+	cr_assert_eq(kvc_meta_watches_create(1024, 10000, &w), 0);
+	cr_assert_eq(kvc_meta_watches_bind(w, id_b, 10000, &b), 0);
+	char name[256];
+	memset(name, 'n', sizeof(name));
+	for (int i = 0; i < 2400; i++) { /* 672,000 bytes of log: no power of two */
+		int len = snprintf(name, sizeof(name), "%d", i);
+		name[len] = 'n';
+		kvc_meta_watches_changed(w, b, KVC_WATCH_NAME, 7, name, 255);
+	}
+	cr_assert_eq(kvc_meta_watches_bind(w, id_c, 10000, &c), 0);
+	kvc_meta_watches_changed(w, b, KVC_WATCH_NAME, 7, "one-more", 8);
+	struct kvc_meta_watch_stats st;
+	kvc_meta_watches_stats(w, &st);
+	cr_assert_eq(st.dropped, 0, "the replayed queue grew to take it");
+	kvc_meta_watches_unbind(w, b);
+	kvc_meta_watches_unbind(w, c);
+	kvc_meta_watches_destroy(w);
+}
