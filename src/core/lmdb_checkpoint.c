@@ -72,6 +72,7 @@ struct kvc_lmdb_checkpoint {
 	 * without the lock by admit: a stale value only shifts when the next
 	 * early checkpoint comes). */
 	_Atomic size_t base_pgno;
+	_Atomic uint64_t pinned_txnid; /* L of the pin held now (0: none) */
 	/* Coalescing: requests asked, and the last request a finished
 	 * checkpoint covers (one that started after it was asked). */
 	pthread_mutex_t lock;
@@ -254,18 +255,23 @@ static int take(struct kvc_lmdb_checkpoint *cp)
 	MDB_envinfo info;
 	if (mdb_env_info(cp->env, &info) == 0)
 		atomic_store(&cp->base_pgno, info.me_last_pgno);
-	int rc = kvc_lmdb_errno(mdb_env_sync(cp->env, 1));
-	if (rc == 0 && !cp->fallback)
-		rc = kvc_lmdb_errno(mdb_txn_begin(cp->env, NULL, MDB_RDONLY, &pin));
-	if (rc == 0 && !cp->fallback)
+	int rc = 0;
+	if (!cp->fallback)
 		rc = kvc_lmdb_errno(mdb_txn_begin(cp->env, NULL, 0, &writer));
 	if (rc == 0 && writer) {
+		/* Steps 1-2: writers held only to name L and read its meta page. */
 		txnid = mdb_txn_id(writer) - 1;
-		rc = kvc_lmdb_errno(mdb_env_sync(cp->env, 1));
+		rc = kvc_lmdb_errno(mdb_txn_begin(cp->env, NULL, MDB_RDONLY, &pin));
+		if (rc == 0 && mdb_txn_id(pin) != txnid)
+			rc = -EPROTO;
 		if (rc == 0)
 			rc = read_meta(cp, txnid, image);
 		mdb_txn_abort(writer);
 	}
+	/* Step 3: with writers going on, L's pages (all written before) reach
+	 * the disk; the pin keeps any of them from being reused meanwhile. */
+	if (rc == 0)
+		rc = kvc_lmdb_errno(mdb_env_sync(cp->env, 1));
 	if (rc == -EPROTO) {
 		kvc_log_error("LMDB wrote a meta page this kvcfs does not know: no more "
 		              "checkpoints; every commit now flushes the disk instead");
@@ -284,6 +290,7 @@ static int take(struct kvc_lmdb_checkpoint *cp)
 	if (rc == 0 && pin && !cp->fallback) { /* the new one is durable: pin it instead */
 		MDB_txn *old = cp->pin;
 		cp->pin = pin;
+		atomic_store(&cp->pinned_txnid, txnid);
 		pin = old;
 	}
 	if (pin)
@@ -324,13 +331,46 @@ int kvc_lmdb_checkpoint_sync(struct kvc_lmdb_checkpoint *cp)
 	return rc;
 }
 
-int kvc_lmdb_checkpoint_admit(struct kvc_lmdb_checkpoint *cp)
+size_t kvc_lmdb_checkpoint_growth(struct kvc_lmdb_checkpoint *cp)
 {
 	MDB_envinfo info;
 	if (!cp || cp->fallback || mdb_env_info(cp->env, &info) != 0)
 		return 0;
-	size_t grown = info.me_last_pgno - atomic_load(&cp->base_pgno);
-	return grown > KVC_LMDB_CHECKPOINT_GROWTH / cp->page_size ? kvc_lmdb_checkpoint_sync(cp) : 0;
+	return (info.me_last_pgno - atomic_load(&cp->base_pgno)) * cp->page_size;
+}
+
+size_t kvc_lmdb_checkpoint_held(struct kvc_lmdb_checkpoint *cp)
+{
+	/* LMDB's free list (its database 0, read as its mdb_stat -f reads it):
+	 * one record per freeing transaction, keyed by its id, each a page list
+	 * whose first word is its length. The pin keeps those after L. */
+	uint64_t since = cp && !cp->fallback ? atomic_load(&cp->pinned_txnid) : 0;
+	MDB_txn *txn = NULL;
+	MDB_cursor *cursor = NULL;
+	size_t pages = 0, from = (size_t)since + 1;
+	if (since == 0 || mdb_txn_begin(cp->env, NULL, MDB_RDONLY, &txn) != 0)
+		return 0;
+	if (mdb_cursor_open(txn, 0, &cursor) == 0) {
+		MDB_val k = {sizeof(from), &from}, v;
+		int rc = mdb_cursor_get(cursor, &k, &v, MDB_SET_RANGE);
+		while (rc == 0) {
+			size_t n = 0;
+			if (v.mv_size >= sizeof(n))
+				memcpy(&n, v.mv_data, sizeof(n));
+			pages += n;
+			rc = mdb_cursor_get(cursor, &k, &v, MDB_NEXT);
+		}
+		mdb_cursor_close(cursor);
+	}
+	mdb_txn_abort(txn);
+	return pages * cp->page_size;
+}
+
+int kvc_lmdb_checkpoint_admit(struct kvc_lmdb_checkpoint *cp)
+{
+	return kvc_lmdb_checkpoint_growth(cp) > KVC_LMDB_CHECKPOINT_GROWTH
+	               ? kvc_lmdb_checkpoint_sync(cp)
+	               : 0;
 }
 
 /* Make the checkpoint file's name durable (once, when created). */

@@ -16,15 +16,21 @@
  *
  * The checkpoint. A checkpoint is a transaction L that is durable and that
  * a machine crash can always go back to:
- *  1. flush the environment (mdb_env_sync), while writers go on;
- *  2. begin a read transaction (the pin), then an empty write transaction
- *     (no commit can happen now), so L = the last committed transaction;
- *     flush again (what committed during step 1), read L's meta page from
- *     the data file, and end the write transaction;
+ *  1. begin an empty write transaction (no commit can happen now), so L =
+ *     the last committed transaction; begin a read transaction (the pin),
+ *     whose snapshot is therefore L; read L's meta page from the data file
+ *     (its slot cannot have moved on); end the write transaction: writers
+ *     are held for that only, never for a flush;
+ *  2. flush the environment (mdb_env_sync), while writers go on: every
+ *     page of L was written to the page cache before step 1, so it is on
+ *     the disk now, and the pin kept any from being reused meanwhile;
  *  3. write L's meta page image, its transaction id and the boot id into
  *     the checkpoint file and flush that file;
  *  4. keep the pin until the next checkpoint is durable, then end it.
- * The pin is a reader at a snapshot no later than L, so LMDB reuses no page
+ * (Until 2026-11-29 the flush came first and a second one ran with the
+ * writers held: a checkpoint after gigabytes of inline chunks stalled
+ * every writer of a storage target for seconds.)
+ * The pin is a reader at a snapshot of L, so LMDB reuses no page
  * that L's tree uses (it reuses only pages freed by transactions older
  * than its oldest reader): whatever the kernel writes back after the
  * checkpoint, and in whatever order, L's pages on disk stay exactly as
@@ -42,9 +48,8 @@
  * nothing committed. A clean close takes a last checkpoint, so a reboot
  * after it goes back nowhere.
  *
- * What it costs: two data flushes and one 512-byte file flush per
- * checkpoint, writers held for the second flush only (what committed
- * during the first). And while a pin holds, LMDB cannot reuse pages freed
+ * What it costs: one data flush and one 512-byte file flush per
+ * checkpoint, writers held only while L's meta page is read. And while a pin holds, LMDB cannot reuse pages freed
  * after it, so every page a commit writes is a new one: what commits
  * write reaches the disk once each (without the pin, hot pages are
  * rewritten in the page cache and mostly never written), and the file
@@ -134,6 +139,16 @@ int kvc_lmdb_checkpoint_sync(struct kvc_lmdb_checkpoint *cp);
  * the checkpoint's error. */
 #define KVC_LMDB_CHECKPOINT_GROWTH (64u << 20)
 int kvc_lmdb_checkpoint_admit(struct kvc_lmdb_checkpoint *cp);
+
+/* Bytes the data file grew by since the last checkpoint (for callers that
+ * take checkpoints on a schedule of their own). */
+size_t kvc_lmdb_checkpoint_growth(struct kvc_lmdb_checkpoint *cp);
+
+/* Bytes of pages freed since the last checkpoint, which its pin keeps
+ * LMDB from reusing: what the file grows by because of checkpoints (new
+ * data grows it either way). Walks LMDB's free list in a read
+ * transaction. */
+size_t kvc_lmdb_checkpoint_held(struct kvc_lmdb_checkpoint *cp);
 
 /* A last checkpoint, then release everything (before mdb_env_close);
  * safe on NULL. */

@@ -188,15 +188,12 @@ static int open_index(struct kvc_chunk_store *store)
 	char index[PATH_MAX + 8];
 	MDB_txn *txn;
 	snprintf(index, sizeof(index), "%s/index", store->path);
-	int rc = mdb_env_create(&store->env);
-	if (rc == 0)
-		rc = mdb_env_set_mapsize(store->env, MAP_SIZE);
-	if (rc == 0)
-		rc = mdb_env_set_maxreaders(store->env, 4096);
-	if (rc == 0)
-		rc = mdb_env_open(store->env, index, MDB_NOSYNC | MDB_NOTLS, 0600);
-	if (rc == 0)
-		rc = mdb_txn_begin(store->env, NULL, 0, &txn);
+	/* After a machine crash, back to the last checkpoint (chunk_store.h
+	 * "Crashes"); an index from before checkpoints gets its first now. */
+	int rc = kvc_lmdb_checkpoint_env_open(index, MAP_SIZE, 0, &store->env, &store->checkpoint);
+	if (rc < 0)
+		return rc;
+	rc = mdb_txn_begin(store->env, NULL, 0, &txn);
 	if (rc)
 		return kvc_lmdb_errno(rc);
 	rc = mdb_dbi_open(txn, NULL, 0, &store->dbi);
@@ -265,6 +262,7 @@ void kvc_chunk_store_close(struct kvc_chunk_store *store)
 {
 	if (!store)
 		return;
+	kvc_lmdb_checkpoint_close(store->checkpoint);
 	kvc_lmdb_close(store->env);
 	kvc_reserve_destroy(&store->reserve);
 	if (store->dir_fd >= 0)
@@ -747,8 +745,18 @@ void kvc_chunk_store_read_counts(struct kvc_chunk_store *store, uint64_t *cached
 
 int kvc_chunk_store_sync(struct kvc_chunk_store *store)
 {
-	int rc = mdb_env_sync(store->env, 1);
-	if (rc)
-		return kvc_lmdb_errno(rc);
-	return syncfs(store->dir_fd) < 0 ? -errno : 0;
+	/* The chunk files' bytes first: a checkpoint's records must not name
+	 * bytes a crash could still take. */
+	int rc = syncfs(store->dir_fd) < 0 ? -errno : 0;
+	return rc < 0 ? rc : kvc_lmdb_checkpoint_sync(store->checkpoint);
+}
+
+int kvc_chunk_store_checkpoint(struct kvc_chunk_store *store)
+{
+	return kvc_lmdb_checkpoint_sync(store->checkpoint);
+}
+
+size_t kvc_chunk_store_index_held(struct kvc_chunk_store *store)
+{
+	return kvc_lmdb_checkpoint_held(store->checkpoint);
 }

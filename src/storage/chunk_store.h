@@ -69,6 +69,26 @@
  * LMDB runs with MDB_NOSYNC (a process crash loses nothing: committed pages
  * are in the kernel's cache); kvc_chunk_store_sync makes everything durable.
  *
+ * Crashes: the index is under checkpoints (core/lmdb_checkpoint.h;
+ * index/checkpoint). Without them a machine crash could leave it corrupt,
+ * synced records included: after a sync, later transactions reuse pages
+ * of the synced tree in the page cache, and the disk may get those pages
+ * with an older meta page. A checkpoint's pin keeps the last durable tree
+ * whole, and opening after a reboot goes back to it: records committed
+ * after it are lost (their chunks read as before, or fail their crcs:
+ * -EIO, never wrong bytes). Checkpoints are taken by kvc_chunk_store_sync
+ * (SYNC, a clean stop) and by kvc_chunk_store_checkpoint, which the
+ * server calls on a schedule of its own (storage/main.c: every
+ * KVC_CHUNK_CHECKPOINT_MS, the kernel's own age for dirty pages, and
+ * early when the pages freed since the last, which it keeps from reuse,
+ * pass a quarter of the target's reserve, 64 MiB ..
+ * KVC_CHUNK_CHECKPOINT_GROWTH: deletes on a full target take their pages
+ * from the reserve). Not on the file's growth (as kvc-meta's stores do
+ * past 64 MiB) nor soon after writes: new inline chunks grow it at
+ * page-cache speed, several times the disk's, and a checkpoint flushes
+ * (a checkpoint a second after each burst halved the next burst's puts
+ * on the H200 host, docs/benchmarks.md).
+ *
  * The module is chunk_store.c (open, records, writes, range operations),
  * chunk_inline.c (chunks kept in their record), chunk_read.c (batched
  * reads and their ring) and chunk_list.c (the listing and the whole-chunk
@@ -123,6 +143,7 @@
 
 #include <liburing.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
 
@@ -376,7 +397,18 @@ int kvc_chunk_store_space(struct kvc_chunk_store *store,
 void kvc_chunk_store_read_counts(struct kvc_chunk_store *store, uint64_t *cached,
                                  uint64_t *ring, uint64_t *direct);
 
-/* Make every acknowledged write durable (LMDB sync + syncfs). */
+/* Make every acknowledged write durable (syncfs, then a checkpoint of the
+ * index). */
 int kvc_chunk_store_sync(struct kvc_chunk_store *store);
+
+/* A checkpoint of the index alone (what a machine crash goes back to;
+ * the chunk files are not flushed). 0 or -errno. */
+#define KVC_CHUNK_CHECKPOINT_MS 30000
+#define KVC_CHUNK_CHECKPOINT_GROWTH ((size_t)4 << 30)
+int kvc_chunk_store_checkpoint(struct kvc_chunk_store *store);
+
+/* Bytes of index pages freed since its last checkpoint and kept from
+ * reuse by it (core/lmdb_checkpoint.h kvc_lmdb_checkpoint_held). */
+size_t kvc_chunk_store_index_held(struct kvc_chunk_store *store);
 
 #endif

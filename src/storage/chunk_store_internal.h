@@ -16,6 +16,7 @@
 #include <stddef.h>
 
 #include "core/layout.h"
+#include "core/lmdb_checkpoint.h"
 #include "core/lmdb_group.h"
 #include "core/reserve.h"
 #include "storage/chunk_store.h"
@@ -27,6 +28,7 @@ struct kvc_chunk_store {
 	char path[PATH_MAX];
 	int dir_fd;
 	MDB_env *env;
+	struct kvc_lmdb_checkpoint *checkpoint; /* the index's (chunk_store.h "Crashes") */
 	MDB_dbi dbi;
 	pthread_rwlock_t locks[LOCK_SLOTS]; /* the chunk locks (chunk_store.h) */
 	struct kvc_lmdb_group group;        /* inline writes' group commit (below the chunk locks) */

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "core/cli.h"
+#include "core/clock.h"
 #include "core/config.h"
 #include "core/crc32c.h"
 #include "core/log.h"
@@ -43,6 +44,47 @@ static void stop_service(void *arg)
 	struct kvc_storage_service *svc = arg;
 	for (uint32_t i = 0; i < svc->target_count; i++)
 		kvc_chunk_store_sync(svc->stores[i]);
+}
+
+/* How many freed pages a checkpoint may keep from reuse in a target's
+ * index: a quarter of its reserve (deletes on a full target grow the index
+ * from there), 64 MiB .. KVC_CHUNK_CHECKPOINT_GROWTH. */
+static size_t growth_bound(struct kvc_chunk_store *store)
+{
+	struct kvc_chunk_space space = {0};
+	size_t bound = kvc_chunk_store_space(store, &space) == 0 ? space.reserve_bytes / 4 : 0;
+	return bound < (64u << 20) ? (64u << 20)
+	       : bound > KVC_CHUNK_CHECKPOINT_GROWTH ? KVC_CHUNK_CHECKPOINT_GROWTH
+	                                              : bound;
+}
+
+/* The targets' index checkpoints (chunk_store.h "Crashes"), looked at
+ * every second: every KVC_CHUNK_CHECKPOINT_MS, and at once when the pages
+ * freed since the last pass its bound. */
+static void *checkpoint_main(void *arg)
+{
+	struct kvc_storage_service *svc = arg;
+	int64_t last[KVC_WIRE_MAX_TARGETS];
+	size_t bound[KVC_WIRE_MAX_TARGETS];
+	for (uint32_t i = 0; i < svc->target_count; i++) {
+		last[i] = kvc_clock_monotonic_ns();
+		bound[i] = growth_bound(svc->stores[i]);
+	}
+	for (;;) {
+		sleep(1);
+		for (uint32_t i = 0; i < svc->target_count; i++) {
+			int64_t now = kvc_clock_monotonic_ns();
+			if (now - last[i] < (int64_t)KVC_CHUNK_CHECKPOINT_MS * 1000000 &&
+			    kvc_chunk_store_index_held(svc->stores[i]) <= bound[i])
+				continue;
+			int rc = kvc_chunk_store_checkpoint(svc->stores[i]);
+			if (rc < 0)
+				kvc_log_error("target %u: index checkpoint: %s", svc->first_target + i,
+				              strerror(-rc));
+			last[i] = now;
+		}
+	}
+	return NULL;
 }
 
 static void *place_main(void *arg)
@@ -248,6 +290,9 @@ int main(int argc, char **argv)
 	rc = kvc_repair_start(&svc);
 	if (rc == 0)
 		rc = kvc_heartbeat_start(&svc, &config, server_index);
+	pthread_t checkpoints;
+	if (rc == 0 && (rc = -pthread_create(&checkpoints, NULL, checkpoint_main, &svc)) == 0)
+		pthread_detach(checkpoints);
 	if (rc < 0) {
 		fprintf(stderr, "kvc-storage: cannot start heartbeats: %s\n", strerror(-rc));
 		return 1;

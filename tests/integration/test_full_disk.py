@@ -104,8 +104,10 @@ def dd(path, count=None):
 def space_back(c, baseline):
     """The collector reclaimed the chunks: almost all of the space is back and
     nothing is left to reclaim (a chunk freed later would lift a target out of
-    refusing while the next test fills the volume)."""
-    return wait_until(lambda: c.df()[1] >= baseline - 2 * MIB
+    refusing while the next test fills the volume). Almost: a target's index
+    grows while a checkpoint holds its pages from reuse, and LMDB files do
+    not shrink (4 MiB seen over a fill)."""
+    return wait_until(lambda: c.df()[1] >= baseline - 6 * MIB
                       and c.status()["meta"]["reclaim_pending"] == 0, timeout=60)
 
 

@@ -17,9 +17,8 @@
 
 #include "meta/meta_store.h"
 #include "meta/pool_store.h"
+#include "crash_image.h"
 #include "test_dir.h"
-
-#define PAGE 4096
 
 static char live_dir[KVC_TEST_DIR_MAX], crash_dir[KVC_TEST_DIR_MAX];
 
@@ -38,71 +37,13 @@ static void teardown(void)
 
 TestSuite(meta_checkpoint, .init = setup, .fini = teardown);
 
-struct file {
-	uint8_t *bytes;
-	size_t size;      /* up to the end of its last written extent */
-	size_t full_size; /* st_size: LMDB with MDB_WRITEMAP makes it the map's */
-};
-
-/* A file's bytes up to its last data extent (a page pool's file is as big
- * as its map, 32 GiB, and sparse). */
-static struct file slurp(const char *dir, const char *name)
-{
-	char path[128];
-	struct stat st;
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	int fd = open(path, O_RDONLY);
-	cr_assert(fd >= 0 && fstat(fd, &st) == 0, "%s", path);
-	off_t end = 0, at = 0, data;
-	while ((data = lseek(fd, at, SEEK_DATA)) >= 0) {
-		end = lseek(fd, data, SEEK_HOLE);
-		at = end;
-	}
-	struct file f = {malloc((size_t)end + PAGE), (size_t)end, (size_t)st.st_size};
-	cr_assert_eq(pread(fd, f.bytes, f.size, 0), (ssize_t)f.size);
-	close(fd);
-	return f;
-}
-
-static void spill(const char *dir, const char *name, const uint8_t *bytes, size_t size,
-                  size_t full_size)
-{
-	char path[128];
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	cr_assert(fd >= 0);
-	cr_assert_eq(pwrite(fd, bytes, size, 0), (ssize_t)size);
-	cr_assert_eq(ftruncate(fd, (off_t)(full_size > size ? full_size : size)), 0);
-	close(fd);
-}
-
-/* What a disk may hold after a crash: the flushed file, then the pages
- * written since that `keep` says reached the disk (the meta pages always
- * do: the worst case). Written to crash_dir with the checkpoint file as it
- * was flushed, and a lock file of its own. */
 static int changed_pages;
 
-static void crash_image(const struct file *flushed, const struct file *live,
-                        const struct file *checkpoint, unsigned seed, int keep_percent)
+static void crash_image(const struct kvc_test_file *flushed, const struct kvc_test_file *live,
+                        const struct kvc_test_file *checkpoint, unsigned seed, int keep_percent)
 {
-	size_t size = live->size > flushed->size ? live->size : flushed->size;
-	uint8_t *disk = calloc(1, size);
-	memcpy(disk, flushed->bytes, flushed->size);
-	srand(seed);
-	changed_pages = 0;
-	for (size_t at = 0; at + PAGE <= live->size; at += PAGE) {
-		bool changed = at + PAGE > flushed->size ||
-		               memcmp(flushed->bytes + at, live->bytes + at, PAGE) != 0;
-		changed_pages += changed;
-		if (changed && (at < 2 * PAGE || rand() % 100 < keep_percent))
-			memcpy(disk + at, live->bytes + at, PAGE);
-	}
-	char cmd[160];
-	snprintf(cmd, sizeof(cmd), "rm -f %s/*", crash_dir);
-	cr_assert_eq(system(cmd), 0);
-	spill(crash_dir, "data.mdb", disk, size, live->full_size);
-	spill(crash_dir, "checkpoint", checkpoint->bytes, checkpoint->size, 0);
-	free(disk);
+	changed_pages = kvc_test_crash_image(crash_dir, flushed, live, checkpoint, seed,
+	                                     keep_percent);
 }
 
 /* ---- the namespace ---- */
@@ -155,26 +96,20 @@ static struct listing list_root(struct kvc_meta_store *s)
 	return l;
 }
 
-static void release(struct file *f)
-{
-	free(f->bytes);
-	f->bytes = NULL;
-}
-
 /* Files f0000..f0299 at the checkpoint; then half of them go and 600 g
  * files come (enough churn that LMDB reuses freed pages), not flushed.
  * Returns the store, still open: the test closes it once it built its
  * images (the process "died" with it open). */
-static struct kvc_meta_store *namespace_history(struct file *flushed, struct file *live,
-                                                struct file *checkpoint)
+static struct kvc_meta_store *namespace_history(struct kvc_test_file *flushed, struct kvc_test_file *live,
+                                                struct kvc_test_file *checkpoint)
 {
 	struct kvc_meta_store *s;
 	cr_assert_eq(kvc_meta_store_open(live_dir, &defaults, &s), 0);
 	for (int i = 0; i < 300; i++)
 		create(s, "f", i);
 	cr_assert_eq(kvc_meta_store_sync(s), 0);
-	*flushed = slurp(live_dir, "data.mdb");
-	*checkpoint = slurp(live_dir, "checkpoint");
+	*flushed = kvc_test_slurp(live_dir, "data.mdb");
+	*checkpoint = kvc_test_slurp(live_dir, "checkpoint");
 	for (int i = 0; i < 150; i++) {
 		char name[32];
 		snprintf(name, sizeof(name), "f%04d", i);
@@ -182,13 +117,13 @@ static struct kvc_meta_store *namespace_history(struct file *flushed, struct fil
 	}
 	for (int i = 0; i < 600; i++)
 		create(s, "g", i);
-	*live = slurp(live_dir, "data.mdb");
+	*live = kvc_test_slurp(live_dir, "data.mdb");
 	return s;
 }
 
 Test(meta_checkpoint, a_machine_crash_goes_back_to_the_checkpoint_whatever_reached_the_disk)
 {
-	struct file flushed, live, checkpoint;
+	struct kvc_test_file flushed, live, checkpoint;
 	struct kvc_meta_store *dead = namespace_history(&flushed, &live, &checkpoint);
 	setenv("KVC_BOOT_ID", "another-boot", 1);
 	int percents[] = {0, 10, 50, 90, 100};
@@ -209,12 +144,12 @@ Test(meta_checkpoint, a_machine_crash_goes_back_to_the_checkpoint_whatever_reach
 	}
 	unsetenv("KVC_BOOT_ID");
 	kvc_meta_store_close(dead);
-	release(&flushed), release(&live), release(&checkpoint);
+	kvc_test_release(&flushed), kvc_test_release(&live), kvc_test_release(&checkpoint);
 }
 
 Test(meta_checkpoint, numbers_given_out_after_the_checkpoint_are_not_given_again_after_a_crash)
 {
-	struct file flushed, live, checkpoint;
+	struct kvc_test_file flushed, live, checkpoint;
 	struct kvc_meta_store *dead = namespace_history(&flushed, &live, &checkpoint);
 	struct kvc_attr last, a, b;
 	cr_assert_eq(kvc_meta_store_create(dead, KVC_META_ROOT, "last", 4, 0644, 0, 0, true, &last),
@@ -239,16 +174,16 @@ Test(meta_checkpoint, numbers_given_out_after_the_checkpoint_are_not_given_again
 	}
 	unsetenv("KVC_BOOT_ID");
 	kvc_meta_store_close(dead);
-	release(&flushed), release(&live), release(&checkpoint);
+	kvc_test_release(&flushed), kvc_test_release(&live), kvc_test_release(&checkpoint);
 }
 
 Test(meta_checkpoint, a_killed_process_loses_nothing_committed)
 {
-	struct file flushed, live, checkpoint;
+	struct kvc_test_file flushed, live, checkpoint;
 	struct kvc_meta_store *dead = namespace_history(&flushed, &live, &checkpoint);
 	/* Same boot: the page cache (the live file) is what the disk shows. */
-	spill(crash_dir, "data.mdb", live.bytes, live.size, live.full_size);
-	spill(crash_dir, "checkpoint", checkpoint.bytes, checkpoint.size, 0);
+	kvc_test_spill(crash_dir, "data.mdb", live.bytes, live.size, live.full_size);
+	kvc_test_spill(crash_dir, "checkpoint", checkpoint.bytes, checkpoint.size, 0);
 	struct kvc_meta_store *s;
 	cr_assert_eq(kvc_meta_store_open(crash_dir, &defaults, &s), 0);
 	struct listing l = list_root(s);
@@ -264,7 +199,7 @@ Test(meta_checkpoint, a_killed_process_loses_nothing_committed)
 	kvc_meta_store_close(s);
 	unsetenv("KVC_BOOT_ID");
 	kvc_meta_store_close(dead);
-	release(&flushed), release(&live), release(&checkpoint);
+	kvc_test_release(&flushed), kvc_test_release(&live), kvc_test_release(&checkpoint);
 }
 
 /* ---- the page pools ---- */
@@ -304,8 +239,8 @@ Test(meta_checkpoint, page_pools_go_back_to_the_checkpoint_with_their_accounting
 	for (int i = 0; i < 300; i++)
 		confirm(p, "k", i);
 	cr_assert_eq(kvc_pool_store_sync(p), 0);
-	struct file flushed = slurp(live_dir, "data.mdb");
-	struct file checkpoint = slurp(live_dir, "checkpoint");
+	struct kvc_test_file flushed = kvc_test_slurp(live_dir, "data.mdb");
+	struct kvc_test_file checkpoint = kvc_test_slurp(live_dir, "checkpoint");
 	struct kvc_pool_key gone[150];
 	char names[150][8];
 	for (int i = 0; i < 150; i++) {
@@ -315,7 +250,7 @@ Test(meta_checkpoint, page_pools_go_back_to_the_checkpoint_with_their_accounting
 	cr_assert_eq(kvc_pool_delete(p, "kv", gone, 150, 1), 150);
 	for (int i = 0; i < 600; i++)
 		confirm(p, "m", i);
-	struct file live = slurp(live_dir, "data.mdb");
+	struct kvc_test_file live = kvc_test_slurp(live_dir, "data.mdb");
 
 	setenv("KVC_BOOT_ID", "another-boot", 1);
 	int percents[] = {0, 30, 70, 100};
@@ -334,5 +269,5 @@ Test(meta_checkpoint, page_pools_go_back_to_the_checkpoint_with_their_accounting
 	}
 	unsetenv("KVC_BOOT_ID");
 	kvc_pool_store_close(p);
-	release(&flushed), release(&live), release(&checkpoint);
+	kvc_test_release(&flushed), kvc_test_release(&live), kvc_test_release(&checkpoint);
 }
