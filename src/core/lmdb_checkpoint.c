@@ -64,7 +64,15 @@ struct kvc_lmdb_checkpoint {
 	/* Used by the one running checkpoint only (see `running`). */
 	uint64_t sequence; /* of the last record written */
 	MDB_txn *pin;      /* keeps the last durable checkpoint's pages */
-	bool fallback;     /* unknown LMDB format: every commit syncs instead */
+	atomic_bool fallback; /* unknown LMDB format: every commit syncs instead */
+	/* A record that failed to be made durable may still reach the disk
+	 * (its pwrite went through): its state's pin is kept here until a
+	 * later record, written to the same slot, is durable. */
+	MDB_txn *maybe;
+	/* A flush that failed: the kernel may have dropped those pages as
+	 * clean, so no later checkpoint can be trusted; every one fails with
+	 * this, and the last good one stays pinned. */
+	int broken;
 	bool opened;       /* the first checkpoint was taken */
 	bool after_reboot; /* the newest checkpoint at open was another boot's */
 	char dir[PATH_MAX]; /* for the log */
@@ -230,7 +238,8 @@ static int read_meta(struct kvc_lmdb_checkpoint *cp, uint64_t txnid, uint8_t *im
 	return rc < 0 ? rc : named == txnid ? 0 : -EPROTO;
 }
 
-static int record_write(struct kvc_lmdb_checkpoint *cp, uint64_t txnid, const uint8_t *image)
+static int record_write(struct kvc_lmdb_checkpoint *cp, uint64_t txnid, const uint8_t *image,
+                        bool *written)
 {
 	struct record r = {.magic = MAGIC, .version = VERSION, .sequence = cp->sequence + 1,
 	                   .txnid = txnid, .page_size = cp->page_size, .image_len = IMAGE};
@@ -238,6 +247,7 @@ static int record_write(struct kvc_lmdb_checkpoint *cp, uint64_t txnid, const ui
 	memcpy(r.image, image, IMAGE);
 	r.crc = record_crc(&r);
 	ssize_t n = pwrite(cp->fd, &r, SLOT, (off_t)((r.sequence & 1) * SLOT));
+	*written = n > 0;
 	if (n != SLOT)
 		return n < 0 ? -errno : -EIO;
 	if (fdatasync(cp->fd) < 0)
@@ -253,6 +263,8 @@ static int take(struct kvc_lmdb_checkpoint *cp)
 	uint8_t image[IMAGE];
 	uint64_t txnid = 0;
 	MDB_envinfo info;
+	if (cp->broken)
+		return cp->broken;
 	if (mdb_env_info(cp->env, &info) == 0)
 		atomic_store(&cp->base_pgno, info.me_last_pgno);
 	int rc = 0;
@@ -270,12 +282,19 @@ static int take(struct kvc_lmdb_checkpoint *cp)
 	}
 	/* Step 3: with writers going on, L's pages (all written before) reach
 	 * the disk; the pin keeps any of them from being reused meanwhile. */
-	if (rc == 0)
+	if (rc == 0) {
 		rc = kvc_lmdb_errno(mdb_env_sync(cp->env, 1));
+		if (rc < 0 && rc != -EPROTO) {
+			kvc_log_error("%s: flushing the database failed (%s): no checkpoint can be "
+			              "trusted from now on; fsync fails until a restart",
+			              cp->dir, strerror(-rc));
+			cp->broken = rc;
+		}
+	}
 	if (rc == -EPROTO) {
 		kvc_log_error("LMDB wrote a meta page this kvcfs does not know: no more "
 		              "checkpoints; every commit now flushes the disk instead");
-		cp->fallback = true;
+		atomic_store(&cp->fallback, true);
 		rc = kvc_lmdb_errno(mdb_env_set_flags(cp->env, MDB_NOMETASYNC, 1));
 		if (rc == 0)
 			rc = kvc_lmdb_errno(mdb_env_set_flags(cp->env, MDB_NOSYNC, 0));
@@ -285,13 +304,23 @@ static int take(struct kvc_lmdb_checkpoint *cp)
 			mdb_txn_abort(cp->pin);
 		cp->pin = NULL;
 	} else if (rc == 0 && pin) {
-		rc = record_write(cp, txnid, image);
+		bool written = false;
+		rc = record_write(cp, txnid, image, &written);
+		if (rc < 0 && written) { /* it may reach the disk yet: keep L whole */
+			if (cp->maybe)
+				mdb_txn_abort(cp->maybe); /* its record was in this slot */
+			cp->maybe = pin;
+			pin = NULL;
+		}
 	}
 	if (rc == 0 && pin && !cp->fallback) { /* the new one is durable: pin it instead */
 		MDB_txn *old = cp->pin;
 		cp->pin = pin;
 		atomic_store(&cp->pinned_txnid, txnid);
 		pin = old;
+		if (cp->maybe) /* its record's slot holds this one now */
+			mdb_txn_abort(cp->maybe);
+		cp->maybe = NULL;
 	}
 	if (pin)
 		mdb_txn_abort(pin);
@@ -334,7 +363,7 @@ int kvc_lmdb_checkpoint_sync(struct kvc_lmdb_checkpoint *cp)
 size_t kvc_lmdb_checkpoint_growth(struct kvc_lmdb_checkpoint *cp)
 {
 	MDB_envinfo info;
-	if (!cp || cp->fallback || mdb_env_info(cp->env, &info) != 0)
+	if (!cp || atomic_load(&cp->fallback) || mdb_env_info(cp->env, &info) != 0)
 		return 0;
 	return (info.me_last_pgno - atomic_load(&cp->base_pgno)) * cp->page_size;
 }
@@ -344,7 +373,7 @@ size_t kvc_lmdb_checkpoint_held(struct kvc_lmdb_checkpoint *cp)
 	/* LMDB's free list (its database 0, read as its mdb_stat -f reads it):
 	 * one record per freeing transaction, keyed by its id, each a page list
 	 * whose first word is its length. The pin keeps those after L. */
-	uint64_t since = cp && !cp->fallback ? atomic_load(&cp->pinned_txnid) : 0;
+	uint64_t since = cp && !atomic_load(&cp->fallback) ? atomic_load(&cp->pinned_txnid) : 0;
 	MDB_txn *txn = NULL;
 	MDB_cursor *cursor = NULL;
 	size_t pages = 0, from = (size_t)since + 1;
@@ -442,6 +471,8 @@ void kvc_lmdb_checkpoint_close(struct kvc_lmdb_checkpoint *cp)
 		kvc_lmdb_checkpoint_sync(cp);
 	if (cp->pin)
 		mdb_txn_abort(cp->pin);
+	if (cp->maybe)
+		mdb_txn_abort(cp->maybe);
 	if (cp->fd >= 0)
 		close(cp->fd);
 	pthread_mutex_destroy(&cp->lock);

@@ -48,6 +48,14 @@
  * nothing committed. A clean close takes a last checkpoint, so a reboot
  * after it goes back nowhere.
  *
+ * Failures: a record whose write went through but whose flush failed may
+ * still reach the disk, so its state stays pinned (with the last good
+ * one) until a later record, written to the same slot, is durable. A data
+ * flush that fails is final: the kernel may have dropped those pages as
+ * clean, so no later checkpoint could be trusted; every checkpoint (and
+ * so every fsync) fails from then on, and the last good one stays pinned
+ * and is where a crash goes back to.
+ *
  * What it costs: one data flush and one 512-byte file flush per
  * checkpoint, writers held only while L's meta page is read. And while a pin holds, LMDB cannot reuse pages freed
  * after it, so every page a commit writes is a new one: what commits

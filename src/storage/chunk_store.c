@@ -745,8 +745,11 @@ void kvc_chunk_store_read_counts(struct kvc_chunk_store *store, uint64_t *cached
 
 int kvc_chunk_store_sync(struct kvc_chunk_store *store)
 {
-	/* The chunk files' bytes first: a checkpoint's records must not name
-	 * bytes a crash could still take. */
+	/* The chunk files' bytes first, so the checkpoint's records of every
+	 * write acknowledged before the SYNC name bytes on the disk. (Records
+	 * committed meanwhile, and those of timed checkpoints, may name bytes
+	 * a crash still takes: their blocks then fail their crcs, -EIO, as
+	 * after any crash between a chunk's write and its record.) */
 	int rc = syncfs(store->dir_fd) < 0 ? -errno : 0;
 	return rc < 0 ? rc : kvc_lmdb_checkpoint_sync(store->checkpoint);
 }

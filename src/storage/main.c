@@ -48,12 +48,12 @@ static void stop_service(void *arg)
 
 /* How many freed pages a checkpoint may keep from reuse in a target's
  * index: a quarter of its reserve (deletes on a full target grow the index
- * from there), 64 MiB .. KVC_CHUNK_CHECKPOINT_GROWTH. */
+ * from there), at most KVC_CHUNK_CHECKPOINT_GROWTH; 64 MiB without one. */
 static size_t growth_bound(struct kvc_chunk_store *store)
 {
 	struct kvc_chunk_space space = {0};
 	size_t bound = kvc_chunk_store_space(store, &space) == 0 ? space.reserve_bytes / 4 : 0;
-	return bound < (64u << 20) ? (64u << 20)
+	return bound == 0                             ? (64u << 20)
 	       : bound > KVC_CHUNK_CHECKPOINT_GROWTH ? KVC_CHUNK_CHECKPOINT_GROWTH
 	                                              : bound;
 }
@@ -64,10 +64,11 @@ static size_t growth_bound(struct kvc_chunk_store *store)
 static void *checkpoint_main(void *arg)
 {
 	struct kvc_storage_service *svc = arg;
-	int64_t last[KVC_WIRE_MAX_TARGETS];
+	int64_t last[KVC_WIRE_MAX_TARGETS], logged[KVC_WIRE_MAX_TARGETS];
 	size_t bound[KVC_WIRE_MAX_TARGETS];
 	for (uint32_t i = 0; i < svc->target_count; i++) {
 		last[i] = kvc_clock_monotonic_ns();
+		logged[i] = 0;
 		bound[i] = growth_bound(svc->stores[i]);
 	}
 	for (;;) {
@@ -78,9 +79,11 @@ static void *checkpoint_main(void *arg)
 			    kvc_chunk_store_index_held(svc->stores[i]) <= bound[i])
 				continue;
 			int rc = kvc_chunk_store_checkpoint(svc->stores[i]);
-			if (rc < 0)
+			if (rc < 0 && now - logged[i] >= 60ll * 1000000000) { /* once a minute */
 				kvc_log_error("target %u: index checkpoint: %s", svc->first_target + i,
 				              strerror(-rc));
+				logged[i] = now;
+			}
 			last[i] = now;
 		}
 	}
@@ -290,13 +293,17 @@ int main(int argc, char **argv)
 	rc = kvc_repair_start(&svc);
 	if (rc == 0)
 		rc = kvc_heartbeat_start(&svc, &config, server_index);
-	pthread_t checkpoints;
-	if (rc == 0 && (rc = -pthread_create(&checkpoints, NULL, checkpoint_main, &svc)) == 0)
-		pthread_detach(checkpoints);
 	if (rc < 0) {
 		fprintf(stderr, "kvc-storage: cannot start heartbeats: %s\n", strerror(-rc));
 		return 1;
 	}
+	pthread_t checkpoints;
+	rc = -pthread_create(&checkpoints, NULL, checkpoint_main, &svc);
+	if (rc < 0) {
+		fprintf(stderr, "kvc-storage: cannot start index checkpoints: %s\n", strerror(-rc));
+		return 1;
+	}
+	pthread_detach(checkpoints);
 	rc = kvc_server_run(&server);
 	kvc_log_error("accept failed: %s", strerror(-rc));
 	return 1;
