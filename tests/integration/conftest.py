@@ -238,6 +238,39 @@ def freeze(pid, timeout=10.0):
     assert wait_until(stopped, timeout=timeout, step=0.001), f"pid {pid} did not stop"
 
 
+def fsync_through_a_freeze(path, pid, seconds, hang=60):
+    """Write 3 chunks to path, then fsync it while the daemon pid is frozen
+    for `seconds` (a stand-in for a slow writeback): asserts the fsync is
+    still waiting when the daemon is let go, and comes back without an
+    error after; the bytes read back."""
+    import threading
+    data = os.urandom(3 * CHUNK)
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        outcome = []
+
+        def sync():
+            try:
+                os.fsync(f.fileno())
+                outcome.append(None)
+            except OSError as e:
+                outcome.append(e)
+
+        freeze(pid)
+        try:
+            syncer = threading.Thread(target=sync)
+            syncer.start()
+            time.sleep(seconds)
+            assert syncer.is_alive(), f"fsync came back with the server frozen: {outcome}"
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        syncer.join(hang)
+        assert not syncer.is_alive(), "fsync hung after the server came back"
+        assert outcome == [None], outcome
+    assert path.read_bytes() == data
+
+
 def chunk_name(ino, chunk):
     """Where chunk `chunk` of inode ino lies under a target's directory,
     when it is a file (src/storage/chunk_store.h)."""

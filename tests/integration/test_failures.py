@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import CHUNK, chunk_files_of, freeze, wait_until
+from conftest import CHUNK, chunk_files_of, freeze, fsync_through_a_freeze, wait_until
 
 # Generous bound for "does not hang": the cluster's io timeout is 2 s and a
 # request may wait on connect and I/O; hitting this means a hang.
@@ -106,35 +106,8 @@ def test_fsync_waits_for_a_sync_slower_than_the_io_timeout(cluster, workdir):
     minutes), and does not fail with EIO at io_timeout_ms (2 s here), as it
     did while the bytes were on their way. A server frozen for 3 s stands
     in for the slow writeback."""
-    import threading
-    path = workdir / "slow-sync"
-    data = os.urandom(3 * CHUNK)
-    pid = cluster.pid("s1")
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        outcome = []
-        freeze(pid)
-        try:
-            syncer = threading.Thread(target=lambda: outcome.append(
-                _fsync(f.fileno())))
-            syncer.start()
-            time.sleep(3)  # past io_timeout_ms
-            assert syncer.is_alive(), f"fsync came back with the server frozen: {outcome}"
-        finally:
-            os.kill(pid, signal.SIGCONT)
-        syncer.join(HANG)
-        assert not syncer.is_alive(), "fsync hung after the server came back"
-        assert outcome == [None], outcome
-    assert path.read_bytes() == data
+    fsync_through_a_freeze(workdir / "slow-sync", cluster.pid("s1"), 3)  # past io_timeout_ms
 
-
-def _fsync(fd):
-    try:
-        os.fsync(fd)
-    except OSError as e:
-        return e
-    return None
 
 
 def test_meta_down_gives_eio_not_a_hang(cluster, workdir):

@@ -31,6 +31,15 @@ static void *stream_main(void *arg)
 	return NULL;
 }
 
+/* Stop the watches (every stream returns), join s and close both ends. */
+static void stop_stream(struct streamer *s, struct kvc_meta_watches *w, int peer)
+{
+	kvc_meta_watches_stop(w);
+	pthread_join(s->thread, NULL);
+	close(peer);
+	close(s->fd);
+}
+
 /* The next non-empty frame's events: count returned, names appended to
  * out (NUL-separated), kinds and ids to kinds/ids. */
 static int next_events(int fd, uint32_t *flags, uint32_t *kinds, uint64_t *ids, char *names)
@@ -108,11 +117,8 @@ Test(meta_watches, others_are_told_once_and_the_origin_never)
 	struct kvc_meta_watch_stats st;
 	kvc_meta_watches_stats(w, &st);
 	cr_assert_eq(st.events, 2, "b is the origin of every change: b hears nothing");
-	kvc_meta_watches_stop(w);
-	pthread_join(s.thread, NULL);
+	stop_stream(&s, w, peer);
 	cr_assert_eq(s.rc, 0);
-	close(peer);
-	close(s.fd);
 	kvc_meta_watches_unbind(w, a);
 	kvc_meta_watches_unbind(w, b);
 	kvc_meta_watches_destroy(w);
@@ -223,10 +229,7 @@ Test(meta_watches, a_client_back_within_its_ttl_gets_what_changed_meanwhile)
 	cr_assert_eq(next_events(peer, &flags, kinds, ids, names), 1);
 	cr_assert_eq(ids[0], 9);
 	cr_assert_str_eq(names, "later");
-	kvc_meta_watches_stop(w);
-	pthread_join(s.thread, NULL);
-	close(peer);
-	close(s.fd);
+	stop_stream(&s, w, peer);
 	kvc_meta_watches_unbind(w, a);
 	kvc_meta_watches_unbind(w, b);
 	kvc_meta_watches_destroy(w);
@@ -270,10 +273,7 @@ Test(meta_watches, a_directory_watch_hears_every_name_and_lives_on)
 	n = next_events(peer, &flags, kinds, ids, names);
 	cr_assert_eq(n, 1);
 	cr_assert(kinds[0] == KVC_WATCH_DIR && ids[0] == 9);
-	kvc_meta_watches_stop(w);
-	pthread_join(s.thread, NULL);
-	close(peer);
-	close(s.fd);
+	stop_stream(&s, w, peer);
 	kvc_meta_watches_unbind(w, a);
 	kvc_meta_watches_unbind(w, b);
 	kvc_meta_watches_destroy(w);
@@ -309,10 +309,7 @@ Test(meta_watches, after_a_start_every_change_reaches_every_client_even_one_that
 	cr_assert_eq(next_events(peer, &flags, kinds, ids, names), 1);
 	cr_assert_eq(kinds[0], KVC_WATCH_INODE);
 	cr_assert_eq(ids[0], 42);
-	kvc_meta_watches_stop(w);
-	pthread_join(s.thread, NULL);
-	close(peer);
-	close(s.fd);
+	stop_stream(&s, w, peer);
 	kvc_meta_watches_unbind(w, a);
 	kvc_meta_watches_unbind(w, b);
 	kvc_meta_watches_unbind(w, c);
@@ -342,10 +339,7 @@ Test(meta_watches, a_start_log_that_overflowed_tells_a_late_client_events_were_l
 	static char names[1 << 16];
 	next_events(peer, &flags, kinds, ids, names);
 	cr_assert(flags & KVC_WATCH_LOST, "a client that missed changes is told so");
-	kvc_meta_watches_stop(w);
-	pthread_join(s.thread, NULL);
-	close(peer);
-	close(s.fd);
+	stop_stream(&s, w, peer);
 	kvc_meta_watches_unbind(w, b);
 	kvc_meta_watches_unbind(w, c);
 	kvc_meta_watches_destroy(w);
@@ -390,10 +384,7 @@ Test(meta_watches, a_client_back_after_an_unlogged_change_is_told_events_were_lo
 	char names[256];
 	next_events(peer, &flags, kinds, ids, names);
 	cr_assert(flags & KVC_WATCH_LOST);
-	kvc_meta_watches_stop(w);
-	pthread_join(s.thread, NULL);
-	close(peer);
-	close(s.fd);
+	stop_stream(&s, w, peer);
 	kvc_meta_watches_unbind(w, b);
 	kvc_meta_watches_unbind(w, c);
 	kvc_meta_watches_destroy(w);
