@@ -215,6 +215,36 @@ static int group_begin(void *owner, MDB_txn **txn)
 	return kvc_pool_txn_begin(owner, true, txn);
 }
 
+/* After a reboot (the newest checkpoint another boot's): every namespace's
+ * lease numbers jump by KVC_POOL_LEASE_REBOOT_GAP, past any given out after
+ * that checkpoint (a reader that outlived the crash still holds one, and
+ * its release must not end a new lease of the same number). */
+static int skip_given_leases(struct kvc_pool_store *s, MDB_txn *txn)
+{
+	MDB_cursor *cursor;
+	MDB_val k, v;
+	int rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->worlds, &cursor));
+	if (rc < 0)
+		return rc;
+	int got = mdb_cursor_get(cursor, &k, &v, MDB_FIRST);
+	while (got == 0 && rc == 0) {
+		struct pool_world w;
+		if (v.mv_size == sizeof(w)) { /* not the format record */
+			memcpy(&w, v.mv_data, sizeof(w));
+			if (w.magic == WORLD_MAGIC) {
+				w.next_lease += KVC_POOL_LEASE_REBOOT_GAP;
+				MDB_val nv = {sizeof(w), &w};
+				rc = kvc_lmdb_errno(mdb_cursor_put(cursor, &k, &nv, MDB_CURRENT));
+			}
+		}
+		got = mdb_cursor_get(cursor, &k, &v, MDB_NEXT);
+	}
+	if (rc == 0 && got != MDB_NOTFOUND)
+		rc = kvc_lmdb_errno(got);
+	mdb_cursor_close(cursor);
+	return rc;
+}
+
 /* ---- the environment ---- */
 
 int kvc_pool_store_open(const char *dir, struct kvc_pool_store **out)
@@ -256,7 +286,12 @@ int kvc_pool_store_open_sized(const char *dir, uint64_t map_bytes,
 		rc = clock_load(s, txn);
 	if (rc == 0)
 		rc = kvc_pool_punching_recover(s, txn);
+	bool rebooted = kvc_lmdb_checkpoint_after_reboot(s->checkpoint);
+	if (rc == 0 && rebooted)
+		rc = skip_given_leases(s, txn);
 	rc = kvc_lmdb_finish(txn, rc);
+	if (rc == 0 && rebooted) /* the jump is durable before any lease goes */
+		rc = kvc_lmdb_checkpoint_sync(s->checkpoint);
 	if (rc < 0)
 		goto fail;
 	*out = s;

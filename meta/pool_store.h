@@ -73,6 +73,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* After a reboot every namespace's lease numbers jump by this much: more
+ * than a sync interval gives out, past any a reader that outlived the
+ * crash still holds (a machine crash takes the store back to its last
+ * checkpoint, and the counter with it). */
+#define KVC_POOL_LEASE_REBOOT_GAP (1u << 24)
+
 #define KVC_POOL_MAX_NAMESPACE 64
 #define KVC_POOL_MAX_KEY 400
 #define KVC_POOL_MAX_WORLD 256

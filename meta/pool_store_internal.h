@@ -68,7 +68,8 @@ struct pool_world {
 	uint32_t magic;
 	uint32_t world_size; /* 0: unknown */
 	uint32_t ranks;      /* initialized pools */
-	uint32_t next_lease; /* the last lease number given (0 in format 1) */
+	uint32_t next_lease; /* the last lease number given (0 in format 1);
+	                        jumps by KVC_POOL_LEASE_REBOOT_GAP after a reboot */
 	uint64_t next_lru;
 	uint64_t next_retired;
 	uint64_t evictions;

@@ -689,6 +689,28 @@ Test(pool_store, lease_numbers_are_never_given_twice)
 	check_accounting();
 }
 
+/* After a reboot the store went back to its last checkpoint, and lease
+ * numbers given out after it may still be held by readers on other hosts:
+ * the numbering jumps past them. Not in the same boot. */
+Test(pool_store, lease_numbers_jump_after_a_reboot)
+{
+	cr_assert_eq(kvc_pool_init(store, "kv", 0, 4, 1), 0);
+	fill_at("kv", 2, "k", 1000);
+	uint32_t before = lease1("k0", 1000, 1000);
+	kvc_pool_store_close(store);
+	cr_assert_eq(kvc_pool_store_open(dir, &store), 0);
+	uint32_t same_boot = lease1("k1", 3000, 1000);
+	cr_assert_eq(same_boot, before + 1);
+	kvc_pool_store_close(store);
+	setenv("KVC_BOOT_ID", "another-boot", 1);
+	cr_assert_eq(kvc_pool_store_open(dir, &store), 0);
+	unsetenv("KVC_BOOT_ID");
+	uint32_t rebooted = lease1("k0", 5000, 1000);
+	cr_assert_eq(rebooted - same_boot, KVC_POOL_LEASE_REBOOT_GAP + 1, "%u after %u", rebooted,
+	             same_boot);
+	check_accounting();
+}
+
 /* A store of format 1 (before leases counted their readers): its key
  * heads' high halves are zero, which reads as a lease of unknown readers
  * with no number. It opens, is marked format 2 (which an older kvc-meta
