@@ -35,7 +35,8 @@ static struct {
 	struct kvc_metrics_counter *ring_taken[2], *ring_batches[2], *ring_bytes[2], *ring_completed,
 		*ring_overlapped;
 	struct kvc_metrics_gauge *ring_depth, *rings, *usrbio_clients, *events_up, *names_dirs;
-	struct kvc_metrics_counter *events, *names_answered, *names_fills, *dir_watch_lookups;
+	struct kvc_metrics_counter *events, *name_drops, *names_answered, *names_fills,
+		*dir_watch_lookups;
 	struct kvc_metrics_counter *early[3];   /* made, entered, lost */
 	struct kvc_metrics_counter *removes[3]; /* made, entered, missed */
 	_Atomic(struct kvc_ring_service *) ring_service;
@@ -101,6 +102,7 @@ static void collect(void *arg)
 	kvc_metrics_set(m.usrbio_clients, atomic_load(&fs->usrbio_clients));
 	kvc_metrics_set(m.events_up, kvc_meta_events_up(fs->events));
 	kvc_metrics_counter_set(m.events, kvc_meta_events_received(fs->events));
+	kvc_metrics_counter_set(m.name_drops, kvc_meta_events_name_drops(fs->events));
 	struct kvc_dir_names_stats names;
 	kvc_dir_names_stats(fs->dir_names, &names);
 	kvc_metrics_counter_set(m.names_answered, names.answered);
@@ -160,6 +162,10 @@ static int register_all(struct kvc_metrics *r, struct kvc_fuse *fs)
 	                                NULL, 0);
 	m.events = kvc_metrics_counter(r, "kvc_fuse_meta_events_total",
 	                               "Change events received from kvc-meta.", NULL, 0);
+	m.name_drops = kvc_metrics_counter(
+		r, "kvc_fuse_name_cache_drops_total",
+		"Times every name the kernel caches was dropped at once (change events lost, or "
+		"kvc-meta's stream back after a gap).", NULL, 0);
 	m.names_answered = kvc_metrics_counter(
 		r, "kvc_fuse_lookups_answered_here_total",
 		"Lookups of absent names answered from a directory's names (dir_names.h).", NULL, 0);
@@ -191,7 +197,7 @@ static int register_all(struct kvc_metrics *r, struct kvc_fuse *fs)
 		              &rstate[i], 1)))
 			return -ENOMEM;
 	if (!m.ring_completed || !m.ring_overlapped || !m.ring_depth || !m.rings ||
-	    !m.usrbio_clients || !m.events_up || !m.events || !m.names_answered ||
+	    !m.usrbio_clients || !m.events_up || !m.events || !m.name_drops || !m.names_answered ||
 	    !m.names_fills || !m.names_dirs || !m.dir_watch_lookups)
 		return -ENOMEM;
 	int rc = kvc_storage_client_metrics(&fs->storage, r, "kvc_fuse");

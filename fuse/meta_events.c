@@ -29,6 +29,9 @@ struct kvc_meta_events {
 	atomic_int fd; /* the stream's, -1 between streams (stop shuts it down) */
 	/* gen is odd while the stream is up; it moves at every change. */
 	_Atomic uint64_t seq, gen;
+	_Atomic uint64_t drops;   /* every cached name dropped at once (forget_names) */
+	atomic_bool drop_refused; /* the kernel cannot: said once */
+	bool streamed;            /* a stream was up before (stream thread only) */
 	_Atomic uint64_t recent[RECENT_SLOTS]; /* seq of the last event per slot */
 };
 
@@ -105,6 +108,35 @@ void kvc_meta_events_inode_changed(struct kvc_meta_events *ev, uint64_t ino)
 	inode_changed(ev, ino, seq);
 }
 
+/* FUSE_NOTIFY_INC_EPOCH (Linux 6.16, FUSE 7.44; libfuse 3.14 has no call
+ * for it): every name the kernel caches for the mount is looked up again
+ * at its next use. */
+#define NOTIFY_INC_EPOCH 8
+
+/* Drop every name the kernel caches, when this client may have missed
+ * changes: kvc-meta said some events were lost, or the stream was down
+ * (kvc-meta may have restarted, and what it had not sent yet died with
+ * it; docs/architecture.md). Attributes come fresh with each lookup. */
+static void forget_names(struct kvc_meta_events *ev, const char *why)
+{
+	struct fuse_session *se = ev->fs->session;
+	struct {
+		uint32_t len;
+		int32_t error; /* the notification's code */
+		uint64_t unique; /* 0: a notification */
+	} head = {sizeof(head), NOTIFY_INC_EPOCH, 0};
+	if (!se)
+		return;
+	if (write(fuse_session_fd(se), &head, sizeof(head)) == (ssize_t)sizeof(head)) {
+		atomic_fetch_add(&ev->drops, 1);
+		kvc_log_info("dropped every cached name (%s)", why);
+	} else if (!atomic_exchange(&ev->drop_refused, true)) {
+		kvc_log_warn("the kernel cannot drop every cached name at once (%s; Linux 6.16 "
+		             "can): after %s, names may stay stale for up to %u ms",
+		             strerror(errno), why, ev->fs->config.cache_ttl_ms);
+	}
+}
+
 /* One event: remember it, then drop what the kernel caches of it. */
 static void apply(struct kvc_meta_events *ev, const struct kvc_msg_watch_event *e,
                   const char *name)
@@ -138,8 +170,9 @@ static int apply_frame(struct kvc_meta_events *ev, const uint8_t *body, uint32_t
 		/* Some changes were not told: answers from now on are fresh,
 		 * but what the kernel holds may be stale for up to the ttl. */
 		atomic_fetch_add(&ev->gen, 2);
-		kvc_log_warn("kvc-meta dropped change events for this client: cached names and "
-		             "attributes may be stale for up to %u ms", ev->fs->config.cache_ttl_ms);
+		kvc_log_warn("kvc-meta dropped change events for this client: cached attributes "
+		             "may be stale for up to %u ms", ev->fs->config.cache_ttl_ms);
+		forget_names(ev, "events lost");
 	}
 	for (uint32_t i = 0; i < head->count; i++) {
 		const struct kvc_msg_watch_event *e = kvc_wire_body_take(body, len, &off, sizeof(*e));
@@ -183,6 +216,9 @@ static int stream(struct kvc_meta_events *ev, uint8_t *body)
 		atomic_fetch_add(&ev->gen, 1); /* odd: up */
 		if (atomic_load(&ev->stopping))
 			shutdown(fd, SHUT_RDWR);
+		if (ev->streamed) /* back after a gap: changes may have gone untold */
+			forget_names(ev, "the change-event stream came back");
+		ev->streamed = true;
 	}
 	while (rc == 0 && !atomic_load(&ev->stopping)) {
 		rc = kvc_wire_recv(fd, &h, body, KVC_WIRE_MAX_BODY);
@@ -251,4 +287,9 @@ bool kvc_meta_events_up(struct kvc_meta_events *ev)
 uint64_t kvc_meta_events_received(struct kvc_meta_events *ev)
 {
 	return ev ? atomic_load(&ev->seq) : 0;
+}
+
+uint64_t kvc_meta_events_name_drops(struct kvc_meta_events *ev)
+{
+	return ev ? atomic_load(&ev->drops) : 0;
 }

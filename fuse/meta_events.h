@@ -68,4 +68,8 @@ bool kvc_meta_events_up(struct kvc_meta_events *ev);
 /* Events received since start (metrics); 0 for NULL. */
 uint64_t kvc_meta_events_received(struct kvc_meta_events *ev);
 
+/* How often every cached name was dropped at once (events lost, or the
+ * stream back after a gap). */
+uint64_t kvc_meta_events_name_drops(struct kvc_meta_events *ev);
+
 #endif

@@ -77,6 +77,25 @@ def test_a_restarted_kvc_meta_still_tells_clients_of_new_keys(cluster, workdir, 
         assert took is not None and took < EVENT_BOUND, f"{name} seen after {took}"
 
 
+def test_a_client_whose_event_stream_came_back_drops_its_cached_names(cluster, workdir):
+    """Changes made while a client's event stream was down may have gone
+    untold (kvc-meta restarted before it sent them): when the stream comes
+    back, kvc-fuse has the kernel drop every name it caches (each is looked
+    up again at its next use), and a name cached before still resolves."""
+    from chain_helpers import scrape
+    (workdir / "still").write_bytes(b"here")
+    assert (workdir / "still").read_bytes() == b"here"
+    drops = "kvc_fuse_name_cache_drops_total"
+    before = scrape(cluster.fuse_metrics)[drops]
+    cluster.restart("meta", "KILL")
+    log = cluster.dir / "logs" / "fuse.log"
+    assert wait_until(lambda: scrape(cluster.fuse_metrics)[drops] > before
+                      or "cannot drop every cached name" in log.read_text(), timeout=20)
+    if scrape(cluster.fuse_metrics)[drops] == before:
+        pytest.skip("this kernel has no FUSE_NOTIFY_INC_EPOCH (Linux 6.16)")
+    assert (workdir / "still").read_bytes() == b"here"
+
+
 def test_replaced_key_and_removed_key(workdir, other):
     """A key replaced by rename (an editor's or a connector's atomic write)
     and a key removed: the other client sees both soon; an overwrite in
