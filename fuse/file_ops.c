@@ -120,6 +120,9 @@ static void set_open_flags(struct kvc_fuse *fs, struct fuse_file_info *fi,
 {
 	fi->keep_cache = !(fi->flags & O_TRUNC) && kvc_attr_cache_same(fs->attrs, attr);
 	fi->direct_io = 0;
+	/* A read-only open has no size to commit at close: no FLUSH for it
+	 * (the kernel writes through, it has no dirty pages to send either). */
+	fi->noflush = (fi->flags & O_ACCMODE) == O_RDONLY;
 	kvc_attr_cache_put(fs->attrs, attr, mark);
 }
 
@@ -207,18 +210,24 @@ static int list_open(struct kvc_fuse *fs, uint64_t **out)
 	return count;
 }
 
-/* kvc-meta dropped our sessions (we were silent past its timeout): open
- * every file again; one that is gone meanwhile turns stale, so its reads
- * fail with ESTALE instead of returning holes. Returns 0 when every file
- * was reopened or found gone, else -errno (ask again later). */
-static int reopen_all(struct kvc_fuse *fs)
+/* kvc-meta dropped our sessions (we were silent past its timeout:
+ * -ESTALE), or started since we last told it what we hold open (-EREMCHG:
+ * it keeps open sessions in memory): open every file again; one that is
+ * gone meanwhile turns stale, so its reads fail with ESTALE instead of
+ * returning holes. Returns 0 when every file was reopened or found gone,
+ * else -errno (ask again later). */
+static int reopen_all(struct kvc_fuse *fs, int why)
 {
 	uint64_t *inos;
 	int count = list_open(fs, &inos), rc = 0;
 	if (count < 0)
 		return count;
-	kvc_log_warn("kvc-meta had given this client up (silent too long): reopening %d file(s)",
-	             count);
+	if (why == -ESTALE)
+		kvc_log_warn("kvc-meta had given this client up (silent too long): reopening %d "
+		             "file(s)", count);
+	else if (count > 0)
+		kvc_log_info("kvc-meta started since this client last told it: reopening %d "
+		             "file(s)", count);
 	for (int i = 0; i < count; i++) {
 		struct kvc_attr attr;
 		pthread_mutex_lock(session_lock(fs, inos[i]));
@@ -558,10 +567,13 @@ static int renew_locked(struct kvc_fuse *fs)
 	int rc = kvc_meta_client_renew(&fs->meta, fs->client_id, 0);
 	if (rc == -ESTALE) /* our grants went with our sessions */
 		kvc_early_creates_forget_grants(fs->creates);
-	for (int tries = 0; rc == -ESTALE && tries < 3; tries++) {
-		rc = reopen_all(fs);
+	for (int tries = 0; (rc == -ESTALE || rc == -EREMCHG) && tries < 3; tries++) {
+		int why = rc;
+		rc = reopen_all(fs, why);
 		if (rc == 0)
 			rc = kvc_meta_client_renew(&fs->meta, fs->client_id, KVC_RENEW_REJOIN);
+		if (rc == -ESTALE && why != -ESTALE) /* dropped meanwhile */
+			kvc_early_creates_forget_grants(fs->creates);
 	}
 	if (rc == 0)
 		atomic_store(&fs->renewed_ms, asked);

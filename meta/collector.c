@@ -29,6 +29,7 @@ struct kvc_meta_collector {
 	pthread_mutex_t lock; /* protects woken and cutting */
 	pthread_cond_t cond;  /* a pass is asked for */
 	bool woken;
+	bool orphans_settled; /* after the start's hold (collector thread only) */
 	pthread_cond_t cut;   /* a cut ended */
 	uint64_t cutting[CUTTING];
 	int cutting_count;
@@ -179,6 +180,17 @@ static void *collector_main(void *arg)
 		                                                    kvc_meta_sessions_now_ms()) : 0;
 		if (dropped < 0)
 			kvc_log_warn("collector: sessions: %s", strerror(-dropped));
+		/* After the start's hold: the orphans nobody opened again go. */
+		if (!c->orphans_settled && !kvc_meta_store_holding_opens(c->store)) {
+			int settled = kvc_meta_store_settle_orphans(c->store);
+			c->orphans_settled = settled >= 0;
+			if (settled > 0)
+				kvc_log_info("collector: %d file(s) removed while open and not open "
+				             "again since the start released", settled);
+			else if (settled < 0)
+				kvc_log_warn("collector: settling orphans: %s; will retry",
+				             strerror(-settled));
+		}
 		while (collect(c) == -EAGAIN)
 			;
 		finish_cuts(c);

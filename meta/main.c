@@ -249,6 +249,11 @@ int main(int argc, char **argv)
 		        rc == -EINVAL ? "not a kvcfs meta store of this format" : strerror(-rc));
 		return 1;
 	}
+	/* Open sessions live in memory: the last process's are not known until
+	 * each client has opened its files again, which it does at its first
+	 * RENEW (answered -EREMCHG): a client silent longer than the timeout
+	 * finds its lease run out first (meta/open_table.h). */
+	kvc_meta_store_hold_opens(svc.store, (uint64_t)config.client_timeout_ms + 2000);
 	pthread_t chain_thread;
 	static struct chain_follow follow;
 	follow = (struct chain_follow){&storage, svc.store};

@@ -87,7 +87,7 @@ int kvc_meta_inode_unlinked(struct kvc_meta_store *s, MDB_txn *txn,
 		left.attr.ctime_ns = kvc_meta_now_ns();
 		return kvc_meta_inode_put(s, txn, &left);
 	}
-	int open = S_ISREG(rec->attr.mode) ? kvc_meta_has_opens(s, txn, rec->attr.ino) : 0;
+	int open = S_ISREG(rec->attr.mode) ? kvc_meta_doom_unless_open(s, txn, rec->attr.ino) : 0;
 	if (open < 0)
 		return open;
 	if (open) {

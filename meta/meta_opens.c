@@ -21,8 +21,9 @@
 #include "core/lmdb_txn.h"
 #include "meta/meta_store_internal.h"
 
-/* Whether some client has ino open (an `opens` entry with its prefix). */
-int kvc_meta_has_opens(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino)
+/* Whether some client has ino open in the store (an `opens` entry with
+ * its prefix). */
+static int stored_opens(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino)
 {
 	uint8_t key[8];
 	kvc_meta_be64(key, ino);
@@ -36,6 +37,18 @@ int kvc_meta_has_opens(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino)
 	            memcmp(k.mv_data, key, 8) == 0;
 	mdb_cursor_close(cur);
 	return got != 0 && got != MDB_NOTFOUND ? kvc_lmdb_errno(got) : open;
+}
+
+int kvc_meta_has_opens(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino)
+{
+	int open = stored_opens(s, txn, ino);
+	return open != 0 ? open : kvc_meta_open_table_has(s->mem_opens, ino);
+}
+
+int kvc_meta_doom_unless_open(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino)
+{
+	int open = stored_opens(s, txn, ino);
+	return open != 0 ? open : kvc_meta_open_table_doom(s->mem_opens, ino, mdb_txn_id(txn));
 }
 
 /* ---- open sessions: files kept while clients have them open ---- */
@@ -82,7 +95,9 @@ int kvc_meta_session_has(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
 	uint8_t a[8 + KVC_META_CLIENT_ID];
 	MDB_val ka = open_key(a, ino, client), v;
 	int rc = mdb_get(txn, s->opens, &ka, &v);
-	return rc == 0 ? 1 : rc == MDB_NOTFOUND ? 0 : kvc_lmdb_errno(rc);
+	if (rc == MDB_NOTFOUND)
+		return kvc_meta_open_table_has_client(s->mem_opens, ino, client);
+	return rc == 0 ? 1 : kvc_lmdb_errno(rc);
 }
 
 int kvc_meta_orphan_mark(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino, uint8_t kind)
@@ -126,31 +141,41 @@ static int settle_orphan(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino)
 	return rc == 0 ? kvc_meta_inode_unlinked(s, txn, &rec) : (rc == -ENOENT ? 0 : rc);
 }
 
-struct open_call {
-	uint64_t ino;
-	const uint8_t *client;
-	struct kvc_attr *attr;
-};
-
-static int open_in(struct kvc_meta_store *s, MDB_txn *txn, void *arg)
-{
-	struct open_call *call = arg;
-	struct kvc_inode_record rec;
-	int rc = kvc_meta_inode_get(s, txn, call->ino, &rec);
-	if (rc == 0 && S_ISREG(rec.attr.mode))
-		rc = kvc_meta_session_put(s, txn, call->ino, call->client);
-	if (rc == 0)
-		*call->attr = rec.attr;
-	return rc;
-}
-
-/* Opens and closes run with the group commit (core/lmdb_group.h): a reader's
- * keys opened together share one transaction. */
+/* A plain OPEN records its session in memory (open_table.h): a read
+ * transaction, no write. The session goes in first, so a removal deciding
+ * after it sees it (the file becomes an orphan); one that decided before
+ * left a doomed mark, and a snapshot older than the removing transaction
+ * cannot tell whether it commits: a write transaction, which begins once
+ * that one ended, reads the outcome. */
 int kvc_meta_store_open_session(struct kvc_meta_store *s, uint64_t ino,
                                 const uint8_t client[KVC_META_CLIENT_ID], struct kvc_attr *attr)
 {
-	struct open_call call = {ino, client, attr};
-	return kvc_meta_group_run(s, open_in, &call);
+	uint64_t doomed;
+	struct kvc_inode_record rec;
+	MDB_txn *txn;
+	int rc = kvc_meta_open_table_add(s->mem_opens, ino, client, &doomed);
+	if (rc < 0)
+		return rc;
+	rc = kvc_meta_begin(s, false, &txn);
+	if (rc == 0 && doomed && mdb_txn_id(txn) < doomed) {
+		mdb_txn_abort(txn);
+		rc = kvc_meta_begin(s, true, &txn);
+	}
+	if (rc == 0) {
+		if (doomed)
+			kvc_meta_open_table_undoom(s->mem_opens, ino, doomed);
+		rc = kvc_meta_inode_get(s, txn, ino, &rec);
+		mdb_txn_abort(txn);
+	}
+	/* No session for a directory, none for a failed open (a removal may
+	 * have kept the file for it meanwhile: the close settles that). */
+	if (rc < 0 || !S_ISREG(rec.attr.mode)) {
+		int closed = kvc_meta_store_close_sessions(s, &ino, 1, client);
+		rc = rc < 0 ? rc : closed;
+	}
+	if (rc == 0)
+		*attr = rec.attr;
+	return rc;
 }
 
 struct close_call {
@@ -181,9 +206,37 @@ int kvc_meta_store_close_session(struct kvc_meta_store *s, uint64_t ino,
 	return kvc_meta_store_close_sessions(s, &ino, 1, client);
 }
 
+/* Whether ending client's sessions of inos needs a write: one is in the
+ * store, or one of the files is an orphan (its last close settles it). */
+static int close_needs_store(struct kvc_meta_store *s, const uint64_t *inos, uint32_t count,
+                             const uint8_t client[KVC_META_CLIENT_ID])
+{
+	MDB_txn *txn = NULL;
+	int rc = kvc_meta_begin(s, false, &txn);
+	for (uint32_t i = 0; i < count && rc == 0; i++) {
+		uint8_t a[8 + KVC_META_CLIENT_ID];
+		MDB_val ka = open_key(a, inos[i], client), v;
+		int got = mdb_get(txn, s->opens, &ka, &v);
+		rc = got == 0 ? 1 : got == MDB_NOTFOUND ? 0 : kvc_lmdb_errno(got);
+		if (rc == 0)
+			rc = kvc_meta_orphan_kind(s, txn, inos[i]) != 0;
+	}
+	if (txn)
+		mdb_txn_abort(txn);
+	return rc;
+}
+
 int kvc_meta_store_close_sessions(struct kvc_meta_store *s, const uint64_t *inos,
                                   uint32_t count, const uint8_t client[KVC_META_CLIENT_ID])
 {
+	int settle = 0;
+	for (uint32_t i = 0; i < count; i++)
+		settle |= kvc_meta_open_table_remove(s->mem_opens, inos[i], client);
+	/* An orphan made while we held it is seen here even if its removal
+	 * has not committed yet (settle); the write waits for that commit. */
+	int rc = settle ? 1 : close_needs_store(s, inos, count, client);
+	if (rc <= 0)
+		return rc;
 	struct close_call call = {inos, count, client};
 	return kvc_meta_group_run(s, close_in, &call);
 }
@@ -291,6 +344,16 @@ int kvc_meta_store_drop_client(struct kvc_meta_store *s, const uint8_t client[KV
 			break;
 		dropped++;
 	}
+	/* Its sessions held in memory (put back if the transaction fails: the
+	 * drop is then not recorded, and the next sweep tries again). */
+	uint64_t *held = NULL;
+	int held_count = rc == 0 ? kvc_meta_open_table_drop_client(s->mem_opens, client, &held) : 0;
+	if (held_count < 0)
+		rc = held_count;
+	for (int i = 0; i < held_count && rc == 0; i++)
+		rc = settle_orphan(s, txn, held[i]);
+	if (rc == 0 && held_count > 0)
+		dropped += held_count;
 	/* And its grants: the files it made and never entered are lost with
 	 * it (fuse/early_creates.h), their chunks reclaimed. */
 	int grants = rc == 0 ? kvc_meta_grants_reclaim(s, txn, client, &queued) : 0;
@@ -301,6 +364,11 @@ int kvc_meta_store_drop_client(struct kvc_meta_store *s, const uint8_t client[KV
 	if (rc == 0 && dropped > 0)
 		rc = dropped_put(s, txn, client, (uint32_t)dropped);
 	rc = kvc_lmdb_finish(txn, rc);
+	for (int i = 0; i < held_count && rc < 0; i++) {
+		uint64_t doomed;
+		kvc_meta_open_table_add(s->mem_opens, held[i], client, &doomed);
+	}
+	free(held);
 	if (reclaimed)
 		*reclaimed = rc < 0 ? 0 : queued;
 	return rc < 0 ? rc : dropped;
@@ -351,5 +419,67 @@ int kvc_meta_store_session_clients(struct kvc_meta_store *s, uint8_t (*out)[KVC_
 	if (rc >= 0) /* and those holding grants only */
 		rc = distinct_clients(txn, s->grants, out, rc, rc, max);
 	mdb_txn_abort(txn);
+	if (rc >= 0) /* and those holding sessions in memory only */
+		rc = kvc_meta_open_table_clients(s->mem_opens, out, rc, max);
 	return rc;
+}
+
+void kvc_meta_store_hold_opens(struct kvc_meta_store *s, uint64_t hold_ms)
+{
+	kvc_meta_open_table_hold(s->mem_opens, hold_ms);
+}
+
+bool kvc_meta_store_holding_opens(struct kvc_meta_store *s)
+{
+	return kvc_meta_open_table_holding(s->mem_opens);
+}
+
+/* Up to max orphans after `after`, in key order: their count or -errno. */
+static int orphans_after(struct kvc_meta_store *s, MDB_txn *txn, uint64_t after, uint64_t *inos,
+                         int max)
+{
+	MDB_cursor *cur;
+	int count = 0;
+	int rc = kvc_lmdb_errno(mdb_cursor_open(txn, s->orphans, &cur));
+	if (rc < 0)
+		return rc;
+	uint8_t start[8];
+	kvc_meta_be64(start, after + 1);
+	MDB_val k = {sizeof(start), start}, v;
+	int got = after == UINT64_MAX ? MDB_NOTFOUND : mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+	while (got == 0 && count < max) {
+		if (k.mv_size == 8)
+			inos[count++] = kvc_meta_from_be64(k.mv_data);
+		got = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+	}
+	mdb_cursor_close(cur);
+	return got != 0 && got != MDB_NOTFOUND ? kvc_lmdb_errno(got) : count;
+}
+
+int kvc_meta_store_settle_orphans(struct kvc_meta_store *s)
+{
+	enum { BATCH = 256 };
+	uint64_t inos[BATCH], after = 0;
+	int settled = 0, rc = 0;
+	if (kvc_meta_open_table_holding(s->mem_opens))
+		return -EAGAIN;
+	for (int count = BATCH; count == BATCH && rc >= 0;) {
+		MDB_txn *txn;
+		rc = kvc_meta_begin(s, true, &txn);
+		if (rc < 0)
+			break;
+		count = rc = orphans_after(s, txn, after, inos, BATCH);
+		int done = 0;
+		for (int i = 0; i < count && rc >= 0; i++) {
+			int open = kvc_meta_has_opens(s, txn, inos[i]);
+			rc = open != 0 ? (open < 0 ? open : 0) : settle_orphan(s, txn, inos[i]);
+			done += open == 0;
+		}
+		rc = kvc_lmdb_finish(txn, rc < 0 ? rc : 0);
+		if (rc == 0)
+			settled += done;
+		if (count > 0)
+			after = inos[count - 1];
+	}
+	return rc < 0 ? rc : settled;
 }

@@ -246,6 +246,8 @@ int kvc_meta_store_open(const char *dir, const struct kvc_layout *default_layout
 	s->default_layout = *default_layout;
 	int rc = kvc_layout_check(default_layout);
 	if (rc == 0)
+		rc = kvc_meta_open_table_create(&s->mem_opens);
+	if (rc == 0)
 		rc = kvc_lmdb_checkpoint_env_open(dir, MAP_SIZE, 16, &s->env, &s->checkpoint);
 	if (rc == 0)
 		rc = open_tables(s);
@@ -266,6 +268,7 @@ void kvc_meta_store_close(struct kvc_meta_store *s)
 	kvc_lmdb_checkpoint_close(s->checkpoint);
 	kvc_lmdb_close(s->env);
 	kvc_lmdb_group_destroy(&s->group);
+	kvc_meta_open_table_destroy(s->mem_opens);
 	free(s);
 }
 
@@ -394,6 +397,7 @@ int kvc_meta_store_counts(struct kvc_meta_store *s, struct kvc_meta_counts *out)
 		*fields[i] = rc == 0 ? st.ms_entries : 0;
 	}
 	mdb_txn_abort(txn);
+	out->open_sessions += kvc_meta_open_table_count(s->mem_opens);
 	return rc;
 }
 

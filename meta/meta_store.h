@@ -293,4 +293,16 @@ int kvc_meta_store_client_rejoin(struct kvc_meta_store *store,
 int kvc_meta_store_session_clients(struct kvc_meta_store *store,
                                    uint8_t (*out)[KVC_META_CLIENT_ID], int max);
 
+/* A plain open_session is kept in memory (meta/open_table.h): after a
+ * start, the sessions of the process before are not known until the
+ * clients open their files again. Until hold_ms from now every file counts
+ * as open (nothing removed is reclaimed); kvc-meta holds for its clients'
+ * timeout and a margin. holding_opens: whether the hold is still on. */
+void kvc_meta_store_hold_opens(struct kvc_meta_store *store, uint64_t hold_ms);
+bool kvc_meta_store_holding_opens(struct kvc_meta_store *store);
+/* Once the hold is over: every orphan nobody has open goes to gc (the
+ * files removed while held, or whose clients never came back). Returns
+ * how many, -EAGAIN while holding, or -errno. */
+int kvc_meta_store_settle_orphans(struct kvc_meta_store *store);
+
 #endif

@@ -23,6 +23,7 @@
 #include "core/lmdb_checkpoint.h"
 #include "core/lmdb_group.h"
 #include "meta/meta_store.h"
+#include "meta/open_table.h"
 
 /* The group commit of the hot writes (core/lmdb_group.h). fn runs inside
  * a write transaction shared with the calls waiting at the same time; it
@@ -38,6 +39,7 @@ struct kvc_meta_store {
 	        truncates, grants;
 	struct kvc_layout default_layout;
 	struct kvc_lmdb_group group;
+	struct kvc_meta_open_table *mem_opens; /* plain OPENs' sessions (open_table.h) */
 };
 
 /* A directory entry's value: the child and its type. */
@@ -83,8 +85,12 @@ int kvc_meta_inode_unlinked(struct kvc_meta_store *s, MDB_txn *txn,
 int kvc_meta_name_remove(struct kvc_meta_store *s, MDB_txn *txn, struct kvc_inode_record *dir,
                          const char *name, uint32_t len, const struct kvc_inode_record *rec);
 
-/* meta_opens.c: 1 when some client has ino open, 0 when none. */
+/* meta_opens.c: 1 when some client has ino open (in the store or in
+ * memory), 0 when none. */
 int kvc_meta_has_opens(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino);
+/* The same, as the decision of a write transaction that the file goes
+ * when it is 0: nobody may open it in memory until txn ends (open_table.h). */
+int kvc_meta_doom_unless_open(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino);
 /* meta_names.c: directory entries, and a new inode record under parent
  * (the next inode id; regular files and directories placed on the next
  * first target with the parent's layout; times now). */

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -17,6 +18,7 @@ struct client {
 	uint8_t id[KVC_META_CLIENT_ID];
 	uint64_t last_ms;
 	uint32_t told; /* the drop (its record's count) it was told of; 0: none */
+	bool announced; /* opened its files again since this process started */
 };
 
 struct kvc_meta_sessions {
@@ -82,6 +84,7 @@ static struct client *add(struct kvc_meta_sessions *s, const uint8_t *id, uint64
 	memcpy(c->id, id, KVC_META_CLIENT_ID);
 	c->last_ms = now_ms;
 	c->told = 0;
+	c->announced = false;
 	return c;
 }
 
@@ -109,6 +112,20 @@ void kvc_meta_sessions_touch(struct kvc_meta_sessions *s, const uint8_t id[KVC_M
 	contact(s, id, now_ms, false, 0);
 }
 
+/* REJOIN marks the client as having opened its files again since this
+ * process started: 0. Otherwise 0 when it did before, else -EREMCHG (a
+ * client the table has no room for is told every time). */
+static int announce(struct kvc_meta_sessions *s, const uint8_t *id, uint32_t flags)
+{
+	pthread_mutex_lock(&s->lock);
+	struct client *c = find(s, id);
+	if (c && (flags & KVC_RENEW_REJOIN))
+		c->announced = true;
+	int rc = (flags & KVC_RENEW_REJOIN) || (c && c->announced) ? 0 : -EREMCHG;
+	pthread_mutex_unlock(&s->lock);
+	return rc;
+}
+
 /* drop_lock shared: a drop is either all before this (its record is
  * there) or all after (the touch below keeps the client from it). */
 static int renew_locked(struct kvc_meta_sessions *s, struct kvc_meta_store *store,
@@ -117,12 +134,18 @@ static int renew_locked(struct kvc_meta_sessions *s, struct kvc_meta_store *stor
 	struct kvc_meta_dropped d;
 	int rc = kvc_meta_store_client_dropped(store, id, &d);
 	uint32_t told = contact(s, id, now_ms, false, 0);
-	if (rc <= 0) /* not dropped (or the store failed: say so) */
+	if (rc < 0) /* the store failed: say so */
 		return rc;
+	/* Not dropped: a client that has not opened its files again since
+	 * this process started is told to (open_table.h); REJOIN says it did. */
+	if (rc == 0)
+		return announce(s, id, flags);
 	/* Rejoining after hearing of exactly this drop forgets it; any other
 	 * RENEW tells (again) which drop it is. */
-	if ((flags & KVC_RENEW_REJOIN) && told == d.drops)
-		return kvc_meta_store_client_rejoin(store, id, told);
+	if ((flags & KVC_RENEW_REJOIN) && told == d.drops) {
+		rc = kvc_meta_store_client_rejoin(store, id, told);
+		return rc < 0 ? rc : announce(s, id, flags);
+	}
 	contact(s, id, now_ms, true, d.drops);
 	return -ESTALE;
 }

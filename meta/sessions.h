@@ -19,7 +19,14 @@
  * here; after a restart it is told again), so a client dropped again
  * while it was reopening hears ESTALE again instead of holes.
  *
- * Owns its table of (id, last heard, drop told) under one mutex;
+ * Open sessions of plain OPENs live in memory (meta/open_table.h), so a
+ * new process does not know them: a client's RENEW is answered -EREMCHG
+ * until it has opened its files again and renewed with KVC_RENEW_REJOIN
+ * (also when it was never dropped), once per kvc-meta process. Its lease
+ * is not renewed before that, so it does no I/O on a file kvc-meta may
+ * have reclaimed after its hold.
+ *
+ * Owns its table of (id, last heard, drop told, announced) under one mutex;
  * thread-safe. Lock order: the table's mutex is never held across a
  * meta store call.
  */
@@ -42,10 +49,12 @@ uint64_t kvc_meta_sessions_now_ms(void);
 void kvc_meta_sessions_touch(struct kvc_meta_sessions *sessions,
                              const uint8_t id[KVC_META_CLIENT_ID], uint64_t now_ms);
 
-/* A client's periodic RENEW (flags 0) or its rejoining after a drop
- * (KVC_RENEW_REJOIN): touch, then 0, or -ESTALE while the client's
- * sessions were dropped and it has not rejoined since the last drop it
- * was told of; -EINVAL for unknown flags, -errno from the store. */
+/* A client's periodic RENEW (flags 0) or its rejoining after a drop or a
+ * start (KVC_RENEW_REJOIN: its files are open again): touch, then 0,
+ * -ESTALE while the client's sessions were dropped and it has not
+ * rejoined since the last drop it was told of, -EREMCHG while it has
+ * not rejoined since this process started; -EINVAL for unknown flags,
+ * -errno from the store. */
 int kvc_meta_sessions_renew(struct kvc_meta_sessions *sessions, struct kvc_meta_store *store,
                             const uint8_t id[KVC_META_CLIENT_ID], uint32_t flags,
                             uint64_t now_ms);

@@ -115,6 +115,9 @@
  *   18 ring keys' temps are nameless files their kvc-fuse has open:
  *      kvc_msg_keys carries the client (48 bytes, was 32), KEYS_CREATE
  *      has no records and KEYS_PUBLISH names its temp by inode.
+ *   19 kvc-meta keeps a plain OPEN's session in memory: RENEW answers
+ *      -EREMCHG to a client that has not opened its files again (and
+ *      renewed with KVC_RENEW_REJOIN) since kvc-meta started.
  */
 #ifndef KVC_WIRE_H
 #define KVC_WIRE_H
@@ -128,7 +131,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "kvcfs wire structs are little-endian in memory");
 
 #define KVC_WIRE_MAGIC 0x3143564bu /* "KVC1" */
-#define KVC_WIRE_VERSION 18
+#define KVC_WIRE_VERSION 19
 #define KVC_WIRE_MAX_BODY (1u << 20)
 #define KVC_WIRE_MAX_DATA (64u << 20)
 #define KVC_WIRE_MAX_NAME 255

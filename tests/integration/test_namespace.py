@@ -312,3 +312,34 @@ def test_file_removed_while_open_on_another_client_keeps_its_data(cluster, workd
             pass
     finally:
         drop_second_mount(proc, mount2)
+
+
+def test_a_file_held_open_across_a_kvc_meta_restart_keeps_its_bytes(cluster, workdir):
+    """kvc-meta keeps a plain open's session in memory. After it restarts,
+    a file another client holds open and this one removes is kept: through
+    the start's hold (client timeout + 2 s), then because the holder opened
+    its files again when kvc-meta answered its RENEW with EREMCHG; its
+    chunks go at the holder's close."""
+    import mmap
+    import time
+    from conftest import CHUNK, chunk_files_of
+    proc, mount2 = second_mount(cluster)
+    relative = workdir.relative_to(cluster.mount)
+    try:
+        data = os.urandom(4 * CHUNK)
+        (workdir / "held").write_bytes(data)
+        ino = os.stat(workdir / "held").st_ino
+        assert len(chunk_files_of(cluster, ino)) == 4
+        fd = os.open(os.path.join(mount2, relative, "held"), os.O_RDONLY | os.O_DIRECT)
+        cluster.restart("meta", "KILL")
+        os.unlink(workdir / "held")  # on the first client, kvc-meta new
+        time.sleep(3 + 2 + 2.5)  # past the hold (timeout + 2 s), two collector passes
+        assert len(chunk_files_of(cluster, ino)) == 4, "chunks reclaimed under an open file"
+        buf = mmap.mmap(-1, 4 * CHUNK)
+        assert os.preadv(fd, [buf], 0) == 4 * CHUNK
+        assert bytes(buf) == data, "the holder reads the file's bytes, not holes"
+        os.close(fd)
+        assert wait_until(lambda: not chunk_files_of(cluster, ino), timeout=30), \
+            "reclaimed at the close"
+    finally:
+        drop_second_mount(proc, mount2)

@@ -69,6 +69,8 @@ Test(meta_sessions, a_live_client_renews_and_a_silent_one_is_dropped)
 	id_of(b, 2);
 	open_one(a, 1000);
 	open_one(b, 1000);
+	cr_assert_eq(renew(a, 0, 2000), -EREMCHG, "told to open its files again after a start");
+	cr_assert_eq(renew(a, KVC_RENEW_REJOIN, 2001), 0);
 	cr_assert_eq(renew(a, 0, 3000), 0);
 	cr_assert_eq(kvc_meta_sessions_sweep(sessions, store, 4500), 1, "b is silent");
 	cr_assert_eq(renew(a, 0, 4600), 0, "a renewed in time");
@@ -154,7 +156,9 @@ Test(meta_sessions, restarts_never_drop_a_live_client)
 	kvc_meta_sessions_destroy(sessions);
 	cr_assert_eq(kvc_meta_sessions_create(TIMEOUT, &sessions), 0);
 	cr_assert_eq(kvc_meta_sessions_sweep(sessions, store, 50 * TIMEOUT), 0, "first seen now");
-	cr_assert_eq(renew(a, 0, 50 * TIMEOUT + 10), 0);
+	cr_assert_eq(renew(a, 0, 50 * TIMEOUT + 10), -EREMCHG, "a new process: open them again");
+	cr_assert_eq(renew(a, KVC_RENEW_REJOIN, 50 * TIMEOUT + 11), 0);
+	cr_assert_eq(renew(a, 0, 50 * TIMEOUT + 12), 0, "told once a process");
 	cr_assert_eq(kvc_meta_store_close_session(store, ino, a), 0);
 	cr_assert_eq(kvc_meta_sessions_sweep(sessions, store, 100 * TIMEOUT), 0);
 	cr_assert_eq(renew(a, 0, 100 * TIMEOUT + 1), 0);
