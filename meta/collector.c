@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/log.h"
 
 #define BATCH 64
@@ -29,7 +30,7 @@ struct kvc_meta_collector {
 	pthread_mutex_t lock; /* protects woken and cutting */
 	pthread_cond_t cond;  /* a pass is asked for */
 	bool woken;
-	bool orphans_settled; /* after the start's hold (collector thread only) */
+	int64_t settle_at_ns; /* the next orphans pass (collector thread only) */
 	pthread_cond_t cut;   /* a cut ended */
 	uint64_t cutting[CUTTING];
 	int cutting_count;
@@ -180,13 +181,16 @@ static void *collector_main(void *arg)
 		                                                    kvc_meta_sessions_now_ms()) : 0;
 		if (dropped < 0)
 			kvc_log_warn("collector: sessions: %s", strerror(-dropped));
-		/* After the start's hold: the orphans nobody opened again go. */
-		if (!c->orphans_settled && !kvc_meta_store_holding_opens(c->store)) {
+		/* After the start's hold, then every minute: the orphans nobody
+		 * has open go (those no client opened again after the start,
+		 * and any whose last close or drop failed to settle them). */
+		int64_t now_ns = kvc_clock_monotonic_ns();
+		if (now_ns >= c->settle_at_ns && !kvc_meta_store_holding_opens(c->store)) {
 			int settled = kvc_meta_store_settle_orphans(c->store);
-			c->orphans_settled = settled >= 0;
+			c->settle_at_ns = now_ns + (settled < 0 ? 1 : 60) * (int64_t)1000000000;
 			if (settled > 0)
-				kvc_log_info("collector: %d file(s) removed while open and not open "
-				             "again since the start released", settled);
+				kvc_log_info("collector: %d file(s) removed while open and open nowhere "
+				             "now released", settled);
 			else if (settled < 0)
 				kvc_log_warn("collector: settling orphans: %s; will retry",
 				             strerror(-settled));

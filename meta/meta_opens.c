@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 
 #include "core/lmdb_txn.h"
+#include "core/log.h"
 #include "meta/meta_store_internal.h"
 
 /* Whether some client has ino open in the store (an `opens` entry with
@@ -141,6 +142,28 @@ static int settle_orphan(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino)
 	return rc == 0 ? kvc_meta_inode_unlinked(s, txn, &rec) : (rc == -ENOENT ? 0 : rc);
 }
 
+struct settle_call {
+	const uint64_t *inos;
+	int count;
+};
+
+static int settle_in(struct kvc_meta_store *s, MDB_txn *txn, void *arg)
+{
+	struct settle_call *call = arg;
+	int rc = 0;
+	for (int i = 0; i < call->count && rc == 0; i++)
+		rc = settle_orphan(s, txn, call->inos[i]);
+	return rc;
+}
+
+/* Each of inos that is an orphan nobody has open goes to gc. If this
+ * fails, the collector's periodic pass (settle_orphans) gets them. */
+static int settle_files(struct kvc_meta_store *s, const uint64_t *inos, int count)
+{
+	struct settle_call call = {inos, count};
+	return kvc_meta_group_run(s, settle_in, &call);
+}
+
 /* A plain OPEN records its session in memory (open_table.h): a read
  * transaction, no write. The session goes in first, so a removal deciding
  * after it sees it (the file becomes an orphan); one that decided before
@@ -153,10 +176,10 @@ int kvc_meta_store_open_session(struct kvc_meta_store *s, uint64_t ino,
 	uint64_t doomed;
 	struct kvc_inode_record rec;
 	MDB_txn *txn;
-	int rc = kvc_meta_open_table_add(s->mem_opens, ino, client, &doomed);
-	if (rc < 0)
-		return rc;
-	rc = kvc_meta_begin(s, false, &txn);
+	int added = kvc_meta_open_table_add(s->mem_opens, ino, client, &doomed);
+	if (added < 0)
+		return added;
+	int rc = kvc_meta_begin(s, false, &txn);
 	if (rc == 0 && doomed && mdb_txn_id(txn) < doomed) {
 		mdb_txn_abort(txn);
 		rc = kvc_meta_begin(s, true, &txn);
@@ -167,11 +190,13 @@ int kvc_meta_store_open_session(struct kvc_meta_store *s, uint64_t ino,
 		rc = kvc_meta_inode_get(s, txn, ino, &rec);
 		mdb_txn_abort(txn);
 	}
-	/* No session for a directory, none for a failed open (a removal may
-	 * have kept the file for it meanwhile: the close settles that). */
-	if (rc < 0 || !S_ISREG(rec.attr.mode)) {
-		int closed = kvc_meta_store_close_sessions(s, &ino, 1, client);
-		rc = rc < 0 ? rc : closed;
+	/* No session for a directory, none made by a failed open (one the
+	 * client had before stays); a removal that kept the file for this one
+	 * meanwhile is settled. */
+	if ((rc < 0 || !S_ISREG(rec.attr.mode)) && added &&
+	    kvc_meta_open_table_remove(s->mem_opens, ino, client)) {
+		int settled = settle_files(s, &ino, 1);
+		rc = rc < 0 ? rc : settled;
 	}
 	if (rc == 0)
 		*attr = rec.attr;
@@ -344,15 +369,11 @@ int kvc_meta_store_drop_client(struct kvc_meta_store *s, const uint8_t client[KV
 			break;
 		dropped++;
 	}
-	/* Its sessions held in memory (put back if the transaction fails: the
-	 * drop is then not recorded, and the next sweep tries again). */
-	uint64_t *held = NULL;
-	int held_count = rc == 0 ? kvc_meta_open_table_drop_client(s->mem_opens, client, &held) : 0;
-	if (held_count < 0)
-		rc = held_count;
-	for (int i = 0; i < held_count && rc == 0; i++)
-		rc = settle_orphan(s, txn, held[i]);
-	if (rc == 0 && held_count > 0)
+	/* Its sessions held in memory are counted in the drop's record here
+	 * and end once that is committed (below): a failed transaction leaves
+	 * them, so no file goes before the client can be told. */
+	int held_count = kvc_meta_open_table_count_client(s->mem_opens, client);
+	if (rc == 0)
 		dropped += held_count;
 	/* And its grants: the files it made and never entered are lost with
 	 * it (fuse/early_creates.h), their chunks reclaimed. */
@@ -364,10 +385,10 @@ int kvc_meta_store_drop_client(struct kvc_meta_store *s, const uint8_t client[KV
 	if (rc == 0 && dropped > 0)
 		rc = dropped_put(s, txn, client, (uint32_t)dropped);
 	rc = kvc_lmdb_finish(txn, rc);
-	for (int i = 0; i < held_count && rc < 0; i++) {
-		uint64_t doomed;
-		kvc_meta_open_table_add(s->mem_opens, held[i], client, &doomed);
-	}
+	uint64_t *held = NULL;
+	int ended = rc == 0 ? kvc_meta_open_table_drop_client(s->mem_opens, client, &held) : 0;
+	if (ended > 0 && settle_files(s, held, ended) < 0)
+		kvc_log_warn("settling the files of a dropped client: will retry");
 	free(held);
 	if (reclaimed)
 		*reclaimed = rc < 0 ? 0 : queued;

@@ -163,6 +163,7 @@ int kvc_meta_open_table_add(struct kvc_meta_open_table *t, uint64_t ino,
 	if (!n) {
 		rc = -ENOMEM;
 	} else if (index_of(n, client) < 0) {
+		rc = 1;
 		if (n->count == n->cap) {
 			uint32_t cap = n->cap ? n->cap * 2 : 1;
 			void *grown = realloc(n->clients, (size_t)cap * KVC_META_CLIENT_ID);
@@ -178,7 +179,7 @@ int kvc_meta_open_table_add(struct kvc_meta_open_table *t, uint64_t ino,
 			rc = -ENOMEM;
 		}
 	}
-	*doomed = n && rc == 0 ? n->doomed : 0;
+	*doomed = n && rc >= 0 ? n->doomed : 0;
 	if (n && rc < 0)
 		put_back(t, n);
 	pthread_mutex_unlock(&t->lock);
@@ -193,7 +194,8 @@ int kvc_meta_open_table_remove(struct kvc_meta_open_table *t, uint64_t ino,
 	struct node *n = find(t, ino, NULL);
 	int i = n ? index_of(n, client) : -1;
 	if (i >= 0) {
-		memcpy(n->clients[i], n->clients[--n->count], KVC_META_CLIENT_ID);
+		if ((uint32_t)i != --n->count)
+			memcpy(n->clients[i], n->clients[n->count], KVC_META_CLIENT_ID);
 		t->sessions--;
 		settle = n->count == 0 && n->orphaned;
 		if (n->count == 0)
@@ -292,7 +294,8 @@ int kvc_meta_open_table_drop_client(struct kvc_meta_open_table *t,
 			int i = index_of(n, client);
 			if (i < 0)
 				continue;
-			memcpy(n->clients[i], n->clients[--n->count], KVC_META_CLIENT_ID);
+			if ((uint32_t)i != --n->count)
+				memcpy(n->clients[i], n->clients[n->count], KVC_META_CLIENT_ID);
 			t->sessions--;
 			out[rc++] = n->ino;
 			if (n->count == 0)
@@ -328,6 +331,18 @@ int kvc_meta_open_table_clients(struct kvc_meta_open_table *t,
 					memcpy(out[count++], n->clients[i], KVC_META_CLIENT_ID);
 		}
 	}
+	pthread_mutex_unlock(&t->lock);
+	return count;
+}
+
+int kvc_meta_open_table_count_client(struct kvc_meta_open_table *t,
+                                     const uint8_t client[KVC_META_CLIENT_ID])
+{
+	int count = 0;
+	pthread_mutex_lock(&t->lock);
+	for (uint64_t b = 0; b <= t->mask; b++)
+		for (struct node *n = t->buckets[b]; n; n = n->next)
+			count += index_of(n, client) >= 0;
 	pthread_mutex_unlock(&t->lock);
 	return count;
 }

@@ -48,7 +48,8 @@ void kvc_meta_open_table_hold(struct kvc_meta_open_table *t, uint64_t hold_ms);
 bool kvc_meta_open_table_holding(struct kvc_meta_open_table *t);
 
 /* Record (ino, client). *doomed: the id of the write transaction that
- * doomed ino (0: none). 0 or -ENOMEM. */
+ * doomed ino (0: none). 1 when the pair is new, 0 when it was there, or
+ * -ENOMEM. */
 int kvc_meta_open_table_add(struct kvc_meta_open_table *t, uint64_t ino,
                             const uint8_t client[KVC_META_CLIENT_ID], uint64_t *doomed);
 /* End (ino, client). Returns 1 when it was the file's last session here
@@ -80,6 +81,10 @@ int kvc_meta_open_table_drop_client(struct kvc_meta_open_table *t,
  * among out[0 .. count) yet, up to max in all. Returns the new count. */
 int kvc_meta_open_table_clients(struct kvc_meta_open_table *t,
                                 uint8_t (*out)[KVC_META_CLIENT_ID], int count, int max);
+
+/* Sessions client holds here. */
+int kvc_meta_open_table_count_client(struct kvc_meta_open_table *t,
+                                     const uint8_t client[KVC_META_CLIENT_ID]);
 
 /* Sessions held here. */
 uint64_t kvc_meta_open_table_count(struct kvc_meta_open_table *t);

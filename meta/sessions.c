@@ -18,7 +18,8 @@ struct client {
 	uint8_t id[KVC_META_CLIENT_ID];
 	uint64_t last_ms;
 	uint32_t told; /* the drop (its record's count) it was told of; 0: none */
-	bool announced; /* opened its files again since this process started */
+	bool asked;     /* told by this process to open its files again */
+	bool announced; /* did so (a REJOIN after being asked) */
 };
 
 struct kvc_meta_sessions {
@@ -84,7 +85,7 @@ static struct client *add(struct kvc_meta_sessions *s, const uint8_t *id, uint64
 	memcpy(c->id, id, KVC_META_CLIENT_ID);
 	c->last_ms = now_ms;
 	c->told = 0;
-	c->announced = false;
+	c->asked = c->announced = false;
 	return c;
 }
 
@@ -112,16 +113,21 @@ void kvc_meta_sessions_touch(struct kvc_meta_sessions *s, const uint8_t id[KVC_M
 	contact(s, id, now_ms, false, 0);
 }
 
-/* REJOIN marks the client as having opened its files again since this
- * process started: 0. Otherwise 0 when it did before, else -EREMCHG (a
- * client the table has no room for is told every time). */
-static int announce(struct kvc_meta_sessions *s, const uint8_t *id, uint32_t flags)
+/* A client must have opened its files again since this process started:
+ * 0 once it did, else -EREMCHG (and it is now asked to). A REJOIN counts
+ * only after this process asked (told_here: or told it of its drop): one
+ * an earlier process asked for says nothing of the sessions here. A
+ * client the table has no room for is asked every time. */
+static int announce(struct kvc_meta_sessions *s, const uint8_t *id, uint32_t flags,
+                    bool told_here)
 {
 	pthread_mutex_lock(&s->lock);
 	struct client *c = find(s, id);
-	if (c && (flags & KVC_RENEW_REJOIN))
+	if (c && (flags & KVC_RENEW_REJOIN) && (c->asked || told_here))
 		c->announced = true;
-	int rc = (flags & KVC_RENEW_REJOIN) || (c && c->announced) ? 0 : -EREMCHG;
+	int rc = c ? (c->announced ? 0 : -EREMCHG) : (flags & KVC_RENEW_REJOIN) ? 0 : -EREMCHG;
+	if (c && rc < 0)
+		c->asked = true;
 	pthread_mutex_unlock(&s->lock);
 	return rc;
 }
@@ -139,12 +145,12 @@ static int renew_locked(struct kvc_meta_sessions *s, struct kvc_meta_store *stor
 	/* Not dropped: a client that has not opened its files again since
 	 * this process started is told to (open_table.h); REJOIN says it did. */
 	if (rc == 0)
-		return announce(s, id, flags);
+		return announce(s, id, flags, false);
 	/* Rejoining after hearing of exactly this drop forgets it; any other
 	 * RENEW tells (again) which drop it is. */
 	if ((flags & KVC_RENEW_REJOIN) && told == d.drops) {
 		rc = kvc_meta_store_client_rejoin(store, id, told);
-		return rc < 0 ? rc : announce(s, id, flags);
+		return rc < 0 ? rc : announce(s, id, flags, true);
 	}
 	contact(s, id, now_ms, true, d.drops);
 	return -ESTALE;

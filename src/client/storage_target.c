@@ -58,9 +58,10 @@ int kvc_storage_target_call_idempotent(struct kvc_storage_client *client, uint32
 	 * (which then failed an fsync with EIO while the data was on its way).
 	 * Without a manager it is awaited up to KVC_STORAGE_SYNC_WAIT_MS more;
 	 * with one, as long as its target still serves (still_serving). */
-	struct sync_wait w = {.client = client, .target = target,
-	                      .patience_end_ns = (int64_t)kvc_clock_monotonic_ns() +
-	                                         kvc_storage_client_patience_ns(client)};
+	struct sync_wait w = {.client = client, .target = target};
+	if (type == KVC_MSG_SYNC) /* (only a SYNC waits: no clock read for the rest) */
+		w.patience_end_ns = (int64_t)kvc_clock_monotonic_ns() +
+		                    kvc_storage_client_patience_ns(client);
 	struct kvc_rpc_patience sync = {.wait_ms = KVC_STORAGE_SYNC_WAIT_MS,
 	                                .still = client->following ? still_serving : NULL,
 	                                .arg = &w};

@@ -360,7 +360,8 @@ int kvc_lmdb_checkpoint_sync(struct kvc_lmdb_checkpoint *cp)
 	return rc;
 }
 
-size_t kvc_lmdb_checkpoint_growth(struct kvc_lmdb_checkpoint *cp)
+/* Bytes the data file grew by since the last checkpoint. */
+static size_t growth(struct kvc_lmdb_checkpoint *cp)
 {
 	MDB_envinfo info;
 	if (!cp || atomic_load(&cp->fallback) || mdb_env_info(cp->env, &info) != 0)
@@ -397,7 +398,7 @@ size_t kvc_lmdb_checkpoint_held(struct kvc_lmdb_checkpoint *cp)
 
 int kvc_lmdb_checkpoint_admit(struct kvc_lmdb_checkpoint *cp)
 {
-	return kvc_lmdb_checkpoint_growth(cp) > KVC_LMDB_CHECKPOINT_GROWTH
+	return growth(cp) > KVC_LMDB_CHECKPOINT_GROWTH
 	               ? kvc_lmdb_checkpoint_sync(cp)
 	               : 0;
 }

@@ -148,10 +148,6 @@ int kvc_lmdb_checkpoint_sync(struct kvc_lmdb_checkpoint *cp);
 #define KVC_LMDB_CHECKPOINT_GROWTH (64u << 20)
 int kvc_lmdb_checkpoint_admit(struct kvc_lmdb_checkpoint *cp);
 
-/* Bytes the data file grew by since the last checkpoint (for callers that
- * take checkpoints on a schedule of their own). */
-size_t kvc_lmdb_checkpoint_growth(struct kvc_lmdb_checkpoint *cp);
-
 /* Bytes of pages freed since the last checkpoint, which its pin keeps
  * LMDB from reusing: what the file grows by because of checkpoints (new
  * data grows it either way). Walks LMDB's free list in a read

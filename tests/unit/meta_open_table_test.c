@@ -20,10 +20,10 @@ Test(open_table, sessions_are_a_set_and_the_last_close_of_an_orphan_settles)
 	struct kvc_meta_open_table *t;
 	uint64_t doomed;
 	cr_assert_eq(kvc_meta_open_table_create(&t), 0);
-	cr_assert_eq(kvc_meta_open_table_add(t, 7, client_a, &doomed), 0);
+	cr_assert_eq(kvc_meta_open_table_add(t, 7, client_a, &doomed), 1, "new");
 	cr_assert_eq(doomed, 0);
-	cr_assert_eq(kvc_meta_open_table_add(t, 7, client_a, &doomed), 0);
-	cr_assert_eq(kvc_meta_open_table_add(t, 7, client_b, &doomed), 0);
+	cr_assert_eq(kvc_meta_open_table_add(t, 7, client_a, &doomed), 0, "already there");
+	cr_assert_eq(kvc_meta_open_table_add(t, 7, client_b, &doomed), 1);
 	cr_assert_eq(kvc_meta_open_table_count(t), 2, "one session per client and file");
 	cr_assert_eq(kvc_meta_open_table_has(t, 7), 1);
 	cr_assert_eq(kvc_meta_open_table_has(t, 8), 0);
@@ -34,11 +34,11 @@ Test(open_table, sessions_are_a_set_and_the_last_close_of_an_orphan_settles)
 	cr_assert_eq(kvc_meta_open_table_count(t), 0);
 	/* Nobody has 9 open: doomed by transaction 200, which an OPEN hears of. */
 	cr_assert_eq(kvc_meta_open_table_doom(t, 9, 200), 0);
-	cr_assert_eq(kvc_meta_open_table_add(t, 9, client_a, &doomed), 0);
+	cr_assert_eq(kvc_meta_open_table_add(t, 9, client_a, &doomed), 1);
 	cr_assert_eq(doomed, 200);
 	kvc_meta_open_table_undoom(t, 9, 200);
 	cr_assert_eq(kvc_meta_open_table_remove(t, 9, client_a), 0, "never an orphan");
-	cr_assert_eq(kvc_meta_open_table_add(t, 9, client_a, &doomed), 0);
+	cr_assert_eq(kvc_meta_open_table_add(t, 9, client_a, &doomed), 1);
 	cr_assert_eq(doomed, 0, "the mark is gone");
 	kvc_meta_open_table_destroy(t);
 }
@@ -49,9 +49,10 @@ Test(open_table, a_drop_lists_the_client_s_files_and_clients_are_listed_once)
 	uint64_t doomed, *inos;
 	cr_assert_eq(kvc_meta_open_table_create(&t), 0);
 	for (uint64_t ino = 1; ino <= 5000; ino++) /* past the first buckets */
-		cr_assert_eq(kvc_meta_open_table_add(t, ino, ino % 2 ? client_a : client_b, &doomed), 0);
+		cr_assert_eq(kvc_meta_open_table_add(t, ino, ino % 2 ? client_a : client_b, &doomed), 1);
 	uint8_t ids[4][KVC_META_CLIENT_ID];
 	cr_assert_eq(kvc_meta_open_table_clients(t, ids, 0, 4), 2);
+	cr_assert_eq(kvc_meta_open_table_count_client(t, client_a), 2500);
 	cr_assert_eq(kvc_meta_open_table_drop_client(t, client_a, &inos), 2500);
 	uint64_t sum = 0;
 	for (int i = 0; i < 2500; i++)
@@ -73,9 +74,9 @@ Test(open_table, many_marks_are_pruned_once_their_transactions_ended)
 	cr_assert_eq(kvc_meta_open_table_create(&t), 0);
 	for (uint64_t ino = 1; ino <= 20000; ino++)
 		cr_assert_eq(kvc_meta_open_table_doom(t, ino, ino), 0);
-	cr_assert_eq(kvc_meta_open_table_add(t, 19999, client_a, &doomed), 0);
+	cr_assert_eq(kvc_meta_open_table_add(t, 19999, client_a, &doomed), 1);
 	cr_assert_eq(doomed, 19999, "a recent mark is kept");
-	cr_assert_eq(kvc_meta_open_table_add(t, 1, client_a, &doomed), 0);
+	cr_assert_eq(kvc_meta_open_table_add(t, 1, client_a, &doomed), 1);
 	cr_assert_eq(doomed, 0, "an old one was pruned");
 	kvc_meta_open_table_destroy(t);
 }

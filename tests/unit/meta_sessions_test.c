@@ -156,6 +156,8 @@ Test(meta_sessions, restarts_never_drop_a_live_client)
 	kvc_meta_sessions_destroy(sessions);
 	cr_assert_eq(kvc_meta_sessions_create(TIMEOUT, &sessions), 0);
 	cr_assert_eq(kvc_meta_sessions_sweep(sessions, store, 50 * TIMEOUT), 0, "first seen now");
+	cr_assert_eq(renew(a, KVC_RENEW_REJOIN, 50 * TIMEOUT + 5), -EREMCHG,
+	             "a REJOIN this process did not ask for (the process before did) says nothing");
 	cr_assert_eq(renew(a, 0, 50 * TIMEOUT + 10), -EREMCHG, "a new process: open them again");
 	cr_assert_eq(renew(a, KVC_RENEW_REJOIN, 50 * TIMEOUT + 11), 0);
 	cr_assert_eq(renew(a, 0, 50 * TIMEOUT + 12), 0, "told once a process");
