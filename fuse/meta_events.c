@@ -29,6 +29,7 @@ struct kvc_meta_events {
 	atomic_int fd; /* the stream's, -1 between streams (stop shuts it down) */
 	/* gen is odd while the stream is up; it moves at every change. */
 	_Atomic uint64_t seq, gen;
+	_Atomic uint64_t applied; /* events whose drops are done (the metric) */
 	_Atomic uint64_t drops;   /* every cached name dropped at once (forget_names) */
 	atomic_bool drop_refused; /* the kernel cannot: said once */
 	bool streamed;            /* a stream was up before (stream thread only) */
@@ -156,6 +157,7 @@ static void apply(struct kvc_meta_events *ev, const struct kvc_msg_watch_event *
 	} else {
 		inode_changed(ev, e->id, seq);
 	}
+	atomic_fetch_add(&ev->applied, 1);
 }
 
 /* A WATCH_EVENTS body from kvc-meta, checked record by record. */
@@ -286,7 +288,7 @@ bool kvc_meta_events_up(struct kvc_meta_events *ev)
 
 uint64_t kvc_meta_events_received(struct kvc_meta_events *ev)
 {
-	return ev ? atomic_load(&ev->seq) : 0;
+	return ev ? atomic_load(&ev->applied) : 0;
 }
 
 uint64_t kvc_meta_events_name_drops(struct kvc_meta_events *ev)

@@ -65,7 +65,8 @@ void kvc_meta_events_inode_changed(struct kvc_meta_events *ev, uint64_t ino);
 /* Whether the stream is up (changes reach us as events). */
 bool kvc_meta_events_up(struct kvc_meta_events *ev);
 
-/* Events received since start (metrics); 0 for NULL. */
+/* Events received and applied since start (metrics: once counted, the
+ * names and attributes it drops are dropped); 0 for NULL. */
 uint64_t kvc_meta_events_received(struct kvc_meta_events *ev);
 
 /* How often every cached name was dropped at once (events lost, or the
