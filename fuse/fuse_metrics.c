@@ -161,7 +161,7 @@ static int register_all(struct kvc_metrics *r, struct kvc_fuse *fs)
 	                                "1 while kvc-meta's change-event stream is up, else 0.",
 	                                NULL, 0);
 	m.events = kvc_metrics_counter(r, "kvc_fuse_meta_events_total",
-	                               "Change events received from kvc-meta.", NULL, 0);
+	                               "Change events received from kvc-meta and applied.", NULL, 0);
 	m.name_drops = kvc_metrics_counter(
 		r, "kvc_fuse_name_cache_drops_total",
 		"Times every name the kernel caches was dropped at once (change events lost, or "
