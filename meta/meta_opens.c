@@ -90,15 +90,21 @@ static int session_del(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
 	return rc == MDB_NOTFOUND ? 0 : kvc_lmdb_errno(rc);
 }
 
-int kvc_meta_session_has(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
-                         const uint8_t client[KVC_META_CLIENT_ID])
+/* 1 when the store holds the session (ino, client), 0 when not, -errno. */
+static int stored_session(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
+                          const uint8_t client[KVC_META_CLIENT_ID])
 {
 	uint8_t a[8 + KVC_META_CLIENT_ID];
 	MDB_val ka = open_key(a, ino, client), v;
 	int rc = mdb_get(txn, s->opens, &ka, &v);
-	if (rc == MDB_NOTFOUND)
-		return kvc_meta_open_table_has_client(s->mem_opens, ino, client);
-	return rc == 0 ? 1 : kvc_lmdb_errno(rc);
+	return rc == 0 ? 1 : rc == MDB_NOTFOUND ? 0 : kvc_lmdb_errno(rc);
+}
+
+int kvc_meta_session_has(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino,
+                         const uint8_t client[KVC_META_CLIENT_ID])
+{
+	int rc = stored_session(s, txn, ino, client);
+	return rc != 0 ? rc : kvc_meta_open_table_has_client(s->mem_opens, ino, client);
 }
 
 int kvc_meta_orphan_mark(struct kvc_meta_store *s, MDB_txn *txn, uint64_t ino, uint8_t kind)
@@ -239,10 +245,7 @@ static int close_needs_store(struct kvc_meta_store *s, const uint64_t *inos, uin
 	MDB_txn *txn = NULL;
 	int rc = kvc_meta_begin(s, false, &txn);
 	for (uint32_t i = 0; i < count && rc == 0; i++) {
-		uint8_t a[8 + KVC_META_CLIENT_ID];
-		MDB_val ka = open_key(a, inos[i], client), v;
-		int got = mdb_get(txn, s->opens, &ka, &v);
-		rc = got == 0 ? 1 : got == MDB_NOTFOUND ? 0 : kvc_lmdb_errno(got);
+		rc = stored_session(s, txn, inos[i], client);
 		if (rc == 0)
 			rc = kvc_meta_orphan_kind(s, txn, inos[i]) != 0;
 	}
