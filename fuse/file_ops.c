@@ -237,10 +237,13 @@ static int reopen_all(struct kvc_fuse *fs, int why)
 			kvc_inode_table_mark_stale(fs->inodes, inos[i]);
 			kvc_log_warn("inode %" PRIu64 " was removed meanwhile: its I/O fails with ESTALE",
 			             inos[i]);
-		} else if (got < 0 && rc == 0) {
+		} else if (got < 0) {
 			rc = got;
 		}
 		pthread_mutex_unlock(session_lock(fs, inos[i]));
+		if (rc < 0)
+			break; /* no REJOIN follows: this round is lost, the next renew
+			        * starts over (the rest would only hold renew_lock) */
 	}
 	free(inos);
 	return rc;
@@ -590,18 +593,33 @@ bool kvc_fuse_lease_fresh(struct kvc_fuse *fs)
 	return lease_fresh(fs, lease_now_ms());
 }
 
+#define RENEW_SLOT_MS 100
 int kvc_fuse_check_lease(struct kvc_fuse *fs)
 {
 	if (lease_fresh(fs, lease_now_ms()))
 		return 0;
-	/* Wait for a renew in progress; then, unless that one made the lease
-	 * fresh, renew ourselves (I/O tries at most every 100 ms, so a kvc-meta
-	 * that is down costs few RPCs, and one that is back is seen at once). */
+	/* No I/O until a renew works. Wait for one in progress; then, unless
+	 * that one made the lease fresh, renew ourselves: I/O tries at most one
+	 * each RENEW_SLOT_MS (a kvc-meta that is down costs few RPCs, one that
+	 * is back is seen within a slot), for up to io_timeout_ms, so a kvc-meta
+	 * restarting stalls the I/O instead of failing it. */
+	int64_t give_up = lease_now_ms() + fs->config.io_timeout_ms;
 	pthread_mutex_lock(&fs->renew_lock);
-	int64_t now = lease_now_ms();
-	if (!lease_fresh(fs, now) && now - atomic_load(&fs->renew_tried_ms) >= 100) {
-		atomic_store(&fs->renew_tried_ms, now);
-		renew_locked(fs);
+	for (;;) {
+		int64_t now = lease_now_ms();
+		if (lease_fresh(fs, now) || now >= give_up)
+			break;
+		int64_t slot = atomic_load(&fs->renew_tried_ms) + RENEW_SLOT_MS;
+		if (now >= slot) {
+			atomic_store(&fs->renew_tried_ms, now);
+			renew_locked(fs);
+			continue;
+		}
+		int64_t wait_ms = (slot < give_up ? slot : give_up) - now;
+		struct timespec nap = {.tv_sec = wait_ms / 1000, .tv_nsec = wait_ms % 1000 * 1000000};
+		pthread_mutex_unlock(&fs->renew_lock);
+		nanosleep(&nap, NULL);
+		pthread_mutex_lock(&fs->renew_lock);
 	}
 	bool fresh = lease_fresh(fs, lease_now_ms());
 	pthread_mutex_unlock(&fs->renew_lock);
@@ -648,14 +666,18 @@ void kvc_fuse_watch_open_files(struct kvc_fuse *fs)
 	free(inos);
 }
 
-int kvc_fuse_flush_sizes(struct kvc_fuse *fs)
+int kvc_fuse_renew_lease(struct kvc_fuse *fs)
 {
-	/* Also the sign of life that keeps this client's open sessions. */
 	pthread_mutex_lock(&fs->renew_lock);
 	int renewed = renew_locked(fs);
 	pthread_mutex_unlock(&fs->renew_lock);
 	if (renewed == 0)
 		retry_closes(fs);
+	return renewed;
+}
+
+void kvc_fuse_commit_sizes(struct kvc_fuse *fs)
+{
 	uint64_t inos[256];
 	int count = kvc_inode_table_list_dirty(fs->inodes, inos, 256);
 	for (int i = 0; i < count; i++) {
@@ -663,6 +685,12 @@ int kvc_fuse_flush_sizes(struct kvc_fuse *fs)
 		if (rc < 0)
 			kvc_log_warn("size of inode %" PRIu64 ": %s; will retry", inos[i], strerror(-rc));
 	}
+}
+
+int kvc_fuse_flush_sizes(struct kvc_fuse *fs)
+{
+	int renewed = kvc_fuse_renew_lease(fs);
+	kvc_fuse_commit_sizes(fs);
 	return renewed;
 }
 

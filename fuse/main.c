@@ -49,23 +49,39 @@ static int receive_threads(int configured)
 	return cores / 2 > 8 ? 8 : (int)(cores / 2);
 }
 
-/* Every second until stopped (stop_flusher): sizes and the lease, then
- * the open files' watches. */
+/* Every second until stopped (stop_flusher): the lease and sizes, then
+ * the open files' watches. After a renew that failed (kvc-meta away) the
+ * lease alone is tried every LAPSED_TICK_MS, so a kvc-meta back from a
+ * restart hears from us within that, before the lease runs out. */
+#define LAPSED_TICK_MS 100
 static void *size_flusher(void *arg)
 {
 	struct kvc_fuse *fs = arg;
+	bool lapsed = false; /* the last renew failed */
 	pthread_mutex_lock(&fs->flusher_lock);
 	while (!fs->flusher_stop) {
 		struct timespec until;
 		clock_gettime(CLOCK_MONOTONIC, &until);
-		until.tv_sec += 1;
+		if (lapsed) {
+			until.tv_nsec += LAPSED_TICK_MS * 1000000L;
+			if (until.tv_nsec >= 1000000000L) {
+				until.tv_sec++;
+				until.tv_nsec -= 1000000000L;
+			}
+		} else {
+			until.tv_sec += 1;
+		}
 		while (!fs->flusher_stop &&
 		       pthread_cond_timedwait(&fs->flusher_wake, &fs->flusher_lock, &until) == 0)
 			;
 		if (fs->flusher_stop)
 			break;
 		pthread_mutex_unlock(&fs->flusher_lock);
-		if (kvc_fuse_flush_sizes(fs) == 0) {
+		int renewed = kvc_fuse_renew_lease(fs);
+		if (renewed == 0 || !lapsed) /* sizes wait while kvc-meta is away */
+			kvc_fuse_commit_sizes(fs);
+		lapsed = renewed != 0;
+		if (renewed == 0) {
 			kvc_fuse_watch_open_files(fs);
 			kvc_fuse_watch_dir_names(fs);
 		}

@@ -103,17 +103,24 @@ void kvc_fuse_drop_inode(struct kvc_fuse *fs, uint64_t ino);
 
 /* Before file I/O: 0 while this client's open sessions are surely held
  * (kvc-meta heard from us within 3/4 of [meta] client_timeout_ms), else
- * one RENEW now (I/O tries one at most every 100 ms) and -EIO when kvc-meta cannot be
- * reached: past its timeout it may have given our files away, and reading
- * them could return holes where their bytes were. */
+ * RENEWs until one works (I/O sends one at most every 100 ms) and -EIO
+ * when none did within io_timeout_ms: past its timeout kvc-meta may have
+ * given our files away, and reading them could return holes where their
+ * bytes were. So a kvc-meta restart stalls I/O for as long as it is away
+ * (up to io_timeout_ms) instead of failing it. */
 int kvc_fuse_check_lease(struct kvc_fuse *fs);
 /* Whether the lease is fresh now (no renew: for callers that must not
  * wait, e.g. early creates). */
 bool kvc_fuse_lease_fresh(struct kvc_fuse *fs);
 
-/* Send every dirty file size to kvc-meta, and renew this client's open
- * sessions (the background pass, every second). Returns the renew's 0 or
+/* Renew this client's open sessions (the lease), and after a renew that
+ * worked send the CLOSEs kvc-meta missed. Returns the renew's 0 or
  * -errno. */
+int kvc_fuse_renew_lease(struct kvc_fuse *fs);
+/* Send every dirty file size to kvc-meta. */
+void kvc_fuse_commit_sizes(struct kvc_fuse *fs);
+/* Both (the background pass each second, and the last one at unmount).
+ * Returns the renew's 0 or -errno. */
 int kvc_fuse_flush_sizes(struct kvc_fuse *fs);
 /* Keep kvc-meta watching the files open here (file_ops.c): the size
  * flusher's thread only, after a renew that worked. */

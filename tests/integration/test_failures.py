@@ -4,10 +4,12 @@ reads work again once it is back."""
 import errno
 import hashlib
 import json
+import mmap
 import os
 import pathlib
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -123,6 +125,53 @@ def test_meta_down_gives_eio_not_a_hang(cluster, workdir):
     assert (workdir / "f").read_bytes() == b"x"
     (workdir / "after").write_bytes(b"ok")
     assert (workdir / "after").read_bytes() == b"ok"
+
+
+def kill_meta_past_the_lease(cluster):
+    """kvc-meta killed and left down until this client's lease is stale:
+    renewed at most 1 s before, fresh for 3/4 of client_timeout_ms (3 s)."""
+    subprocess.run(["kill", "-KILL", str(cluster.pid("meta"))], check=True)
+    time.sleep(3.5)
+
+
+def test_reads_of_an_open_file_wait_out_a_kvc_meta_restart_past_the_lease(cluster, workdir):
+    """With kvc-meta away past the lease, I/O of an open file must not run
+    (kvc-meta may have given its session away) but waits for a renew, up to
+    io_timeout_ms (2 s here): a read issued while kvc-meta restarts returns
+    its bytes once it is back (it failed with EIO at once before), and one
+    that waits past io_timeout_ms fails with EIO, not a hang."""
+    data = os.urandom(3 * CHUNK + 5)
+    path = workdir / "held"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)  # every read a FUSE READ
+    buf = mmap.mmap(-1, CHUNK)
+    done = {}
+
+    def read():
+        try:
+            done["bytes"] = os.preadv(fd, [buf], CHUNK)
+        except OSError as e:
+            done["errno"] = e.errno
+
+    try:
+        kill_meta_past_the_lease(cluster)
+        reader = threading.Thread(target=read)
+        reader.start()
+        time.sleep(0.2)  # the read waits on the stale lease meanwhile
+        cluster.restart("meta", "KILL")  # dead already: started again
+        reader.join(HANG)
+        assert not reader.is_alive()
+        assert done == {"bytes": CHUNK}
+        assert bytes(buf) == data[CHUNK:2 * CHUNK]
+
+        kill_meta_past_the_lease(cluster)
+        with pytest.raises(OSError) as failed:
+            os.preadv(fd, [buf], 0)
+        assert failed.value.errno == errno.EIO
+    finally:
+        cluster.restart("meta", "KILL")
+        os.close(fd)
+    assert path.read_bytes() == data
 
 
 def test_removed_files_give_their_chunks_back(cluster, workdir):
