@@ -220,6 +220,9 @@ static int mount_and_serve(struct kvc_fuse *fs, const char *mountpoint, bool deb
 	struct fuse_loop_config *loop = fuse_loop_cfg_create();
 	fuse_loop_cfg_set_max_threads(loop, 64);
 	fuse_loop_cfg_set_idle_threads(loop, 16);
+	/* Each worker reads its own clone of /dev/fuse: no struct file shared
+	 * by every worker's read and reply (its count bounced between CPUs). */
+	fuse_loop_cfg_set_clone_fd(loop, 1);
 	kvc_log_info("mounted at %s", mountpoint);
 	rc = fuse_session_loop_mt(se, loop) ? 1 : 0;
 	served = true;
