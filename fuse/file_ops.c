@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "fuse/ops_internal.h"
 #include "fuse/read_buffer.h"
@@ -599,30 +600,33 @@ int kvc_fuse_check_lease(struct kvc_fuse *fs)
 	if (lease_fresh(fs, lease_now_ms()))
 		return 0;
 	/* No I/O until a renew works. Wait for one in progress; then, unless
-	 * that one made the lease fresh, renew ourselves: I/O tries at most one
-	 * each RENEW_SLOT_MS (a kvc-meta that is down costs few RPCs, one that
-	 * is back is seen within a slot), for up to io_timeout_ms, so a kvc-meta
-	 * restarting stalls the I/O instead of failing it. */
+	 * that one made the lease fresh, renew ourselves: I/O starts one at
+	 * most RENEW_SLOT_MS after the last one ended (a kvc-meta that is down
+	 * costs few RPCs, one that is back is seen within a slot), for
+	 * io_timeout_ms, so a kvc-meta restarting stalls the I/O instead of
+	 * failing it. A renew already on its way then is waited for only by its
+	 * own sender (it may take io_timeout_ms itself when kvc-meta hangs):
+	 * the others stop waiting for renew_lock in time. */
 	int64_t give_up = lease_now_ms() + fs->config.io_timeout_ms;
-	pthread_mutex_lock(&fs->renew_lock);
-	for (;;) {
+	struct timespec lock_until = kvc_clock_deadline(fs->config.io_timeout_ms);
+	bool locked = pthread_mutex_clocklock(&fs->renew_lock, CLOCK_MONOTONIC, &lock_until) == 0;
+	while (locked) {
 		int64_t now = lease_now_ms();
 		if (lease_fresh(fs, now) || now >= give_up)
 			break;
 		int64_t slot = atomic_load(&fs->renew_tried_ms) + RENEW_SLOT_MS;
 		if (now >= slot) {
-			atomic_store(&fs->renew_tried_ms, now);
 			renew_locked(fs);
+			atomic_store(&fs->renew_tried_ms, lease_now_ms());
 			continue;
 		}
-		int64_t wait_ms = (slot < give_up ? slot : give_up) - now;
-		struct timespec nap = {.tv_sec = wait_ms / 1000, .tv_nsec = wait_ms % 1000 * 1000000};
 		pthread_mutex_unlock(&fs->renew_lock);
-		nanosleep(&nap, NULL);
-		pthread_mutex_lock(&fs->renew_lock);
+		kvc_clock_sleep_ms((slot < give_up ? slot : give_up) - now);
+		locked = pthread_mutex_clocklock(&fs->renew_lock, CLOCK_MONOTONIC, &lock_until) == 0;
 	}
 	bool fresh = lease_fresh(fs, lease_now_ms());
-	pthread_mutex_unlock(&fs->renew_lock);
+	if (locked)
+		pthread_mutex_unlock(&fs->renew_lock);
 	return fresh ? 0 : -EIO;
 }
 

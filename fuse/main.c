@@ -25,6 +25,7 @@
 #include "core/metrics_http.h"
 #include "core/server.h"
 #include "core/cli.h"
+#include "core/clock.h"
 #include "core/log.h"
 
 static const char usage[] =
@@ -51,26 +52,23 @@ static int receive_threads(int configured)
 
 /* Every second until stopped (stop_flusher): the lease and sizes, then
  * the open files' watches. After a renew that failed (kvc-meta away) the
- * lease alone is tried every LAPSED_TICK_MS, so a kvc-meta back from a
- * restart hears from us within that, before the lease runs out. */
-#define LAPSED_TICK_MS 100
+ * lease is tried again sooner, 100 ms later and then doubling up to the
+ * second, each with up to half of it again at random (clients that lost
+ * kvc-meta together do not come back at once), so a kvc-meta back from a
+ * restart hears from us before the lease runs out; sizes stay on the
+ * second. */
+#define RETRY_FIRST_MS 100
+#define TICK_MS 1000
 static void *size_flusher(void *arg)
 {
 	struct kvc_fuse *fs = arg;
-	bool lapsed = false; /* the last renew failed */
+	int retry_ms = 0; /* after a failed renew: the next try's delay */
+	int64_t sizes_ms = 0;
+	unsigned seed = (unsigned)getpid() ^ (unsigned)kvc_clock_monotonic_ns();
 	pthread_mutex_lock(&fs->flusher_lock);
 	while (!fs->flusher_stop) {
-		struct timespec until;
-		clock_gettime(CLOCK_MONOTONIC, &until);
-		if (lapsed) {
-			until.tv_nsec += LAPSED_TICK_MS * 1000000L;
-			if (until.tv_nsec >= 1000000000L) {
-				until.tv_sec++;
-				until.tv_nsec -= 1000000000L;
-			}
-		} else {
-			until.tv_sec += 1;
-		}
+		int64_t wait_ms = retry_ms ? retry_ms + rand_r(&seed) % (retry_ms / 2 + 1) : TICK_MS;
+		struct timespec until = kvc_clock_deadline(wait_ms);
 		while (!fs->flusher_stop &&
 		       pthread_cond_timedwait(&fs->flusher_wake, &fs->flusher_lock, &until) == 0)
 			;
@@ -78,9 +76,14 @@ static void *size_flusher(void *arg)
 			break;
 		pthread_mutex_unlock(&fs->flusher_lock);
 		int renewed = kvc_fuse_renew_lease(fs);
-		if (renewed == 0 || !lapsed) /* sizes wait while kvc-meta is away */
+		int64_t now_ms = kvc_clock_monotonic_ns() / 1000000;
+		if (renewed == 0 || now_ms - sizes_ms >= TICK_MS) {
 			kvc_fuse_commit_sizes(fs);
-		lapsed = renewed != 0;
+			sizes_ms = now_ms;
+		}
+		retry_ms = renewed == 0     ? 0
+		         : retry_ms == 0    ? RETRY_FIRST_MS
+		         : retry_ms * 2 < TICK_MS ? retry_ms * 2 : TICK_MS;
 		if (renewed == 0) {
 			kvc_fuse_watch_open_files(fs);
 			kvc_fuse_watch_dir_names(fs);

@@ -119,7 +119,7 @@ void kvc_ring_batch_execute(struct kvc_fuse *fs, struct kvc_ring_server_ring *ri
                     struct kvc_ring_batch *b, uint32_t head, uint32_t n)
 {
 	int count = 0, keys = 0;
-	int lease = kvc_fuse_check_lease(fs); /* sessions held: no holes to read */
+	int lease = 0; /* sessions held (no holes to read): 1, -EIO; 0 not asked yet */
 	b->ring = ring;
 	b->head = head;
 	for (uint32_t i = 0; i < n; i++) {
@@ -129,6 +129,8 @@ void kvc_ring_batch_execute(struct kvc_fuse *fs, struct kvc_ring_server_ring *ri
 			b->key_index[keys++] = i;
 			continue;
 		}
+		if (lease == 0) /* asked only by batches with I/O: it may wait */
+			lease = kvc_fuse_check_lease(fs) < 0 ? -EIO : 1;
 		int rc = lease < 0 ? lease
 		       : prepare_entry(fs, ring, &b->sqe[i], &b->io[count], &b->ino[count],
 		                       &b->device[count]);
@@ -147,7 +149,7 @@ void kvc_ring_batch_execute(struct kvc_fuse *fs, struct kvc_ring_server_ring *ri
 		kvc_ring_keys_execute(&(struct kvc_ring_keys_batch){
 			.fs = fs, .ring = ring, .client = ring->client, .scratch = &b->keys,
 			.stager = &b->stager, .sqes = b->sqe, .head = head, .mask = ring->mask,
-			.index = b->key_index, .count = keys, .results = b->result});
+			.index = b->key_index, .count = keys, .results = b->result, .lease = lease});
 	uint64_t moved = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		int k = b->runnable[i];

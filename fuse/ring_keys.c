@@ -606,10 +606,11 @@ static void publish(const struct kvc_ring_keys_batch *b, struct kvc_ring_keys_sc
  * once kvc-meta may have dropped them (the lease is not fresh and a renew
  * failed), the temps may be reclaimed, and writing one would leave chunks
  * nobody collects. So puts fail (-EIO) unless the lease holds; a renew
- * that finds the client dropped rejoins first (file_ops.c). */
-static void fail_puts_off_lease(struct kvc_fuse *fs, struct kvc_ring_keys_scratch *s, int count)
+ * that finds the client dropped rejoins first (file_ops.c). lease: what
+ * is known already (-EIO), else 0. */
+static void fail_puts_off_lease(struct kvc_fuse *fs, struct kvc_ring_keys_scratch *s, int count,
+                                int lease)
 {
-	int lease = 0;
 	for (int i = 0; i < count && lease == 0; i++)
 		if (s->keys[i].rc == 0 && s->keys[i].op == KVC_RING_KEY_PUT)
 			lease = kvc_fuse_check_lease(fs) < 0 ? -EIO : 1;
@@ -644,7 +645,9 @@ void kvc_ring_keys_execute(const struct kvc_ring_keys_batch *b)
 		k->attr = (struct kvc_attr){0};
 		prepare(b, s, &dirs, e, k);
 	}
-	fail_puts_off_lease(b->fs, s, count); /* before their temps are made */
+	/* before their temps are made (a lease the batch found lost is not
+	 * waited for again) */
+	fail_puts_off_lease(b->fs, s, count, b->lease < 0 ? b->lease : 0);
 	for (int di = 0; di < dirs; di++)
 		namespace_first(b, s, count, di);
 	/* Reads of the gets, writes of the puts: one batch each. */
@@ -653,7 +656,7 @@ void kvc_ring_keys_execute(const struct kvc_ring_keys_batch *b)
 		ios = 0;
 		used = 0;
 		if (!read)
-			fail_puts_off_lease(b->fs, s, count); /* before their temps are written */
+			fail_puts_off_lease(b->fs, s, count, 0); /* before their temps are written */
 		for (int i = 0; i < count; i++) {
 			struct key *k = &s->keys[i];
 			if (k->rc || k->op != (read ? KVC_RING_KEY_GET : KVC_RING_KEY_PUT))

@@ -70,6 +70,8 @@ struct kvc_ring_keys_batch {
 	const uint32_t *index;           /* which sqes are key entries */
 	int count;
 	int64_t *results;                /* per sqe: size, -errno or PARKED */
+	int lease; /* the batch's lease check: -EIO failed (puts fail without
+	            * waiting again), else 0 */
 };
 void kvc_ring_keys_execute(const struct kvc_ring_keys_batch *batch);
 

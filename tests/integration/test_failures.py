@@ -174,6 +174,53 @@ def test_reads_of_an_open_file_wait_out_a_kvc_meta_restart_past_the_lease(cluste
     assert path.read_bytes() == data
 
 
+def test_reads_waiting_on_a_hung_kvc_meta_fail_in_bounded_time(cluster, workdir):
+    """kvc-meta frozen (not gone: each RENEW waits io_timeout_ms, 2 s here)
+    past the lease, and 16 reads of an open file at once: each fails with
+    EIO after about io_timeout_ms, and none waits for the others' renews
+    (they used to queue on the lock, one renew each: 16 x 2 s for the
+    last). Thawed, the file reads again."""
+    data = os.urandom(CHUNK)
+    path = workdir / "held"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    results = []
+
+    def read():
+        buf = mmap.mmap(-1, CHUNK)
+        start = time.monotonic()
+        try:
+            os.preadv(fd, [buf], 0)
+            results.append(("read", time.monotonic() - start))
+        except OSError as e:
+            results.append((e.errno, time.monotonic() - start))
+
+    meta = cluster.pid("meta")
+    os.kill(meta, signal.SIGSTOP)
+    try:
+        time.sleep(3.5)  # past the lease: renewed at most 1 s before, fresh for 2.25 s
+        readers = [threading.Thread(target=read) for _ in range(16)]
+        for r in readers:
+            r.start()
+        for r in readers:
+            r.join(HANG)
+        assert not any(r.is_alive() for r in readers)
+    finally:
+        os.kill(meta, signal.SIGCONT)
+    assert sorted(r[0] for r in results) == [errno.EIO] * 16, results
+    assert max(r[1] for r in results) < 10, results  # 5 x io_timeout_ms: no queue
+
+    def reads():
+        try:
+            return os.preadv(fd, [mmap.mmap(-1, CHUNK)], 0) == CHUNK
+        except OSError:
+            return False
+
+    assert wait_until(reads, timeout=HANG)
+    os.close(fd)
+    assert path.read_bytes() == data
+
+
 def test_removed_files_give_their_chunks_back(cluster, workdir):
     (workdir / "big").write_bytes(os.urandom(12 * CHUNK))
     ino = os.stat(workdir / "big").st_ino
