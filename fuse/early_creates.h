@@ -44,7 +44,11 @@
  * on. Two calls fold into a file still waiting here instead: its size
  * commit (flush: the size travels with the ADOPT) and its last close (the
  * ADOPT opens no session). A file already on its way is not folded: the
- * call goes to kvc-meta after it.
+ * call goes to kvc-meta after it. Two of this process's own passes leave
+ * a file still waiting alone: the one that keeps open files watched
+ * (file_ops.c) and the reopen kvc-meta asks of a new client and after a
+ * restart; its entry opens its session and notes its watch. A WATCH_DIR
+ * waits as a READDIR of its directory does.
  *
  * Visibility: other clients see a file when its ADOPT commits: at most
  * early_open_delay_ms (5 ms) plus a round trip after the create returned

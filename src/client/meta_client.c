@@ -27,7 +27,7 @@ static const uint8_t waits[] = {
 	[KVC_MSG_CLOSE_MANY] = WAITS_FOR_INO_LIST,   [KVC_MSG_RENEW] = WAITS_FOR_NONE,
 	[KVC_MSG_STATFS] = WAITS_FOR_NONE,           [KVC_MSG_INO_GRANT] = WAITS_FOR_NONE,
 	[KVC_MSG_ADOPT] = WAITS_FOR_NONE,            [KVC_MSG_REMOVE_MANY] = WAITS_FOR_NONE,
-	[KVC_MSG_INO_RETURN] = WAITS_FOR_NONE,
+	[KVC_MSG_INO_RETURN] = WAITS_FOR_NONE,       [KVC_MSG_WATCH_DIR] = WAITS_FOR_FIRST_INO,
 };
 
 static int call(struct kvc_meta_client *client, uint16_t type, const void *body,

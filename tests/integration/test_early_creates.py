@@ -286,6 +286,39 @@ def test_a_lost_file_s_chunks_are_reclaimed_at_once(cluster, workdir):
         drop_second_mount(proc, mount2)
 
 
+def test_a_file_held_open_stays_unentered_through_watches_and_a_kvc_meta_restart(
+        cluster, workdir):
+    """A file made here and held open waits for its early_open_delay_ms
+    (10 minutes on this mount): neither the pass that keeps open files
+    watched (its first at the first renewal, then every half cache ttl:
+    5 s) nor a reopen (a new client's first renewal asks for one, and a
+    kvc-meta restart does) enters it (each did: an OPEN or GETATTR of an
+    inode waits for its entry); its entry opens its session in the new
+    process, and its close enters it with its bytes."""
+    proc, mount2 = slow_entry_mount(cluster)
+    log = cluster.dir / "fuse2.log"
+    try:
+        d, f, ino = make_unentered(cluster, workdir, mount2, "held-dir")
+        time.sleep(6.5)  # past a watch pass after the file was made
+        assert not (d / "f").exists(), \
+            "a watch pass, or the reopen a new client makes at its first renewal, entered it"
+        reopens = log.read_text(errors="replace").count("reopening")
+        cluster.restart("meta", "KILL")
+        assert wait_until(lambda: log.read_text(errors="replace").count("reopening") > reopens,
+                          timeout=20), "the second client did not reopen its files"
+        time.sleep(0.5)
+        assert not (d / "f").exists(), "the reopen after the restart entered it"
+        data = os.urandom((1 << 20) + 3)
+        f.seek(0)
+        f.write(data)
+        f.close()
+        assert wait_until(lambda: (d / "f").exists(), timeout=10)
+        assert (d / "f").read_bytes() == data
+        assert os.stat(d / "f").st_ino == ino
+    finally:
+        drop_second_mount(proc, mount2)
+
+
 def test_lookups_and_listings_elsewhere_leave_a_directory_s_files_waiting(cluster, workdir):
     """A LOOKUP or READDIR waits only for the files made in its own
     directory: listing or looking up names in another directory leaves a
