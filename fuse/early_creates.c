@@ -369,6 +369,20 @@ bool kvc_early_creates_pending(struct kvc_early_creates *c, uint64_t ino)
 	return pending;
 }
 
+bool kvc_early_creates_unentered(struct kvc_early_creates *c, uint64_t ino)
+{
+	if (!c)
+		return false;
+	bool made = false;
+	pthread_mutex_lock(&c->lock);
+	for (uint32_t i = 0; i < c->count && !made; i++)
+		made = c->waiting[i].attr.ino == ino && !c->waiting[i].remove;
+	for (uint32_t i = 0; i < c->flying_count && !made; i++)
+		made = c->flying[i].attr.ino == ino && !c->flying[i].remove;
+	pthread_mutex_unlock(&c->lock);
+	return made;
+}
+
 int kvc_early_creates_settle(void *arg, const void *inos, uint32_t count)
 {
 	struct kvc_early_creates *c = arg;

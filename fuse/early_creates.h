@@ -45,10 +45,12 @@
  * commit (flush: the size travels with the ADOPT) and its last close (the
  * ADOPT opens no session). A file already on its way is not folded: the
  * call goes to kvc-meta after it. Two of this process's own passes leave
- * a file still waiting alone: the one that keeps open files watched
+ * a file made here and not entered alone (kvc_early_creates_unentered: a
+ * queued removal does not count): the one that keeps open files watched
  * (file_ops.c) and the reopen kvc-meta asks of a new client and after a
- * restart; its entry opens its session and notes its watch. A WATCH_DIR
- * waits as a READDIR of its directory does.
+ * restart (not the one after a drop, whose OPEN must learn whether the
+ * file was lost); its entry stores its session and notes its watch. A
+ * WATCH_DIR waits as a READDIR of its directory does.
  *
  * Visibility: other clients see a file when its ADOPT commits: at most
  * early_open_delay_ms (5 ms) plus a round trip after the create returned
@@ -126,6 +128,10 @@ int kvc_early_creates_settle(void *c, const void *inos, uint32_t count);
  * directory, one made in it) still waits to be entered: an answer about
  * ino kvc-meta gave now may predate it. NULL c: false. */
 bool kvc_early_creates_pending(struct kvc_early_creates *c, uint64_t ino);
+/* Whether file ino was made here and its entry (ADOPT) has not been
+ * answered yet: kvc-meta may not know it (a removal of it queued here
+ * does not count). NULL c: false. */
+bool kvc_early_creates_unentered(struct kvc_early_creates *c, uint64_t ino);
 
 /* Remove (parent, name), which names ino as this client last heard
  * (dir_names.h), here: 0 with the removal queued in order with the files

@@ -232,10 +232,14 @@ static int reopen_all(struct kvc_fuse *fs, int why)
 	for (int i = 0; i < count; i++) {
 		struct kvc_attr attr;
 		pthread_mutex_lock(session_lock(fs, inos[i]));
-		/* A file made here and not entered yet needs none: its entry
-		 * (ADOPT) opens its session, and an OPEN would enter it early. */
+		/* After a start (-EREMCHG), a file made here and not entered
+		 * yet needs none: its entry (ADOPT) stores its session, and an
+		 * OPEN would enter it early. After a drop (-ESTALE) it is
+		 * reopened all the same: its grant may be gone, and the OPEN
+		 * (which waits for its entry) finds out before I/O goes on. */
 		int got = kvc_inode_table_is_open(fs->inodes, inos[i]) &&
-		                  !kvc_early_creates_pending(fs->creates, inos[i])
+		                  !(why == -EREMCHG &&
+		                    kvc_early_creates_unentered(fs->creates, inos[i]))
 		        ? kvc_meta_client_open(&fs->meta, inos[i], fs->client_id, &attr) : 0;
 		if (got == -ENOENT) {
 			kvc_inode_table_mark_stale(fs->inodes, inos[i]);
@@ -661,7 +665,7 @@ void kvc_fuse_watch_open_files(struct kvc_fuse *fs)
 		/* A file made here and not entered yet: kvc-meta does not know it
 		 * (nobody else can change it, and its entry notes the watch), and
 		 * asking would enter it before its time. */
-		if (kvc_early_creates_pending(fs->creates, inos[i]))
+		if (kvc_early_creates_unentered(fs->creates, inos[i]))
 			continue;
 		struct kvc_meta_events_mark mark = kvc_meta_events_mark(fs->events);
 		struct kvc_attr attr;
