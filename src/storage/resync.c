@@ -137,6 +137,20 @@ static int compare_keys(const struct kvc_msg_chunk_entry *a, const struct kvc_ms
 	return a->chunk < b->chunk ? -1 : a->chunk > b->chunk;
 }
 
+/* Wait out every change of t made under an older table (resync.h
+ * "Changes at t under an older table"): t follows the resync's table
+ * first (-ESTALE else), then its apply gate drains. Returns 0 or -errno. */
+static int drain_local(struct run *r)
+{
+	struct kvc_chain copy;
+	int rc = kvc_storage_client_chain(r->svc->peers, r->chain, &copy) &&
+	                 copy.version == r->version && kvc_chains_position(&copy, r->target) >= 0
+	         ? 0 : -ESTALE;
+	if (rc == 0 && r->svc->inflight)
+		rc = kvc_inflight_apply_drain(r->svc->inflight, r->target, r->svc->io_timeout_ms);
+	return rc;
+}
+
 /* One whole comparison of the two listings. Returns 0 or -errno. */
 static int pass(struct run *r)
 {
@@ -201,7 +215,11 @@ static int run_held(struct kvc_storage_service *svc, uint32_t target, uint32_t s
 	r.local_scratch = malloc(RESYNC_PAGE * sizeof(*r.local_scratch));
 	r.page[0] = malloc(RESYNC_PAGE * sizeof(*r.page[0]));
 	r.page[1] = malloc(RESYNC_PAGE * sizeof(*r.page[1]));
-	int rc = r.buf && r.local_scratch && r.page[0] && r.page[1] ? pass(&r) : -ENOMEM;
+	int rc = r.buf && r.local_scratch && r.page[0] && r.page[1] ? 0 : -ENOMEM;
+	if (rc == 0)
+		rc = drain_local(&r);
+	if (rc == 0)
+		rc = pass(&r);
 	if (rc != -ENOMEM)
 		atomic_fetch_add(&st->passes, 1);
 	/* What was copied must survive a crash before the target serves. */

@@ -62,6 +62,15 @@
  * an acknowledged rewrite after a chain's tail was killed and brought back
  * under a rewrite load; this window is the one that explains it.)
  *
+ * Changes at t under an older table. A request t checked against a
+ * table from before it joined (a write or range operation its sender gave
+ * up on, delivered late by TCP retransmission once the link came back)
+ * may be inside t's apply gate when the resync starts: applied after t
+ * listed K equal to p's, it would leave t different for good. So before
+ * its first listing the resync checks that t follows the resync's table
+ * (-ESTALE else) and drains t's applies too: such a change is in t's
+ * listing, or was refused -ESTALE by its check inside the gate.
+ *
  * A read of p's K may find a write in flight at p (-EAGAIN: p is not the
  * tail): the sync lets K go (a write waiting for K at t must get through,
  * or the chain deadlocks: W holds K at p until t answers) and tries again

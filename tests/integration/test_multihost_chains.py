@@ -87,20 +87,31 @@ def chunk_reads(mh, server):
                if k.startswith("kvc_storage_reply_data_bytes_total") and "chunk_read" in k)
 
 
-def differences(mh, server):
+def differences(mh, server, rounds=5):
     """(target, other member, chunks that differ) for each of server's
-    targets whose chunk listing is not another member's."""
-    out = []
-    lost = mh.targets_of(server)
-    for ch in mh.chains():
-        for t in lost & set(ch["targets"]):
-            other = next(m for m in ch["targets"] if m not in lost)
-            mine, theirs = listing(mh, t), listing(mh, other)
-            if mine != theirs:
-                keys = set(mine) | set(theirs)
-                out.append((t, other, {k: (mine.get(k), theirs.get(k)) for k in sorted(keys)
-                                       if mine.get(k) != theirs.get(k)}))
-    return out
+    targets whose chunk listing is not another member's, in every one of
+    `rounds` comparisons 0.5 s apart. The two listings are taken one after
+    the other, so a change coming down the chain between them (the
+    collector removing the files of earlier tests, whose orphans it
+    releases once a minute) shows as a difference for a moment: a
+    divergence is one that stays."""
+    out = None
+    for i in range(rounds):
+        now = {}
+        lost = mh.targets_of(server)
+        for ch in mh.chains():
+            for t in lost & set(ch["targets"]):
+                other = next(m for m in ch["targets"] if m not in lost)
+                mine, theirs = listing(mh, t), listing(mh, other)
+                for k in set(mine) | set(theirs):
+                    if mine.get(k) != theirs.get(k):
+                        now[(t, other, k)] = (mine.get(k), theirs.get(k))
+        out = now if out is None else {k: v for k, v in now.items() if k in out}
+        if not out:
+            return []
+        if i + 1 < rounds:
+            time.sleep(0.5)
+    return sorted(out.items())
 
 
 # Found by the "cut" case (about one run in three) and reproduced by

@@ -16,7 +16,8 @@ import time
 import pytest
 
 import kvcwire
-from conftest import CHUNK, PORT_BASE, _drop_caches, chained_cluster, chunk_name, wait_until
+from conftest import (CHUNK, PORT_BASE, _drop_caches, chained_cluster, chunk_name, freeze,
+                      wait_until)
 from chain_helpers import (call, chain_table, check_files, kill, layout_of, listing,
                            ring_read_all, server_of_target, sock_for, status, target_dir,
                            write_files)
@@ -210,7 +211,9 @@ def test_a_write_in_flight_sends_readers_to_the_tail(rcluster):
     inode, chains = layout_of(path)
     chain = chain_table(rcluster)[chains[0]]
     head, tail = chain["targets"][0], chain["targets"][-1]
-    kill(rcluster, server_of_target(tail), signal.SIGSTOP)
+    # every thread stopped before the write is sent: one still running
+    # takes the write at once on a slow machine, and nothing waits
+    freeze(rcluster.pid(server_of_target(tail)))
     seen = []
     try:
         def writer():
@@ -318,7 +321,7 @@ def test_a_range_operation_in_flight_sends_readers_to_the_tail(rcluster):
                                kvcwire.chunk_truncate(inode, 100, head, CHUNK, cid,
                                                       version))[0])
     t = threading.Thread(target=truncate)
-    kill(rcluster, server_of_target(tail), signal.SIGSTOP)
+    freeze(rcluster.pid(server_of_target(tail)))
     try:
         t.start()
         for m in members[:-1]:
