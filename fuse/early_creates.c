@@ -33,6 +33,7 @@ struct entry {
 	bool open;       /* not closed here yet: ADOPT opens a session */
 	bool sent;       /* in an ADOPT once (its answer may have been lost, and
 	                  * kvc-meta may have it as it was then): no more folds */
+	bool resent;     /* in an ADOPT again: the last one failed as a whole */
 	uint32_t name_len;
 	char name[KVC_WIRE_MAX_NAME];
 };
@@ -217,6 +218,23 @@ int kvc_early_creates_remove(struct kvc_early_creates *c, uint64_t parent, const
 	return rc;
 }
 
+/* Whether e, refused -ESTALE by an ADOPT sent again, was entered by an
+ * earlier one whose answer was lost: its number was granted to this
+ * client alone, so a file of that number in kvc-meta is this one, wherever
+ * another client renamed it since (meta_adopt.h: a number entered already
+ * is refused, and kvc-meta cannot tell a resend from a second use). */
+static bool entered_before(struct kvc_early_creates *c, const struct entry *e)
+{
+	struct kvc_attr now;
+	int rc = kvc_meta_client_getattr_unwaited(&c->fs->meta, e->attr.ino, &now);
+	bool ours = rc == 0 && now.ino == e->attr.ino && S_ISREG(now.mode);
+	if (ours)
+		kvc_log_info("early create of '%.*s' in directory %" PRIu64 " (inode %" PRIu64
+		             "): entered by an ADOPT whose answer was lost, and renamed or "
+		             "replaced since", (int)e->name_len, e->name, e->parent, e->attr.ino);
+	return ours;
+}
+
 /* What kvc-meta answered for the files of one ADOPT (lock not held: the
  * flying entries are the sender's until sending drops). */
 static void take_results(struct kvc_early_creates *c, const struct kvc_msg_key_result *out, int rc,
@@ -233,6 +251,8 @@ static void take_results(struct kvc_early_creates *c, const struct kvc_msg_key_r
 			*lost += one < 0;
 			continue;
 		}
+		if (one == -ESTALE && e->resent && entered_before(c, e))
+			one = 0;
 		if (one < 0) {
 			kvc_log_warn("early create of '%.*s' in directory %" PRIu64
 			             " (inode %" PRIu64 ") refused by kvc-meta: %s; the file is lost",
@@ -287,8 +307,10 @@ static int send_batch(struct kvc_early_creates *c, uint32_t n)
 	while (same < n && c->waiting[same].remove == c->waiting[0].remove)
 		same++; /* one kind a message, in order */
 	n = same < KVC_WIRE_MAX_KEYS ? same : KVC_WIRE_MAX_KEYS;
-	for (uint32_t i = 0; i < n; i++)
+	for (uint32_t i = 0; i < n; i++) {
+		c->waiting[i].resent = c->waiting[i].sent;
 		c->waiting[i].sent = true;
+	}
 	memcpy(c->flying, c->waiting, n * sizeof(*c->flying));
 	memmove(c->waiting, c->waiting + n, (c->count - n) * sizeof(*c->waiting));
 	c->count -= n;
@@ -397,19 +419,35 @@ int kvc_early_creates_settle(void *arg, const void *inos, uint32_t count)
 			target = seq;
 	}
 	/* Files go in order: the waiting ones up to target, in one ADOPT. An
-	 * ADOPT that fails meanwhile (another caller's, or the thread's) is
-	 * this call's failure too: kvc-meta is not tried once per waiter. */
+	 * ADOPT that fails meanwhile (another caller's, or the thread's; a
+	 * connection lost, kvc-meta restarting) is sent again RETRY_MS later
+	 * (by whoever comes first), for up to io_timeout_ms from this call:
+	 * then the last failure is this call's. */
+	int64_t give_up = kvc_clock_monotonic_ns() + (int64_t)c->fs->config.io_timeout_ms * 1000000;
+	int64_t again_at = 0;
 	uint64_t gen = c->fail_gen;
 	while (rc == 0 && c->entered_seq < target) {
 		uint32_t n = 0;
 		while (n < c->count && c->waiting[n].seq <= target)
 			n++;
-		if (c->fail_gen != gen)
-			rc = c->fail_rc;
-		else if (!c->sending && n > 0)
+		int64_t now = kvc_clock_monotonic_ns();
+		if (c->fail_gen != gen) {
+			gen = c->fail_gen;
+			if (now >= give_up)
+				rc = c->fail_rc;
+			again_at = now + RETRY_MS * 1000000ll;
+		} else if (!c->sending && n > 0 && now >= again_at) {
 			rc = send_batch(c, n);
-		else
+			if (rc < 0 && kvc_clock_monotonic_ns() < give_up) {
+				gen = c->fail_gen; /* (its own failure: noted) */
+				again_at = kvc_clock_monotonic_ns() + RETRY_MS * 1000000ll;
+				rc = 0;
+			}
+		} else if (!c->sending && n > 0) {
+			wait_until(c, &c->sent, again_at < give_up ? again_at : give_up);
+		} else {
 			pthread_cond_wait(&c->sent, &c->lock);
+		}
 	}
 	pthread_mutex_unlock(&c->lock);
 	return rc;

@@ -50,7 +50,10 @@
  * (file_ops.c) and the reopen kvc-meta asks of a new client and after a
  * restart (not the one after a drop, whose OPEN must learn whether the
  * file was lost); its entry stores its session and notes its watch. A
- * WATCH_DIR waits as a READDIR of its directory does.
+ * WATCH_DIR waits as a READDIR of its directory does. An ADOPT a caller
+ * waits for that fails as a whole (a connection lost, kvc-meta restarting)
+ * is sent again RETRY_MS later, for up to io_timeout_ms from the call;
+ * then the call fails with that error.
  *
  * Visibility: other clients see a file when its ADOPT commits: at most
  * early_open_delay_ms (5 ms) plus a round trip after the create returned
@@ -66,7 +69,13 @@
  * directory was removed meanwhile, the namespace is at its space reserve)
  * is lost: it turns stale here (its I/O fails with ESTALE), is logged and
  * counted, and early creates stop for LOST_PAUSE_S so the next creates get
- * kvc-meta's answer themselves. If kvc-fuse dies, the files still waiting
+ * kvc-meta's answer themselves. An ADOPT whose answer was lost (its
+ * connection died after kvc-meta committed it) is sent again, and kvc-meta
+ * refuses a record of it -ESTALE when another client renamed or replaced
+ * the name meanwhile (its number is entered already, and a resend cannot
+ * be told from a second use there); kvc-fuse then asks for the number's
+ * file, which, the number being this client's alone, is this one: entered,
+ * not lost. If kvc-fuse dies, the files still waiting
  * here (at most one batch delay's worth) are lost. Grants belong to this
  * client (meta_grants.c): a file kvc-meta refuses has its chunks removed at
  * once, and numbers it made files with and never sent are reclaimed when it

@@ -205,6 +205,21 @@ int kvc_meta_client_getattr(struct kvc_meta_client *client, uint64_t ino,
 	return call_attr(client, KVC_MSG_GETATTR, &m, sizeof(m), attr);
 }
 
+int kvc_meta_client_getattr_unwaited(struct kvc_meta_client *client, uint64_t ino,
+                                     struct kvc_attr *attr)
+{
+	struct kvc_msg_ino m = {ino};
+	struct kvc_attr reply;
+	uint32_t len = 0;
+	int rc = kvc_rpc_call(&client->pool, KVC_MSG_GETATTR, &m, sizeof(m), &reply, sizeof(reply),
+	                      &len);
+	if (rc == 0 && len != sizeof(reply))
+		rc = -EIO;
+	if (rc == 0)
+		*attr = reply;
+	return rc;
+}
+
 int kvc_meta_client_watch_dir(struct kvc_meta_client *client, uint64_t ino)
 {
 	struct kvc_msg_ino m = {ino};

@@ -66,6 +66,11 @@ int kvc_meta_client_renew(struct kvc_meta_client *client, const uint8_t id[KVC_W
                           uint32_t flags);
 int kvc_meta_client_getattr(struct kvc_meta_client *client, uint64_t ino,
                             struct kvc_attr *attr);
+/* GETATTR that bypasses before_call (kvc-fuse's early-create sender asks
+ * it about a file of its own ADOPT, which it cannot wait for); transport
+ * errors as they are. */
+int kvc_meta_client_getattr_unwaited(struct kvc_meta_client *client, uint64_t ino,
+                                     struct kvc_attr *attr);
 int kvc_meta_client_create(struct kvc_meta_client *client, uint64_t parent,
                            const char *name, uint32_t mode, uint32_t uid, uint32_t gid,
                            bool exclusive, struct kvc_attr *attr);

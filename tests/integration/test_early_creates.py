@@ -13,6 +13,7 @@ import re
 import signal
 import stat
 import subprocess
+import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from conftest import chunk_files_of, drop_second_mount, second_mount, wait_until
+from lossy_relay import LossyRelay
 from test_keys import keep_names_of, opens, seen_within
 
 
@@ -498,3 +500,72 @@ def test_an_open_file_removed_here_keeps_its_bytes(cluster, workdir, other):
     write_key(workdir / "held", b"again")  # the name is free again
     assert (workdir / "held").read_bytes() == b"again"
     assert seen_within(lambda: opens(os.path.join(other, "held")) == b"again") is not None
+
+
+ADOPT = 61  # src/core/wire.h KVC_MSG_ADOPT
+
+
+def test_an_adopt_whose_answer_was_lost_keeps_its_file_renamed_elsewhere(cluster, workdir):
+    """kvc-meta enters a file made early, and its answer never comes back
+    (the connection dies after the commit); before the kvc-fuse sends the
+    ADOPT again, another client renames the file. kvc-meta refuses the
+    second ADOPT (the number is entered already, under another name now):
+    the file is not lost for that. The kvc-fuse finds it entered, reads
+    its bytes under the new name, and logs no loss."""
+    relay = LossyRelay(cluster.meta_address)
+    conf = cluster.dir / "cluster-lossy.conf"
+    text = cluster.conf.read_text()
+    old = f"[meta]\naddress = {cluster.meta_address}\n"
+    assert old in text
+    conf.write_text(text.replace(old, f"[meta]\naddress = {relay.address}\n"))
+    log = cluster.dir / "fuse2.log"
+    losses = log.read_text(errors="replace").count("the file is lost") if log.exists() else 0
+    proc, mount2 = second_mount(cluster, conf)
+    try:
+        d = workdir / "lost-answer"
+        d.mkdir()
+        theirs = os.path.join(mount2, d.relative_to(cluster.mount))
+        for i in range(8):  # their kvc-fuse keeps the directory's names
+            assert not os.path.exists(os.path.join(theirs, f".miss-{i}"))
+        time.sleep(0.5)
+        write_key(os.path.join(theirs, "first"), b"")  # the directory's attributes
+        assert wait_until(lambda: (d / "first").exists(), timeout=10)
+        made = relay.count(ADOPT)
+        data = os.urandom(70000)
+        relay.lose_next_answer(ADOPT)
+        # The close may wait for the entry (when something asked for it
+        # before: the first renewal's reopen does), and so for the relay:
+        # it waits io_timeout_ms for an ADOPT that works.
+        made_here = {}
+
+        def make():
+            try:
+                with open(os.path.join(theirs, "f"), "wb") as f:
+                    f.write(data)
+                    made_here["ino"] = os.fstat(f.fileno()).st_ino
+            except OSError as e:
+                made_here["error"] = e
+        maker = threading.Thread(target=make)
+        maker.start()
+        try:
+            assert relay.lost.wait(20), "no ADOPT went through the relay"
+            # entered by the ADOPT whose answer was lost: renamed by this client
+            assert wait_until(lambda: (d / "f").exists(), timeout=10)
+            ino = os.stat(d / "f").st_ino
+            os.rename(d / "f", d / "g")
+        finally:
+            relay.reopen()
+            maker.join(30)
+        assert made_here == {"ino": ino}
+        assert wait_until(lambda: relay.count(ADOPT) > made + 1, timeout=20), \
+            "the ADOPT was not sent again"
+        # a lookup in the directory waits for its files' entries
+        assert opens(os.path.join(theirs, "g")) == data
+        assert os.stat(os.path.join(theirs, "g")).st_ino == ino
+        assert (d / "g").read_bytes() == data
+        text = log.read_text(errors="replace")
+        assert text.count("the file is lost") == losses, "the file was given up as lost"
+        assert "entered by an ADOPT whose answer was lost" in text
+    finally:
+        drop_second_mount(proc, mount2)
+        relay.stop()
