@@ -300,6 +300,10 @@ int main(int argc, char **argv)
 		struct kvc_msg_client_hello hello = {.ttl_ms = fs.config.cache_ttl_ms};
 		memcpy(hello.client, fs.client_id, sizeof(hello.client));
 		kvc_rpc_pool_set_hello(&fs.meta.pool, &hello);
+		/* A call that finds kvc-meta unreachable (restarting, or a link
+		 * just back) keeps trying for the I/O bound before it answers
+		 * EIO: it was never sent, so any call may be. */
+		kvc_rpc_pool_set_reconnect(&fs.meta.pool, fs.config.io_timeout_ms);
 	}
 	if (rc == 0)
 		rc = kvc_storage_client_init(&fs.storage, &fs.config);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "core/clock.h"
+#include "core/log.h"
 
 int kvc_rpc_pool_init(struct kvc_rpc_pool *pool, const char *address,
                       const struct kvc_auth_cred *cred, int connect_timeout_ms,
@@ -137,6 +138,11 @@ static int greet(struct kvc_rpc_pool *pool, int fd, const struct waiting *w)
 	return rc;
 }
 
+void kvc_rpc_pool_set_reconnect(struct kvc_rpc_pool *pool, int ms)
+{
+	pool->reconnect_ms = ms > 0 ? ms : 0;
+}
+
 void kvc_rpc_pool_set_hello(struct kvc_rpc_pool *pool, const struct kvc_msg_client_hello *hello)
 {
 	pool->hello = *hello;
@@ -243,12 +249,23 @@ int kvc_rpc_call_waiting(struct kvc_rpc_pool *pool, uint16_t type, const void *b
 		          ((int64_t)(pool->io_timeout_ms > 0 ? pool->io_timeout_ms : 0) +
 		           (patience ? patience->wait_ms : 0)) * 1000000};
 	const struct waiting *w = patience && patience->wait_ms > 0 ? &waiting : NULL;
-	for (int attempt = 0;; attempt++) {
+	int64_t reconnect_end = (int64_t)kvc_clock_monotonic_ns() +
+	                        (int64_t)pool->reconnect_ms * 1000000;
+	long pause_ms = 20;
+	for (int attempt = 0;;) {
 		bool reused, sent = false;
 		int status = 0;
 		int fd = pool_get(pool, &reused, w);
-		if (fd < 0)
-			return fd;
+		if (fd < 0) {
+			kvc_log_debug("%s to %s: no connection: %s", kvc_wire_type_name(type),
+			              pool->address, strerror(-fd));
+			if (!kvc_rpc_is_transport_error(fd) ||
+			    (int64_t)kvc_clock_monotonic_ns() + pause_ms * 1000000 >= reconnect_end)
+				return fd;
+			kvc_clock_sleep_ms(pause_ms);
+			pause_ms = pause_ms < 250 ? 2 * pause_ms : 500;
+			continue;
+		}
 		int rc = exchange(pool, fd, type, body, body_len, reply, reply_cap, reply_len, w,
 		                  &status, &sent);
 		kvc_rpc_pool_put(pool, fd, rc == 0);
@@ -258,7 +275,10 @@ int kvc_rpc_call_waiting(struct kvc_rpc_pool *pool, uint16_t type, const void *b
 		 * restarted after our liveness check): retry once, but only when
 		 * the request never left, so nothing is done twice (a create
 		 * retried after it happened would say EEXIST). */
-		if (!(reused && attempt == 0 && !sent && (rc == -ECONNRESET || rc == -EPIPE)))
+		kvc_log_debug("%s to %s: %s (%s connection, request %s)", kvc_wire_type_name(type),
+		              pool->address, strerror(-rc), reused ? "a reused" : "a new",
+		              sent ? "sent" : "not sent");
+		if (!(reused && attempt++ == 0 && !sent && (rc == -ECONNRESET || rc == -EPIPE)))
 			return rc;
 		kvc_rpc_pool_drain(pool);
 	}

@@ -38,6 +38,9 @@ struct kvc_rpc_pool {
 	 * connections to kvc-meta act for its client id: CLIENT_HELLO). */
 	bool has_hello;
 	struct kvc_msg_client_hello hello;
+	/* How long a call goes on trying to connect when no connection can
+	 * be made (0: one try). kvc_rpc_pool_set_reconnect. */
+	int reconnect_ms;
 };
 
 /* cred (copied) is what every connection proves; role none only for a
@@ -61,6 +64,12 @@ void kvc_rpc_pool_put(struct kvc_rpc_pool *pool, int fd, bool healthy);
 /* Send hello (CLIENT_HELLO) on every connection made from now on; call
  * before the pool is used. */
 void kvc_rpc_pool_set_hello(struct kvc_rpc_pool *pool, const struct kvc_msg_client_hello *hello);
+
+/* Calls that find no connection (the server restarting: refused; a link
+ * just back whose neighbour is still unresolved: unreachable) try again,
+ * 20 ms later and doubling up to 500 ms, until ms after the call began:
+ * nothing was sent, so any request may be. 0 (the default): one try. */
+void kvc_rpc_pool_set_reconnect(struct kvc_rpc_pool *pool, int ms);
 
 /* Close every idle connection (after the server was seen restarting). */
 void kvc_rpc_pool_drain(struct kvc_rpc_pool *pool);

@@ -1,8 +1,10 @@
 /* Unit tests of the RPC connection pool against a real server on
  * loopback: a pooled connection the server closed is noticed before use,
  * a request the server took but never answered is not sent again (done
- * twice, a create would answer EEXIST), and an answer slower than the I/O
- * bound is awaited as the caller's patience says. */
+ * twice, a create would answer EEXIST), an answer slower than the I/O
+ * bound is awaited as the caller's patience says, and a call that finds no
+ * server keeps connecting for the pool's reconnect time (none: it fails at
+ * once), then sends once. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <pthread.h>
@@ -178,5 +180,79 @@ Test(rpc, a_slow_handshake_without_patience_times_out)
 	cr_assert_eq(kvc_rpc_pool_init(&pool, f->address, &none, 1000, 200), 0);
 	int rc = kvc_rpc_call(&pool, 16, NULL, 0, NULL, 0, NULL);
 	cr_assert_eq(rc, -ETIMEDOUT, "got %d", rc);
+	kvc_rpc_pool_destroy(&pool);
+}
+
+/* A server that starts listening delay_us after the call (kvc-meta
+ * restarting): on a port that was free a moment ago. */
+struct listen_later {
+	struct fake fake;
+	useconds_t delay_us;
+};
+
+static void *listen_late(void *arg)
+{
+	struct listen_later *l = arg;
+	usleep(l->delay_us);
+	int fd = kvc_net_listen(l->fake.address);
+	if (fd < 0)
+		return NULL;
+	l->fake.server = (struct kvc_server){.listen_fd = fd, .max_connections = 16,
+	                                     .handle = handle, .service = &l->fake,
+	                                     .name = "late"};
+	kvc_server_run(&l->fake.server);
+	return NULL;
+}
+
+static void free_address(char *out, size_t len)
+{
+	struct sockaddr_in addr;
+	socklen_t alen = sizeof(addr);
+	int fd = kvc_net_listen("127.0.0.1:0");
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(getsockname(fd, (struct sockaddr *)&addr, &alen), 0);
+	snprintf(out, len, "127.0.0.1:%d", ntohs(addr.sin_port));
+	close(fd);
+}
+
+Test(rpc, a_call_that_finds_no_server_fails_at_once_without_reconnect)
+{
+	char address[64];
+	free_address(address, sizeof(address));
+	struct kvc_rpc_pool pool;
+	struct kvc_auth_cred none = {.role = KVC_AUTH_NONE};
+	cr_assert_eq(kvc_rpc_pool_init(&pool, address, &none, 1000, 2000), 0);
+	int rc = kvc_rpc_call(&pool, 16, NULL, 0, NULL, 0, NULL);
+	cr_assert_eq(rc, -ECONNREFUSED, "got %d", rc);
+	kvc_rpc_pool_destroy(&pool);
+}
+
+Test(rpc, a_call_keeps_connecting_for_its_reconnect_time_and_runs_once)
+{
+	static struct listen_later late = {.delay_us = 400000};
+	free_address(late.fake.address, sizeof(late.fake.address));
+	struct kvc_rpc_pool pool;
+	struct kvc_auth_cred none = {.role = KVC_AUTH_NONE};
+	cr_assert_eq(kvc_rpc_pool_init(&pool, late.fake.address, &none, 1000, 2000), 0);
+	kvc_rpc_pool_set_reconnect(&pool, 5000);
+	pthread_t thread;
+	cr_assert_eq(pthread_create(&thread, NULL, listen_late, &late), 0);
+	pthread_detach(thread);
+	cr_assert_eq(kvc_rpc_call(&pool, 16, NULL, 0, NULL, 0, NULL), 0,
+	             "the server that came back answered");
+	cr_assert_eq(atomic_load(&late.fake.requests), 1, "sent once");
+	kvc_rpc_pool_destroy(&pool);
+}
+
+Test(rpc, reconnecting_gives_up_at_its_time)
+{
+	char address[64];
+	free_address(address, sizeof(address));
+	struct kvc_rpc_pool pool;
+	struct kvc_auth_cred none = {.role = KVC_AUTH_NONE};
+	cr_assert_eq(kvc_rpc_pool_init(&pool, address, &none, 1000, 2000), 0);
+	kvc_rpc_pool_set_reconnect(&pool, 300);
+	int rc = kvc_rpc_call(&pool, 16, NULL, 0, NULL, 0, NULL);
+	cr_assert_eq(rc, -ECONNREFUSED, "got %d", rc);
 	kvc_rpc_pool_destroy(&pool);
 }
