@@ -11,6 +11,7 @@
 
 #include "core/clock.h"
 #include "core/log.h"
+#include "core/rpc.h"
 #include "fuse/operations.h"
 
 #define GRANT 1024          /* numbers asked for at a time */
@@ -20,6 +21,7 @@
 #define MAX_WAITING 4096    /* beyond, creates go to kvc-meta themselves */
 #define RETRY_MS 200        /* after an ADOPT or INO_GRANT kvc-meta did not take */
 #define LOST_PAUSE_S 10     /* no early creates after one was lost */
+#define STOP_TRYING_MS 5000 /* at unmount, for what still waits */
 
 /* A file made here, or (remove) a name removed here: attr.ino is the
  * inode the name must still name for kvc-meta to remove it. */
@@ -226,7 +228,10 @@ int kvc_early_creates_remove(struct kvc_early_creates *c, uint64_t parent, const
 static bool entered_before(struct kvc_early_creates *c, const struct entry *e)
 {
 	struct kvc_attr now;
-	int rc = kvc_meta_client_getattr_unwaited(&c->fs->meta, e->attr.ino, &now);
+	int rc, tries = 0;
+	do /* (the connection just failed: it may again) */
+		rc = kvc_meta_client_getattr_unwaited(&c->fs->meta, e->attr.ino, &now);
+	while (kvc_rpc_is_transport_error(rc) && ++tries < 3);
 	bool ours = rc == 0 && now.ino == e->attr.ino && S_ISREG(now.mode);
 	if (ours)
 		kvc_log_info("early create of '%.*s' in directory %" PRIu64 " (inode %" PRIu64
@@ -422,7 +427,8 @@ int kvc_early_creates_settle(void *arg, const void *inos, uint32_t count)
 	 * ADOPT that fails meanwhile (another caller's, or the thread's; a
 	 * connection lost, kvc-meta restarting) is sent again RETRY_MS later
 	 * (by whoever comes first), for up to io_timeout_ms from this call:
-	 * then the last failure is this call's. */
+	 * then the last failure is this call's. While stopping, the first
+	 * failure is (kvc_early_creates_stop keeps its own time). */
 	int64_t give_up = kvc_clock_monotonic_ns() + (int64_t)c->fs->config.io_timeout_ms * 1000000;
 	int64_t again_at = 0;
 	uint64_t gen = c->fail_gen;
@@ -433,18 +439,21 @@ int kvc_early_creates_settle(void *arg, const void *inos, uint32_t count)
 		int64_t now = kvc_clock_monotonic_ns();
 		if (c->fail_gen != gen) {
 			gen = c->fail_gen;
-			if (now >= give_up)
+			if (now >= give_up || c->stopping)
 				rc = c->fail_rc;
 			again_at = now + RETRY_MS * 1000000ll;
 		} else if (!c->sending && n > 0 && now >= again_at) {
 			rc = send_batch(c, n);
-			if (rc < 0 && kvc_clock_monotonic_ns() < give_up) {
+			if (rc < 0 && !c->stopping && kvc_clock_monotonic_ns() < give_up) {
 				gen = c->fail_gen; /* (its own failure: noted) */
 				again_at = kvc_clock_monotonic_ns() + RETRY_MS * 1000000ll;
 				rc = 0;
 			}
 		} else if (!c->sending && n > 0) {
-			wait_until(c, &c->sent, again_at < give_up ? again_at : give_up);
+			if (again_at > give_up) /* no try fits before giving up */
+				rc = c->fail_rc;
+			else
+				wait_until(c, &c->sent, again_at);
 		} else {
 			pthread_cond_wait(&c->sent, &c->lock);
 		}
@@ -573,9 +582,10 @@ void kvc_early_creates_stop(struct kvc_early_creates *c)
 	pthread_cond_signal(&c->work);
 	pthread_mutex_unlock(&c->lock);
 	/* What is still waiting goes now; if kvc-meta cannot take it, it is
-	 * tried again until it can or the thread is told to give up. */
-	int tries = 0;
-	while (kvc_early_creates_settle(c, NULL, 0) < 0 && ++tries < 25)
+	 * tried again for STOP_TRYING_MS (each try may itself wait the I/O
+	 * bound for a connection). */
+	int64_t stop_at = kvc_clock_monotonic_ns() + STOP_TRYING_MS * 1000000ll;
+	while (kvc_early_creates_settle(c, NULL, 0) < 0 && kvc_clock_monotonic_ns() < stop_at)
 		kvc_clock_sleep_ms(RETRY_MS);
 	pthread_mutex_lock(&c->lock);
 	while (c->sending)

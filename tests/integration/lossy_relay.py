@@ -1,7 +1,8 @@
 """A TCP relay between a client and a kvcfs daemon that can lose one
 answer: the request of the chosen type goes through, its answer (and
-everything after it on that connection) never comes back, the connection
-is cut once the daemon had time to act on the request, and new
+everything after it on that connection) never comes back, every relayed
+connection is cut once the daemon had time to act on the request (so
+the client cannot send it again on another one it keeps), and new
 connections are refused until the test lets them through again. What a
 client sees when the daemon crashes after its commit, or the network
 drops the answer: it must send the request again, and the daemon may have
@@ -51,7 +52,7 @@ class LossyRelay:
 
     def stop(self):
         self.stopping = True
-        self.listener.close()
+        _close(self.listener)  # (shutdown wakes the accept)
         with self.lock:
             socks, self.socks = self.socks, []
         for s in socks:
@@ -102,8 +103,9 @@ class LossyRelay:
                     time.sleep(0.5)  # the daemon acts on it; the answer is dropped
                     with self.lock:
                         self.closed = True
-                    _close(client)
-                    _close(server)
+                        socks, self.socks = self.socks, []
+                    for sock in socks:
+                        _close(sock)
                     self.lost.set()
                     return
         except (OSError, ConnectionError):
