@@ -49,6 +49,22 @@ void kvc_repair_queue(struct kvc_storage_service *svc, uint32_t target, uint64_t
 		atomic_fetch_add(&svc->repairs.queued, 1);
 }
 
+/* Set the copy read under chain c's version as a change of the target
+ * is made: inside its apply gate, while this server still follows that
+ * version (-ESTALE else: read again under the new table), so a resync's
+ * drain (resync.h) waits it out and it never lands after one. */
+static int set_at_version(struct kvc_storage_service *svc, struct kvc_chunk_store *store,
+                          const struct item *it, uint32_t c, uint32_t version,
+                          const uint8_t *buf, uint32_t present)
+{
+	unsigned ticket = kvc_inflight_apply_enter(svc->inflight, it->target);
+	struct kvc_chain now;
+	int rc = kvc_storage_client_chain(svc->peers, c, &now) && now.version == version
+	         ? kvc_chunk_store_set(store, it->inode, it->chunk, buf, present) : -ESTALE;
+	kvc_inflight_apply_leave(svc->inflight, it->target, ticket);
+	return rc;
+}
+
 /* Copy the chunk from another member: 0, or -errno. */
 static int repair(struct kvc_storage_service *svc, const struct item *it, uint8_t *buf)
 {
@@ -77,7 +93,8 @@ static int repair(struct kvc_storage_service *svc, const struct item *it, uint8_
 			                                   chain->version, it->inode, it->chunk, buf,
 			                                   KVC_LAYOUT_MAX_CHUNK, &present);
 			if (rc == 0)
-				rc = kvc_chunk_store_set(store, it->inode, it->chunk, buf, present);
+				rc = set_at_version(svc, store, it, (uint32_t)c, chain->version, buf,
+				                    present);
 			kvc_inflight_end(svc->inflight, it->target, it->inode, it->chunk);
 		}
 		bool again = rc == -EAGAIN || rc == -ETIMEDOUT || rc == -ESTALE;

@@ -69,7 +69,10 @@
  * listed K equal to p's, it would leave t different for good. So before
  * its first listing the resync checks that t follows the resync's table
  * (-ESTALE else) and drains t's applies too: such a change is in t's
- * listing, or was refused -ESTALE by its check inside the gate.
+ * listing, or was refused -ESTALE by its check inside the gate. A repair
+ * of a chunk at t (repair.c: a copy read from another member under the
+ * table it knew) is set the same way, inside the gate with its version
+ * checked again.
  *
  * A read of p's K may find a write in flight at p (-EAGAIN: p is not the
  * tail): the sync lets K go (a write waiting for K at t must get through,

@@ -88,8 +88,8 @@ def chunk_reads(mh, server):
 
 
 def differences(mh, server, rounds=5):
-    """(target, other member, chunks that differ) for each of server's
-    targets whose chunk listing is not another member's, in every one of
+    """((target, chunk), (other member, ours, theirs)) for each chunk of
+    server's targets that another member holds otherwise, in every one of
     `rounds` comparisons 0.5 s apart. The two listings are taken one after
     the other, so a change coming down the chain between them (the
     collector removing the files of earlier tests, whose orphans it
@@ -105,7 +105,7 @@ def differences(mh, server, rounds=5):
                 mine, theirs = listing(mh, t), listing(mh, other)
                 for k in set(mine) | set(theirs):
                     if mine.get(k) != theirs.get(k):
-                        now[(t, other, k)] = (mine.get(k), theirs.get(k))
+                        now[(t, k)] = (other, mine.get(k), theirs.get(k))
         out = now if out is None else {k: v for k, v in now.items() if k in out}
         if not out:
             return []
