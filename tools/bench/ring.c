@@ -155,11 +155,12 @@ static void setup(struct ring_setup *s, const char *path)
 
 /* Reads as the first measured ones, untimed, for `seconds` and at least
  * WARM_SECONDS: on the development VM of 2026-12-02 pages written and
- * synced moments before read at a third of the speed they read a few
- * seconds later, in any program (a plain preadv2 loop over a file it had
- * just written: 4-5 GB/s, 16 GB/s five seconds on; docs/benchmarks.md),
+ * synced moments before read at a third of the speed they read seconds
+ * later, in any program (a plain preadv2 loop over a file it had just
+ * written: 4-5 GB/s, 16 GB/s five seconds on; 1 MiB ring reads at depth
+ * 1 after 5 s of warm-up: 0.91 GB/s, then 2.4 GB/s; docs/benchmarks.md),
  * and the page-cache baseline's file is read once before it is timed. */
-#define WARM_SECONDS 5.0
+#define WARM_SECONDS 10.0
 static void warm_reads(struct ring_setup *s, double seconds)
 {
 	seconds = seconds > WARM_SECONDS ? seconds : WARM_SECONDS;
