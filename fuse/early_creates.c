@@ -231,7 +231,7 @@ static bool entered_before(struct kvc_early_creates *c, const struct entry *e)
 	int rc, tries = 0;
 	do /* (the connection just failed: it may again) */
 		rc = kvc_meta_client_getattr_unwaited(&c->fs->meta, e->attr.ino, &now);
-	while (kvc_rpc_is_transport_error(rc) && ++tries < 3);
+	while (kvc_rpc_is_transport_error(rc) && ++tries < 2);
 	bool ours = rc == 0 && now.ino == e->attr.ino && S_ISREG(now.mode);
 	if (ours)
 		kvc_log_info("early create of '%.*s' in directory %" PRIu64 " (inode %" PRIu64

@@ -692,6 +692,9 @@ int kvc_fuse_renew_lease(struct kvc_fuse *fs)
 	return renewed;
 }
 
+/* The dirty sizes, each in turn; the pass stops at the first EIO (kvc-meta
+ * out of reach: each call may have waited io_timeout_ms for a connection,
+ * and the rest would too), and the next pass goes on. */
 void kvc_fuse_commit_sizes(struct kvc_fuse *fs)
 {
 	uint64_t inos[256];
@@ -700,6 +703,11 @@ void kvc_fuse_commit_sizes(struct kvc_fuse *fs)
 		int rc = kvc_fuse_commit_size(fs, inos[i]);
 		if (rc < 0)
 			kvc_log_warn("size of inode %" PRIu64 ": %s; will retry", inos[i], strerror(-rc));
+		if (rc == -EIO) {
+			if (count - i > 1)
+				kvc_log_warn("%d more size(s) left for the next pass", count - i - 1);
+			break;
+		}
 	}
 }
 

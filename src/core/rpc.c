@@ -239,6 +239,15 @@ static int exchange(struct kvc_rpc_pool *pool, int fd, uint16_t type,
 	return rc;
 }
 
+/* A connection that could not be made, or broke in its handshake: worth
+ * trying again. Not an answer (a refused version, a server over its
+ * connection limit, a wrong secret): those stay. */
+static bool could_not_connect(int rc)
+{
+	return rc == -ECONNREFUSED || rc == -EHOSTUNREACH || rc == -ENETUNREACH ||
+	       rc == -ETIMEDOUT || rc == -ECONNRESET || rc == -ECONNABORTED || rc == -EPIPE;
+}
+
 int kvc_rpc_call_waiting(struct kvc_rpc_pool *pool, uint16_t type, const void *body,
                          uint32_t body_len, void *reply, uint32_t reply_cap,
                          uint32_t *reply_len, const struct kvc_rpc_patience *patience)
@@ -259,7 +268,7 @@ int kvc_rpc_call_waiting(struct kvc_rpc_pool *pool, uint16_t type, const void *b
 		if (fd < 0) {
 			kvc_log_debug("%s to %s: no connection: %s", kvc_wire_type_name(type),
 			              pool->address, strerror(-fd));
-			if (!kvc_rpc_is_transport_error(fd) ||
+			if (!could_not_connect(fd) ||
 			    (int64_t)kvc_clock_monotonic_ns() + pause_ms * 1000000 >= reconnect_end)
 				return fd;
 			kvc_clock_sleep_ms(pause_ms);

@@ -66,9 +66,12 @@ void kvc_rpc_pool_put(struct kvc_rpc_pool *pool, int fd, bool healthy);
 void kvc_rpc_pool_set_hello(struct kvc_rpc_pool *pool, const struct kvc_msg_client_hello *hello);
 
 /* Calls that find no connection (the server restarting: refused; a link
- * just back whose neighbour is still unresolved: unreachable) try again,
- * 20 ms later and doubling up to 500 ms, until ms after the call began:
- * nothing was sent, so any request may be. 0 (the default): one try. */
+ * just back whose neighbour is still unresolved: unreachable; a handshake
+ * cut or timed out) try again, 20 ms later and doubling up to 500 ms,
+ * while the next try starts before ms after the call began (a try itself
+ * may take up to the connect and I/O bounds): nothing was sent, so any
+ * request may be. An answer in the handshake (a refused version, a full
+ * server, a wrong secret) is not tried again. 0 (the default): one try. */
 void kvc_rpc_pool_set_reconnect(struct kvc_rpc_pool *pool, int ms);
 
 /* Close every idle connection (after the server was seen restarting). */
