@@ -221,6 +221,40 @@ def test_reads_waiting_on_a_hung_kvc_meta_fail_in_bounded_time(cluster, workdir)
     assert path.read_bytes() == data
 
 
+def test_a_size_pass_stops_at_its_first_failure(cluster, workdir):
+    """With kvc-meta frozen, the pass that commits sizes every second
+    stops at its first failed commit (each waited io_timeout_ms) and
+    leaves the rest for the next pass: before, it tried every dirty file,
+    and an unmount with kvc-meta away waited once per file. Thawed, every
+    size is committed."""
+    log = cluster.dir / "logs" / "fuse.log"
+
+    def stops():
+        return log.read_text(errors="replace").count("more size(s) left for the next pass")
+    before = stops()
+    paths = [workdir / f"s{i}" for i in range(8)]
+    for path in paths:
+        path.write_bytes(b"")  # made and entered before the freeze
+    time.sleep(0.5)
+    fds = [os.open(path, os.O_RDWR | os.O_DIRECT) for path in paths]
+    buf = mmap.mmap(-1, 4096)
+    buf.write(b"s" * 4096)
+    meta = cluster.pid("meta")
+    freeze(meta)
+    try:
+        for fd in fds:  # O_DIRECT: on the storage servers at once, the size dirty here
+            os.pwrite(fd, buf, 0)
+        assert wait_until(lambda: stops() > before, timeout=HANG), \
+            "the size pass did not stop at its first failure"
+    finally:
+        os.kill(meta, signal.SIGCONT)
+    for fd in fds:
+        os.close(fd)
+    for path in paths:
+        assert os.stat(path).st_size == 4096
+        assert path.read_bytes() == b"s" * 4096
+
+
 def test_removed_files_give_their_chunks_back(cluster, workdir):
     (workdir / "big").write_bytes(os.urandom(12 * CHUNK))
     ino = os.stat(workdir / "big").st_ino
