@@ -25,6 +25,30 @@ def test_bench_keys_measures_both_and_cleans_up(cluster, local_tmp):
     assert left == []
 
 
+def test_bench_keys_floor_times_a_null_fuse_filesystem_and_unmounts_it(cluster, local_tmp):
+    """--floor: the phases run on a null FUSE filesystem kvc-bench mounts
+    under $TMPDIR for the run (every key's size and bytes are checked by the
+    phases, so a filesystem that lost them fails the run); afterwards
+    neither its mount nor its directory is left."""
+    out_json = local_tmp / "floor.json"
+    tmp = local_tmp / "tmp"
+    tmp.mkdir()
+    out = subprocess.run([str(BUILD / "kvc-bench"), "keys", "--mount", str(cluster.mount),
+                          "--local", str(local_tmp), "--keys", "64", "--threads", "4",
+                          "--size", "4K", "--floor", "--json", str(out_json)],
+                         capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, TMPDIR=str(tmp)))
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = {r["name"]: r for r in json.loads(out_json.read_text())["results"]}
+    for where in ("local", "floor", "kvcfs"):
+        for phase in ("create+write+close", "read", "stat", "unlink"):
+            assert rows[f"{where} {phase}"]["iops"] > 0, (where, phase)
+    assert rows["floor create+write+close"]["ratio"] > 0
+    with open("/proc/mounts") as f:
+        assert "kvc-floor" not in f.read()
+    assert os.listdir(tmp) == []
+
+
 def test_bench_keys_refuses_a_directory_outside_kvcfs(local_tmp):
     """An empty mount point (kvc-fuse not running) would time the local disk
     as "kvcfs": refused, for the file and the ring modes."""

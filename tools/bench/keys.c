@@ -11,6 +11,12 @@
  * table gives keys per second, the latency of one key's operation (p50,
  * p99) and the mount's rate against the local one.
  *
+ * --floor: the phases run a third time, between the two, on a null FUSE
+ * filesystem kvc-bench mounts itself (keys_floor.c): the rate any FUSE
+ * filesystem could reach here with kvc-fuse's mount options, so the table
+ * shows how much of the gap to the local directory is the kernel's FUSE
+ * and how much is kvcfs.
+ *
  * --ring [--batch N] [--depth N] [--segments N]: the keys through USRBIO ring key
  * operations instead (keys_ring.c; no local baseline).
  */
@@ -138,7 +144,7 @@ static int run_phase(const char *dir, enum phase phase, uint64_t keys, size_t si
 
 static const char usage[] =
 	"usage: kvc-bench keys [--mount DIR] [--local DIR] [--keys N] [--size BYTES]\n"
-	"                      [--threads N] [--json FILE]\n"
+	"                      [--threads N] [--floor] [--json FILE]\n"
 	"       kvc-bench keys --ring [--mount DIR] [--keys N] [--size BYTES]\n"
 	"                      [--batch N] [--depth N] [--segments N] [--rounds N]\n"
 	"                      [--json FILE]\n"
@@ -150,6 +156,9 @@ static const char usage[] =
 	"  -k, --keys N               keys per phase (default 4000)\n"
 	"  -s, --size BYTES           bytes per key (default 64K)\n"
 	"  -t, --threads N            threads (default 8, at most 64)\n"
+	"  -F, --floor                also time a null FUSE filesystem mounted for\n"
+	"                             the run (in memory, answers at once): what\n"
+	"                             the kernel's FUSE alone allows here\n"
 	"  -j, --json FILE            write the table as JSON too\n"
 	"  -r, --ring                 ring key operations from one process instead\n"
 	"                             (put, get, exists, remove; 1 and --segments\n"
@@ -177,10 +186,11 @@ int bench_keys_main(int argc, char **argv)
 	                                        {"segments", required_argument, 0, 'S'},
 	                                        {"depth", required_argument, 0, 'd'},
 	                                        {"rounds", required_argument, 0, 'R'},
+	                                        {"floor", no_argument, 0, 'F'},
 	                                        {0, 0, 0, 0}};
-	static const struct kvc_cli cli = {"kvc-bench keys", usage, "m:l:k:s:t:j:rb:S:d:R:", options,
+	static const struct kvc_cli cli = {"kvc-bench keys", usage, "m:l:k:s:t:j:rb:S:d:R:F", options,
 	                                   0};
-	bool ring = false;
+	bool ring = false, with_floor = false;
 	long batch = 64, segments = 16, depth = 1, rounds = 1;
 	const char *mount = "/mnt/kvc", *local = "/tmp", *json = NULL;
 	long keys = 4000, threads = 8;
@@ -199,6 +209,7 @@ int bench_keys_main(int argc, char **argv)
 		case 'S': segments = strtol(optarg, NULL, 10); break;
 		case 'd': depth = strtol(optarg, NULL, 10); break;
 		case 'R': rounds = strtol(optarg, NULL, 10); break;
+		case 'F': with_floor = true; break;
 		}
 	}
 	if (opt != KVC_CLI_END)
@@ -228,23 +239,38 @@ int bench_keys_main(int argc, char **argv)
 	if (ring)
 		return bench_keys_ring(mount, (uint64_t)keys, (size_t)size, (int)batch,
 		                       (int)depth, (int)segments, (int)rounds, json);
-	const char *roots[2] = {local, mount}, *labels[2] = {"local", "kvcfs"};
-	char dirs[2][4096];
+	char floor_point[4096] = "";
+	pid_t floor_child = 0;
+	const char *roots[3] = {local, floor_point, mount};
+	const char *labels[3] = {"local", "floor", "kvcfs"};
+	char dirs[3][4096];
 	static struct bench_table t = {.ratio_label = "vs local"};
-	struct bench_result *rows[2][PHASES];
+	struct bench_result *rows[3][PHASES] = {{0}};
 	int failed = 0;
-	for (int d = 0; d < 2; d++) {
+	for (int d = 0; d < 3 && !failed; d++) {
+		if (d == 1 && !with_floor)
+			continue;
+		if (d == 1) {
+			int rc = bench_keys_floor_mount(floor_point, sizeof(floor_point), &floor_child);
+			if (rc < 0) {
+				fprintf(stderr, "kvc-bench keys: cannot mount the null FUSE filesystem: %s\n",
+				        strerror(-rc));
+				failed = 1;
+				break;
+			}
+		}
 		snprintf(dirs[d], sizeof(dirs[d]), "%s/.kvc-bench-keys-%d", roots[d], (int)getpid());
 		if (mkdir(dirs[d], 0755) != 0) {
 			fprintf(stderr, "kvc-bench keys: %s: %s\n", dirs[d], strerror(errno));
-			return 1;
+			failed = 1;
 		}
-		fprintf(stderr, "%s: %ld keys of %" PRIu64 " bytes, %ld threads...\n", labels[d],
-		        keys, size, threads);
-		for (int p = 0; p < PHASES; p++) {
+		if (!failed)
+			fprintf(stderr, "%s: %ld keys of %" PRIu64 " bytes, %ld threads...\n", labels[d],
+			        keys, size, threads);
+		for (int p = 0; p < PHASES && !failed; p++) {
 			rows[d][p] = bench_add(&t, "%s %s", labels[d], phase_names[p]);
-			int rc = failed ? 0 : run_phase(dirs[d], (enum phase)p, (uint64_t)keys,
-			                                (size_t)size, (int)threads, rows[d][p]);
+			int rc = run_phase(dirs[d], (enum phase)p, (uint64_t)keys, (size_t)size,
+			                   (int)threads, rows[d][p]);
 			if (rc) {
 				fprintf(stderr, "kvc-bench keys: %s %s: %s\n", labels[d], phase_names[p],
 				        strerror(rc));
@@ -256,10 +282,17 @@ int bench_keys_main(int argc, char **argv)
 		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dirs[d]);
 		if (system(cmd) != 0)
 			fprintf(stderr, "kvc-bench keys: could not remove %s\n", dirs[d]);
+		int unmount_rc = d == 1 ? bench_keys_floor_unmount(floor_point, floor_child) : 0;
+		if (unmount_rc < 0) {
+			fprintf(stderr, "kvc-bench keys: the null FUSE filesystem at %s: %s\n",
+			        floor_point, strerror(-unmount_rc));
+			failed = 1;
+		}
 	}
-	for (int p = 0; p < PHASES; p++)
-		if (rows[0][p]->iops > 0)
-			rows[1][p]->ratio = rows[1][p]->iops / rows[0][p]->iops;
+	for (int d = 1; d < 3; d++)
+		for (int p = 0; p < PHASES; p++)
+			if (rows[0][p] && rows[d][p] && rows[0][p]->iops > 0)
+				rows[d][p]->ratio = rows[d][p]->iops / rows[0][p]->iops;
 	bench_report(&t, json);
 	return failed;
 }
