@@ -27,9 +27,9 @@ def test_bench_keys_measures_both_and_cleans_up(cluster, local_tmp):
 
 def test_bench_keys_floor_times_a_null_fuse_filesystem_and_unmounts_it(cluster, local_tmp):
     """--floor: the phases run on a null FUSE filesystem kvc-bench mounts
-    under $TMPDIR for the run (every key's size and bytes are checked by the
-    phases, so a filesystem that lost them fails the run); afterwards
-    neither its mount nor its directory is left."""
+    under $TMPDIR for the run (the phases check every key's length and
+    size, so one that lost them fails the run); afterwards neither its
+    mount nor its directory is left."""
     out_json = local_tmp / "floor.json"
     tmp = local_tmp / "tmp"
     tmp.mkdir()

@@ -6,8 +6,11 @@
  * max_read), loop settings (cloned /dev/fuse fds, 16 idle and at most 64
  * workers), init flags (async reads, write-through, no readdirplus) and
  * open flags (the page cache kept, no FLUSH after a read-only open), with
- * 1 s entry and attribute timeouts. It keeps names and bytes in memory
- * under one mutex and answers every request at once, so the kernel sends
+ * kvc-fuse's 10 s entry and attribute timeouts (its cache_ttl_ms while
+ * kvc-meta's change events are up). It keeps names and sizes in memory
+ * under one mutex, no bytes (a READ returns zeros: the phases read from
+ * the page cache the writes filled, and check lengths and sizes only),
+ * and answers every request at once, so the kernel sends
  * it the round trips it sends kvc-fuse for the same calls (a create:
  * LOOKUP, CREATE, GETXATTR of security.capability, WRITE, FLUSH, RELEASE,
  * and the parent's GETATTR for the next create's permission check), and
@@ -17,9 +20,9 @@
  *
  * Owns: the child process and its mount point from bench_keys_floor_mount
  * until bench_keys_floor_unmount. Nodes are never reused: an unlinked
- * node keeps its number (its bytes are freed), so a FORGET needs no work.
- * Lock order: the one mutex `nullfs.lock`; no call into the kernel under it
- * but fuse_reply_* of in-memory answers.
+ * node keeps its number, so a FORGET needs no work.
+ * Lock order: the one mutex `nullfs.lock` (names, attributes, the node
+ * table), never held across a reply.
  */
 #define FUSE_USE_VERSION 312
 #include "keys.h"
@@ -38,14 +41,13 @@
 #include <unistd.h>
 
 #define FLOOR_BUCKETS (1u << 16)
-#define FLOOR_TIMEOUT 1.0 /* seconds, as kvc-fuse's attr_timeout */
+#define FLOOR_TIMEOUT 10.0 /* seconds: kvc-fuse's default cache_ttl_ms */
+#define FLOOR_MAX_READ (1u << 20) /* max_read below */
 
 struct floor_node {
 	fuse_ino_t parent;
 	char *name; /* NULL once unlinked (and for the root) */
 	struct stat st;
-	char *data;
-	size_t cap;
 	uint64_t children; /* directories: names in it */
 	struct floor_node *next; /* in its name's bucket */
 };
@@ -131,8 +133,6 @@ static void name_drop(struct floor_node *n)
 	dir->children--;
 	stamp(&dir->st);
 	free(n->name), n->name = NULL;
-	free(n->data), n->data = NULL;
-	n->cap = 0;
 	n->st.st_nlink = 0;
 }
 
@@ -186,19 +186,6 @@ static void floor_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 		fuse_reply_err(req, ENOENT);
 }
 
-/* Grows n's bytes to hold size; 0 or -ENOMEM. */
-static int node_reserve(struct floor_node *n, size_t size)
-{
-	if (size <= n->cap)
-		return 0;
-	char *data = realloc(n->data, size);
-	if (!data)
-		return -ENOMEM;
-	memset(data + n->cap, 0, size - n->cap);
-	n->data = data, n->cap = size;
-	return 0;
-}
-
 static void floor_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
                           struct fuse_file_info *fi)
 {
@@ -209,14 +196,8 @@ static void floor_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int
 	struct floor_node *n = node_at(ino);
 	if (!n)
 		rc = -ENOENT;
-	if (rc == 0 && (to_set & FUSE_SET_ATTR_SIZE)) {
-		rc = node_reserve(n, (size_t)attr->st_size);
-		if (rc == 0) {
-			if ((size_t)attr->st_size < (size_t)n->st.st_size)
-				memset(n->data + attr->st_size, 0, (size_t)(n->st.st_size - attr->st_size));
-			n->st.st_size = attr->st_size;
-		}
-	}
+	if (rc == 0 && (to_set & FUSE_SET_ATTR_SIZE))
+		n->st.st_size = attr->st_size;
 	if (rc == 0 && (to_set & FUSE_SET_ATTR_MODE))
 		n->st.st_mode = (n->st.st_mode & S_IFMT) | (attr->st_mode & 07777);
 	if (rc == 0 && (to_set & FUSE_SET_ATTR_UID))
@@ -316,8 +297,6 @@ static void floor_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	if (fi->flags & O_TRUNC) {
 		pthread_mutex_lock(&nullfs.lock);
 		struct floor_node *n = node_at(ino);
-		if (n && n->data)
-			memset(n->data, 0, (size_t)n->st.st_size);
 		if (n)
 			n->st.st_size = 0;
 		pthread_mutex_unlock(&nullfs.lock);
@@ -328,39 +307,34 @@ static void floor_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 static void floor_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                        struct fuse_file_info *fi)
 {
+	static const char zeros[FLOOR_MAX_READ];
 	(void)fi;
 	pthread_mutex_lock(&nullfs.lock);
 	struct floor_node *n = node_at(ino);
-	size_t have = n && off < n->st.st_size ? (size_t)(n->st.st_size - off) : 0;
-	size_t len = have < size ? have : size;
-	/* fuse_reply_buf copies into the kernel's pages before returning. */
-	fuse_reply_buf(req, len ? n->data + off : NULL, len);
+	off_t end = n ? n->st.st_size : 0;
 	pthread_mutex_unlock(&nullfs.lock);
+	size_t have = off < end ? (size_t)(end - off) : 0;
+	size_t len = have < size ? have : size;
+	fuse_reply_buf(req, zeros, len < sizeof(zeros) ? len : sizeof(zeros));
 }
 
 static void floor_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
                         off_t off, struct fuse_file_info *fi)
 {
-	(void)fi;
-	int rc = 0;
+	(void)buf, (void)fi;
 	pthread_mutex_lock(&nullfs.lock);
 	struct floor_node *n = node_at(ino);
-	if (!n)
-		rc = -ENOENT;
-	if (rc == 0)
-		rc = node_reserve(n, (size_t)off + size);
-	if (rc == 0) {
-		memcpy(n->data + off, buf, size);
+	if (n) {
 		if ((size_t)off + size > (size_t)n->st.st_size)
 			n->st.st_size = (off_t)((size_t)off + size);
 		n->st.st_blocks = (n->st.st_size + 511) / 512;
 		stamp(&n->st);
 	}
 	pthread_mutex_unlock(&nullfs.lock);
-	if (rc == 0)
+	if (n)
 		fuse_reply_write(req, size);
 	else
-		fuse_reply_err(req, -rc);
+		fuse_reply_err(req, ENOENT);
 }
 
 static void floor_ok(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
