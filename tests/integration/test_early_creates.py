@@ -180,15 +180,31 @@ def test_a_file_whose_directory_went_is_lost_and_fsync_says_so(cluster, workdir,
     # (early creates now pause for 10 s: later tests' creates ask kvc-meta)
 
 
+def keep_names_on(mount_dir):
+    """Look up absent names in a directory of a second client until its
+    kvc-fuse keeps the directory's names (fuse/dir_names.h)."""
+    for i in range(8):
+        assert not os.path.exists(os.path.join(mount_dir, f".miss-{i}"))
+    time.sleep(0.5)
+
+
+def their_new_dir(cluster, workdir, mount2, name):
+    """A new directory of workdir whose names the kvc-fuse of mount2
+    keeps: (directory as the first client sees it, its path in mount2)."""
+    d = workdir / name
+    d.mkdir()
+    theirs = os.path.join(mount2, d.relative_to(cluster.mount))
+    keep_names_on(theirs)
+    return d, theirs
+
+
 def test_a_fsynced_early_file_survives_its_client_s_death(cluster, workdir):
     """fsync enters the file in kvc-meta before it answers: after kill -9
     of the kvc-fuse that made it, the file is there, whole, for everyone."""
     proc, mount2 = second_mount(cluster)
     try:
         theirs = os.path.join(mount2, workdir.relative_to(cluster.mount))
-        for i in range(8):  # their kvc-fuse keeps the directory's names
-            assert not os.path.exists(os.path.join(theirs, f".miss-{i}"))
-        time.sleep(0.5)
+        keep_names_on(theirs)
         blobs = {f"s-{i}": os.urandom(65536) for i in range(30)}
         for name, data in blobs.items():
             with open(os.path.join(theirs, name), "wb") as f:
@@ -216,12 +232,7 @@ def make_unentered(cluster, workdir, mount2, name):
     """In a new directory of workdir, through mount2: a file made there
     (early), 1 MiB written to the storage servers, still open. Returns
     (directory as the first client sees it, the open file, its inode)."""
-    d = workdir / name
-    d.mkdir()
-    theirs = os.path.join(mount2, d.relative_to(cluster.mount))
-    for i in range(8):  # their kvc-fuse keeps the directory's names
-        assert not os.path.exists(os.path.join(theirs, f".miss-{i}"))
-    time.sleep(0.5)
+    d, theirs = their_new_dir(cluster, workdir, mount2, name)
     write_key(os.path.join(theirs, "first"), b"")  # the directory's attributes
     os.unlink(os.path.join(theirs, "first"))       # are held from now on
     f = open(os.path.join(theirs, "f"), "wb")
@@ -241,12 +252,7 @@ def test_an_overwrite_after_a_flush_never_shrinks_a_file_made_here(cluster, work
     client, never 10."""
     proc, mount2 = slow_entry_mount(cluster)
     try:
-        d = workdir / "fold"
-        d.mkdir()
-        theirs = os.path.join(mount2, d.relative_to(cluster.mount))
-        for i in range(8):  # their kvc-fuse keeps the directory's names
-            assert not os.path.exists(os.path.join(theirs, f".miss-{i}"))
-        time.sleep(0.5)
+        d, theirs = their_new_dir(cluster, workdir, mount2, "fold")
         fd = os.open(os.path.join(theirs, "f"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.write(fd, b"a" * 100)
         os.close(os.dup(fd))  # a flush: the size folded into the waiting entry
@@ -346,14 +352,6 @@ def test_lookups_and_listings_elsewhere_leave_a_directory_s_files_waiting(cluste
         f.close()
     finally:
         drop_second_mount(proc, mount2)
-
-
-def keep_names_on(mount_dir):
-    """Look up absent names in a directory of a second client until its
-    kvc-fuse keeps the directory's names (fuse/dir_names.h)."""
-    for i in range(8):
-        assert not os.path.exists(os.path.join(mount_dir, f".miss-{i}"))
-    time.sleep(0.5)
 
 
 def test_a_listing_never_caches_attributes_older_than_waiting_entries(cluster, workdir):
@@ -522,12 +520,7 @@ def test_an_adopt_whose_answer_was_lost_keeps_its_file_renamed_elsewhere(cluster
     losses = log.read_text(errors="replace").count("the file is lost") if log.exists() else 0
     proc, mount2 = second_mount(cluster, conf)
     try:
-        d = workdir / "lost-answer"
-        d.mkdir()
-        theirs = os.path.join(mount2, d.relative_to(cluster.mount))
-        for i in range(8):  # their kvc-fuse keeps the directory's names
-            assert not os.path.exists(os.path.join(theirs, f".miss-{i}"))
-        time.sleep(0.5)
+        d, theirs = their_new_dir(cluster, workdir, mount2, "lost-answer")
         write_key(os.path.join(theirs, "first"), b"")  # the directory's attributes
         assert wait_until(lambda: (d / "first").exists(), timeout=10)
         made = relay.count(ADOPT)
