@@ -55,19 +55,26 @@ static void *serve_late(void *arg)
 	return NULL;
 }
 
+/* A socket listening on a free loopback port; its address in out. */
+static int listen_free(char *out, size_t len)
+{
+	struct sockaddr_in addr;
+	socklen_t alen = sizeof(addr);
+	int fd = kvc_net_listen("127.0.0.1:0");
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(getsockname(fd, (struct sockaddr *)&addr, &alen), 0);
+	snprintf(out, len, "127.0.0.1:%d", ntohs(addr.sin_port));
+	return fd;
+}
+
 /* The fake server; with delay_us, connections wait that long in the
  * listen queue (connected, unanswered: a server stopped, then let go). */
 static struct fake *start_after(useconds_t delay_us)
 {
 	static struct fake f;
 	static struct late late;
-	struct sockaddr_in addr;
-	socklen_t len = sizeof(addr);
 	pthread_t thread;
-	int fd = kvc_net_listen("127.0.0.1:0");
-	cr_assert_geq(fd, 0);
-	cr_assert_eq(getsockname(fd, (struct sockaddr *)&addr, &len), 0);
-	snprintf(f.address, sizeof(f.address), "127.0.0.1:%d", ntohs(addr.sin_port));
+	int fd = listen_free(f.address, sizeof(f.address));
 	f.server = (struct kvc_server){.listen_fd = fd, .max_connections = 16,
 	                               .handle = handle, .service = &f, .name = "fake"};
 	late = (struct late){.fake = &f, .delay_us = delay_us};
@@ -204,27 +211,30 @@ static void *listen_late(void *arg)
 	return NULL;
 }
 
+/* An address on which nothing listens (a port free a moment ago). */
 static void free_address(char *out, size_t len)
 {
-	struct sockaddr_in addr;
-	socklen_t alen = sizeof(addr);
-	int fd = kvc_net_listen("127.0.0.1:0");
-	cr_assert_geq(fd, 0);
-	cr_assert_eq(getsockname(fd, (struct sockaddr *)&addr, &alen), 0);
-	snprintf(out, len, "127.0.0.1:%d", ntohs(addr.sin_port));
-	close(fd);
+	close(listen_free(out, len));
 }
 
-Test(rpc, a_call_that_finds_no_server_fails_at_once_without_reconnect)
+/* A call to an address where no server comes, with reconnect_ms of
+ * reconnect time: it gives up, refused. */
+static void no_server_refuses(int reconnect_ms)
 {
 	char address[64];
 	free_address(address, sizeof(address));
 	struct kvc_rpc_pool pool;
 	struct kvc_auth_cred none = {.role = KVC_AUTH_NONE};
 	cr_assert_eq(kvc_rpc_pool_init(&pool, address, &none, 1000, 2000), 0);
+	kvc_rpc_pool_set_reconnect(&pool, reconnect_ms);
 	int rc = kvc_rpc_call(&pool, 16, NULL, 0, NULL, 0, NULL);
 	cr_assert_eq(rc, -ECONNREFUSED, "got %d", rc);
 	kvc_rpc_pool_destroy(&pool);
+}
+
+Test(rpc, a_call_that_finds_no_server_fails_at_once_without_reconnect)
+{
+	no_server_refuses(0);
 }
 
 Test(rpc, a_call_keeps_connecting_for_its_reconnect_time_and_runs_once)
@@ -246,13 +256,5 @@ Test(rpc, a_call_keeps_connecting_for_its_reconnect_time_and_runs_once)
 
 Test(rpc, reconnecting_gives_up_at_its_time)
 {
-	char address[64];
-	free_address(address, sizeof(address));
-	struct kvc_rpc_pool pool;
-	struct kvc_auth_cred none = {.role = KVC_AUTH_NONE};
-	cr_assert_eq(kvc_rpc_pool_init(&pool, address, &none, 1000, 2000), 0);
-	kvc_rpc_pool_set_reconnect(&pool, 300);
-	int rc = kvc_rpc_call(&pool, 16, NULL, 0, NULL, 0, NULL);
-	cr_assert_eq(rc, -ECONNREFUSED, "got %d", rc);
-	kvc_rpc_pool_destroy(&pool);
+	no_server_refuses(300);
 }
