@@ -260,7 +260,8 @@ int kvc_rpc_call_waiting(struct kvc_rpc_pool *pool, uint16_t type, const void *b
 	const struct waiting *w = patience && patience->wait_ms > 0 ? &waiting : NULL;
 	int64_t reconnect_end = (int64_t)kvc_clock_monotonic_ns() +
 	                        (int64_t)pool->reconnect_ms * 1000000;
-	long pause_ms = 20;
+	struct kvc_clock_backoff pause;
+	kvc_clock_backoff_init(&pause, 20, 500);
 	for (int attempt = 0;;) {
 		bool reused, sent = false;
 		int status = 0;
@@ -268,11 +269,11 @@ int kvc_rpc_call_waiting(struct kvc_rpc_pool *pool, uint16_t type, const void *b
 		if (fd < 0) {
 			kvc_log_debug("%s to %s: no connection: %s", kvc_wire_type_name(type),
 			              pool->address, strerror(-fd));
+			int64_t pause_ms = kvc_clock_backoff_next_ms(&pause);
 			if (!could_not_connect(fd) ||
 			    (int64_t)kvc_clock_monotonic_ns() + pause_ms * 1000000 >= reconnect_end)
 				return fd;
 			kvc_clock_sleep_ms(pause_ms);
-			pause_ms = pause_ms < 250 ? 2 * pause_ms : 500;
 			continue;
 		}
 		int rc = exchange(pool, fd, type, body, body_len, reply, reply_cap, reply_len, w,
