@@ -63,6 +63,8 @@ static void *size_flusher(void *arg)
 {
 	struct kvc_fuse *fs = arg;
 	int retry_ms = 0; /* after a failed renew: the next try's delay */
+	struct kvc_clock_backoff retry; /* those delays, anew after a renew that worked */
+	kvc_clock_backoff_init(&retry, RETRY_FIRST_MS, TICK_MS);
 	int64_t sizes_ms = 0;
 	unsigned seed = (unsigned)getpid() ^ (unsigned)kvc_clock_monotonic_ns();
 	pthread_mutex_lock(&fs->flusher_lock);
@@ -81,10 +83,9 @@ static void *size_flusher(void *arg)
 			kvc_fuse_commit_sizes(fs);
 			sizes_ms = now_ms;
 		}
-		retry_ms = renewed == 0     ? 0
-		         : retry_ms == 0    ? RETRY_FIRST_MS
-		         : retry_ms * 2 < TICK_MS ? retry_ms * 2 : TICK_MS;
+		retry_ms = renewed == 0 ? 0 : (int)kvc_clock_backoff_next_ms(&retry);
 		if (renewed == 0) {
+			kvc_clock_backoff_init(&retry, RETRY_FIRST_MS, TICK_MS);
 			kvc_fuse_watch_open_files(fs);
 			kvc_fuse_watch_dir_names(fs);
 		}
