@@ -23,6 +23,17 @@ static bool local(const struct kvc_storage_service *svc, uint32_t target)
 	return target >= svc->first_target && target - svc->first_target < svc->target_count;
 }
 
+/* Whether target follows the resync's table: a member of chain at
+ * version in this server's table. 0, -ENXIO (no such chain), -ESTALE
+ * (the chain at another version, or without target); the chain in *copy. */
+static int follows(const struct kvc_storage_service *svc, uint32_t chain, uint32_t version,
+                   uint32_t target, struct kvc_chain *copy)
+{
+	if (!kvc_storage_client_chain(svc->peers, chain, copy))
+		return -ENXIO;
+	return copy->version == version && kvc_chains_position(copy, target) >= 0 ? 0 : -ESTALE;
+}
+
 int kvc_resync_check(const struct kvc_storage_service *svc,
                      const struct kvc_msg_chunk_resync *m)
 {
@@ -32,14 +43,11 @@ int kvc_resync_check(const struct kvc_storage_service *svc,
 		return -EINVAL;
 	if (!local(svc, m->target))
 		return -ENXIO;
-	const struct kvc_chains *table = &svc->peers->chains;
-	if (m->chain >= table->count)
-		return -ENXIO;
-	const struct kvc_chain *c = &table->chains[m->chain];
-	if (c->version != m->chain_version || kvc_chains_position(c, m->target) < 0 ||
-	    kvc_chains_position(c, m->source) < 0)
-		return -ESTALE;
-	return 0;
+	struct kvc_chain c;
+	int rc = follows(svc, m->chain, m->chain_version, m->target, &c);
+	if (rc == 0 && kvc_chains_position(&c, m->source) < 0)
+		rc = -ESTALE;
+	return rc;
 }
 
 /* One resync's working set. */
@@ -143,9 +151,7 @@ static int compare_keys(const struct kvc_msg_chunk_entry *a, const struct kvc_ms
 static int drain_local(struct run *r)
 {
 	struct kvc_chain copy;
-	int rc = kvc_storage_client_chain(r->svc->peers, r->chain, &copy) &&
-	                 copy.version == r->version && kvc_chains_position(&copy, r->target) >= 0
-	         ? 0 : -ESTALE;
+	int rc = follows(r->svc, r->chain, r->version, r->target, &copy) == 0 ? 0 : -ESTALE;
 	if (rc == 0 && r->svc->inflight)
 		rc = kvc_inflight_apply_drain(r->svc->inflight, r->target, r->svc->io_timeout_ms);
 	return rc;
