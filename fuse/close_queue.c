@@ -8,16 +8,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "fuse/operations.h"
 
 #define QUEUE_MAX 8192
+/* A batch gathers the closes queued this long after its first: a burst of
+ * short-lived files (a read of a key each) leaves one CLOSE_MANY, not one
+ * per couple of files, and one wake-up of this thread. A session ended a
+ * few milliseconds late only keeps a file removed elsewhere that long. */
+#define LINGER_MS 5
 
 struct kvc_close_queue {
 	struct kvc_fuse *fs;
 	pthread_t thread;
 	pthread_mutex_t lock;
-	pthread_cond_t work; /* something queued, or stop */
+	pthread_cond_t work; /* the first close queued, a full batch, or stop */
 	pthread_cond_t sent; /* a batch went out */
 	bool stopping;
 	uint32_t count;
@@ -73,7 +79,13 @@ static void *closer_main(void *arg)
 			pthread_cond_wait(&q->work, &q->lock);
 		if (q->count == 0)
 			break; /* stopping, and nothing left */
-		send_batch(q);
+		int64_t until = kvc_clock_monotonic_ns() + (int64_t)LINGER_MS * 1000000;
+		struct timespec t = {.tv_sec = until / 1000000000, .tv_nsec = until % 1000000000};
+		while (!q->stopping && q->count > 0 && q->count < KVC_WIRE_MAX_CLOSES &&
+		       pthread_cond_timedwait(&q->work, &q->lock, &t) != ETIMEDOUT)
+			;
+		if (q->count > 0) /* all of them cancelled meanwhile: nothing */
+			send_batch(q);
 	}
 	pthread_mutex_unlock(&q->lock);
 	return NULL;
@@ -85,9 +97,13 @@ int kvc_close_queue_start(struct kvc_fuse *fs, struct kvc_close_queue **out)
 	if (!q)
 		return -ENOMEM;
 	q->fs = fs;
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_mutex_init(&q->lock, NULL);
-	pthread_cond_init(&q->work, NULL);
+	pthread_cond_init(&q->work, &ca);
 	pthread_cond_init(&q->sent, NULL);
+	pthread_condattr_destroy(&ca);
 	int rc = -pthread_create(&q->thread, NULL, closer_main, q);
 	if (rc < 0) {
 		free(q);
@@ -117,7 +133,7 @@ int kvc_close_queue_add(struct kvc_close_queue *q, uint64_t ino)
 		rc = -ENOSPC;
 	else if (!find(q->queued, q->count, ino, &at))
 		q->queued[q->count++] = ino;
-	if (rc == 0)
+	if (rc == 0 && (q->count == 1 || q->count == KVC_WIRE_MAX_CLOSES))
 		pthread_cond_signal(&q->work);
 	pthread_mutex_unlock(&q->lock);
 	return rc;

@@ -9,6 +9,7 @@ import os
 import re
 import socket
 import subprocess
+import time
 
 import pytest
 
@@ -225,6 +226,30 @@ def test_storage_counts_piece_reads_from_the_page_cache_and_the_io_uring(cluster
     read_back()  # the tail is in the page cache now, the rest is not
     after = counts()
     assert after["direct"] >= before["direct"] + 2, (before, after)
+
+
+def test_a_burst_of_reads_ends_its_sessions_in_few_close_manys(cluster, workdir):
+    """Reading 64 keys one after another (open, read, close each) opens
+    64 sessions in kvc-meta; their CLOSEs wait in kvc-fuse's close queue
+    for 5 ms after the first of a batch, so they reach kvc-meta in a few
+    CLOSE_MANYs. Sent as soon as queued, nearly one a file went (a read
+    takes longer than a CLOSE_MANY's round trip): the bound is half."""
+    files = 64
+    for i in range(files):
+        (workdir / f"k{i}").write_bytes(b"v" * 4096)
+    time.sleep(1)  # the writes' own closes sent
+    m0 = scrape(cluster.http[7:])
+    for i in range(files):
+        with open(workdir / f"k{i}", "rb") as f:
+            assert f.read() == b"v" * 4096
+    assert wait_until(lambda: value(scrape(cluster.http[7:]), "kvc_meta_requests_total",
+                                    type="open") - value(m0, "kvc_meta_requests_total",
+                                                         type="open") >= files)
+    time.sleep(0.5)  # the last batch's linger
+    m1 = scrape(cluster.http[7:])
+    batches = value(m1, "kvc_meta_requests_total", type="close_many") - \
+        value(m0, "kvc_meta_requests_total", type="close_many")
+    assert 1 <= batches <= files // 2, batches
 
 
 def test_meta_events_are_counted(cluster, workdir):
