@@ -284,6 +284,7 @@ int main(int argc, char **argv)
 	if (optind < argc)
 		return kvc_cli_fail(&cli, "unexpected argument '%s'", argv[optind]);
 	kvc_log_setup("kvc-fuse", level);
+	kvc_server_tune_memory(4u << 20, 16u << 20); /* its request buffers */
 	static struct kvc_fuse fs;
 	if (kvc_config_load_reported("kvc-fuse", config_path, &fs.config) < 0 ||
 	    kvc_config_load_secret_reported("kvc-fuse", &fs.config, KVC_AUTH_CLUSTER) < 0)

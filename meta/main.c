@@ -202,6 +202,7 @@ int main(int argc, char **argv)
 	if (optind < argc)
 		return kvc_cli_fail(&cli, "unexpected argument '%s'", argv[optind]);
 	kvc_log_setup("kvc-meta", level);
+	kvc_server_tune_memory(4u << 20, 16u << 20); /* its request buffers */
 
 	static struct kvc_config config;
 	if (kvc_config_load_reported("kvc-meta", config_path, &config) < 0)

@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -441,6 +442,13 @@ static void *signal_main(void *arg)
 	if (w->on_stop)
 		w->on_stop(w->arg);
 	kvc_server_exit(0);
+}
+
+void kvc_server_tune_memory(size_t heap_max, size_t keep_free)
+{
+	/* Setting either turns off glibc's own adjustment of both. */
+	mallopt(M_MMAP_THRESHOLD, (int)heap_max);
+	mallopt(M_TRIM_THRESHOLD, (int)keep_free);
 }
 
 _Noreturn void kvc_server_exit(int status)

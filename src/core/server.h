@@ -135,6 +135,19 @@ int kvc_server_send(struct kvc_server_conn *conn, const struct kvc_wire_header *
  * -errno. */
 int kvc_server_handle_signals(void (*on_stop)(void *), void *arg);
 
+/* The allocator's policy for a daemon (call first in main, before any
+ * thread): allocations under heap_max bytes come from the heap, and each
+ * malloc arena keeps up to keep_free bytes free at its top for reuse
+ * instead of handing memory back at every free. glibc's defaults mmap
+ * blocks from 128 KiB and trim at twice that: kvc-fuse's 72 KiB read
+ * requests, freed at the top of a thread's arena, were given back with
+ * madvise and faulted in again by the next request, each give-back
+ * flushing the other CPUs' TLBs (same-host ring reads on the development
+ * VM ran 25-45% faster without it, docs/benchmarks.md "Ring reads and a
+ * daemon's allocator"); kvc-storage's chunk buffers (up to a chunk) were
+ * a fresh mmap, page faults and page clearing each. */
+void kvc_server_tune_memory(size_t heap_max, size_t keep_free);
+
 /* End a daemon whose other threads still run: stdio flushed, then _exit,
  * with no exit handlers. exit() would run the libraries' handlers and
  * destructors (libcurl's OpenSSL, libmicrohttpd, libfuse) under threads

@@ -10,7 +10,6 @@
  * it, which gives its targets their ids; then it serves.
  */
 #include <errno.h>
-#include <malloc.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -153,11 +152,9 @@ int main(int argc, char **argv)
 	if (optind < argc)
 		return kvc_cli_fail(&cli, "unexpected argument '%s'", argv[optind]);
 	kvc_log_setup("kvc-storage", level);
-	/* Chunk reads take a buffer per piece (up to a chunk, 16 MiB): keep
-	 * them on the heap, not a fresh mmap (and its page faults and page
-	 * clearing) each time. */
-	mallopt(M_MMAP_THRESHOLD, 64 << 20);
-	mallopt(M_TRIM_THRESHOLD, 256 << 20);
+	/* Chunk reads take a buffer per piece (up to a chunk, 16 MiB): on the
+	 * heap, not a fresh mmap each. */
+	kvc_server_tune_memory(64u << 20, 256u << 20);
 
 	static struct kvc_config config;
 	if (kvc_config_load_reported("kvc-storage", config_path, &config) < 0 ||
