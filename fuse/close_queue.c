@@ -18,6 +18,12 @@
  * per couple of files, and one wake-up of this thread. A session ended a
  * few milliseconds late only keeps a file removed elsewhere that long. */
 #define LINGER_MS 5
+/* A batch kvc-meta did not take goes back to the front of the queue and
+ * is tried again this much later (one warning each time): a file opened
+ * again meanwhile takes its CLOSE out, as for any queued one. At stop, or
+ * with no room left in the queue, it goes to the closes retried every
+ * second instead (kvc_close_queue_retry_later). */
+#define RETRY_MS 1000
 
 struct kvc_close_queue {
 	struct kvc_fuse *fs;
@@ -26,6 +32,7 @@ struct kvc_close_queue {
 	pthread_cond_t work; /* the first close queued, a full batch, or stop */
 	pthread_cond_t sent; /* a batch went out */
 	bool stopping;
+	int64_t retry_at_ns; /* after a failed batch: not before this */
 	uint32_t count;
 	uint64_t queued[QUEUE_MAX];
 	uint32_t flying;
@@ -63,9 +70,22 @@ static void send_batch(struct kvc_close_queue *q)
 	q->flying = n;
 	pthread_mutex_unlock(&q->lock);
 	int rc = kvc_meta_client_close_many(&q->fs->meta, q->in_flight, n, q->fs->client_id);
-	if (rc < 0)
-		kvc_close_queue_retry_later(q->fs, q->in_flight, n, rc);
 	pthread_mutex_lock(&q->lock);
+	/* No file of the batch was opened or closed again meanwhile (an open
+	 * waits for the batch in flight), so none is in the queue. */
+	bool again = rc < 0 && !q->stopping && q->count + n <= QUEUE_MAX;
+	if (again) {
+		memmove(q->queued + n, q->queued, q->count * sizeof(uint64_t));
+		memcpy(q->queued, q->in_flight, n * sizeof(uint64_t));
+		q->count += n;
+		q->retry_at_ns = kvc_clock_monotonic_ns() + (int64_t)RETRY_MS * 1000000;
+		kvc_log_warn("closing %" PRIu32 " file(s): %s; will retry in %d ms", n, strerror(-rc),
+		             RETRY_MS);
+	} else if (rc < 0) {
+		pthread_mutex_unlock(&q->lock);
+		kvc_close_queue_retry_later(q->fs, q->in_flight, n, rc);
+		pthread_mutex_lock(&q->lock);
+	}
 	q->flying = 0;
 	pthread_cond_broadcast(&q->sent);
 }
@@ -79,9 +99,10 @@ static void *closer_main(void *arg)
 			pthread_cond_wait(&q->work, &q->lock);
 		if (q->count == 0)
 			break; /* stopping, and nothing left */
-		int64_t until = kvc_clock_monotonic_ns() + (int64_t)LINGER_MS * 1000000;
-		struct timespec t = {.tv_sec = until / 1000000000, .tv_nsec = until % 1000000000};
-		while (!q->stopping && q->count > 0 && q->count < KVC_WIRE_MAX_CLOSES &&
+		int64_t wait_ms = (q->retry_at_ns - kvc_clock_monotonic_ns()) / 1000000;
+		bool retrying = wait_ms > 0;
+		struct timespec t = kvc_clock_deadline(retrying ? wait_ms : LINGER_MS);
+		while (!q->stopping && q->count > 0 && (retrying || q->count < KVC_WIRE_MAX_CLOSES) &&
 		       pthread_cond_timedwait(&q->work, &q->lock, &t) != ETIMEDOUT)
 			;
 		if (q->count > 0) /* all of them cancelled meanwhile: nothing */
@@ -144,12 +165,17 @@ int kvc_close_queue_cancel(struct kvc_close_queue *q, uint64_t ino)
 	int dropped = 0;
 	uint32_t at;
 	pthread_mutex_lock(&q->lock);
-	if (find(q->queued, q->count, ino, &at)) {
-		q->queued[at] = q->queued[--q->count];
-		dropped = 1;
-	}
-	while (find(q->in_flight, q->flying, ino, &at))
+	/* A batch that failed comes back to the queue: look there again after
+	 * waiting for it. */
+	for (;;) {
+		if (find(q->queued, q->count, ino, &at)) {
+			q->queued[at] = q->queued[--q->count];
+			dropped = 1;
+		}
+		if (!find(q->in_flight, q->flying, ino, &at))
+			break;
 		pthread_cond_wait(&q->sent, &q->lock);
+	}
 	pthread_mutex_unlock(&q->lock);
 	return dropped;
 }

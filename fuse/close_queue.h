@@ -10,8 +10,11 @@
  * of the queue (its session is still held in kvc-meta) and an open of a
  * file whose CLOSE is on its way waits for it (kvc_close_queue_cancel,
  * under the session lock), so a CLOSE never lands after a newer OPEN of
- * the same file. A CLOSE kvc-meta did not take goes to the retried closes
- * (operations.h: pending_closes). At stop, everything queued is sent.
+ * the same file. A batch kvc-meta did not take goes back to the front of
+ * the queue and is tried again a second later (an open meanwhile takes its
+ * file out as above); at stop, or with the queue full, it goes to the
+ * retried closes (operations.h: pending_closes). At stop, everything
+ * queued is sent.
  *
  * Lock: the queue's mutex, taken inside a session lock (add, cancel) and
  * never across the RPC (the thread takes a batch, unlocks, sends).

@@ -160,7 +160,12 @@ int kvc_meta_client_open(struct kvc_meta_client *client, uint64_t ino,
 {
 	struct kvc_msg_session m = {.ino = ino};
 	memcpy(m.client, id, sizeof(m.client));
-	return call_attr(client, KVC_MSG_OPEN, &m, sizeof(m), attr);
+	/* Sessions are a set: an OPEN that may have landed (its connection
+	 * cut before the answer) is sent once more. */
+	int rc = call_attr_raw(client, KVC_MSG_OPEN, &m, sizeof(m), attr);
+	if (rc < 0 && kvc_rpc_is_transport_error(rc))
+		rc = call_attr_raw(client, KVC_MSG_OPEN, &m, sizeof(m), attr);
+	return rc < 0 && kvc_rpc_is_transport_error(rc) ? -EIO : rc;
 }
 
 int kvc_meta_client_close(struct kvc_meta_client *client, uint64_t ino,

@@ -50,8 +50,10 @@ int kvc_meta_client_lookup(struct kvc_meta_client *client, uint64_t parent,
                            const char *name, struct kvc_attr *attr);
 /* Open sessions of client `id` (one per kvc-fuse): while a file is open
  * somewhere, removing its last name keeps its data (docs/architecture.md).
- * open returns the attributes; renew says the client is alive (every
- * second; one silent for [meta] client_timeout_ms loses its sessions). */
+ * open returns the attributes, and is sent once more after a transport
+ * error (sessions are a set: a second OPEN that lands is harmless);
+ * renew says the client is alive (every second; one silent for [meta]
+ * client_timeout_ms loses its sessions). */
 int kvc_meta_client_open(struct kvc_meta_client *client, uint64_t ino,
                          const uint8_t id[KVC_WIRE_CLIENT_ID], struct kvc_attr *attr);
 int kvc_meta_client_close(struct kvc_meta_client *client, uint64_t ino,

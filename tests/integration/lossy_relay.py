@@ -6,7 +6,9 @@ the client cannot send it again on another one it keeps), and new
 connections are refused until the test lets them through again. What a
 client sees when the daemon crashes after its commit, or the network
 drops the answer: it must send the request again, and the daemon may have
-done it already.
+done it already. Or it can lose one request (lose_next_request): it
+never reaches the daemon, and the same cut and refusal follow: what a
+client sees when the network fails before the daemon got its request.
 
 Frames are parsed only to find the request's type (kvcwire.HEADER: the
 handshake's frames included); the bytes go through unchanged."""
@@ -28,6 +30,7 @@ class LossyRelay:
         self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
         self.lock = threading.Lock()
         self.lose_type = None  # the type whose next answer is lost
+        self.drop_request = False  # ... or whose next request is lost
         self.closed = False    # new connections refused (after a loss)
         self.lost = threading.Event()
         self.seen = {}         # request type -> how many went through
@@ -39,6 +42,12 @@ class LossyRelay:
     def lose_next_answer(self, msg_type):
         with self.lock:
             self.lose_type = msg_type
+            self.lost.clear()
+
+    def lose_next_request(self, msg_type):
+        with self.lock:
+            self.lose_type = msg_type
+            self.drop_request = True
             self.lost.clear()
 
     def reopen(self):
@@ -93,12 +102,15 @@ class LossyRelay:
                     if body_len + data_len else b""
                 with self.lock:
                     lose = msg_type == self.lose_type
+                    drop = lose and self.drop_request
                     if lose:
                         self.lose_type = None
+                        self.drop_request = False
                     self.seen[msg_type] = self.seen.get(msg_type, 0) + 1
                 if lose:
                     muted.set()
-                server.sendall(head + rest)
+                if not drop:
+                    server.sendall(head + rest)
                 if lose:
                     time.sleep(0.5)  # the daemon acts on it; the answer is dropped
                     with self.lock:

@@ -214,6 +214,82 @@ def test_directory_removed_by_another_client_while_held(cluster, workdir):
         drop_second_mount(proc, mount2)
 
 
+CLOSE = 28        # src/core/wire.h KVC_MSG_CLOSE
+CLOSE_MANY = 58   # src/core/wire.h KVC_MSG_CLOSE_MANY
+
+
+def test_a_close_many_that_never_arrived_is_sent_again(cluster, workdir):
+    """A kvc-fuse (through a relay) reads 65 files and closes them; the
+    relay loses the CLOSE_MANY that ends their sessions and cuts the
+    connections. The batch goes back to the close queue and is sent again
+    a second later as one CLOSE_MANY (no single CLOSEs): the 64 files
+    another client removed meanwhile are released. The 65th, opened again
+    right after the loss, takes its CLOSE out of the queue: removed after
+    that, it stays readable through the new open."""
+    import json
+    import threading
+    from conftest import drop_second_mount, second_mount, wait_until
+    from lossy_relay import LossyRelay
+
+    def removed_but_open():
+        return json.loads(cluster.admin("--json", "status").stdout)["meta"]["removed_but_open"]
+
+    relay = LossyRelay(cluster.meta_address)
+    conf = cluster.dir / "cluster-lossy-close.conf"
+    text = cluster.conf.read_text()
+    old = f"[meta]\naddress = {cluster.meta_address}\n"
+    assert old in text
+    conf.write_text(text.replace(old, f"[meta]\naddress = {relay.address}\n"))
+    proc, mount2 = second_mount(cluster, conf)
+    relative = workdir.relative_to(cluster.mount)
+    theirs = os.path.join(mount2, relative)
+    try:
+        names = [f"gone-{i}" for i in range(64)]
+        for name in names + ["keep"]:
+            (workdir / name).write_bytes(name.encode() * 100)
+        assert wait_until(lambda: all(os.path.exists(os.path.join(theirs, n))
+                                      for n in names + ["keep"]), timeout=15)
+        before = removed_but_open()
+        fds = [os.open(os.path.join(theirs, n), os.O_RDONLY) for n in names + ["keep"]]
+        for name in names:
+            os.unlink(workdir / name)
+        assert removed_but_open() >= before + 64
+        singles, many = relay.count(CLOSE), relay.count(CLOSE_MANY)
+        relay.lose_next_request(CLOSE_MANY)
+        for fd in fds:
+            os.close(fd)
+        # The batch is in flight (the relay cuts the connections 0.5 s after
+        # it dropped the request): the open's wait for it ends in the batch's
+        # failure, and finds the CLOSE back in the queue.
+        assert wait_until(lambda: relay.count(CLOSE_MANY) > many, timeout=15, step=0.02)
+        opened = []
+
+        def open_keep():
+            try:
+                opened.append(os.open(os.path.join(theirs, "keep"), os.O_RDONLY))
+            except OSError as e:
+                opened.append(e)
+        opener = threading.Thread(target=open_keep)
+        opener.start()
+        assert relay.lost.wait(15), "the CLOSE_MANY was not dropped"
+        relay.reopen()
+        opener.join(30)
+        assert opened and isinstance(opened[0], int), opened
+        keep = opened[0]
+        try:
+            os.unlink(workdir / "keep")
+            assert wait_until(lambda: removed_but_open() == before + 1, timeout=30), \
+                removed_but_open()
+            assert os.pread(keep, 1000, 0) == b"keep" * 100
+            assert relay.count(CLOSE_MANY) >= 2 and relay.count(CLOSE) == singles
+        finally:
+            os.close(keep)
+        assert wait_until(lambda: removed_but_open() == before, timeout=30)
+    finally:
+        drop_second_mount(proc, mount2)
+        relay.stop()
+
+
 def test_file_removed_while_open_on_another_client_keeps_its_data(cluster, workdir):
     """A reader on one kvc-fuse keeps reading a file another kvc-fuse
     removed; its chunks go at the reader's last close, or, when the reader's
