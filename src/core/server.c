@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <malloc.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -444,11 +445,17 @@ static void *signal_main(void *arg)
 	kvc_server_exit(0);
 }
 
-void kvc_server_tune_memory(size_t heap_max, size_t keep_free)
+int kvc_server_tune_memory(size_t heap_max, size_t keep_free)
 {
+	int rc = 0;
 	/* Setting either turns off glibc's own adjustment of both. */
-	mallopt(M_MMAP_THRESHOLD, (int)heap_max);
-	mallopt(M_TRIM_THRESHOLD, (int)keep_free);
+	if (heap_max > INT_MAX || keep_free > INT_MAX || mallopt(M_MMAP_THRESHOLD, (int)heap_max) != 1 ||
+	    mallopt(M_TRIM_THRESHOLD, (int)keep_free) != 1) {
+		kvc_log_warn("the allocator refused a heap of %zu bytes a block, %zu kept free: "
+		             "its defaults stay", heap_max, keep_free);
+		rc = -EINVAL;
+	}
+	return rc;
 }
 
 _Noreturn void kvc_server_exit(int status)

@@ -145,8 +145,11 @@ int kvc_server_handle_signals(void (*on_stop)(void *), void *arg);
  * flushing the other CPUs' TLBs (same-host ring reads on the development
  * VM ran 25-45% faster without it, docs/benchmarks.md "Ring reads and a
  * daemon's allocator"); kvc-storage's chunk buffers (up to a chunk) were
- * a fresh mmap, page faults and page clearing each. */
-void kvc_server_tune_memory(size_t heap_max, size_t keep_free);
+ * a fresh mmap, page faults and page clearing each. What it keeps: up to
+ * keep_free bytes a malloc arena (glibc makes at most 8 a core, one a
+ * thread below that). Returns 0, or -EINVAL when the allocator refused a
+ * value (logged; the daemon goes on with glibc's defaults for it). */
+int kvc_server_tune_memory(size_t heap_max, size_t keep_free);
 
 /* End a daemon whose other threads still run: stdio flushed, then _exit,
  * with no exit handlers. exit() would run the libraries' handlers and

@@ -4,6 +4,7 @@
  * free, a TLB flush on every CPU the daemon runs on). */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +26,7 @@ Test(server, a_freed_megabyte_stays_resident_for_the_next_request)
 #ifdef UNDER_ASAN
 	cr_skip("AddressSanitizer's allocator ignores mallopt");
 #endif
-	kvc_server_tune_memory(4u << 20, 16u << 20);
+	cr_assert_eq(kvc_server_tune_memory(4u << 20, 16u << 20), 0);
 	size_t len = 1u << 20, page = (size_t)sysconf(_SC_PAGESIZE);
 	uint8_t *p = malloc(len);
 	cr_assert_not_null(p);
@@ -42,4 +43,15 @@ Test(server, a_freed_megabyte_stays_resident_for_the_next_request)
 	for (size_t i = 0; i < span / page; i++)
 		resident += vec[i] & 1;
 	cr_assert_eq(resident, span / page, "%zu of %zu pages resident", resident, span / page);
+}
+
+Test(server, the_values_every_daemon_asks_for_are_taken)
+{
+#ifdef UNDER_ASAN
+	cr_skip("AddressSanitizer's allocator ignores mallopt");
+#endif
+	/* kvc-storage's (main.c), then kvc-fuse's and kvc-meta's. */
+	cr_assert_eq(kvc_server_tune_memory(64u << 20, 256u << 20), 0);
+	cr_assert_eq(kvc_server_tune_memory(4u << 20, 16u << 20), 0);
+	cr_assert_eq(kvc_server_tune_memory((size_t)INT_MAX + 1, 1u << 20), -EINVAL);
 }

@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -291,17 +292,17 @@ static void floor_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 static void floor_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	(void)ino;
 	fi->keep_cache = 1; /* one writer, through this mount: the cache is right */
 	fi->noflush = (fi->flags & O_ACCMODE) == O_RDONLY; /* as kvc-fuse */
-	if (fi->flags & O_TRUNC) {
-		pthread_mutex_lock(&nullfs.lock);
-		struct floor_node *n = node_at(ino);
-		if (n)
-			n->st.st_size = 0;
-		pthread_mutex_unlock(&nullfs.lock);
-	}
-	fuse_reply_open(req, fi);
+	pthread_mutex_lock(&nullfs.lock);
+	struct floor_node *n = node_at(ino);
+	if (n && (fi->flags & O_TRUNC))
+		n->st.st_size = 0;
+	pthread_mutex_unlock(&nullfs.lock);
+	if (n)
+		fuse_reply_open(req, fi);
+	else
+		fuse_reply_err(req, ENOENT);
 }
 
 static void floor_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -458,15 +459,19 @@ int bench_keys_floor_mount(char *point, size_t len, pid_t *child)
 		goto remove;
 	}
 	fflush(NULL);
+	pid_t parent = getpid();
 	*child = fork();
+	if (*child < 0)
+		rc = -errno;
 	if (*child == 0) {
+		/* Killed with kvc-bench: it unmounts on the way out. */
+		if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent)
+			_exit(1);
 		close(pipefd[0]);
 		_exit(floor_serve(point, pipefd[1]));
 	}
 	close(pipefd[1]);
-	if (*child < 0)
-		rc = -errno;
-	else if (read(pipefd[0], &ready, 1) != 1)
+	if (rc == 0 && read(pipefd[0], &ready, 1) != 1)
 		rc = -EIO; /* the child could not mount: libfuse said why */
 	close(pipefd[0]);
 	if (rc < 0 && *child > 0)
