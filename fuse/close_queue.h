@@ -6,7 +6,8 @@
  * A file whose last handle here goes is queued (kvc_close_queue_add,
  * under its session lock, file_ops.c); one thread sends what is queued,
  * up to KVC_WIRE_MAX_CLOSES a time, 5 ms after the first of a batch was
- * queued (the rest of a burst joins it; close_queue.c LINGER_MS). An open of a queued file takes it out
+ * queued or after the batch before it went (the rest of a burst joins
+ * it; close_queue.c LINGER_MS). An open of a queued file takes it out
  * of the queue (its session is still held in kvc-meta) and an open of a
  * file whose CLOSE is on its way waits for it (kvc_close_queue_cancel,
  * under the session lock), so a CLOSE never lands after a newer OPEN of

@@ -143,7 +143,7 @@ int kvc_server_handle_signals(void (*on_stop)(void *), void *arg);
  * requests, freed at the top of a thread's arena, were given back with
  * madvise and faulted in again by the next request, each give-back
  * flushing the other CPUs' TLBs (same-host ring reads on the development
- * VM ran 25-45% faster without it, docs/benchmarks.md "Ring reads and a
+ * VM ran 20-43% faster without it, docs/benchmarks.md "Ring reads and a
  * daemon's allocator"); kvc-storage's chunk buffers (up to a chunk) were
  * a fresh mmap, page faults and page clearing each. What it keeps: up to
  * keep_free bytes a malloc arena (glibc makes at most 8 a core, one a

@@ -2,11 +2,14 @@
  * bench keys --floor: a null FUSE filesystem for the file-per-key phases.
  *
  * kvc-bench forks a child that mounts this filesystem on a fresh temporary
- * directory with kvc-fuse's own mount options (default_permissions,
- * max_read), loop settings (cloned /dev/fuse fds, 16 idle and at most 64
- * workers), init flags (async reads, write-through, no readdirplus) and
- * open flags (the page cache kept, no FLUSH after a read-only open), with
- * kvc-fuse's 10 s entry and attribute timeouts (its cache_ttl_ms while
+ * directory with what of kvc-fuse's settings the timed phases meet: its
+ * mount options (default_permissions, max_read; not allow_other), loop
+ * settings (cloned /dev/fuse fds, 16 idle and at most 64 workers), init
+ * flags (async reads, write-through) and open flags (the page cache kept,
+ * no FLUSH after a read-only open), with kvc-fuse's 10 s entry and
+ * attribute timeouts. It differs where the phases do not look: plain
+ * READDIR (kvc-fuse: READDIRPLUS), misses answered ENOENT (kvc-fuse
+ * caches them), the page cache kept at every open (its cache_ttl_ms while
  * kvc-meta's change events are up). It keeps names and sizes in memory
  * under one mutex, no bytes (a READ returns zeros: the phases read from
  * the page cache the writes filled, and check lengths and sizes only),
