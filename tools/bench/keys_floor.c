@@ -7,14 +7,15 @@
  * settings (cloned /dev/fuse fds, 16 idle and at most 64 workers), init
  * flags (async reads, write-through) and open flags (the page cache kept,
  * no FLUSH after a read-only open), with kvc-fuse's 10 s entry and
- * attribute timeouts. It differs where the phases do not look: plain
- * READDIR (kvc-fuse: READDIRPLUS), misses answered ENOENT (kvc-fuse
- * caches them), the page cache kept at every open (its cache_ttl_ms while
- * kvc-meta's change events are up). It keeps names and sizes in memory
- * under one mutex, no bytes (a READ returns zeros: the phases read from
- * the page cache the writes filled, and check lengths and sizes only),
- * and answers every request at once, so the kernel sends
- * it the round trips it sends kvc-fuse for the same calls (a create:
+ * attribute timeouts (its cache_ttl_ms while kvc-meta's change events are
+ * up). It differs where the phases do not look: plain READDIR (kvc-fuse:
+ * READDIRPLUS), misses answered ENOENT (kvc-fuse caches them), the page
+ * cache kept at every open (kvc-fuse: while the file is as it last saw
+ * it). It keeps names and sizes in memory under one mutex, no bytes (a
+ * READ returns zeros: the phases read from the page cache the writes
+ * filled, and check lengths and sizes only), and answers every request
+ * at once, so the kernel sends it the round trips it sends kvc-fuse for
+ * the same calls (a create:
  * LOOKUP, CREATE, GETXATTR of security.capability, WRITE, FLUSH, RELEASE,
  * and the parent's GETATTR for the next create's permission check), and
  * its rate is what those round trips cost on this machine with a daemon
