@@ -98,9 +98,11 @@ static void *place_main(void *arg)
 }
 
 /* Same-host placement (place.h): the same service on the abstract Unix
- * socket "kvc-place:<address>", served on a thread of its own. */
+ * socket "kvc-place:<address>", its server made here (*out) and served on
+ * a thread of its own by serve_placement, after its metrics are counted. */
 static int start_placement(struct kvc_storage_service *svc, const struct kvc_auth_keys *keys,
-                           const struct kvc_config *config, const char *address)
+                           const struct kvc_config *config, const char *address,
+                           struct kvc_server **out)
 {
 	static struct kvc_place_table table;
 	static struct kvc_server server;
@@ -116,13 +118,18 @@ static int start_placement(struct kvc_storage_service *svc, const struct kvc_aut
 	                             .cleanup = kvc_storage_service_cleanup,
 	                             .service = svc, .name = "kvc-storage placement"};
 	kvc_server_configure(&server, config);
-	pthread_t thread;
-	rc = pthread_create(&thread, NULL, place_main, &server);
-	if (rc)
-		return -rc;
-	pthread_detach(thread);
 	kvc_log_info("placement on unix socket %s", name);
+	*out = &server;
 	return 0;
+}
+
+static int serve_placement(struct kvc_server *server)
+{
+	pthread_t thread;
+	int rc = -pthread_create(&thread, NULL, place_main, server);
+	if (rc == 0)
+		pthread_detach(thread);
+	return rc;
 }
 
 int main(int argc, char **argv)
@@ -274,15 +281,22 @@ int main(int argc, char **argv)
 	                             .cleanup = kvc_storage_service_cleanup,
 	                             .service = &svc, .name = "kvc-storage"};
 	kvc_server_configure(&server, &config);
-	rc = config.transport_tcp_only ? 0 : start_placement(&svc, &keys, &config, me->address);
+	struct kvc_server *place = NULL;
+	rc = config.transport_tcp_only ? 0
+	   : start_placement(&svc, &keys, &config, me->address, &place);
 	if (rc < 0) {
 		fprintf(stderr, "kvc-storage: cannot serve placement: %s\n", strerror(-rc));
 		return 1;
 	}
-	rc = me->metrics[0] ? kvc_storage_metrics_start(&svc, &server, me->metrics) : 0;
+	rc = me->metrics[0] ? kvc_storage_metrics_start(&svc, &server, place, me->metrics) : 0;
 	if (rc < 0) {
 		fprintf(stderr, "kvc-storage: cannot serve metrics on %s: %s\n", me->metrics,
 		        strerror(-rc));
+		return 1;
+	}
+	rc = place ? serve_placement(place) : 0;
+	if (rc < 0) {
+		fprintf(stderr, "kvc-storage: cannot serve placement: %s\n", strerror(-rc));
 		return 1;
 	}
 	if (me->metrics[0])

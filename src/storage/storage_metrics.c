@@ -197,13 +197,16 @@ static int register_targets(struct kvc_metrics *m, struct kvc_storage_service *s
 }
 
 int kvc_storage_metrics_start(struct kvc_storage_service *svc, struct kvc_server *server,
-                              const char *address)
+                              struct kvc_server *place, const char *address)
 {
 	struct kvc_metrics_http *http;
 	struct kvc_metrics *m = kvc_metrics_create();
 	if (!m)
 		return -ENOMEM;
 	int rc = kvc_server_metrics_register(server, m, "kvc_storage", kvc_storage_service_serves);
+	if (rc == 0 && place)
+		rc = kvc_server_metrics_register(place, m, "kvc_storage_placement",
+		                                 kvc_storage_service_serves);
 	if (rc == 0)
 		rc = register_targets(m, svc);
 	if (rc == 0 && svc->peers)
@@ -212,6 +215,8 @@ int kvc_storage_metrics_start(struct kvc_storage_service *svc, struct kvc_server
 		rc = kvc_metrics_http_start(address, m, &http); /* serves until exit */
 	if (rc < 0) {
 		server->metrics = NULL; /* no counting into a registry about to go */
+		if (place)
+			place->metrics = NULL;
 		kvc_metrics_destroy(m);
 		return rc;
 	}

@@ -15,11 +15,12 @@
 #include "core/server.h"
 #include "storage/service.h"
 
-/* Register the metrics of svc and server (before kvc_server_run) and
- * serve them on address ("": register only, serve nothing). Returns 0,
- * -ENOMEM, or kvc_metrics_http_start's error. */
+/* Register the metrics of svc, server and place (the placement socket's
+ * server, or NULL; its requests as kvc_storage_placement_*), before
+ * either runs, and serve them on address ("": register only, serve
+ * nothing). Returns 0, -ENOMEM, or kvc_metrics_http_start's error. */
 int kvc_storage_metrics_start(struct kvc_storage_service *svc, struct kvc_server *server,
-                              const char *address);
+                              struct kvc_server *place, const char *address);
 
 /* The registry, for other modules' metrics; NULL before start. */
 struct kvc_metrics *kvc_storage_metrics_registry(void);

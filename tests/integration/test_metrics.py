@@ -142,6 +142,16 @@ def test_every_daemon_counts_the_io_it_served(cluster, workdir):
     assert read >= size
     assert total(st1, "kvc_storage_request_seconds_count", type="chunk_write") == \
         total(st1, "kvc_storage_requests_total", type="chunk_write")
+    # Placed writes come as requests on the placement socket, counted and
+    # timed as kvc_storage_placement_* (this host's servers place).
+    placed = total(st1, "kvc_storage_place_writes_total") - \
+        total(st0, "kvc_storage_place_writes_total")
+    requests = total(st1, "kvc_storage_placement_requests_total", type="place_write") - \
+        total(st0, "kvc_storage_placement_requests_total", type="place_write")
+    assert placed > 0 and requests > 0, (placed, requests)
+    for t in ("place_write", "place_read"):
+        assert total(st1, "kvc_storage_placement_request_seconds_count", type=t) == \
+            total(st1, "kvc_storage_placement_requests_total", type=t), t
     for i, s in enumerate(st1):
         assert value(s, "kvc_storage_target_total_bytes", target=str(i)) > 0
         assert value(s, "kvc_storage_target_chunks", target=str(i)) > 0
