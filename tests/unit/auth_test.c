@@ -19,6 +19,7 @@
 #include "core/rpc.h"
 #include "core/server.h"
 #include "test_dir.h"
+#include "test_net.h"
 
 #define SECRET_A "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 #define SECRET_B "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
@@ -132,22 +133,11 @@ static void *serve(void *arg)
 	return NULL;
 }
 
-static int listen_any(char *address, size_t cap)
-{
-	struct sockaddr_in addr;
-	socklen_t len = sizeof(addr);
-	int fd = kvc_net_listen("127.0.0.1:0");
-	cr_assert_geq(fd, 0);
-	cr_assert_eq(getsockname(fd, (struct sockaddr *)&addr, &len), 0);
-	snprintf(address, cap, "127.0.0.1:%d", ntohs(addr.sin_port));
-	return fd;
-}
-
 static struct served *start(bool with_keys)
 {
 	struct served *s = calloc(1, sizeof(*s));
 	pthread_t thread;
-	int fd = listen_any(s->address, sizeof(s->address));
+	int fd = kvc_test_listen_free(s->address, sizeof(s->address));
 	s->keys.keys[KVC_AUTH_CLUSTER] = key_of(SECRET_A);
 	s->keys.keys[KVC_AUTH_POOL] = key_of(SECRET_B);
 	s->server = (struct kvc_server){.listen_fd = fd, .auth = with_keys ? &s->keys : NULL,
@@ -232,7 +222,7 @@ Test(auth, a_client_sends_nothing_to_a_server_that_cannot_prove_the_secret)
 {
 	static struct impostor im;
 	pthread_t thread;
-	im.listen_fd = listen_any(im.address, sizeof(im.address));
+	im.listen_fd = kvc_test_listen_free(im.address, sizeof(im.address));
 	cr_assert_eq(pthread_create(&thread, NULL, impostor_main, &im), 0);
 	cr_assert_eq(call_as(im.address, KVC_AUTH_CLUSTER, SECRET_A), -EACCES);
 	pthread_join(thread, NULL);

@@ -17,6 +17,7 @@
 #include "core/net.h"
 #include "core/rpc.h"
 #include "core/server.h"
+#include "test_net.h"
 
 enum mode { ANSWER, ANSWER_THEN_CLOSE, CLOSE_UNANSWERED, ANSWER_SLOWLY };
 
@@ -55,18 +56,6 @@ static void *serve_late(void *arg)
 	return NULL;
 }
 
-/* A socket listening on a free loopback port; its address in out. */
-static int listen_free(char *out, size_t len)
-{
-	struct sockaddr_in addr;
-	socklen_t alen = sizeof(addr);
-	int fd = kvc_net_listen("127.0.0.1:0");
-	cr_assert_geq(fd, 0);
-	cr_assert_eq(getsockname(fd, (struct sockaddr *)&addr, &alen), 0);
-	snprintf(out, len, "127.0.0.1:%d", ntohs(addr.sin_port));
-	return fd;
-}
-
 /* The fake server; with delay_us, connections wait that long in the
  * listen queue (connected, unanswered: a server stopped, then let go). */
 static struct fake *start_after(useconds_t delay_us)
@@ -74,7 +63,7 @@ static struct fake *start_after(useconds_t delay_us)
 	static struct fake f;
 	static struct late late;
 	pthread_t thread;
-	int fd = listen_free(f.address, sizeof(f.address));
+	int fd = kvc_test_listen_free(f.address, sizeof(f.address));
 	f.server = (struct kvc_server){.listen_fd = fd, .max_connections = 16,
 	                               .handle = handle, .service = &f, .name = "fake"};
 	late = (struct late){.fake = &f, .delay_us = delay_us};
@@ -214,7 +203,7 @@ static void *listen_late(void *arg)
 /* An address on which nothing listens (a port free a moment ago). */
 static void free_address(char *out, size_t len)
 {
-	close(listen_free(out, len));
+	close(kvc_test_listen_free(out, len));
 }
 
 /* A call to an address where no server comes, with reconnect_ms of
