@@ -288,7 +288,9 @@ def client_conf(cluster, path, old, new):
     """The cluster's file with its first `old` replaced by `new`, for a
     second kvc-fuse (second_mount): without the first's metrics listener
     (that port is taken). Written to path; returns path."""
-    text = cluster.conf.read_text().replace(old, new, 1)
+    text = cluster.conf.read_text()
+    assert old in text, old
+    text = text.replace(old, new, 1)
     path.write_text("\n".join(line for line in text.splitlines()
                               if not line.startswith(f"metrics = {cluster.fuse_metrics}")))
     return path

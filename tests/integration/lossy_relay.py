@@ -40,14 +40,15 @@ class LossyRelay:
         self.thread.start()
 
     def lose_next_answer(self, msg_type):
-        with self.lock:
-            self.lose_type = msg_type
-            self.lost.clear()
+        self._lose_next(msg_type, request=False)
 
     def lose_next_request(self, msg_type):
+        self._lose_next(msg_type, request=True)
+
+    def _lose_next(self, msg_type, request):
         with self.lock:
             self.lose_type = msg_type
-            self.drop_request = True
+            self.drop_request = request
             self.lost.clear()
 
     def reopen(self):

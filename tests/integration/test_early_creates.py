@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import chunk_files_of, drop_second_mount, second_mount, wait_until
+from conftest import chunk_files_of, client_conf, drop_second_mount, second_mount, wait_until
 from lossy_relay import LossyRelay
 from test_keys import keep_names_of, opens, seen_within
 
@@ -511,11 +511,9 @@ def test_an_adopt_whose_answer_was_lost_keeps_its_file_renamed_elsewhere(cluster
     the file is not lost for that. The kvc-fuse finds it entered, reads
     its bytes under the new name, and logs no loss."""
     relay = LossyRelay(cluster.meta_address)
-    conf = cluster.dir / "cluster-lossy.conf"
-    text = cluster.conf.read_text()
-    old = f"[meta]\naddress = {cluster.meta_address}\n"
-    assert old in text
-    conf.write_text(text.replace(old, f"[meta]\naddress = {relay.address}\n"))
+    conf = client_conf(cluster, cluster.dir / "cluster-lossy.conf",
+                       f"[meta]\naddress = {cluster.meta_address}\n",
+                       f"[meta]\naddress = {relay.address}\n")
     log = cluster.dir / "fuse2.log"
     losses = log.read_text(errors="replace").count("the file is lost") if log.exists() else 0
     proc, mount2 = second_mount(cluster, conf)

@@ -228,18 +228,16 @@ def test_a_close_many_that_never_arrived_is_sent_again(cluster, workdir):
     that, it stays readable through the new open."""
     import json
     import threading
-    from conftest import drop_second_mount, second_mount, wait_until
+    from conftest import client_conf, drop_second_mount, second_mount, wait_until
     from lossy_relay import LossyRelay
 
     def removed_but_open():
         return json.loads(cluster.admin("--json", "status").stdout)["meta"]["removed_but_open"]
 
     relay = LossyRelay(cluster.meta_address)
-    conf = cluster.dir / "cluster-lossy-close.conf"
-    text = cluster.conf.read_text()
-    old = f"[meta]\naddress = {cluster.meta_address}\n"
-    assert old in text
-    conf.write_text(text.replace(old, f"[meta]\naddress = {relay.address}\n"))
+    conf = client_conf(cluster, cluster.dir / "cluster-lossy-close.conf",
+                       f"[meta]\naddress = {cluster.meta_address}\n",
+                       f"[meta]\naddress = {relay.address}\n")
     proc, mount2 = second_mount(cluster, conf)
     relative = workdir.relative_to(cluster.mount)
     theirs = os.path.join(mount2, relative)
