@@ -45,6 +45,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
+
 #define FLOOR_BUCKETS (1u << 16)
 #define FLOOR_TIMEOUT 10.0 /* seconds: kvc-fuse's default cache_ttl_ms */
 #define FLOOR_MAX_READ (1u << 20) /* max_read below */
@@ -492,18 +494,16 @@ int bench_keys_floor_unmount(const char *point, pid_t child)
 	kill(child, SIGTERM);
 	/* Half a minute for the child to unmount itself; then the mount goes
 	 * lazily (root) and the child is killed. */
-	for (int i = 0; i < 300; i++) {
-		pid_t got = waitpid(child, &status, WNOHANG);
-		if (got == child)
-			break;
-		if (i == 299) {
-			umount2(point, MNT_DETACH);
-			kill(child, SIGKILL);
-			waitpid(child, &status, 0);
-			rc = -ETIMEDOUT;
-		}
-		struct timespec tick = {0, 100 * 1000 * 1000};
-		nanosleep(&tick, NULL);
+	pid_t got = waitpid(child, &status, WNOHANG);
+	for (int i = 0; i < 300 && got != child; i++) {
+		kvc_clock_sleep_ms(100);
+		got = waitpid(child, &status, WNOHANG);
+	}
+	if (got != child) {
+		umount2(point, MNT_DETACH);
+		kill(child, SIGKILL);
+		waitpid(child, &status, 0);
+		rc = -ETIMEDOUT;
 	}
 	if (rmdir(point) != 0 && rc == 0)
 		rc = -errno; /* still mounted: EBUSY */
