@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/crc32c.h"
 #include "core/net.h"
 
 double bench_now(void)
@@ -181,28 +182,36 @@ static int compare(const void *a, const void *b)
 struct baseline_job {
 	int fd;
 	uint64_t file_size;
+	uint64_t block;    /* bytes a pread */
+	uint32_t good_crc; /* checked: every 16 KiB block's crc32c (the file is one byte) */
+	bool check;
 	uint8_t *buf;
 	double until;
 	uint64_t bytes;
+	uint64_t bad; /* checked: blocks whose crc did not match */
 	unsigned seed;
 };
 
 static void *baseline_thread(void *arg)
 {
 	struct baseline_job *j = arg;
-	uint64_t blocks = j->file_size / (16 * MIB);
+	uint64_t blocks = j->file_size / j->block, slots = 64 * MIB / j->block;
 	while (bench_now() < j->until) {
 		uint64_t b = rand_r(&j->seed) % blocks;
-		ssize_t n = pread(j->fd, j->buf + (b % 4) * 16 * MIB, 16 * MIB, (off_t)(b * 16 * MIB));
+		uint8_t *dst = j->buf + (b % slots) * j->block;
+		ssize_t n = pread(j->fd, dst, j->block, (off_t)(b * j->block));
 		if (n <= 0)
 			break;
+		for (ssize_t at = 0; j->check && at < n; at += BENCH_CRC_BLOCK)
+			j->bad += kvc_crc32c(0, dst + at, BENCH_CRC_BLOCK) != j->good_crc;
 		j->bytes += (uint64_t)n;
 	}
 	return NULL;
 }
 
-double bench_page_cache(const char *dir, uint64_t file_size, int threads,
-                                  double seconds)
+/* The baselines' run: threads pread `block` bytes at random, checked or not. */
+static double page_cache_run(const char *dir, uint64_t file_size, int threads, double seconds,
+                             uint64_t block, bool check)
 {
 	if (file_size < 16 * MIB || file_size % (16 * MIB) || threads < 1 || threads > 64) {
 		fprintf(stderr, "kvc-bench: page-cache baseline: %" PRIu64 " bytes, %d threads\n",
@@ -212,41 +221,61 @@ double bench_page_cache(const char *dir, uint64_t file_size, int threads,
 	char path[4096];
 	snprintf(path, sizeof(path), "%s/.kvc-bench-pagecache-%d", dir, (int)getpid());
 	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-	uint8_t *block = malloc(16 * MIB);
+	uint8_t *pattern = malloc(16 * MIB);
 	uint8_t *buf = malloc((size_t)threads * 64 * MIB);
-	if (fd < 0 || !block || !buf)
+	if (fd < 0 || !pattern || !buf)
 		bench_die(path);
-	memset(block, 0x5a, 16 * MIB);
+	memset(pattern, 0x5a, 16 * MIB);
+	uint32_t good_crc = kvc_crc32c(0, pattern, BENCH_CRC_BLOCK);
 	for (uint64_t at = 0; at < file_size; at += 16 * MIB)
-		if (pwrite(fd, block, 16 * MIB, (off_t)at) != (ssize_t)(16 * MIB))
+		if (pwrite(fd, pattern, 16 * MIB, (off_t)at) != (ssize_t)(16 * MIB))
 			bench_die(path);
 	/* Written back now, not under the measurements that follow (on a
 	 * small machine, a gigabyte of writeback takes CPUs for seconds). */
 	if (fsync(fd) < 0)
 		bench_die(path);
 	for (uint64_t at = 0; at < file_size; at += 16 * MIB) /* warm */
-		if (pread(fd, block, 16 * MIB, (off_t)at) != (ssize_t)(16 * MIB))
+		if (pread(fd, pattern, 16 * MIB, (off_t)at) != (ssize_t)(16 * MIB))
 			bench_die(path);
 	memset(buf, 0, (size_t)threads * 64 * MIB); /* fault the buffer in */
 	struct baseline_job jobs[64];
 	pthread_t tids[64];
 	double start = bench_now();
 	for (int i = 0; i < threads; i++) {
-		jobs[i] = (struct baseline_job){fd, file_size, buf + (size_t)i * 64 * MIB,
-		                                start + seconds, 0, 7u + (unsigned)i};
+		jobs[i] = (struct baseline_job){.fd = fd, .file_size = file_size, .block = block,
+		                                .good_crc = good_crc, .check = check,
+		                                .buf = buf + (size_t)i * 64 * MIB,
+		                                .until = start + seconds, .seed = 7u + (unsigned)i};
 		pthread_create(&tids[i], NULL, baseline_thread, &jobs[i]);
 	}
-	uint64_t bytes = 0;
+	uint64_t bytes = 0, bad = 0;
 	for (int i = 0; i < threads; i++) {
 		pthread_join(tids[i], NULL);
 		bytes += jobs[i].bytes;
+		bad += jobs[i].bad;
 	}
 	double gbps = (double)bytes / (bench_now() - start) / 1e9;
 	close(fd);
 	unlink(path);
-	free(block);
+	free(pattern);
 	free(buf);
+	if (bad) {
+		fprintf(stderr, "kvc-bench: page-cache baseline: %" PRIu64 " blocks read back wrong\n",
+		        bad);
+		exit(1);
+	}
 	return gbps;
+}
+
+double bench_page_cache(const char *dir, uint64_t file_size, int threads, double seconds)
+{
+	return page_cache_run(dir, file_size, threads, seconds, 16 * MIB, false);
+}
+
+double bench_page_cache_checked(const char *dir, uint64_t file_size, int threads,
+                                double seconds)
+{
+	return page_cache_run(dir, file_size, threads, seconds, MIB, true);
 }
 
 bool bench_drop_caches(void)

@@ -49,6 +49,15 @@ double bench_tcp_ceiling(int connections, double seconds, bool cold);
  * 64 MiB part of one large buffer, for `seconds`: what a same-host
  * transport aims at. */
 double bench_page_cache(const char *dir, uint64_t file_size, int threads, double seconds);
+/* The same with the work every crc-checked read does and a bare copy
+ * does not: 1 MiB preads (the reads the rings are measured with), each
+ * 16 KiB block checked against its crc32c right after (in the CPU's
+ * cache), as kvc-storage checks chunk blocks. No messages and no other
+ * process: the most a transport that keeps the crc checks can reach on
+ * this machine. */
+#define BENCH_CRC_BLOCK (16u << 10)
+double bench_page_cache_checked(const char *dir, uint64_t file_size, int threads,
+                                double seconds);
 /* Write back and drop the whole page cache (sync, then
  * /proc/sys/vm/drop_caches: root only); false when not allowed. */
 bool bench_drop_caches(void);

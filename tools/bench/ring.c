@@ -15,7 +15,9 @@
  *
  * Transports (client/transport.h), in the same run: the page-cache
  * baseline (threads pread 16 MiB blocks of a warm local file into a large
- * buffer), ring reads of 1 and 16 MiB at depths 32 and 128 on the mount
+ * buffer), the same with 1 MiB preads each checked against its 16 KiB
+ * block crcs (what a transport that keeps kvcfs's crc checks can reach at
+ * most: bench_page_cache_checked), ring reads of 1 and 16 MiB at depths 32 and 128 on the mount
  * (same-host placement where kvc-fuse and the servers share the host),
  * and, with --tcp-mount (another kvc-fuse of the cluster with `transport
  * = tcp`), the same reads over TCP; each against the baseline.
@@ -316,6 +318,12 @@ int bench_ring_main(int argc, char **argv)
 		double base = bench_page_cache(local_dir, s.file_size, threads, seconds);
 		bench_add(&t, "page cache: %d threads pread 16M blocks of a warm file", threads)
 			->gbps = base;
+		fprintf(stderr, "page-cache baseline with crc checks...\n");
+		double checked = bench_page_cache_checked(local_dir, s.file_size, threads, seconds);
+		struct bench_result *c = bench_add(&t, "page cache + 16K crcs: %d threads pread 1M "
+		                                   "/ page cache", threads);
+		c->gbps = checked;
+		c->ratio = checked / base;
 		transport_rows(&t, "mount", s.mount, path, s.file_size, seconds, base);
 		if (tcp_mount) {
 			char other[4096];
