@@ -30,13 +30,13 @@
 static atomic_flag map_full_logged = ATOMIC_FLAG_INIT;
 
 /* Bytes of an inline value for rec. */
-static size_t value_size(const struct record *rec)
+static size_t value_size(const struct kvc_chunk_record *rec)
 {
-	return RECORD_HEADER + rec->block_count * 4u + rec->length;
+	return KVC_CHUNK_RECORD_HEADER + rec->block_count * 4u + rec->length;
 }
 
 /* Block b of `bytes` (a chunk of `length` bytes) against its crc in rec. */
-static bool block_ok(const struct record *rec, const uint8_t *bytes, uint32_t length, uint32_t b)
+static bool block_ok(const struct kvc_chunk_record *rec, const uint8_t *bytes, uint32_t length, uint32_t b)
 {
 	uint32_t start = b * KVC_CHUNK_BLOCK;
 	return kvc_crc32c(0, bytes + start, kvc_chunk_block_bytes(length, b)) == rec->block_crc[b];
@@ -44,22 +44,22 @@ static bool block_ok(const struct record *rec, const uint8_t *bytes, uint32_t le
 
 /* A new value for rec (its header and crcs as they are now, then room for
  * rec->length bytes, returned in *bytes). NULL when out of memory. */
-static uint8_t *value_new(const struct record *rec, uint8_t **bytes)
+static uint8_t *value_new(const struct kvc_chunk_record *rec, uint8_t **bytes)
 {
 	uint8_t *value = malloc(value_size(rec));
 	if (!value)
 		return NULL;
-	*bytes = value + RECORD_HEADER + rec->block_count * 4u;
+	*bytes = value + KVC_CHUNK_RECORD_HEADER + rec->block_count * 4u;
 	return value;
 }
 
 /* Seal rec (version, chunk crc) and copy its header and crcs into value. */
-static void value_seal(struct record *rec, uint8_t *value)
+static void value_seal(struct kvc_chunk_record *rec, uint8_t *value)
 {
 	rec->magic = KVC_CHUNK_RECORD_INLINE_MAGIC;
 	rec->version++;
 	rec->chunk_crc = kvc_chunk_record_crc(rec);
-	memcpy(value, rec, RECORD_HEADER + rec->block_count * 4u);
+	memcpy(value, rec, KVC_CHUNK_RECORD_HEADER + rec->block_count * 4u);
 }
 
 /* Blocks an inline chunk may have (the last one may be short). */
@@ -82,7 +82,7 @@ struct write_call {
 	uint32_t first_crc, crcs;
 	uint32_t crc[INLINE_BLOCKS];
 	/* out */
-	struct record *rec; /* the caller's */
+	struct kvc_chunk_record *rec; /* the caller's */
 	bool done;          /* put inline; false: the chunk is a file's */
 };
 
@@ -127,7 +127,7 @@ static uint32_t first_changed(const struct write_call *call, uint32_t old_length
 /* Make rec (the chunk's record, old: its bytes) the header of the record
  * after the call (length, block count; its crcs are merge_fill's). Returns
  * 0, or -EIO when a block the write only partly covers fails its crc. */
-static int merge_check(struct record *rec, const uint8_t *old, const struct write_call *call)
+static int merge_check(struct kvc_chunk_record *rec, const uint8_t *old, const struct write_call *call)
 {
 	uint32_t old_length = rec->length, end = call->offset + call->length;
 	uint32_t new_length = end > old_length ? end : old_length;
@@ -148,10 +148,10 @@ static int merge_check(struct record *rec, const uint8_t *old, const struct writ
  * value must not overlap), zeros from the old end up to the write, the
  * write's bytes; the crcs of the blocks it changed (the call's where it
  * has them, computed here otherwise), then the sealed header. */
-static void merge_fill(struct record *rec, uint8_t *value, const uint8_t *old,
+static void merge_fill(struct kvc_chunk_record *rec, uint8_t *value, const uint8_t *old,
                        uint32_t old_length, const struct write_call *call)
 {
-	uint8_t *bytes = value + RECORD_HEADER + rec->block_count * 4u;
+	uint8_t *bytes = value + KVC_CHUNK_RECORD_HEADER + rec->block_count * 4u;
 	uint32_t end = call->offset + call->length;
 	uint32_t head = call->offset < old_length ? call->offset : old_length;
 	memcpy(bytes, old, head);
@@ -170,7 +170,7 @@ static int write_in(void *owner, MDB_txn *txn, void *arg)
 {
 	struct kvc_chunk_store *store = owner;
 	struct write_call *call = arg;
-	struct record *rec = call->rec;
+	struct kvc_chunk_record *rec = call->rec;
 	uint8_t key[12];
 	uint8_t *value = NULL; /* ours, for an existing chunk's new value */
 	const uint8_t *old = NULL;
@@ -180,7 +180,7 @@ static int write_in(void *owner, MDB_txn *txn, void *arg)
 	int found = mdb_get(txn, store->dbi, &k, &v);
 	int rc = 0;
 	if (found == MDB_NOTFOUND) { /* a new chunk: empty and inline */
-		*rec = (struct record){.magic = KVC_CHUNK_RECORD_INLINE_MAGIC};
+		*rec = (struct kvc_chunk_record){.magic = KVC_CHUNK_RECORD_INLINE_MAGIC};
 		old = (const uint8_t *)"";
 	} else {
 		rc = found ? kvc_lmdb_errno(found) : kvc_chunk_record_parse(&v, rec, &old);
@@ -221,7 +221,7 @@ static int write_in(void *owner, MDB_txn *txn, void *arg)
 
 int kvc_chunk_inline_write(struct kvc_chunk_store *store, uint64_t inode, uint32_t chunk,
                            uint32_t offset, const uint8_t *data, uint32_t length, bool zeros,
-                           struct record *rec)
+                           struct kvc_chunk_record *rec)
 {
 	struct write_call call = {.inode = inode, .chunk = chunk, .offset = offset,
 	                          .length = length, .data = data, .zeros = zeros, .rec = rec};
@@ -236,7 +236,7 @@ int kvc_chunk_inline_write(struct kvc_chunk_store *store, uint64_t inode, uint32
 }
 
 int kvc_chunk_inline_to_file(struct kvc_chunk_store *store, uint64_t inode, uint32_t chunk,
-                             struct record *rec, const uint8_t *bytes)
+                             struct kvc_chunk_record *rec, const uint8_t *bytes)
 {
 	for (uint32_t b = 0; b < rec->block_count; b++)
 		if (!block_ok(rec, bytes, rec->length, b))
@@ -262,7 +262,7 @@ int kvc_chunk_inline_to_file(struct kvc_chunk_store *store, uint64_t inode, uint
 int kvc_chunk_inline_shorten(MDB_cursor *cursor, const MDB_val *k, const MDB_val *v,
                              uint32_t keep_bytes)
 {
-	struct record rec;
+	struct kvc_chunk_record rec;
 	const uint8_t *old;
 	uint8_t *value, *bytes;
 	int rc = kvc_chunk_record_parse(v, &rec, &old);

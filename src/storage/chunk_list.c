@@ -19,10 +19,10 @@ static void key_decode(const uint8_t *key, uint64_t *inode, uint32_t *chunk)
 /* An entry from a record's header (copied: LMDB aligns values to 2). */
 static int entry_of(const MDB_val *k, const MDB_val *v, struct kvc_chunk_entry *e)
 {
-	struct record rec;
-	if (k->mv_size != 12 || v->mv_size < RECORD_HEADER)
+	struct kvc_chunk_record rec;
+	if (k->mv_size != 12 || v->mv_size < KVC_CHUNK_RECORD_HEADER)
 		return -EIO;
-	memcpy(&rec, v->mv_data, RECORD_HEADER);
+	memcpy(&rec, v->mv_data, KVC_CHUNK_RECORD_HEADER);
 	if (rec.magic != KVC_CHUNK_RECORD_MAGIC && !kvc_chunk_record_inline(&rec))
 		return -EIO;
 	key_decode(k->mv_data, &e->inode, &e->chunk);
@@ -105,7 +105,7 @@ static int drop_locked(struct kvc_chunk_store *store, uint64_t inode, uint32_t c
 int kvc_chunk_store_set(struct kvc_chunk_store *store, uint64_t inode, uint32_t chunk,
                         const void *data, uint32_t length)
 {
-	struct record rec;
+	struct kvc_chunk_record rec;
 	if (length > KVC_LAYOUT_MAX_CHUNK)
 		return -EINVAL;
 	bool zeros = length == 0 || kvc_chunk_all_zeros(data, length);

@@ -399,7 +399,7 @@ static void unlock_piece(struct kvc_chunk_read *r)
 static int read_begin(struct kvc_chunk_read *r, struct kvc_chunk_ring *ring)
 {
 	struct kvc_chunk_store *store = r->store;
-	struct record *rec = NULL;
+	struct kvc_chunk_record *rec = NULL;
 	const uint8_t *inline_data = NULL;
 	MDB_txn *txn = NULL;
 	if (!store || !ring->ready) {

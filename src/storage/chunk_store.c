@@ -28,14 +28,6 @@
 /* Chunks one write transaction of a range operation handles at most. */
 #define RANGE_BATCH 64
 
-void kvc_chunk_key(uint8_t key[12], uint64_t inode, uint32_t chunk)
-{
-	for (int i = 0; i < 8; i++)
-		key[i] = (uint8_t)(inode >> (56 - 8 * i));
-	for (int i = 0; i < 4; i++)
-		key[8 + i] = (uint8_t)(chunk >> (24 - 8 * i));
-}
-
 static uint64_t key_inode(const uint8_t *key)
 {
 	uint64_t v = 0;
@@ -49,41 +41,8 @@ static uint32_t key_chunk(const uint8_t *key)
 	return (uint32_t)key[8] << 24 | (uint32_t)key[9] << 16 | (uint32_t)key[10] << 8 | key[11];
 }
 
-unsigned kvc_chunk_lock_slot(uint64_t inode, uint32_t chunk)
-{
-	uint64_t h = (inode * 0x9e3779b97f4a7c15ull) ^ (chunk * 0xff51afd7ed558ccdull);
-	return (unsigned)(h >> 40) % LOCK_SLOTS;
-}
-
-static void chunk_file(uint64_t inode, uint32_t chunk, char *out, size_t size)
-{
-	snprintf(out, size, "chunks/%02x/%016" PRIx64 ".%08x", (unsigned)(inode & 0xff),
-	         inode, chunk);
-}
-
-int kvc_chunk_record_parse(const MDB_val *v, struct record *rec, const uint8_t **inline_data)
-{
-	if (v->mv_size < RECORD_HEADER)
-		return -EIO;
-	memcpy(rec, v->mv_data, RECORD_HEADER); /* 2-byte aligned in LMDB: copied */
-	bool is_inline = kvc_chunk_record_inline(rec);
-	if ((rec->magic != KVC_CHUNK_RECORD_MAGIC && !is_inline) || rec->block_count > MAX_BLOCKS ||
-	    (is_inline && (rec->length > KVC_CHUNK_INLINE_LIMIT ||
-	                   rec->block_count != kvc_chunk_blocks(rec->length))))
-		return -EIO;
-	size_t crcs = rec->block_count * 4u;
-	if (v->mv_size != RECORD_HEADER + crcs + (is_inline ? rec->length : 0))
-		return -EIO;
-	memcpy(rec->block_crc, (const uint8_t *)v->mv_data + RECORD_HEADER, crcs);
-	if (inline_data && is_inline)
-		*inline_data = (const uint8_t *)v->mv_data + RECORD_HEADER + crcs;
-	else if (inline_data)
-		*inline_data = NULL;
-	return 0;
-}
-
 int kvc_chunk_record_get(MDB_txn *txn, MDB_dbi dbi, uint64_t inode, uint32_t chunk,
-                         struct record *rec, const uint8_t **inline_data)
+                         struct kvc_chunk_record *rec, const uint8_t **inline_data)
 {
 	uint8_t key[12];
 	kvc_chunk_key(key, inode, chunk);
@@ -98,13 +57,13 @@ int kvc_chunk_record_get(MDB_txn *txn, MDB_dbi dbi, uint64_t inode, uint32_t chu
 }
 
 static int record_put(struct kvc_chunk_store *store, uint64_t inode, uint32_t chunk,
-                      const struct record *rec)
+                      const struct kvc_chunk_record *rec)
 {
 	uint8_t key[12];
 	MDB_txn *txn;
 	kvc_chunk_key(key, inode, chunk);
 	MDB_val k = {sizeof(key), key};
-	MDB_val v = {RECORD_HEADER + rec->block_count * 4u, (void *)rec};
+	MDB_val v = {KVC_CHUNK_RECORD_HEADER + rec->block_count * 4u, (void *)rec};
 	int rc = mdb_txn_begin(store->env, NULL, 0, &txn);
 	if (rc)
 		return kvc_lmdb_errno(rc);
@@ -143,7 +102,7 @@ int kvc_chunk_open_file(struct kvc_chunk_store *store, uint64_t inode, uint32_t 
                         int flags)
 {
 	char name[64];
-	chunk_file(inode, chunk, name, sizeof(name));
+	kvc_chunk_file_name(inode, chunk, name, sizeof(name));
 	int fd = openat(store->dir_fd, name, flags | O_CLOEXEC, 0600);
 	return fd < 0 ? -errno : fd;
 }
@@ -220,11 +179,11 @@ int kvc_chunk_store_open(const char *path, struct kvc_chunk_store **out)
 	store->dir_fd = -1;
 	store->inline_max = KVC_CHUNK_INLINE_DEFAULT;
 	store->direct_reads = false;
-	for (int i = 0; i < LOCK_SLOTS; i++)
+	for (unsigned i = 0; i < KVC_CHUNK_LOCK_SLOTS; i++)
 		pthread_rwlock_init(&store->locks[i], NULL);
 	rc = kvc_lmdb_group_init(&store->group, group_begin, store);
 	if (rc < 0) {
-		for (int i = 0; i < LOCK_SLOTS; i++)
+		for (unsigned i = 0; i < KVC_CHUNK_LOCK_SLOTS; i++)
 			pthread_rwlock_destroy(&store->locks[i]);
 		free(store);
 		return rc;
@@ -267,7 +226,7 @@ void kvc_chunk_store_close(struct kvc_chunk_store *store)
 	kvc_reserve_destroy(&store->reserve);
 	if (store->dir_fd >= 0)
 		close(store->dir_fd);
-	for (int i = 0; i < LOCK_SLOTS; i++)
+	for (unsigned i = 0; i < KVC_CHUNK_LOCK_SLOTS; i++)
 		pthread_rwlock_destroy(&store->locks[i]);
 	kvc_lmdb_group_destroy(&store->group);
 	free(store);
@@ -291,7 +250,7 @@ static int block_crc(int fd, uint32_t b, uint32_t length, uint32_t write_offset,
 	return rc;
 }
 
-uint32_t kvc_chunk_record_crc(const struct record *rec)
+uint32_t kvc_chunk_record_crc(const struct kvc_chunk_record *rec)
 {
 	return kvc_crc32c(0, rec->block_crc, rec->block_count * 4u);
 }
@@ -320,7 +279,7 @@ static int put_zeros(int fd, uint32_t offset, uint32_t length, uint32_t old_leng
 /* A chunk's record (1; 0 when absent, or -errno) and, for an inline one,
  * a copy of its bytes in *bytes (the caller frees it; NULL otherwise). */
 static int lookup(struct kvc_chunk_store *store, uint64_t inode, uint32_t chunk,
-                  struct record *rec, uint8_t **bytes)
+                  struct kvc_chunk_record *rec, uint8_t **bytes)
 {
 	MDB_txn *txn;
 	const uint8_t *inline_data = NULL;
@@ -345,7 +304,7 @@ static int lookup(struct kvc_chunk_store *store, uint64_t inode, uint32_t chunk,
  * record when it can, else moves to its file first. */
 int kvc_chunk_write_locked(struct kvc_chunk_store *store, uint64_t inode, uint32_t chunk,
                            uint32_t offset, const uint8_t *data, uint32_t length, bool zeros,
-                           struct record *rec)
+                           struct kvc_chunk_record *rec)
 {
 	uint8_t *inline_bytes;
 	int rc = 0;
@@ -357,7 +316,7 @@ int kvc_chunk_write_locked(struct kvc_chunk_store *store, uint64_t inode, uint32
 	if (found < 0)
 		return found;
 	if (!found)
-		*rec = (struct record){.magic = KVC_CHUNK_RECORD_MAGIC};
+		*rec = (struct kvc_chunk_record){.magic = KVC_CHUNK_RECORD_MAGIC};
 
 	/* No record: whatever a file may hold (its removal was cut short) is
 	 * a hole, so the file starts empty. */
@@ -395,7 +354,7 @@ int kvc_chunk_store_write(struct kvc_chunk_store *store, uint64_t inode, uint32_
                           uint32_t chunk_size, uint32_t offset, const void *data,
                           uint32_t length, uint64_t *version, uint32_t *chunk_length)
 {
-	struct record rec;
+	struct kvc_chunk_record rec;
 	if (length == 0 || chunk_size > KVC_LAYOUT_MAX_CHUNK || offset > chunk_size ||
 	    length > chunk_size - offset)
 		return -EINVAL;
@@ -434,7 +393,7 @@ struct range_op {
 static int shorten(struct kvc_chunk_store *store, const struct range_op *op,
                    MDB_cursor *cursor, const MDB_val *k, const MDB_val *v)
 {
-	struct record rec;
+	struct kvc_chunk_record rec;
 	const uint8_t *inline_data;
 	int rc = kvc_chunk_record_parse(v, &rec, &inline_data);
 	if (rc < 0)
@@ -453,7 +412,7 @@ static int shorten(struct kvc_chunk_store *store, const struct range_op *op,
 	if (rc == 0) {
 		rec.version++;
 		rec.chunk_crc = kvc_chunk_record_crc(&rec);
-		MDB_val key = *k, nv = {RECORD_HEADER + rec.block_count * 4u, &rec};
+		MDB_val key = *k, nv = {KVC_CHUNK_RECORD_HEADER + rec.block_count * 4u, &rec};
 		rc = mdb_cursor_put(cursor, &key, &nv, MDB_CURRENT);
 		rc = rc ? kvc_lmdb_errno(rc) : 1;
 	}
@@ -486,7 +445,7 @@ static int change_chunk(struct kvc_chunk_store *store, const struct range_op *op
 void kvc_chunk_unlink(struct kvc_chunk_store *store, uint64_t inode, uint32_t chunk)
 {
 	char name[64];
-	chunk_file(inode, chunk, name, sizeof(name));
+	kvc_chunk_file_name(inode, chunk, name, sizeof(name));
 	if (unlinkat(store->dir_fd, name, 0) < 0 && errno != ENOENT)
 		kvc_log_warn("cannot remove %s/%s: %s", store->path, name, strerror(errno));
 }
@@ -682,9 +641,9 @@ int kvc_chunk_store_last(struct kvc_chunk_store *store, uint64_t inode, uint32_t
 	else if (rc == MDB_NOTFOUND)
 		rc = mdb_cursor_get(cursor, &k, &v, MDB_LAST);
 	if (rc == 0 && k.mv_size == 12 && key_inode(k.mv_data) == inode &&
-	    v.mv_size >= RECORD_HEADER) {
+	    v.mv_size >= KVC_CHUNK_RECORD_HEADER) {
 		/* LMDB aligns values to 2 bytes only: copy, never cast. */
-		memcpy(length, (const uint8_t *)v.mv_data + offsetof(struct record, length),
+		memcpy(length, (const uint8_t *)v.mv_data + offsetof(struct kvc_chunk_record, length),
 		       sizeof(*length));
 		*chunk = key_chunk(k.mv_data);
 		found = 1;

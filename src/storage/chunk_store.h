@@ -103,7 +103,7 @@
  * Concurrency: thread-safe. The locks, in the order they nest:
  *
  *   1. chunk locks: a reader/writer lock per chunk (striped over
- *      LOCK_SLOTS, so one lock may cover several chunks). Writes, punches,
+ *      KVC_CHUNK_LOCK_SLOTS, so one lock may cover several chunks). Writes, punches,
  *      truncates and removes hold it exclusively while they change the
  *      chunk's file and record; a read holds it shared from index lookup
  *      until its bytes are in its buffer, and never while the caller sends
@@ -147,11 +147,9 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "core/chunk_format.h"
 #include "core/reserve.h"
 
-#define KVC_CHUNK_BLOCK (16u << 10)
-#define KVC_CHUNK_RECORD_MAGIC 0x4b43484bu        /* "KHCK" */
-#define KVC_CHUNK_RECORD_INLINE_MAGIC 0x4c43484bu /* "KHCL" */
 
 /* Inline chunks (above). The default, 64 KiB: the key size of issue 11 and
  * of a KV-cache block of one layer (16 tokens x 8 KV heads x 128 x K+V x
@@ -162,7 +160,6 @@
  * and a large file written in 128 KiB pieces (cp's) would put each of its
  * chunks in a record first, then move it to a file. The limit: 256 KiB. */
 #define KVC_CHUNK_INLINE_DEFAULT (64u << 10)
-#define KVC_CHUNK_INLINE_LIMIT (256u << 10)
 
 struct kvc_chunk_store;
 

@@ -15,14 +15,13 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
+#include "core/chunk_format.h"
 #include "core/layout.h"
 #include "core/lmdb_checkpoint.h"
 #include "core/lmdb_group.h"
 #include "core/reserve.h"
 #include "storage/chunk_store.h"
 
-#define LOCK_SLOTS 1024
-#define MAX_BLOCKS (KVC_LAYOUT_MAX_CHUNK / KVC_CHUNK_BLOCK)
 
 struct kvc_chunk_store {
 	char path[PATH_MAX];
@@ -30,7 +29,7 @@ struct kvc_chunk_store {
 	MDB_env *env;
 	struct kvc_lmdb_checkpoint *checkpoint; /* the index's (chunk_store.h "Crashes") */
 	MDB_dbi dbi;
-	pthread_rwlock_t locks[LOCK_SLOTS]; /* the chunk locks (chunk_store.h) */
+	pthread_rwlock_t locks[KVC_CHUNK_LOCK_SLOTS]; /* the chunk locks (chunk_store.h) */
 	struct kvc_lmdb_group group;        /* inline writes' group commit (below the chunk locks) */
 	struct kvc_reserve reserve;         /* of the target's filesystem (its own lock) */
 	uint32_t inline_max; /* chunks ending at or below it stay inline (set before serving) */
@@ -43,54 +42,13 @@ struct kvc_chunk_store {
 	atomic_uint_fast64_t reads_cached, reads_ring, reads_direct;
 };
 
-/* A chunk's index record as stored (little-endian, 2-byte aligned in LMDB:
- * always copied, never cast). */
-struct record {
-	uint32_t magic;
-	uint32_t length;
-	uint64_t version;
-	uint32_t chunk_crc;
-	uint32_t block_count;
-	uint32_t block_crc[MAX_BLOCKS];
-};
-#define RECORD_HEADER 24u
-_Static_assert(offsetof(struct record, block_crc) == RECORD_HEADER, "");
-
-static inline bool kvc_chunk_record_inline(const struct record *rec)
-{
-	return rec->magic == KVC_CHUNK_RECORD_INLINE_MAGIC;
-}
-
-/* Blocks of a chunk of `length` bytes, and the bytes of block b. */
-static inline uint32_t kvc_chunk_blocks(uint32_t length)
-{
-	return (length + KVC_CHUNK_BLOCK - 1) / KVC_CHUNK_BLOCK;
-}
-
-static inline uint32_t kvc_chunk_block_bytes(uint32_t length, uint32_t b)
-{
-	uint32_t start = b * KVC_CHUNK_BLOCK;
-	return length - start < KVC_CHUNK_BLOCK ? length - start : KVC_CHUNK_BLOCK;
-}
-
-/* The index key of a chunk (chunk_store.h). */
-void kvc_chunk_key(uint8_t key[12], uint64_t inode, uint32_t chunk);
-
 /* The chunk_crc of a record: crc32c of its block crc array. */
-uint32_t kvc_chunk_record_crc(const struct record *rec);
-
-/* The lock slot of a chunk. */
-unsigned kvc_chunk_lock_slot(uint64_t inode, uint32_t chunk);
+uint32_t kvc_chunk_record_crc(const struct kvc_chunk_record *rec);
 
 /* Open a chunk's file with flags (O_CLOEXEC added). Returns the fd or
  * -errno. */
 int kvc_chunk_open_file(struct kvc_chunk_store *store, uint64_t inode, uint32_t chunk,
                         int flags);
-
-/* Check a record value and copy its header and crcs into rec. *inline_data
- * (when not NULL) is set to its bytes inside v for an inline record, NULL
- * for a file-backed one. Returns 0 or -EIO (malformed). */
-int kvc_chunk_record_parse(const MDB_val *v, struct record *rec, const uint8_t **inline_data);
 
 /* Read or write the whole range with pread/pwrite; a short read (past the
  * end of the file) is zero-filled: a hole. Returns 0 or -errno. */
@@ -100,7 +58,7 @@ int kvc_chunk_file_io(int fd, bool write, void *buf, size_t length, uint64_t off
  * as kvc_chunk_record_parse, valid while txn lives), 0 absent, -errno (-EIO
  * for a malformed record). */
 int kvc_chunk_record_get(MDB_txn *txn, MDB_dbi dbi, uint64_t inode, uint32_t chunk,
-                         struct record *rec, const uint8_t **inline_data);
+                         struct kvc_chunk_record *rec, const uint8_t **inline_data);
 
 /* Whether length (> 0) bytes at data are all zeros. */
 bool kvc_chunk_all_zeros(const uint8_t *data, uint32_t length);
@@ -110,7 +68,7 @@ bool kvc_chunk_all_zeros(const uint8_t *data, uint32_t length);
  * The reserve was admitted by the caller. Returns 0 or -errno. */
 int kvc_chunk_write_locked(struct kvc_chunk_store *store, uint64_t inode, uint32_t chunk,
                            uint32_t offset, const uint8_t *data, uint32_t length, bool zeros,
-                           struct record *rec);
+                           struct kvc_chunk_record *rec);
 
 /* Remove a chunk's file (after its record is gone); a file already gone
  * is no error, another failure is logged. */
@@ -128,7 +86,7 @@ void kvc_chunk_unlink(struct kvc_chunk_store *store, uint64_t inode, uint32_t ch
  * it as a file. -EIO when bytes the write keeps fail their crc, -errno. */
 int kvc_chunk_inline_write(struct kvc_chunk_store *store, uint64_t inode, uint32_t chunk,
                            uint32_t offset, const uint8_t *data, uint32_t length, bool zeros,
-                           struct record *rec);
+                           struct kvc_chunk_record *rec);
 
 /* Move an inline chunk's bytes (rec, bytes: a copy of its record) into its
  * file, which starts anew; rec becomes a file-backed record for the same
@@ -136,7 +94,7 @@ int kvc_chunk_inline_write(struct kvc_chunk_store *store, uint64_t inode, uint32
  * (data file first, record second). Returns the file's fd (O_RDWR) or
  * -errno (-EIO when the bytes fail their crc). */
 int kvc_chunk_inline_to_file(struct kvc_chunk_store *store, uint64_t inode, uint32_t chunk,
-                             struct record *rec, const uint8_t *bytes);
+                             struct kvc_chunk_record *rec, const uint8_t *bytes);
 
 /* Shorten the inline record under the cursor (key k, value v) to
  * keep_bytes inside the caller's write transaction. Returns 1 when

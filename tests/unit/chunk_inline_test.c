@@ -569,7 +569,7 @@ static void expect_record(uint64_t inode, uint32_t chunk, const uint8_t *model, 
                           uint64_t version)
 {
 	MDB_txn *txn;
-	struct record rec;
+	struct kvc_chunk_record rec;
 	const uint8_t *bytes = NULL;
 	cr_assert_eq(mdb_txn_begin(store->env, NULL, MDB_RDONLY, &txn), 0);
 	int found = kvc_chunk_record_get(txn, store->dbi, inode, chunk, &rec, &bytes);
