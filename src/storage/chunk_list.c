@@ -112,12 +112,12 @@ int kvc_chunk_store_set(struct kvc_chunk_store *store, uint64_t inode, uint32_t 
 	int rc = zeros ? 0 : kvc_reserve_admit(&store->reserve, length);
 	if (rc < 0)
 		return rc;
-	pthread_rwlock_t *lock = &store->locks[kvc_chunk_lock_slot(inode, chunk)];
-	pthread_rwlock_wrlock(lock);
+	unsigned slot = kvc_chunk_lock_slot(inode, chunk);
+	kvc_chunk_lock_write(store, slot);
 	rc = drop_locked(store, inode, chunk);
 	if (rc == 0 && length > 0)
 		rc = kvc_chunk_write_locked(store, inode, chunk, 0, data, length, zeros, &rec);
-	pthread_rwlock_unlock(lock);
+	kvc_chunk_unlock_write(store, slot);
 	if (!zeros)
 		kvc_reserve_done(&store->reserve, length);
 	return rc;

@@ -177,11 +177,17 @@ int kvc_chunk_store_open(const char *path, struct kvc_chunk_store **out)
 	if (!store)
 		return -ENOMEM;
 	store->dir_fd = -1;
+	store->changes_fd = -1;
 	store->inline_max = KVC_CHUNK_INLINE_DEFAULT;
 	store->direct_reads = false;
 	for (unsigned i = 0; i < KVC_CHUNK_LOCK_SLOTS; i++)
 		pthread_rwlock_init(&store->locks[i], NULL);
 	rc = kvc_lmdb_group_init(&store->group, group_begin, store);
+	if (rc == 0) {
+		rc = kvc_chunk_changes_init(store);
+		if (rc < 0)
+			kvc_lmdb_group_destroy(&store->group);
+	}
 	if (rc < 0) {
 		for (unsigned i = 0; i < KVC_CHUNK_LOCK_SLOTS; i++)
 			pthread_rwlock_destroy(&store->locks[i]);
@@ -229,6 +235,7 @@ void kvc_chunk_store_close(struct kvc_chunk_store *store)
 	for (unsigned i = 0; i < KVC_CHUNK_LOCK_SLOTS; i++)
 		pthread_rwlock_destroy(&store->locks[i]);
 	kvc_lmdb_group_destroy(&store->group);
+	kvc_chunk_changes_destroy(store);
 	free(store);
 }
 
@@ -364,10 +371,10 @@ int kvc_chunk_store_write(struct kvc_chunk_store *store, uint64_t inode, uint32_
 	int rc = zeros ? 0 : kvc_reserve_admit(&store->reserve, length);
 	if (rc < 0)
 		return rc;
-	pthread_rwlock_t *lock = &store->locks[kvc_chunk_lock_slot(inode, chunk)];
-	pthread_rwlock_wrlock(lock);
+	unsigned slot = kvc_chunk_lock_slot(inode, chunk);
+	kvc_chunk_lock_write(store, slot);
 	rc = kvc_chunk_write_locked(store, inode, chunk, offset, data, length, zeros, &rec);
-	pthread_rwlock_unlock(lock);
+	kvc_chunk_unlock_write(store, slot);
 	if (!zeros)
 		kvc_reserve_done(&store->reserve, length);
 	if (rc == 0) {
@@ -497,7 +504,7 @@ static int64_t range_batch(struct kvc_chunk_store *store, const struct range_op 
 			break;
 		}
 		if (!holds(held, held_count, slot)) {
-			if (pthread_rwlock_trywrlock(&store->locks[slot]) != 0) {
+			if (!kvc_chunk_trylock_write(store, slot)) {
 				*busy_found = true;
 				*busy = chunk;
 				resume = chunk;
@@ -529,7 +536,7 @@ static int64_t range_batch(struct kvc_chunk_store *store, const struct range_op 
 	for (int i = 0; i < dropped_count && err == 0; i++)
 		kvc_chunk_unlink(store, op->inode, dropped[i]);
 	for (int i = 0; i < held_count; i++)
-		pthread_rwlock_unlock(&store->locks[held[i]]);
+		kvc_chunk_unlock_write(store, held[i]);
 	*next = resume;
 	return err < 0 ? err : count;
 }
@@ -542,8 +549,8 @@ static int range_one(struct kvc_chunk_store *store, const struct range_op *op, u
 	MDB_txn *txn = NULL;
 	MDB_cursor *cursor = NULL;
 	bool drop = false;
-	pthread_rwlock_t *lock = &store->locks[kvc_chunk_lock_slot(op->inode, chunk)];
-	pthread_rwlock_wrlock(lock);
+	unsigned slot = kvc_chunk_lock_slot(op->inode, chunk);
+	kvc_chunk_lock_write(store, slot);
 	kvc_chunk_key(key, op->inode, chunk);
 	MDB_val k = {sizeof(key), key}, v;
 	int rc = mdb_txn_begin(store->env, NULL, 0, &txn);
@@ -563,7 +570,7 @@ static int range_one(struct kvc_chunk_store *store, const struct range_op *op, u
 	}
 	if (result > 0 && drop)
 		kvc_chunk_unlink(store, op->inode, chunk);
-	pthread_rwlock_unlock(lock);
+	kvc_chunk_unlock_write(store, slot);
 	return result;
 }
 
@@ -715,6 +722,10 @@ int kvc_chunk_store_sync(struct kvc_chunk_store *store)
 
 int kvc_chunk_store_checkpoint(struct kvc_chunk_store *store)
 {
+	int dead = 0;
+	/* Reader slots of same-host readers that died mid-read pin pages
+	 * until cleared. */
+	mdb_reader_check(store->env, &dead);
 	return kvc_lmdb_checkpoint_sync(store->checkpoint);
 }
 

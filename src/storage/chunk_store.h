@@ -123,7 +123,11 @@
  * lock taken before; range operations shorten or drop inline
  * records inside theirs, under the chunk locks they hold.
  *
- * Read transactions take neither. Each server thread passes its own ring.
+ * Read transactions take neither. Every taking of a chunk lock's exclusive
+ * side moves the slot's change counter (chunk_store_internal.h
+ * kvc_chunk_lock_write), which same-host readers check around their
+ * lock-free reads (kvc_chunk_store_local); the index's reader slots of
+ * such readers that died are cleared at each checkpoint. Each server thread passes its own ring.
  * The reserve (core/reserve.h) has a mutex of its own, taken with no other
  * lock held, before a write takes its chunk lock.
  *
@@ -281,6 +285,16 @@ int kvc_chunk_store_open(const char *path, struct kvc_chunk_store **out);
 
 /* Close; safe on NULL. */
 void kvc_chunk_store_close(struct kvc_chunk_store *store);
+
+/* What a same-host reader is handed (PLACE_LOCAL, src/client/
+ * transport_local.c): the target directory (index/ and chunks/, opened
+ * read-only there) and the change counters, KVC_CHUNK_LOCK_SLOTS u64s in
+ * sealed shared memory (only this process's mapping writes them), one per
+ * chunk lock slot, odd while a writer holds the slot's lock. A reader
+ * that reads a slot's counter even, reads the record and the bytes, and
+ * reads the same count again saw no change of that chunk meanwhile; the
+ * block crcs still check the bytes. The fds stay the store's. */
+void kvc_chunk_store_local(const struct kvc_chunk_store *store, int *dir_fd, int *changes_fd);
 
 /* Keep `bytes` of the target's filesystem free of chunk data
  * (KVC_RESERVE_AUTO: sized to the filesystem, core/reserve.h). ops: NULL

@@ -30,6 +30,10 @@ struct kvc_chunk_store {
 	struct kvc_lmdb_checkpoint *checkpoint; /* the index's (chunk_store.h "Crashes") */
 	MDB_dbi dbi;
 	pthread_rwlock_t locks[KVC_CHUNK_LOCK_SLOTS]; /* the chunk locks (chunk_store.h) */
+	/* A change counter per lock slot, in shared memory same-host readers
+	 * map (chunk_local.c): odd while a writer holds the slot's lock. */
+	_Atomic uint64_t *changes;
+	int changes_fd;
 	struct kvc_lmdb_group group;        /* inline writes' group commit (below the chunk locks) */
 	struct kvc_reserve reserve;         /* of the target's filesystem (its own lock) */
 	uint32_t inline_max; /* chunks ending at or below it stay inline (set before serving) */
@@ -41,6 +45,34 @@ struct kvc_chunk_store {
 	 * the page cache, and through the ring with O_DIRECT */
 	atomic_uint_fast64_t reads_cached, reads_ring, reads_direct;
 };
+
+/* The change counters (chunk_local.c): made at open, given back at close. */
+int kvc_chunk_changes_init(struct kvc_chunk_store *store);
+void kvc_chunk_changes_destroy(struct kvc_chunk_store *store);
+
+/* The exclusive side of a chunk lock: every change of a chunk's file or
+ * record is made between these, and each moves the slot's change counter
+ * (odd while held), so a same-host reader that saw the same even count
+ * before and after its read saw no change. */
+static inline void kvc_chunk_lock_write(struct kvc_chunk_store *store, unsigned slot)
+{
+	pthread_rwlock_wrlock(&store->locks[slot]);
+	atomic_fetch_add(&store->changes[slot], 1);
+}
+
+static inline bool kvc_chunk_trylock_write(struct kvc_chunk_store *store, unsigned slot)
+{
+	if (pthread_rwlock_trywrlock(&store->locks[slot]) != 0)
+		return false;
+	atomic_fetch_add(&store->changes[slot], 1);
+	return true;
+}
+
+static inline void kvc_chunk_unlock_write(struct kvc_chunk_store *store, unsigned slot)
+{
+	atomic_fetch_add(&store->changes[slot], 1);
+	pthread_rwlock_unlock(&store->locks[slot]);
+}
 
 /* The chunk_crc of a record: crc32c of its block crc array. */
 uint32_t kvc_chunk_record_crc(const struct kvc_chunk_record *rec);

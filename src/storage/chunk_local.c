@@ -1,0 +1,54 @@
+/* chunk_local: what a same-host reader of a target is handed
+ * (chunk_store.h "Same-host readers"): the change counters, one per chunk
+ * lock slot, in shared memory kvc-storage alone may write. */
+#include "storage/chunk_store.h"
+#include "storage/chunk_store_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define CHANGES_BYTES (KVC_CHUNK_LOCK_SLOTS * sizeof(uint64_t))
+
+int kvc_chunk_changes_init(struct kvc_chunk_store *store)
+{
+	int fd = memfd_create("kvc-chunk-changes", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	void *map = MAP_FAILED;
+	int rc = fd < 0 || ftruncate(fd, CHANGES_BYTES) < 0 ? -errno : 0;
+	if (rc == 0) {
+		map = mmap(NULL, CHANGES_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		rc = map == MAP_FAILED ? -errno : 0;
+	}
+	/* Readers can map it only read-only, and never resize it: this
+	 * server's own mapping is the one that writes. */
+	if (rc == 0 && fcntl(fd, F_ADD_SEALS,
+	                     F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) < 0)
+		rc = -errno;
+	if (rc < 0) {
+		if (map != MAP_FAILED)
+			munmap(map, CHANGES_BYTES);
+		if (fd >= 0)
+			close(fd);
+		return rc;
+	}
+	store->changes_fd = fd;
+	store->changes = map;
+	return 0;
+}
+
+void kvc_chunk_changes_destroy(struct kvc_chunk_store *store)
+{
+	if (store->changes)
+		munmap((void *)store->changes, CHANGES_BYTES);
+	if (store->changes_fd >= 0)
+		close(store->changes_fd);
+	store->changes = NULL;
+	store->changes_fd = -1;
+}
+
+void kvc_chunk_store_local(const struct kvc_chunk_store *store, int *dir_fd, int *changes_fd)
+{
+	*dir_fd = store->dir_fd;
+	*changes_fd = store->changes_fd;
+}
