@@ -2,6 +2,7 @@
  * table and the manager's routing: storage_routing.c). */
 #include "client/storage_client_internal.h"
 #include "client/storage_target.h"
+#include "client/transport_local.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -75,6 +76,7 @@ int kvc_storage_client_init(struct kvc_storage_client *client,
 
 void kvc_storage_client_destroy(struct kvc_storage_client *client)
 {
+	kvc_transport_local_destroy(client);
 	kvc_transport_place_destroy(client);
 	for (uint32_t i = 0; i < client->server_count; i++)
 		kvc_rpc_pool_destroy(&client->pools[i]);

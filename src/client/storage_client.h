@@ -82,6 +82,8 @@ struct kvc_storage_client {
 	 * fell back to TCP; how many bytes one placed read request carries
 	 * (kvc_transport_place_init). */
 	struct kvc_place_client *place;
+	/* Same-host reads without a message (transport_local.h; NULL: off). */
+	struct kvc_local_client *local;
 	uint32_t place_request_bytes;
 	_Atomic uint64_t transport_ops[KVC_TRANSPORT_KINDS];
 	_Atomic uint64_t transport_bytes[KVC_TRANSPORT_KINDS];
@@ -205,6 +207,8 @@ void kvc_storage_client_chains(struct kvc_storage_client *client, struct kvc_cha
  * 2 yes and its chain's only member serving (a manager never takes that
  * one out, silent or not). */
 int kvc_storage_client_serves(struct kvc_storage_client *client, uint32_t target);
+/* Whether target is the one member of its chain in the table in use. */
+bool kvc_storage_client_sole_copy(struct kvc_storage_client *client, uint32_t target);
 /* The number of chains of the table in use (it only grows). */
 uint32_t kvc_storage_client_chain_count(struct kvc_storage_client *client);
 

@@ -37,6 +37,11 @@ int kvc_storage_client_with_routing(struct kvc_storage_client *client,
 /* How long an operation waits out a failure for a new routing table. */
 int64_t kvc_storage_client_patience_ns(const struct kvc_storage_client *client);
 
+/* Zero dst, memory another process may shrink under us (a USRBIO iov):
+ * the kernel writes the zeros, so a page gone is -EFAULT, not SIGBUS.
+ * Returns 0 or -EFAULT. */
+int kvc_storage_zero_fill(uint8_t *dst, size_t len);
+
 /* Reads avoid a server that just failed them this long. */
 #define KVC_STORAGE_AVOID_NS (2ll * 1000 * 1000 * 1000)
 

@@ -3,6 +3,7 @@
  * received (on receiving threads when started) straight into the callers'
  * buffers; a piece that fails at one chain member is read from the next. */
 #include "client/storage_client_internal.h"
+#include "client/transport_local.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -43,6 +44,10 @@ struct read_dest {
 struct read_request {
 	uint32_t server;
 	struct kvc_transport_request t; /* its transport and connection */
+	/* placed pieces of a target this client reads itself (transport_local.h):
+	 * read here by whichever thread finishes the request (the wave's
+	 * receivers, in parallel), those that cannot be placed as usual */
+	bool local;
 	const struct kvc_storage_region *region; /* placed: where the pieces go */
 	int rc;
 	uint64_t bytes;
@@ -105,6 +110,8 @@ static int read_send(struct kvc_storage_client *client, struct read_request *req
 {
 	req->t.server = req->server;
 	req->t.fd = -1;
+	if (req->local)
+		return 0; /* read_finish reads it */
 	return kvc_transport_read_post(client, &req->t, req->pieces, req->head.count, req->region,
 	                               req->spans, req->span_count);
 }
@@ -149,11 +156,10 @@ static void open_dev_zero(void)
 	dev_zero = open("/dev/zero", O_RDONLY | O_CLOEXEC);
 }
 
-/* Zero the missing tail of a piece (a hole). The destination may be
- * memory another process can shrink under us (a USRBIO iov): the kernel
- * zeroes it, and a page gone is EFAULT for that io, not a SIGBUS for the
- * process (as for the bytes recv() puts there). Returns 0 or -EFAULT. */
-static int zero_fill(uint8_t *dst, size_t len)
+/* Zero the missing tail of a piece (a hole; storage_client_internal.h).
+ * As for the bytes recv() puts there, a page gone is EFAULT for that io,
+ * not a SIGBUS for the process. */
+int kvc_storage_zero_fill(uint8_t *dst, size_t len)
 {
 	pthread_once(&dev_zero_once, open_dev_zero);
 	if (dev_zero < 0) { /* no /dev/zero: only our own buffers are safe */
@@ -267,7 +273,7 @@ static int read_receive(struct read_plan *plan, struct read_request *req)
 		                req->pieces[i].length - results[i].length, places);
 		int zeroed = 0; /* the caller's memory, not the connection: this io only */
 		for (uint32_t j = 0; j < n && zeroed == 0; j++)
-			zeroed = zero_fill(places[j].iov_base, places[j].iov_len);
+			zeroed = kvc_storage_zero_fill(places[j].iov_base, places[j].iov_len);
 		if (zeroed < 0)
 			kvc_storage_io_fail(io, -EFAULT);
 		else if (io->forbid_holes)
@@ -276,12 +282,45 @@ static int read_receive(struct read_plan *plan, struct read_request *req)
 	return 1;
 }
 
+/* A local request's pieces read here; those that could not be (not
+ * cached, a change meanwhile, a crc...) stay, in order, and are placed
+ * by their server as any request's. Returns whether any stayed. */
+static bool read_local(struct read_plan *plan, struct read_request *r)
+{
+	uint32_t kept = 0;
+	r->bytes = 0;
+	for (uint32_t k = 0; k < r->head.count; k++) {
+		struct kvc_storage_io *io = &plan->ios[r->dest[k].io];
+		if (kvc_transport_local_read(plan->client, r->server, &r->pieces[k], r->dest[k].dst,
+		                             io->forbid_holes)) {
+			io_release(io);
+			continue;
+		}
+		r->pieces[kept] = r->pieces[k];
+		r->dest[kept] = r->dest[k];
+		r->spans[kept] = r->spans[k]; /* one span a piece: never a scattered io */
+		r->bytes += r->pieces[kept].length;
+		kept++;
+	}
+	r->head.count = r->span_count = kept;
+	r->local = false;
+	return kept > 0;
+}
+
 /* Receive one sent request's answer into its destinations (retrying once
  * on a fresh connection when its server restarted; when it cannot be
- * reached, its pieces go to other replicas), then free it. */
+ * reached, its pieces go to other replicas), then free it. A local
+ * request is read here first, and only what is left is sent. */
 static void read_finish(struct read_plan *plan, struct read_request *r)
 {
 	struct kvc_storage_client *client = plan->client;
+	if (r->local) {
+		if (!read_local(plan, r)) {
+			free(r);
+			return;
+		}
+		r->rc = read_send(client, r);
+	}
 	if (r->rc == 0)
 		r->rc = read_receive(plan, r);
 	kvc_transport_done(client, &r->t, r->rc == 1);
@@ -491,14 +530,19 @@ static int read_add(struct read_plan *plan, const struct kvc_chain *chain,
 	}
 	if (region && !plan->ready)
 		region = NULL;
+	/* A same-host target this client reads itself (transport_local.h):
+	 * a request of its own, which no message carries unless a piece
+	 * cannot be read here (read_local). */
+	bool local = region && !plan->ios[dest.io].scatter &&
+	             kvc_transport_local_ready(plan->client, server, piece.target);
 	struct iovec places[PIECE_MAX_PLACES];
 	uint32_t n = region ? dest_places(&plan->ios[dest.io], &dest, 0, piece.length, places) : 0;
-	uint32_t slot = 2 * server + (region != NULL);
+	uint32_t slot = 3 * server + (region != NULL) + local;
 	struct read_request *r = plan->open[slot];
 	if (r && (r->head.count == MAX_REQUEST_PIECES || r->span_count + n > MAX_REQUEST_PIECES ||
 	          r->bytes + piece.length >
 	                  (region ? plan->client->place_request_bytes : REQUEST_BYTES) ||
-	          r->region != region)) {
+	          r->region != region || r->local != local)) {
 		read_close(plan, slot);
 		r = NULL;
 	}
@@ -510,6 +554,7 @@ static int read_add(struct read_plan *plan, const struct kvc_chain *chain,
 		r->t = (struct kvc_transport_request){
 			.kind = region ? KVC_TRANSPORT_PLACE : KVC_TRANSPORT_TCP, .fd = -1};
 		r->region = region;
+		r->local = local;
 		r->bytes = 0;
 		r->span_count = 0;
 		r->head = (struct kvc_msg_chunk_read){0};
@@ -591,7 +636,7 @@ static int read_add_piece(void *arg, struct kvc_storage_io *io, uint32_t io_inde
 /* Every open request joins the wave, and the wave runs. */
 static void read_flush(struct read_plan *plan)
 {
-	for (uint32_t s = 0; s < 2 * KVC_CONFIG_MAX_SERVERS; s++) /* servers only grow */
+	for (uint32_t s = 0; s < 3 * KVC_CONFIG_MAX_SERVERS; s++) /* servers only grow */
 		read_close(plan, s);
 	if (plan->wave_count)
 		read_wave(plan);
@@ -647,9 +692,10 @@ static int read_batch_once(struct kvc_storage_client *client, struct kvc_storage
 {
 	struct read_plan plan = {.client = client, .ios = ios, .chain_id = UINT32_MAX,
 	                         .ready_server = UINT32_MAX};
-	/* Every possible server, by TCP and by placement (slot 2 * server +
-	 * placed): a new table may add servers during the batch. */
-	plan.open = calloc(2 * KVC_CONFIG_MAX_SERVERS, sizeof(*plan.open));
+	/* Every possible server, by TCP, by placement and read here (slot
+	 * 3 * server + placed + local): a new table may add servers during
+	 * the batch. */
+	plan.open = calloc(3 * KVC_CONFIG_MAX_SERVERS, sizeof(*plan.open));
 	if (!plan.open)
 		return -ENOMEM;
 	pthread_mutex_init(&plan.retry_lock, NULL);
@@ -666,7 +712,7 @@ static int read_batch_once(struct kvc_storage_client *client, struct kvc_storage
 		rc = read_retries(&plan);
 	if (rc < 0)
 		read_drop_retries(&plan, rc);
-	for (uint32_t s = 0; s < 2 * KVC_CONFIG_MAX_SERVERS; s++)
+	for (uint32_t s = 0; s < 3 * KVC_CONFIG_MAX_SERVERS; s++)
 		free(plan.open[s]);
 	free(plan.retries);
 	free(plan.open);

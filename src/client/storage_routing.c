@@ -28,6 +28,15 @@ bool kvc_storage_client_chain(struct kvc_storage_client *client, uint32_t id,
 	return found;
 }
 
+bool kvc_storage_client_sole_copy(struct kvc_storage_client *client, uint32_t target)
+{
+	pthread_rwlock_rdlock(&client->chains_lock);
+	int c = kvc_chains_of_target(&client->chains, target);
+	bool sole = c >= 0 && client->chains.chains[c].count == 1;
+	pthread_rwlock_unlock(&client->chains_lock);
+	return sole;
+}
+
 int kvc_storage_client_serves(struct kvc_storage_client *client, uint32_t target)
 {
 	pthread_rwlock_rdlock(&client->chains_lock);

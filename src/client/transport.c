@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "client/storage_client.h"
+#include "client/transport_local.h"
 #include "core/metrics.h"
 
 static const struct kvc_transport_ops *const transports[KVC_TRANSPORT_KINDS] = {
@@ -262,5 +263,6 @@ int kvc_transport_metrics(struct kvc_storage_client *client, struct kvc_metrics 
 		free(tm);
 		return -ENOMEM;
 	}
-	return kvc_metrics_collector(registry, collect_transports, tm);
+	int rc = kvc_metrics_collector(registry, collect_transports, tm);
+	return rc < 0 ? rc : kvc_transport_local_metrics(client, registry, prefix);
 }

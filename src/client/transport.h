@@ -119,6 +119,17 @@ bool kvc_transport_place_ready(struct kvc_storage_client *client, uint32_t serve
  * our host identity; connects now if it has not) or "tcp". */
 const char *kvc_transport_for(struct kvc_storage_client *client, uint32_t server);
 
+/* An authenticated connection to server's placement socket from its pool
+ * (*reused: an idle one), when placement to server is on, for a caller's
+ * own exchange (transport_local.c's PLACE_LOCAL); given back with
+ * kvc_transport_place_connection_done (healthy: in frame, reusable).
+ * Returns the fd or -errno (-EOPNOTSUPP: no placement to server, ever;
+ * -EAGAIN: not now). */
+int kvc_transport_place_connection(struct kvc_storage_client *client, uint32_t server,
+                                   bool *reused);
+void kvc_transport_place_connection_done(struct kvc_storage_client *client, uint32_t server,
+                                         int fd, bool healthy);
+
 /* A placement request failed for the transport's sake: stop placing on
  * server for a few seconds (its registrations are dropped). */
 void kvc_transport_place_failed(struct kvc_storage_client *client, uint32_t server, int rc);
@@ -192,9 +203,9 @@ void kvc_transport_drain(struct kvc_storage_client *client, struct kvc_transport
 /* Register PREFIX_transport_requests_total{transport},
  * PREFIX_transport_bytes_total{transport},
  * PREFIX_transport_place_fallbacks_total,
- * PREFIX_transport_place_epoch_total and
- * PREFIX_transport_place_memory_dropped_total in registry. Returns 0 or
- * -ENOMEM. */
+ * PREFIX_transport_place_epoch_total,
+ * PREFIX_transport_place_memory_dropped_total and local reads' counters
+ * (transport_local.h) in registry. Returns 0 or -ENOMEM. */
 struct kvc_metrics;
 int kvc_transport_metrics(struct kvc_storage_client *client, struct kvc_metrics *registry,
                           const char *prefix);

@@ -238,6 +238,29 @@ const char *kvc_transport_for(struct kvc_storage_client *client, uint32_t server
 	return on ? "place" : "tcp";
 }
 
+int kvc_transport_place_connection(struct kvc_storage_client *client, uint32_t server,
+                                   bool *reused)
+{
+	struct kvc_place_client *p = client->place;
+	if (!p || server >= client->server_count)
+		return -EOPNOTSUPP;
+	struct place_server *s = &p->servers[server];
+	pthread_mutex_lock(&s->lock);
+	if (!s->on && s->retry_at_ns != NEVER && kvc_clock_monotonic_ns() >= s->retry_at_ns)
+		connect_server(client, server, true);
+	bool on = s->on, never = s->retry_at_ns == NEVER;
+	pthread_mutex_unlock(&s->lock);
+	if (!on)
+		return never ? -EOPNOTSUPP : -EAGAIN;
+	return kvc_rpc_pool_get(&s->pool, reused);
+}
+
+void kvc_transport_place_connection_done(struct kvc_storage_client *client, uint32_t server,
+                                         int fd, bool healthy)
+{
+	kvc_rpc_pool_put(&client->place->servers[server].pool, fd, healthy);
+}
+
 void kvc_transport_place_failed(struct kvc_storage_client *client, uint32_t server, int rc)
 {
 	struct kvc_place_client *p = client->place;

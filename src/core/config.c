@@ -277,6 +277,13 @@ static int global_key(struct parser *p, const char *key, const char *value)
 		}
 		return fail(p, "transport must be auto or tcp, not '%s'", value);
 	}
+	if (strcmp(key, "local_reads") == 0) {
+		if (strcmp(value, "on") == 0 || strcmp(value, "off") == 0) {
+			c->local_reads = strcmp(value, "on") == 0;
+			return 0;
+		}
+		return fail(p, "local_reads must be on or off, not '%s'", value);
+	}
 	if (strcmp(key, "connect_timeout_ms") == 0) {
 		rc = parse_int(p, key, value, 1, 600000, &v);
 		if (rc == 0)
@@ -514,6 +521,7 @@ int kvc_config_parse(const char *text, const char *origin,
 	config->io_timeout_ms = 5000;
 	config->server_max_connections = KVC_SERVER_DEFAULT_MAX_CONNECTIONS;
 	config->server_idle_timeout_ms = KVC_SERVER_DEFAULT_IDLE_TIMEOUT_MS;
+	config->local_reads = true;
 	config->server_io_timeout_ms = KVC_SERVER_DEFAULT_IO_TIMEOUT_MS;
 	config->sync_interval_ms = 1000;
 	config->storage_reserve_bytes = -1;

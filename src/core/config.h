@@ -171,6 +171,7 @@ struct kvc_config {
 	int heartbeat_ms;
 	int failure_timeout_ms;
 	bool transport_tcp_only; /* transport = tcp */
+	bool local_reads;        /* local_reads = on (the default) | off */
 	uint32_t manager_count;
 	struct kvc_config_manager managers[KVC_CONFIG_MAX_MANAGERS];
 	int connect_timeout_ms;

@@ -56,6 +56,9 @@ struct work {
 	uint32_t crc;
 	bool copy;
 	bool stream; /* a copy with non-temporal stores */
+	int (*fn)(void *arg); /* kvc_mem_guard_call */
+	void *arg;
+	int result;
 };
 
 /* memcpy with non-temporal stores (SSE2, which every x86-64 has): the
@@ -123,7 +126,9 @@ __attribute__((noinline)) static int guarded(struct work *w)
 	}
 	guard = &jump;
 	__asm__ volatile("" ::: "memory");
-	if (w->copy && w->places) {
+	if (w->fn) {
+		w->result = w->fn(w->arg);
+	} else if (w->copy && w->places) {
 		scatter(w);
 	} else if (w->stream) {
 		stream(w->dst, w->src, w->length);
@@ -136,6 +141,13 @@ __attribute__((noinline)) static int guarded(struct work *w)
 	__asm__ volatile("" ::: "memory");
 	guard = NULL;
 	return 0;
+}
+
+int kvc_mem_guard_call(int (*fn)(void *arg), void *arg)
+{
+	struct work w = {.fn = fn, .arg = arg};
+	int rc = guarded(&w);
+	return rc < 0 ? rc : w.result;
 }
 
 int kvc_mem_guard_copy(void *dst, const void *src, size_t length)

@@ -47,6 +47,12 @@ int kvc_mem_guard_stream(void *dst, const void *src, size_t length);
 int kvc_mem_guard_scatter(const struct iovec *places, uint32_t count, const void *src,
                           size_t length);
 
+/* fn(arg) under the guard: its result, or -EFAULT when a SIGBUS ended it
+ * (a read of a shared mapping whose file shrank, or whose disk failed:
+ * another process's LMDB index). fn follows the rules above: no lock,
+ * nothing half-done that a jump out of it would leave behind. */
+int kvc_mem_guard_call(int (*fn)(void *arg), void *arg);
+
 /* *crc = kvc_crc32c(0, p, length) of client memory. Returns 0 or
  * -EFAULT. */
 int kvc_mem_guard_crc32c(const void *p, size_t length, uint32_t *crc);

@@ -63,6 +63,16 @@ int kvc_server_reply(struct kvc_server_conn *conn,
 	return kvc_server_send(conn, &h, body, NULL, 0);
 }
 
+int kvc_server_reply_fds(struct kvc_server_conn *conn, const struct kvc_wire_header *request,
+                         const void *body, uint32_t body_len, const int *fds, int fd_count)
+{
+	struct kvc_wire_header h;
+	kvc_wire_header_init(&h, request->type, request->request_id, 0, body_len, 0);
+	conn->reply_status = 0;
+	conn->reply_data_len = 0;
+	return kvc_wire_send_fds(conn->fd, &h, body, fds, fd_count);
+}
+
 static int register_type(struct kvc_metrics *registry, const char *prefix,
                          struct type_series *t, const char *type)
 {

@@ -124,6 +124,11 @@ int kvc_server_reply(struct kvc_server_conn *conn,
                      const struct kvc_wire_header *request, int32_t status,
                      const void *body, uint32_t body_len);
 
+/* kvc_server_reply with fds passed along (a Unix socket's SCM_RIGHTS;
+ * they stay the caller's). Returns 0 or -errno. */
+int kvc_server_reply_fds(struct kvc_server_conn *conn, const struct kvc_wire_header *request,
+                         const void *body, uint32_t body_len, const int *fds, int fd_count);
+
 /* Send a reply frame (header h, body, data iovecs) on conn, noting its
  * status and data length for the metrics. Returns kvc_wire_send's. */
 int kvc_server_send(struct kvc_server_conn *conn, const struct kvc_wire_header *h,

@@ -387,6 +387,7 @@ const char *kvc_wire_type_name(uint16_t type)
 	case KVC_MSG_PLACE_UNREGISTER: return "place_unregister";
 	case KVC_MSG_PLACE_READ: return "place_read";
 	case KVC_MSG_PLACE_WRITE: return "place_write";
+	case KVC_MSG_PLACE_LOCAL: return "place_local";
 	case KVC_MSG_IOV_REGISTER: return "iov_register";
 	case KVC_MSG_IOV_DEREGISTER: return "iov_deregister";
 	case KVC_MSG_FD_REGISTER: return "fd_register";

@@ -118,6 +118,9 @@
  *   19 kvc-meta keeps a plain OPEN's session in memory: RENEW answers
  *      -EREMCHG to a client that has not opened its files again (and
  *      renewed with KVC_RENEW_REJOIN) since kvc-meta started.
+ *   20 PLACE_LOCAL (84): a same-host client asks for a target's
+ *      directory and change counters (two fds) and reads that target's
+ *      chunks itself, checking their crcs (src/client/transport_local.c).
  */
 #ifndef KVC_WIRE_H
 #define KVC_WIRE_H
@@ -131,7 +134,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "kvcfs wire structs are little-endian in memory");
 
 #define KVC_WIRE_MAGIC 0x3143564bu /* "KVC1" */
-#define KVC_WIRE_VERSION 19
+#define KVC_WIRE_VERSION 20
 #define KVC_WIRE_MAX_BODY (1u << 20)
 #define KVC_WIRE_MAX_DATA (64u << 20)
 #define KVC_WIRE_MAX_NAME 255
@@ -229,6 +232,7 @@ enum kvc_wire_type {
 	KVC_MSG_PLACE_UNREGISTER = 77,
 	KVC_MSG_PLACE_READ = 78,
 	KVC_MSG_PLACE_WRITE = 79,
+	KVC_MSG_PLACE_LOCAL = 84,
 	/* USRBIO control (kvc-fuse's local socket) */
 	KVC_MSG_IOV_REGISTER = 96,
 	KVC_MSG_IOV_DEREGISTER = 97,

@@ -121,6 +121,26 @@ struct kvc_msg_place_write {
 };
 _Static_assert(sizeof(struct kvc_msg_place_write) == 64, "");
 
+/* PLACE_LOCAL: kvc_msg_place_local; reply kvc_msg_place_local_reply with
+ * two fds: the target's directory (its index/ and chunks/, which the
+ * client reads itself) and its change counters (`slots` u64s of sealed
+ * shared memory, read-only to the client, one per chunk lock slot of
+ * core/chunk_format.h: storage/chunk_store.h kvc_chunk_store_local).
+ * -ENXIO: not a target of this server; -EOPNOTSUPP: the target is not
+ * its chain's only copy in a table that never changes (a server with
+ * managers, or replicas above 1: reads go through the server, which
+ * knows what the chain has committed). */
+struct kvc_msg_place_local {
+	uint32_t target;
+	uint32_t reserved; /* 0 */
+};
+_Static_assert(sizeof(struct kvc_msg_place_local) == 8, "");
+struct kvc_msg_place_local_reply {
+	uint32_t slots; /* KVC_CHUNK_LOCK_SLOTS */
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct kvc_msg_place_local_reply) == 8, "");
+
 /* CHUNK_REMOVE: all chunks of inode on target, a member of chain at
  * chain_version (range operations carry them as writes do: a request
  * delayed across a membership change is -ESTALE, never applied late).

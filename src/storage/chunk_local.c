@@ -5,13 +5,18 @@
 #include "storage/chunk_store_internal.h"
 
 #include <errno.h>
+#include <stdlib.h>
+#include <string.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "core/log.h"
+
 #define CHANGES_BYTES (KVC_CHUNK_LOCK_SLOTS * sizeof(uint64_t))
 
-int kvc_chunk_changes_init(struct kvc_chunk_store *store)
+/* The counters in sealed shared memory. Returns 0 or -errno. */
+static int shared_changes(struct kvc_chunk_store *store)
 {
 	int fd = memfd_create("kvc-chunk-changes", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	void *map = MAP_FAILED;
@@ -37,9 +42,25 @@ int kvc_chunk_changes_init(struct kvc_chunk_store *store)
 	return 0;
 }
 
+int kvc_chunk_changes_init(struct kvc_chunk_store *store)
+{
+	int rc = shared_changes(store);
+	if (rc < 0) {
+		/* A kernel without sealed memfds (before 5.1), or a sandbox that
+		 * refuses them: no same-host readers, the counters private. */
+		kvc_log_warn("%s: no shared change counters (%s): its chunks are read "
+		             "through this server only", store->path, strerror(-rc));
+		store->changes = calloc(KVC_CHUNK_LOCK_SLOTS, sizeof(uint64_t));
+		store->changes_private = true;
+	}
+	return store->changes ? 0 : -ENOMEM;
+}
+
 void kvc_chunk_changes_destroy(struct kvc_chunk_store *store)
 {
-	if (store->changes)
+	if (store->changes && store->changes_private)
+		free((void *)store->changes);
+	else if (store->changes)
 		munmap((void *)store->changes, CHANGES_BYTES);
 	if (store->changes_fd >= 0)
 		close(store->changes_fd);
@@ -47,8 +68,9 @@ void kvc_chunk_changes_destroy(struct kvc_chunk_store *store)
 	store->changes_fd = -1;
 }
 
-void kvc_chunk_store_local(const struct kvc_chunk_store *store, int *dir_fd, int *changes_fd)
+int kvc_chunk_store_local(const struct kvc_chunk_store *store, int *dir_fd, int *changes_fd)
 {
 	*dir_fd = store->dir_fd;
 	*changes_fd = store->changes_fd;
+	return store->changes_fd >= 0 ? 0 : -EOPNOTSUPP;
 }

@@ -31,6 +31,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "core/fsutil.h"
 #include "core/crc32c.h"
 #include "core/log.h"
 #include "core/lmdb_txn.h"
@@ -48,17 +49,6 @@
  * allocated on it. */
 #define DIRECT_ALIGN 4096u
 
-/* cachestat(2), Linux 6.5 (the headers of older systems lack it). */
-#ifndef __NR_cachestat
-#define __NR_cachestat 451
-#endif
-struct cachestat_range {
-	uint64_t off, len;
-};
-struct cachestat_out {
-	uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
-};
-
 /* Whether the page cache holds every page of the piece's aligned blocks:
  * 1 yes, 0 no, -1 not known (a kernel without cachestat). Asked before
  * the reads of a store that reads cold data with O_DIRECT: a RWF_NOWAIT
@@ -70,15 +60,10 @@ static int piece_cached(struct kvc_chunk_read *r)
 	struct kvc_chunk_store *store = r->store;
 	if (atomic_load_explicit(&store->no_cachestat, memory_order_relaxed))
 		return -1;
-	struct cachestat_range range = {r->aligned_start, r->aligned_length};
-	struct cachestat_out out;
-	if (syscall(__NR_cachestat, r->fd, &range, &out, 0) < 0) {
-		if (errno == ENOSYS)
-			atomic_store_explicit(&store->no_cachestat, true, memory_order_relaxed);
-		return -1;
-	}
-	uint64_t pages = (r->aligned_start + r->aligned_length + 4095) / 4096 - r->aligned_start / 4096;
-	return out.nr_cache >= pages;
+	int cached = kvc_fsutil_cached(r->fd, r->aligned_start, r->aligned_length);
+	if (cached == -ENOSYS)
+		atomic_store_explicit(&store->no_cachestat, true, memory_order_relaxed);
+	return cached < 0 ? -1 : cached;
 }
 
 /* Whether the piece goes by O_DIRECT if the page cache lacks it. */

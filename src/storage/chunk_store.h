@@ -293,8 +293,10 @@ void kvc_chunk_store_close(struct kvc_chunk_store *store);
  * chunk lock slot, odd while a writer holds the slot's lock. A reader
  * that reads a slot's counter even, reads the record and the bytes, and
  * reads the same count again saw no change of that chunk meanwhile; the
- * block crcs still check the bytes. The fds stay the store's. */
-void kvc_chunk_store_local(const struct kvc_chunk_store *store, int *dir_fd, int *changes_fd);
+ * block crcs still check the bytes. The fds stay the store's. Returns 0,
+ * or -EOPNOTSUPP where the counters could not be shared (a kernel without
+ * sealed memfds: the store then keeps them privately and serves as before). */
+int kvc_chunk_store_local(const struct kvc_chunk_store *store, int *dir_fd, int *changes_fd);
 
 /* Keep `bytes` of the target's filesystem free of chunk data
  * (KVC_RESERVE_AUTO: sized to the filesystem, core/reserve.h). ops: NULL

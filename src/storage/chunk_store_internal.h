@@ -33,7 +33,8 @@ struct kvc_chunk_store {
 	/* A change counter per lock slot, in shared memory same-host readers
 	 * map (chunk_local.c): odd while a writer holds the slot's lock. */
 	_Atomic uint64_t *changes;
-	int changes_fd;
+	int changes_fd;       /* -1: the counters are private (no sealed memfd here) */
+	bool changes_private; /* changes is calloc'ed, not mapped */
 	struct kvc_lmdb_group group;        /* inline writes' group commit (below the chunk locks) */
 	struct kvc_reserve reserve;         /* of the target's filesystem (its own lock) */
 	uint32_t inline_max; /* chunks ending at or below it stay inline (set before serving) */
@@ -58,6 +59,7 @@ static inline void kvc_chunk_lock_write(struct kvc_chunk_store *store, unsigned 
 {
 	pthread_rwlock_wrlock(&store->locks[slot]);
 	atomic_fetch_add(&store->changes[slot], 1);
+	atomic_thread_fence(memory_order_seq_cst); /* the change after the odd count */
 }
 
 static inline bool kvc_chunk_trylock_write(struct kvc_chunk_store *store, unsigned slot)
@@ -65,6 +67,7 @@ static inline bool kvc_chunk_trylock_write(struct kvc_chunk_store *store, unsign
 	if (pthread_rwlock_trywrlock(&store->locks[slot]) != 0)
 		return false;
 	atomic_fetch_add(&store->changes[slot], 1);
+	atomic_thread_fence(memory_order_seq_cst);
 	return true;
 }
 

@@ -512,6 +512,7 @@ static const struct op ops[] = {
 	[KVC_MSG_PLACE_UNREGISTER] = EXACT(struct kvc_msg_place_region, kvc_service_place_unregister),
 	[KVC_MSG_PLACE_READ] = VAR(struct kvc_msg_place_read, kvc_service_place_read),
 	[KVC_MSG_PLACE_WRITE] = EXACT(struct kvc_msg_place_write, kvc_service_place_write),
+	[KVC_MSG_PLACE_LOCAL] = EXACT(struct kvc_msg_place_local, kvc_service_place_local),
 };
 
 int kvc_storage_service_handle(void *service, struct kvc_server_conn *conn,

@@ -147,5 +147,6 @@ int kvc_service_place_register(struct request *r);
 int kvc_service_place_unregister(struct request *r);
 int kvc_service_place_read(struct request *r);
 int kvc_service_place_write(struct request *r);
+int kvc_service_place_local(struct request *r);
 
 #endif

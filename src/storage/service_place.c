@@ -70,6 +70,34 @@ int kvc_service_place_unregister(struct request *r)
 	return kvc_service_reply(r, rc, NULL, 0);
 }
 
+/* PLACE_LOCAL (wire_storage.h): the target's directory and change
+ * counters, for a client that reads its chunks itself. Only where what
+ * the files hold is what the chain committed: the target is its chain's
+ * only copy, and the table never changes (no managers: a table that
+ * could change would need the client told when this server stops being
+ * the chain's tail). A server without peers (tests) has single copies. */
+int kvc_service_place_local(struct request *r)
+{
+	const struct kvc_msg_place_local *m = r->msg;
+	struct kvc_storage_service *svc = r->svc;
+	int rc = place_peer(r);
+	struct kvc_chunk_store *store = rc == 0 ? kvc_service_store(svc, m->target) : NULL;
+	if (rc == 0 && m->reserved)
+		rc = -EINVAL;
+	if (rc == 0 && !store)
+		rc = -ENXIO;
+	if (rc == 0 && svc->peers &&
+	    (svc->peers->following || !kvc_storage_client_sole_copy(svc->peers, m->target)))
+		rc = -EOPNOTSUPP;
+	if (rc < 0)
+		return kvc_service_reply(r, rc, NULL, 0);
+	struct kvc_msg_place_local_reply out = {.slots = KVC_CHUNK_LOCK_SLOTS};
+	int fds[2];
+	rc = kvc_chunk_store_local(store, &fds[0], &fds[1]);
+	return rc < 0 ? kvc_service_reply(r, rc, NULL, 0)
+	              : kvc_server_reply_fds(r->conn, r->h, &out, sizeof(out), fds, 2);
+}
+
 /* A placed piece (chunk_store.h `place`): check its whole blocks in the
  * region, then copy the parts of its edge blocks there. Returns 0, -EIO
  * (a crc in the region) or -EFAULT. */

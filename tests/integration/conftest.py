@@ -309,6 +309,39 @@ def second_mount(cluster, conf=None):
     return proc, mount
 
 
+class ServerPlacement:
+    """A cluster seen through another kvc-fuse (server_placement): the
+    mount, its metrics and its cluster file replaced, the rest the
+    cluster's."""
+
+    def __init__(self, cluster, conf, mount, metrics):
+        self._cluster = cluster
+        self.conf, self.mount, self.fuse_metrics = conf, mount, metrics
+
+    def __getattr__(self, name):
+        return getattr(self._cluster, name)
+
+
+@contextlib.contextmanager
+def server_placement(cluster, metrics_port):
+    """The cluster through a second kvc-fuse whose cluster file says
+    `local_reads = off` (metrics on metrics_port): every read goes to the
+    storage servers (placed on this host), as with replicas, managers or
+    a key's scattered segments, where the default kvc-fuse reads a
+    single-copy target's chunks itself (src/client/transport_local.h)."""
+    metrics = f"127.0.0.1:{metrics_port}"
+    conf = cluster.dir / f"no-local-reads-{metrics_port}.conf"
+    conf.write_text(cluster.conf.read_text()
+                    .replace("[meta]", "local_reads = off\n\n[meta]", 1)
+                    .replace(f"metrics = {cluster.fuse_metrics}", f"metrics = {metrics}", 1))
+    proc, mount = second_mount(cluster, conf)
+    try:
+        yield ServerPlacement(cluster, conf, pathlib.Path(mount), metrics)
+    finally:
+        drop_second_mount(proc, mount)
+        conf.unlink()
+
+
 def drop_second_mount(proc, mount):
     proc.kill()
     proc.wait()

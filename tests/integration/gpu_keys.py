@@ -28,18 +28,21 @@ check = Checks()
 
 
 def transport_bytes():
-    """kvc-fuse's chunk bytes per transport (place, tcp), from the metrics
-    at $KVC_FUSE_METRICS (host:port; tools/gpu-check sets it), else None."""
+    """kvc-fuse's chunk bytes per transport (place, tcp) and those it read
+    itself from a same-host target (local), from the metrics at
+    $KVC_FUSE_METRICS (host:port; tools/gpu-check sets it), else None."""
     address = os.environ.get("KVC_FUSE_METRICS")
     if not address:
         return None
     with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as r:
         lines = r.read().decode().splitlines()
-    out = {"place": 0.0, "tcp": 0.0}
+    out = {"place": 0.0, "tcp": 0.0, "local": 0.0}
     for line in lines:
-        for t in out:
+        for t in ("place", "tcp"):
             if line.startswith(f'kvc_fuse_transport_bytes_total{{transport="{t}"}} '):
                 out[t] = float(line.rsplit(" ", 1)[1])
+        if line.startswith("kvc_fuse_transport_local_bytes_total "):
+            out["local"] = float(line.rsplit(" ", 1)[1])
     return out
 
 
@@ -71,10 +74,12 @@ def main(directory):
     check(ring.get_keys(keys, gets).wait() == [KEY] * BLOCKS, "32-segment device keys got")
     after = transport_bytes()
     if before is not None:
-        # a key's 32 pieces of staging are one storage io, placed
-        placed, tcp = (after[t] - before[t] for t in ("place", "tcp"))
-        check(placed >= BLOCKS * KEY and tcp < KEY,
-              f"32-segment device gets placed ({placed:.0f} bytes placed, {tcp:.0f} by TCP)")
+        # a key's 32 pieces of staging are one storage io, placed (or,
+        # from a same-host single-copy target, read by kvc-fuse itself)
+        placed, tcp, local = (after[t] - before[t] for t in ("place", "tcp", "local"))
+        check(placed + local >= BLOCKS * KEY and tcp < KEY,
+              f"32-segment device gets placed ({placed:.0f} bytes placed, {local:.0f} read "
+              f"here, {tcp:.0f} by TCP)")
     torch.cuda.synchronize()
     check(torch.equal(dst.flip(1), src), "bytes match after gather and scatter")
     # 2. host and device segments in one key

@@ -11,7 +11,7 @@ import socket
 import struct
 
 MAGIC = 0x3143564B
-VERSION = 19
+VERSION = 20
 HEADER = struct.Struct("<IHHQiIQ")  # magic version type id status body_len data_len
 
 HELLO, AUTH, LOOKUP, GETATTR, CREATE, SETATTR, STATFS = 1, 2, 16, 17, 18, 24, 26

@@ -345,6 +345,9 @@ def test_each_storage_message_needs_its_exact_body(cluster):
         assert exchange(sock, 75, b"") == -95
         assert exchange(sock, 77, b"\0" * 8) == -95
         assert exchange(sock, 78, struct.pack("<QII", 1, 1, 0) + b"\0" * 40) == -95
+        # a target's directory and counters (local reads): the Unix socket only
+        assert exchange(sock, 84, struct.pack("<II", 0, 0)) == -95
+        assert exchange(sock, 84, b"\0" * 9) == -22
         assert exchange(sock, 90, b"", b"some data") == -95
         # and every message of the right size is served
         for msg_type, (body, data) in STORAGE_BODIES.items():

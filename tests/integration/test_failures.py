@@ -86,9 +86,20 @@ def test_storage_down_reads_fail_with_eio_then_recover(cluster, workdir):
     assert path.read_bytes() == data
 
 
-def test_frozen_storage_server_times_out_with_eio(cluster, workdir):
+@pytest.fixture(scope="module")
+def served(cluster):
+    """The cluster through a kvc-fuse with `local_reads = off`: reads go
+    to the servers (a frozen one holds them up), where the default one
+    reads what the page cache holds of a same-host target itself."""
+    from conftest import PORT_BASE, server_placement
+    with server_placement(cluster, PORT_BASE + 34) as c:
+        yield c
+
+
+def test_frozen_storage_server_times_out_with_eio(served, workdir):
     from conftest import _drop_caches
-    path = workdir / "frozen"
+    cluster = served
+    path = served.mount / workdir.name / "frozen"
     data = os.urandom(3 * CHUNK)
     path.write_bytes(data)
     _drop_caches()  # not from the writer's page cache

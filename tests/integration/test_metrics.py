@@ -134,11 +134,15 @@ def test_every_daemon_counts_the_io_it_served(cluster, workdir):
     assert writes(st1) > writes(st0)
     assert written(st1) - written(st0) >= size + ring_size
     # The FUSE read: sent back over TCP, or placed (a same-host server
-    # copies into kvc-fuse's read buffer: fuse/read_buffer.h).
+    # copies into kvc-fuse's read buffer: fuse/read_buffer.h), or, what
+    # the page cache of a same-host single-copy target holds, read by
+    # kvc-fuse itself (src/client/transport_local.h).
     read = total(st1, "kvc_storage_reply_data_bytes_total", type="chunk_read") - \
         total(st0, "kvc_storage_reply_data_bytes_total", type="chunk_read") + \
         total(st1, "kvc_storage_place_read_bytes_total") - \
-        total(st0, "kvc_storage_place_read_bytes_total")
+        total(st0, "kvc_storage_place_read_bytes_total") + \
+        value(after["fuse"], "kvc_fuse_transport_local_bytes_total") - \
+        value(before["fuse"], "kvc_fuse_transport_local_bytes_total")
     assert read >= size
     assert total(st1, "kvc_storage_request_seconds_count", type="chunk_write") == \
         total(st1, "kvc_storage_requests_total", type="chunk_write")
@@ -190,16 +194,27 @@ def piece_reads(cluster, path):
                if name == "kvc_storage_target_piece_reads_total" and ("path", path) in labels)
 
 
-def test_storage_counts_piece_reads_from_the_page_cache_and_the_io_uring(cluster, workdir):
+@pytest.fixture(scope="module")
+def served(cluster):
+    """The cluster through a kvc-fuse with `local_reads = off`: every read
+    goes to a server."""
+    from conftest import PORT_BASE, server_placement
+    with server_placement(cluster, PORT_BASE + 37) as c:
+        yield c
+
+
+def test_storage_counts_piece_reads_from_the_page_cache_and_the_io_uring(served, workdir):
     """A file's chunks just written are in the servers' page cache: their
     pieces are read at once (path="cached"); once the page cache dropped
     them, through the io_uring: whole 4 KiB-aligned pieces with O_DIRECT
     (path="direct": `storage_direct_reads = on` on the shared cluster), the last
     chunk's short tail through the page cache (path="io_uring"). Direct
-    reads leave the page cache alone: read again, they are direct again."""
+    reads leave the page cache alone: read again, they are direct again.
+    (Read through a kvc-fuse that sends every read to its server.)"""
     from conftest import CHUNK, chunk_files_of
+    cluster = served
     data = os.urandom(2 * CHUNK + 200_000)  # the last chunk past the inline limit too
-    path = workdir / "pieces"
+    path = served.mount / workdir.name / "pieces"
     path.write_bytes(data)
     files = chunk_files_of(cluster, os.stat(path).st_ino)
     assert len(files) == 3

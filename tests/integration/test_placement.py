@@ -3,7 +3,13 @@ host iovs, and FUSE reads (fuse/read_buffer.h), move between the storage
 servers and shared memory without crossing a socket. Round trips (random sizes, chunk-crossing,
 holes), a corrupted block, TCP forced by the cluster file, a client that
 shrinks its iov or is killed mid-I/O, a storage server restarted under a
-read load, and the metrics that prove which transport moved the bytes."""
+read load, and the metrics that prove which transport moved the bytes.
+
+These run on a second kvc-fuse of the shared cluster with `local_reads =
+off`: with it on (the default), kvc-fuse reads a same-host single-copy
+target's chunks itself and the servers place only what it cannot
+(test_local_reads.py); here every read goes through the servers, the
+path replicas, managers and a key's scattered segments take."""
 import errno
 import mmap
 import os
@@ -17,8 +23,8 @@ from multiprocessing import shared_memory
 
 import pytest
 
-from conftest import (BUILD, CHUNK, ROOT, LIBKVC, chunk_name, client_conf, drop_second_mount,
-                      second_mount, wait_until)
+from conftest import (BUILD, CHUNK, PORT_BASE, ROOT, LIBKVC, chunk_name, client_conf,
+                      drop_second_mount, second_mount, server_placement, wait_until)
 from test_metrics import scrape, value
 
 sys.path.insert(0, str(ROOT / "tools" / "python"))
@@ -26,6 +32,12 @@ os.environ.setdefault("KVC_LIB", str(LIBKVC))
 
 from hf3fs_fuse import io as h3io  # noqa: E402
 import kvcfs  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cluster(cluster):
+    with server_placement(cluster, PORT_BASE + 35) as c:
+        yield c
 
 
 def placed(cluster):

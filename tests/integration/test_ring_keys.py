@@ -518,9 +518,18 @@ def test_wait_on_another_client_is_woken_by_kvc_meta(cluster, workdir):
         drop_second_mount(proc, mount2)
 
 
+@pytest.fixture(scope="module")
+def served(cluster):
+    """The cluster through a kvc-fuse that reads every chunk through its
+    server (local_reads = off): a frozen server then holds a read up."""
+    from conftest import PORT_BASE, server_placement
+    with server_placement(cluster, PORT_BASE + 36) as c:
+        yield c
+
+
 @pytest.mark.parametrize("change", ["remove", "replace"])
 def test_a_get_racing_a_remove_or_replace_never_passes_holes_for_bytes(
-        cluster, ring, iovs, workdir, change):
+        served, workdir, change):
     """A get reads the chunks of the inode its lookup named; once the key
     is removed (or replaced: the old inode loses its name), kvc-meta's
     collector removes those chunks, and a read after that finds holes,
@@ -531,6 +540,12 @@ def test_a_get_racing_a_remove_or_replace_never_passes_holes_for_bytes(
     frozen storage server while the key is removed, or replaced by a
     rename over it."""
     from conftest import CHUNK, chunk_name, freeze
+    cluster = served
+    workdir = served.mount / workdir.name
+    ring = kvcfs.Ring(str(cluster.mount), 64, for_read=False)
+    iovs = [kvcfs.Iov.create(str(cluster.mount), 24 * MiB) for _ in range(2)]
+    for iov in iovs:
+        iov.unlink()
     keys = kvcfs.KeyDir(workdir)
     data = os.urandom(2 * CHUNK)
     iov = iovs[0]
@@ -571,6 +586,9 @@ def test_a_get_racing_a_remove_or_replace_never_passes_holes_for_bytes(
     # longer may fail the read first, which proves nothing either way.
     assert get.wait(timeout=60) in ([expected, [-errno.EIO]] if frozen > 1.5 else [expected])
     keys.close()
+    for iov in iovs:
+        iov.close()
+    ring.close()
 
 
 def meta_orphans(cluster):

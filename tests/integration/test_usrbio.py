@@ -498,7 +498,16 @@ def test_an_fd_number_registers_once(cluster, workdir):
         os.close(again)
 
 
-def test_a_ring_read_completes_without_waiting_for_its_batch(cluster, workdir):
+@pytest.fixture(scope="module")
+def served(cluster):
+    """The cluster through a kvc-fuse with `local_reads = off`: reads go
+    to the servers, so a frozen one holds its reads up."""
+    from conftest import PORT_BASE, server_placement
+    with server_placement(cluster, PORT_BASE + 33) as c:
+        yield c
+
+
+def test_a_ring_read_completes_without_waiting_for_its_batch(served, workdir):
     """Two reads submitted together, one of a chunk on a frozen storage
     server: the other completes as soon as its bytes land, not with its
     batch's slowest request (fuse/ring_batch.c's entry_landed), and the
@@ -506,8 +515,9 @@ def test_a_ring_read_completes_without_waiting_for_its_batch(cluster, workdir):
     the later of the two in the cluster file: a kvc-fuse without receiving
     threads (under 4 cores) takes a wave's answers in server order."""
     from conftest import CHUNK, chunk_name, freeze
+    cluster = served
     data = os.urandom(2 * CHUNK)
-    path = workdir / "two-chunks"
+    path = served.mount / workdir.name / "two-chunks"
     path.write_bytes(data)
     inode = os.stat(path).st_ino
 

@@ -23,7 +23,7 @@ static void setup(void)
 	int dir_fd;
 	kvc_test_dir_make(dir, "chunk-local");
 	cr_assert_eq(kvc_chunk_store_open(dir, &store), 0);
-	kvc_chunk_store_local(store, &dir_fd, &changes_fd);
+	cr_assert_eq(kvc_chunk_store_local(store, &dir_fd, &changes_fd), 0);
 	cr_assert_geq(dir_fd, 0);
 	void *map = mmap(NULL, KVC_CHUNK_LOCK_SLOTS * 8, PROT_READ, MAP_SHARED, changes_fd, 0);
 	cr_assert_neq(map, MAP_FAILED);

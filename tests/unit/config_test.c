@@ -131,6 +131,19 @@ Test(config, fuse_early_creates)
 	expect_error(text, "early_open_delay_ms must be an integer in [0, 600000]");
 }
 
+/* local_reads (a top-level key): on by default, off, nothing else. */
+Test(config, local_reads)
+{
+	char text[1024];
+	cr_assert_eq(kvc_config_parse(good, "t", &config, err, sizeof(err)), 0, "%s", err);
+	cr_assert(config.local_reads, "on by default");
+	snprintf(text, sizeof(text), "local_reads = off\n%s", good);
+	cr_assert_eq(kvc_config_parse(text, "t", &config, err, sizeof(err)), 0, "%s", err);
+	cr_assert(!config.local_reads);
+	snprintf(text, sizeof(text), "local_reads = maybe\n%s", good);
+	expect_error(text, "local_reads must be on or off");
+}
+
 /* metrics = host:port in [storage NAME] and [fuse]; off or absent: none. */
 Test(config, metrics_addresses)
 {
