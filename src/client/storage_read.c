@@ -5,6 +5,7 @@
 #include "client/storage_client_internal.h"
 #include "client/transport_local.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -298,7 +299,8 @@ static bool read_local(struct read_plan *plan, struct read_request *r)
 		}
 		r->pieces[kept] = r->pieces[k];
 		r->dest[kept] = r->dest[k];
-		r->spans[kept] = r->spans[k]; /* one span a piece: never a scattered io */
+		assert(r->span_count == r->head.count); /* never a scattered io: a span a piece */
+		r->spans[kept] = r->spans[k];
 		r->bytes += r->pieces[kept].length;
 		kept++;
 	}
@@ -425,9 +427,23 @@ static void read_wave(struct read_plan *plan)
 {
 	struct kvc_storage_client *client = plan->client;
 	struct kvc_storage_receivers *rx = client->receivers;
-	int n = plan->wave_count;
-	for (int i = 0; i < n; i++)
-		plan->wave[i]->rc = read_send(client, plan->wave[i]);
+	int n = plan->wave_count, kept = 0;
+	/* Without receiving threads the wave's local requests are read here,
+	 * first, so what is left of them goes out with the rest of the wave
+	 * (a send then a wait each would serialize the server's reads of
+	 * what the page cache lacked). With them, each is read and sent by
+	 * whichever thread finishes it (read_finish). */
+	bool local_here = !rx || n < 2;
+	for (int i = 0; i < n; i++) {
+		struct read_request *w = plan->wave[i];
+		if (w->local && local_here && !read_local(plan, w)) {
+			free(w);
+			continue;
+		}
+		w->rc = read_send(client, w);
+		plan->wave[kept++] = w;
+	}
+	n = plan->wave_count = kept;
 	plan->chain_id = plan->ready_server = UINT32_MAX; /* see struct read_plan */
 	if (!rx || n < 2) {
 		for (int i = 0; i < n; i++)

@@ -165,11 +165,13 @@ static int open_index(struct local_target *t)
 		rc = mdb_env_set_mapsize(t->env, MAP_SIZE);
 	if (rc == 0)
 		rc = mdb_env_set_maxreaders(t->env, 4096);
-	/* Without MDB_NOTLS a thread keeps one reader slot for its reads
-	 * (no search of the shared table each time): at most kvc-fuse's
-	 * threads' worth of the server's 4,096. */
+	/* MDB_NOTLS: a read takes a reader slot for itself and gives it back
+	 * (as the server's own reads do). With thread-local slots a thread
+	 * exiting after a drop (mdb_env_close) would free its slot in a
+	 * lock file no longer mapped; and a frozen kvc-fuse would pin index
+	 * pages with every thread that ever read. */
 	if (rc == 0)
-		rc = mdb_env_open(t->env, index, MDB_RDONLY | MDB_NORDAHEAD, 0600);
+		rc = mdb_env_open(t->env, index, MDB_RDONLY | MDB_NORDAHEAD | MDB_NOTLS, 0600);
 	if (rc == 0)
 		rc = mdb_txn_begin(t->env, NULL, MDB_RDONLY, &txn);
 	if (rc == 0)
@@ -204,12 +206,15 @@ static int set_up(struct kvc_storage_client *client, uint32_t server, uint32_t t
 	t->dir_fd = fds[0];
 	t->pid_fd = fds[2];
 	void *map = mmap(NULL, CHANGES_BYTES, PROT_READ, MAP_SHARED, fds[1], 0);
-	rc = map == MAP_FAILED ? -errno : 0;
 	close(fds[1]);
-	if (rc < 0)
-		return rc;
+	if (map == MAP_FAILED)
+		return -EPROTO;
 	t->changes = map;
-	return open_index(t);
+	rc = open_index(t);
+	/* The server offered the target and this process cannot read it
+	 * (no access to index/lock.mdb, another LMDB build): not a passing
+	 * state, asked again never. */
+	return rc < 0 ? -EPROTO : 0;
 }
 
 /* Make target ON, or leave it OFF for a while (NEVER when its server
@@ -233,7 +238,7 @@ static bool ensure(struct kvc_storage_client *client, uint32_t server, uint32_t 
 			atomic_store(&t->state, ON);
 			kvc_log_info("target %u of storage server %s: chunks read here, without "
 			             "a request", target, client->server_address[server]);
-		} else if (rc == -EOPNOTSUPP || rc == -ENXIO || rc == -EPROTO) {
+		} else if (rc == -EOPNOTSUPP || rc == -ENXIO || rc == -EPROTO || rc == -EACCES) {
 			drop(t, NEVER);
 			kvc_log_info("target %u of storage server %s: chunks read through the "
 			             "server (%s)", target, client->server_address[server],
@@ -281,7 +286,7 @@ static int cached(int fd, uint64_t at, uint64_t length)
 	if (atomic_load_explicit(&no_cachestat, memory_order_relaxed))
 		return 0;
 	int rc = kvc_fsutil_cached(fd, at, length);
-	if (rc == -ENOSYS)
+	if (rc < 0) /* ENOSYS, or a sandbox's EPERM: not asked again */
 		atomic_store_explicit(&no_cachestat, true, memory_order_relaxed);
 	return rc == 0 ? -EAGAIN : 0;
 }
@@ -384,6 +389,17 @@ static int lookup_piece(void *arg)
 	return 0;
 }
 
+/* Whether the process that made t's counters still runs (its pidfd is
+ * readable once it exited; a poll that fails says no too). */
+static bool server_alive(const struct local_target *t)
+{
+	struct pollfd gone = {.fd = t->pid_fd, .events = POLLIN};
+	int n;
+	while ((n = poll(&gone, 1, 0)) < 0 && errno == EINTR)
+		;
+	return n == 0;
+}
+
 /* One piece, the target ON and its use lock held for reading. Returns 1
  * done, 0 the usual way, -ESRCH the server went. */
 static int read_piece(struct local_target *t, const struct kvc_msg_piece *p, uint8_t *dst,
@@ -391,8 +407,8 @@ static int read_piece(struct local_target *t, const struct kvc_msg_piece *p, uin
 {
 	const _Atomic uint64_t *count = &t->changes[kvc_chunk_lock_slot(p->inode, p->chunk)];
 	uint64_t before = atomic_load_explicit(count, memory_order_acquire);
-	if (before & 1)
-		return 0; /* a change is being made */
+	if (before & 1) /* a change being made, or a server that died making it */
+		return server_alive(t) ? 0 : -ESRCH;
 	struct lookup l = {.dbi = t->dbi, .piece = p, .dst = dst, .forbid_holes = forbid_holes};
 	if (mdb_txn_begin(t->env, NULL, MDB_RDONLY, &l.txn) != 0)
 		return 0;
@@ -414,11 +430,7 @@ static int read_piece(struct local_target *t, const struct kvc_msg_piece *p, uin
 	if (rc < 0 || atomic_load_explicit(count, memory_order_relaxed) != before)
 		return 0;
 	/* The counters are the serving process's: was it there throughout? */
-	struct pollfd gone = {.fd = t->pid_fd, .events = POLLIN};
-	int n;
-	while ((n = poll(&gone, 1, 0)) < 0 && errno == EINTR)
-		;
-	return n == 0 ? 1 : n > 0 ? -ESRCH : 0;
+	return server_alive(t) ? 1 : -ESRCH;
 }
 
 bool kvc_transport_local_ready(struct kvc_storage_client *client, uint32_t server,

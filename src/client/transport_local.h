@@ -26,7 +26,11 @@
  * client watches that process (a pidfd of the socket's peer) and checks,
  * after each read, that it is still running: a server that died (and a
  * new one that took the target since) turns local reads of its targets
- * off until the client has asked the new one.
+ * off until the client has asked the new one. Two assumptions: the
+ * process listening on the placement socket (SO_PEERCRED's pid) is the
+ * kvc-storage serving the target (no socket activation), and one
+ * kvc-storage serves a target (as the cluster file says; two would race
+ * on its chunks anyway).
  *
  * Failures are never an io's: a crc mismatch, a changed count, a record
  * or file that cannot be read, bytes not cached, memory that faulted, a hole where the
