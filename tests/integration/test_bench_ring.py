@@ -26,3 +26,28 @@ def test_bench_ring_transports_rows_with_the_checked_baseline(cluster, local_tmp
             assert row["gbps"] > 0 and row["ratio"] > 0
     assert [n for n in os.listdir(local_tmp) if n.startswith(".kvc-bench")] == []
     assert [n for n in os.listdir(cluster.mount) if n.startswith(".kvc-bench")] == []
+
+
+def test_bench_ring_killed_leaves_no_shared_memory(cluster, local_tmp):
+    """kvc-bench's iovs are its own: their names go at once, so a run
+    killed mid-way leaves nothing in /dev/shm."""
+    import signal
+    import time
+    before = set(os.listdir("/dev/shm"))
+    p = subprocess.Popen([str(BUILD / "kvc-bench"), "ring", "--transports-only", "--mount",
+                          str(cluster.mount), "--file-size", "64M", "--seconds", "5",
+                          "--threads", "2", "--local-dir", str(local_tmp)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in p.stderr:
+            if line.startswith("warming up"):
+                break
+        time.sleep(0.5)  # ring reads running
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    left = [n for n in set(os.listdir("/dev/shm")) - before if n.startswith("kvc-")]
+    assert left == []
+    for n in os.listdir(cluster.mount):
+        if n.startswith(".kvc-bench-ring"):
+            os.unlink(cluster.mount / n)

@@ -289,6 +289,7 @@ static void mount_open(struct gpu_bench *b, struct gpu_mount *m, const char *nam
 		bench_die(m->path);
 	check(kvc_fd_register(m->fd, 0), "register fd");
 	check(kvc_iov_create(&m->window, m->mount, window, 0, -1, NULL), "shared-memory iov");
+	check(kvc_iov_unlink(m->window), "shared-memory iov"); /* nothing left if killed */
 	check(kvc_ring_create(&m->ring, m->mount, MAX_DEPTH, true, 0, 0, 0, -1, 0), "read ring");
 	check(kvc_iov_wrap_device(&m->device_iov, b->device, NULL, m->mount, bytes, 0),
 	      "device iov");

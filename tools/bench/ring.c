@@ -130,6 +130,7 @@ static void setup(struct ring_setup *s, const char *path)
 		bench_die(path);
 	check(kvc_fd_register(s->fd, 0), "register fd");
 	check(kvc_iov_create(&s->iov, s->mount, IOV_BYTES, 0, -1, NULL), "iov");
+	check(kvc_iov_unlink(s->iov), "iov"); /* ours alone: nothing left in /dev/shm if killed */
 	check(kvc_ring_create(&s->read_ring, s->mount, 128, true, 0, 0, 0, -1, 0), "read ring");
 	check(kvc_ring_create(&s->write_ring, s->mount, 128, false, 0, 0, 0, -1, 0), "write ring");
 	memset(kvc_iov_base(s->iov), 0x6b, IOV_BYTES);
@@ -185,6 +186,7 @@ static void transport_rows(struct bench_table *t, const char *label, const char 
 		bench_die(file);
 	check(kvc_fd_register(s.fd, 0), "register fd");
 	check(kvc_iov_create(&s.iov, mount, IOV_BYTES, 0, -1, NULL), "iov");
+	check(kvc_iov_unlink(s.iov), "iov");
 	check(kvc_ring_create(&s.read_ring, mount, 128, true, 0, 0, 0, -1, 0), "read ring");
 	warm_reads(&s, seconds);
 	static const uint64_t sizes[] = {1, 16};
