@@ -24,6 +24,9 @@
  *   with SO_PEERCRED), and PLACE_READ / PLACE_WRITE name (region, offset,
  *   length): the server copies chunk bytes straight into, or out of, that
  *   memory (src/storage/place.h). No bytes cross a socket.
+ * Local reads (transport_local.h) are no transport: where a same-host
+ * target is its chain's only copy, kvc-fuse reads its cached chunks
+ * itself and sends a piece by placement only when it cannot.
  * An RDMA transport would be a third file with the same operations:
  * register = ibv_reg_mr of the region (rkey and address sent to the
  * server once), post = a request naming (rkey, address) per piece, the
