@@ -16,7 +16,7 @@ import threading
 from conftest import (CHUNK, LIBKVC, PORT_BASE, ROOT, server_placement, wait_until)
 from test_metrics import scrape, value
 from test_placement import (SHRINKER, Ring, close_registered, direct_read, open_registered,
-                            run_across_a_restart, write_with_a_bad_block)
+                            random_ring_reads, run_across_a_restart, write_with_a_bad_block)
 
 
 def local(cluster):
@@ -43,25 +43,7 @@ def test_ring_reads_of_cached_chunks_are_read_here(cluster, workdir):
         f.write(b"tail" * 1000)     # in a chunk of its own: inline
     data += bytes(CHUNK + 777) + b"tail" * 1000
     before = local(cluster)
-    r = Ring(cluster.mount, 16 << 20, True)
-    fd = open_registered(path, os.O_RDONLY)
-    try:
-        for _ in range(6):
-            ios, at = [], 0
-            for _ in range(rng.randint(1, 8)):
-                length = rng.choice([1, 4095, 16384, CHUNK, CHUNK + 1, rng.randint(1, 3 * CHUNK)])
-                off = rng.randint(0, len(data) - 1)
-                length = min(length, len(data) - off, (16 << 20) - at)
-                if length <= 0:
-                    break
-                ios.append((at, length, off))
-                at += length
-            assert r.run(fd, ios) == [length for _, length, _ in ios]
-            for at, length, off in ios:
-                assert bytes(r.shm.buf[at:at + length]) == bytes(data[off:off + length])
-    finally:
-        close_registered(fd)
-        r.close()
+    random_ring_reads(cluster.mount, path, data, rng)
     after = local(cluster)
     assert after[0] > before[0] and after[1] > before[1]
     assert after[2] == before[2]  # nothing went to a server after all

@@ -99,19 +99,11 @@ def close_registered(fd):
     os.close(fd)
 
 
-def test_ring_reads_are_placed_random_sizes_chunk_crossing_and_holes(cluster, workdir):
-    rng = random.Random(13)
-    size = 5 * CHUNK + 12345
-    data = bytearray(rng.randbytes(size))
-    path = workdir / "f"
-    with open(path, "wb") as f:
-        f.write(data)
-        # a hole of two chunks and a bit, then a tail
-        f.seek(size + 2 * CHUNK + 777)
-        f.write(b"tail" * 1000)
-    data += bytes(2 * CHUNK + 777) + b"tail" * 1000
-    before = placed(cluster)
-    r = Ring(cluster.mount, 16 << 20, True)
+def random_ring_reads(mount, path, data, rng):
+    """Six batches of 1..8 ring reads of path at random offsets and sizes
+    (1 byte to 3 chunks, chunk-crossing) into a 16 MiB iov on mount, each
+    byte compared with data."""
+    r = Ring(mount, 16 << 20, True)
     fd = open_registered(path, os.O_RDONLY)
     try:
         for _ in range(6):
@@ -130,6 +122,21 @@ def test_ring_reads_are_placed_random_sizes_chunk_crossing_and_holes(cluster, wo
     finally:
         close_registered(fd)
         r.close()
+
+
+def test_ring_reads_are_placed_random_sizes_chunk_crossing_and_holes(cluster, workdir):
+    rng = random.Random(13)
+    size = 5 * CHUNK + 12345
+    data = bytearray(rng.randbytes(size))
+    path = workdir / "f"
+    with open(path, "wb") as f:
+        f.write(data)
+        # a hole of two chunks and a bit, then a tail
+        f.seek(size + 2 * CHUNK + 777)
+        f.write(b"tail" * 1000)
+    data += bytes(2 * CHUNK + 777) + b"tail" * 1000
+    before = placed(cluster)
+    random_ring_reads(cluster.mount, path, data, rng)
     after = placed(cluster)
     assert after[0] > before[0] and after[1] > before[1] and after[2] > before[2]
 
